@@ -1,0 +1,189 @@
+"""Configuration: one TOML file, every value overridable by ``DIGESTBOT_*`` env vars.
+
+Loaded once per process and passed down explicitly; nothing else in the
+package reads the environment.  This module must never print or log a secret:
+the SMTP password lives in a ``SecretStr`` and may only come from the
+environment or from a file named by ``smtp.password_file``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "DIGESTBOT_"
+DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
+
+
+class ConfigError(Exception):
+    """The configuration file or environment holds a value we cannot use."""
+
+
+class PathsConfig(BaseModel):
+    var_dir: Path = Path("var")
+    dump_dir: Path = Path("seeds")
+    templates_dir: Path = Path("templates")
+
+
+class DatabaseConfig(BaseModel):
+    # Empty means "SQLite file digestbot.sqlite3 inside paths.var_dir".
+    url: str = ""
+    busy_timeout_ms: int = Field(5000, ge=0)
+
+
+class FeedsConfig(BaseModel):
+    urls: list[str] = []
+    timeout_seconds: float = Field(20.0, gt=0)
+    max_bytes: int = Field(20_000_000, gt=0)
+
+
+class WatchConfig(BaseModel):
+    interval_seconds: int = Field(60, ge=1)
+    # A file whose mtime is younger than this is assumed to be still written.
+    quiet_seconds: float = Field(5.0, ge=0)
+
+
+class ScheduleConfig(BaseModel):
+    default_timezone: str = "UTC"
+    default_send_hour: int = Field(8, ge=0, le=23)
+
+
+class SmtpConfig(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(1025, ge=1, le=65535)
+    tls: Literal["none", "starttls", "tls"] = "none"
+    verify_certificates: bool = True
+    username: str = ""
+    password: SecretStr = SecretStr("")
+    password_file: Path | None = None
+    timeout_seconds: float = Field(30.0, gt=0)
+
+    def resolved_password(self) -> SecretStr:
+        """The password from the env, else from ``password_file``; never logged."""
+        if self.password.get_secret_value():
+            return self.password
+        if self.password_file is not None:
+            try:
+                return SecretStr(self.password_file.read_text(encoding="utf-8").strip())
+            except OSError as exc:
+                raise ConfigError(
+                    f"smtp.password_file: cannot read {self.password_file}: {exc.strerror}"
+                ) from None
+        return SecretStr("")
+
+
+class SenderConfig(BaseModel):
+    from_address: str = "digestbot@localhost"
+    from_name: str = "digestbot"
+    list_id: str = "digest.digestbot.localhost"
+
+
+class _TomlWithoutSecrets(TomlConfigSettingsSource):
+    """The TOML source, refusing secrets: a config file gets copied and committed."""
+
+    def __call__(self) -> dict[str, Any]:
+        data = super().__call__()
+        smtp = data.get("smtp")
+        if isinstance(smtp, dict) and "password" in smtp:
+            raise ConfigError(
+                f"{self.toml_file_path}: smtp.password is not allowed in the config file; "
+                f"set {ENV_PREFIX}SMTP__PASSWORD or smtp.password_file"
+            )
+        return data
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        toml_file=None,
+    )
+
+    paths: PathsConfig = PathsConfig()
+    database: DatabaseConfig = DatabaseConfig()
+    feeds: FeedsConfig = FeedsConfig()
+    watch: WatchConfig = WatchConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+    smtp: SmtpConfig = SmtpConfig()
+    sender: SenderConfig = SenderConfig()
+
+    @field_validator("feeds")
+    @classmethod
+    def _feed_urls_are_http(cls, feeds: FeedsConfig) -> FeedsConfig:
+        for url in feeds.urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"feeds.urls: {url!r} is not an http(s) URL")
+        return feeds
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlWithoutSecrets(settings_cls))
+
+    @property
+    def database_url(self) -> str:
+        if self.database.url:
+            return self.database.url
+        return f"sqlite:///{self.paths.var_dir / 'digestbot.sqlite3'}"
+
+    def redacted(self) -> dict[str, Any]:
+        """A JSON-able view for ``digestbot config show``; secrets masked."""
+        data = self.model_dump(mode="json")
+        data["smtp"]["password"] = "**********" if self.smtp.password.get_secret_value() else ""
+        data["database"]["effective_url"] = _mask_url_password(self.database_url)
+        data["database"]["url"] = _mask_url_password(data["database"]["url"])
+        return data
+
+
+def _mask_url_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    if not url:
+        return url
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # a malformed URL is reported when it is used, not here
+        return url
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Load settings from *path* (or ``$DIGESTBOT_CONFIG``, or ``config/digestbot.toml``
+    when present, or embedded defaults) with environment overrides on top."""
+    from pydantic import ValidationError
+
+    if path is None and os.environ.get(f"{ENV_PREFIX}CONFIG"):
+        path = Path(os.environ[f"{ENV_PREFIX}CONFIG"])
+    if path is None and DEFAULT_CONFIG_PATH.is_file():
+        path = DEFAULT_CONFIG_PATH
+    if path is not None and not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+
+    class _FileSettings(Settings):
+        model_config = SettingsConfigDict(toml_file=path)
+
+    try:
+        return _FileSettings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{path or 'defaults'}: {where}: {first['msg']}") from None
+    except (ValueError, OSError) as exc:  # TOML syntax errors surface as ValueError
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{path}: {exc}") from None

@@ -1,0 +1,114 @@
+"""Domain types shared by every stage: small frozen dataclasses, no behaviour
+beyond what their fields imply.  Must never import the store or do I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from enum import StrEnum
+from pathlib import Path
+
+
+class EntryKind(StrEnum):
+    PAPER = "paper"
+    REPO = "repo"
+
+
+class TagOrigin(StrEnum):
+    HEADER = "header"  # a dump's "Filtered by:" line
+    CATEGORY = "category"  # a feed entry's category
+    RULE = "rule"  # config/tags.toml
+
+
+class SourceStatus(StrEnum):
+    INGESTED = "ingested"
+    DUPLICATE = "duplicate"  # same bytes as an already ingested source
+    FAILED = "failed"
+    NOT_MODIFIED = "not_modified"  # a feed URL answered 304
+
+
+class Announce(StrEnum):
+    """arXiv's announce_type; anything else is treated as NEW."""
+
+    NEW = "new"
+    CROSS = "cross"
+    REPLACE = "replace"
+    REPLACE_CROSS = "replace-cross"
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedEntry:
+    """One paper or repository as a source presented it, before identity is resolved."""
+
+    kind: EntryKind
+    title: str
+    authors: tuple[str, ...]
+    published: date | None
+    summary: str
+    line: int = 0  # 1-based line of the entry's first block in its source
+    summary_type: str = "text/plain"  # or "text/html" for feed content
+    links: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()  # categories the source gave this entry
+    arxiv_id: str | None = None  # without version suffix
+    doi: str | None = None  # lower-cased
+    repo: str | None = None  # "owner/name" as written
+    announce: Announce = Announce.NEW
+    extra: tuple[tuple[str, str], ...] = ()  # e.g. stars, forks, language
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedSource:
+    """What a parser made of one dump or feed document."""
+
+    format: str  # "dump" | "rss" | "atom" | "jsonfeed"
+    entries: tuple[ParsedEntry, ...]
+    header_tags: tuple[str, ...] = ()  # tags every entry of the source carries
+    title: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """The outcome of ingesting one file or fetched document."""
+
+    path: str
+    status: SourceStatus
+    source_id: int | None = None
+    entries: int = 0  # distinct entries in the source
+    new: int = 0  # entries the store had never seen
+    updated: int = 0  # known entries whose stored fields changed
+    error: str | None = None
+    duplicate_of: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not SourceStatus.FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class FileStamp:
+    """Enough of a file's stat to tell whether the watcher has seen this version."""
+
+    path: Path
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class EntryView:
+    """An entry as the store returns it to the CLI and later stages."""
+
+    id: int
+    key: str
+    kind: EntryKind
+    title: str
+    authors: tuple[str, ...]
+    published: date | None
+    summary: str
+    summary_type: str
+    links: tuple[str, ...]
+    tags: tuple[str, ...]
+    arxiv_id: str | None
+    doi: str | None
+    first_seen_source_id: int | None
+    first_seen_at: datetime
+    extra: dict[str, str] = field(default_factory=dict)

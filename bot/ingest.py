@@ -1,0 +1,113 @@
+"""Ingest service: one source (file bytes or a fetched document) into the store.
+
+Parses outside the database transaction, then records the source and its
+entries in one transaction, so a bad or half-processed source never changes
+what is already stored.  Never renders, plans or sends anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.domain import FileStamp, IngestResult, ParsedSource, SourceStatus
+from bot.sources import SourceFormatError, parse_any
+from bot.store.engine import transaction
+from bot.store.entries import upsert_source_entries
+from bot.store.sources import add_source, ingested_with_sha, set_counts
+
+log = logging.getLogger(__name__)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def ingest_bytes(
+    factory: sessionmaker[Session],
+    data: bytes,
+    *,
+    name: str,
+    origin: str = "file",
+    mtime_ns: int | None = None,
+    now: datetime | None = None,
+) -> IngestResult:
+    """Ingest one document; identical bytes already ingested make a ``duplicate``."""
+    now = now or utcnow()
+    sha256 = hashlib.sha256(data).hexdigest()
+    parsed: ParsedSource | None = None
+    error: str | None = None
+    try:
+        parsed = parse_any(data, name)
+    except SourceFormatError as exc:
+        error = str(exc)
+    common = {"origin": origin, "path": name, "sha256": sha256, "size": len(data), "mtime_ns": mtime_ns, "now": now}
+    for attempt in (1, 2):
+        try:
+            with transaction(factory) as session:
+                return _record(session, parsed, error, common)
+        except IntegrityError:
+            # Another process ingested the same bytes between our check and
+            # insert; the second pass sees its row and records a duplicate.
+            if attempt == 2:
+                raise
+        except Exception as exc:  # a bug must not stop the files after this one
+            log.exception("ingest of %s failed unexpectedly", name)
+            with transaction(factory) as session:
+                source_id = add_source(
+                    session, status=SourceStatus.FAILED, error=f"{name}: internal error: {type(exc).__name__}", **common
+                )
+            return IngestResult(name, SourceStatus.FAILED, source_id, error=f"{name}: internal error: {exc}")
+    raise AssertionError("unreachable")
+
+
+def _record(session: Session, parsed: ParsedSource | None, error: str | None, common: dict) -> IngestResult:
+    name = common["path"]
+    original = ingested_with_sha(session, common["sha256"])
+    if original is not None:
+        source_id = add_source(session, status=SourceStatus.DUPLICATE, duplicate_of=original, **common)
+        return IngestResult(name, SourceStatus.DUPLICATE, source_id, duplicate_of=original)
+    if parsed is None:
+        source_id = add_source(session, status=SourceStatus.FAILED, error=error, **common)
+        return IngestResult(name, SourceStatus.FAILED, source_id, error=error)
+    source_id = add_source(session, status=SourceStatus.INGESTED, format=parsed.format, **common)
+    counts = upsert_source_entries(session, source_id, parsed, common["now"])
+    set_counts(session, source_id, entries=counts.entries, new=counts.new, updated=counts.updated)
+    return IngestResult(name, SourceStatus.INGESTED, source_id, counts.entries, counts.new, counts.updated)
+
+
+def stamp_of(path: Path) -> FileStamp:
+    st = path.stat()
+    return FileStamp(path.resolve(), st.st_size, st.st_mtime_ns)
+
+
+def ingest_file(factory: sessionmaker[Session], path: Path, *, now: datetime | None = None) -> IngestResult:
+    """Ingest one file by path; an unreadable file is recorded as failed too,
+    so the watcher does not retry it until it changes."""
+    path = path.resolve()
+    try:
+        stamp = stamp_of(path)
+        data = path.read_bytes()
+    except OSError as exc:
+        error = f"{path}: cannot read: {exc.strerror or exc}"
+        if not path.exists():
+            return IngestResult(str(path), SourceStatus.FAILED, error=error)
+        with transaction(factory) as session:
+            source_id = add_source(
+                session,
+                origin="file",
+                path=str(path),
+                sha256="",
+                size=0,
+                mtime_ns=None,
+                status=SourceStatus.FAILED,
+                error=error,
+                now=now or utcnow(),
+            )
+        return IngestResult(str(path), SourceStatus.FAILED, source_id, error=error)
+    return ingest_bytes(factory, data, name=str(path), origin="file", mtime_ns=stamp.mtime_ns, now=now)

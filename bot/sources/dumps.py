@@ -1,0 +1,234 @@
+"""Text dump parser (format: ``../shared/DUMPS.md``).
+
+A dump is blocks separated by blank lines: an optional ``Filtered by:`` header,
+then entries of four blocks each (title, meta, summary, link label).  The parser
+accepts CRLF/CR line ends, a UTF-8 BOM and trailing spaces, keeps summaries
+verbatim (LaTeX is converted at render time) and rejects anything else with a
+``DumpFormatError`` naming the line.  It never guesses past an ambiguity: a
+dump either parses whole or fails whole, so a bad file changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from typing import NamedTuple
+
+from bot.domain import EntryKind, ParsedEntry, ParsedSource
+from bot.identity import is_repo_name
+from bot.sources.errors import SourceFormatError
+
+LINK_LABELS = frozenset({"PDF", "Code"})
+TAG_SEPARATOR = "\u00d7"  # "×"
+_CLEAR_ALL = "clear all"
+_HEADER_PREFIX = "filtered by:"
+
+_DATE = r"(?P<date>\d{4}-\d{2}-\d{2})"
+_PAPER_META_RE = re.compile(rf"^(?P<authors>.*?)\s*{_DATE}$")
+_REPO_META_RE = re.compile(rf"^(?P<owner>\S+)\s+{_DATE}(?:\s+(?P<stars>[\d,]+))?(?:\s+(?P<language>.+))?$")
+_COUNTS_RE = re.compile(r"^(?P<stars>[\d,]+)\s+(?P<forks>[\d,]+)$")
+_URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)
+
+
+class DumpFormatError(SourceFormatError):
+    """A text dump that does not follow DUMPS.md."""
+
+
+class _Block(NamedTuple):
+    # A NamedTuple, not a frozen dataclass: a 10k-entry dump makes 40k of
+    # these and frozen dataclasses are several times slower to construct.
+    line: int  # 1-based line number of the block's first line
+    lines: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def is_link_label(self) -> bool:
+        return len(self.lines) == 1 and self.lines[0] in LINK_LABELS
+
+
+def decode_text(data: bytes, name: str, error: type[SourceFormatError] = DumpFormatError) -> str:
+    """Bytes to text with LF line ends: UTF-8 (BOM allowed), no NUL bytes."""
+    nul = data.find(b"\x00")
+    if nul != -1:
+        raise error(name, data.count(b"\n", 0, nul) + 1, f"binary data (NUL byte at offset {nul}); expected UTF-8 text")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(
+            name, line, f"not UTF-8: byte 0x{data[exc.start]:02X} at offset {exc.start} ({exc.reason})"
+        ) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _blocks(text: str) -> list[_Block]:
+    """Split on blank (or whitespace-only) lines, keeping each block's first line number."""
+    blocks: list[_Block] = []
+    current: list[str] = []
+    start = 0
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line and not line.isspace():
+            if not current:
+                start = number
+            current.append(line.rstrip())
+        elif current:
+            blocks.append(_Block(start, tuple(current)))
+            current = []
+    if current:
+        blocks.append(_Block(start, tuple(current)))
+    return blocks
+
+
+def _header_tags(block: _Block) -> tuple[str, ...] | None:
+    first = block.lines[0].strip()
+    if not first.casefold().startswith(_HEADER_PREFIX):
+        return None
+    raw = " ".join(line.strip() for line in block.lines)[len(_HEADER_PREFIX):]
+    tags = []
+    for part in raw.split(TAG_SEPARATOR):
+        tag = " ".join(part.split())
+        if tag and tag.casefold() != _CLEAR_ALL and tag not in tags:
+            tags.append(tag)
+    return tuple(tags)
+
+
+def _is_meta(block: _Block) -> bool:
+    return bool(_PAPER_META_RE.match(block.lines[0]) or _REPO_META_RE.match(block.lines[0]))
+
+
+def _parse_date(value: str, name: str, line: int) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise DumpFormatError(name, line, f"invalid date {value!r} (expected YYYY-MM-DD)") from None
+
+
+def urls_in(text: str) -> tuple[str, ...]:
+    """URLs a summary names, in order, without trailing sentence punctuation."""
+    if "://" not in text:  # the common case; the case-insensitive regex scans every character
+        return ()
+    seen: dict[str, None] = {}
+    for match in _URL_RE.finditer(text):
+        seen.setdefault(match.group(0).rstrip(".,;:!?"), None)
+    return tuple(seen)
+
+
+def _repo_meta(title: str, meta: _Block, name: str) -> tuple[date, dict[str, str]]:
+    first = _REPO_META_RE.match(meta.lines[0])
+    if first is None:
+        raise DumpFormatError(
+            name, meta.line, f"expected '<owner> YYYY-MM-DD <stars> <language>' for repository {title!r}"
+        )
+    extra = {"owner": first["owner"]}
+    if first["stars"]:
+        extra["stars"] = first["stars"].replace(",", "")
+    if first["language"]:
+        extra["language"] = first["language"].strip()
+    for line in meta.lines[1:]:
+        text = line.strip()
+        counts = _COUNTS_RE.match(text)
+        if counts:
+            extra["stars"] = counts["stars"].replace(",", "")
+            extra["forks"] = counts["forks"].replace(",", "")
+        elif text.casefold().split(" ")[0] == title.casefold():
+            language = text[len(title):].strip()
+            if language:
+                extra.setdefault("language", language)
+        else:
+            extra.setdefault("description", text)
+    return _parse_date(first["date"], name, meta.line), extra
+
+
+def _entry(blocks: list[_Block], i: int, name: str) -> tuple[ParsedEntry, int]:
+    """Parse the entry starting at ``blocks[i]``; return it and the next index."""
+    title_block = blocks[i]
+    if title_block.is_link_label:
+        raise DumpFormatError(
+            name, title_block.line, f"expected an entry title, found link label {title_block.lines[0]!r}"
+        )
+    title = title_block.lines[0].strip() if len(title_block.lines) == 1 else " ".join(
+        line.strip() for line in title_block.lines
+    )
+    if i + 1 >= len(blocks):
+        raise DumpFormatError(
+            name, title_block.line, f"entry {title!r} is truncated: expected '<authors> YYYY-MM-DD' after the title"
+        )
+    meta = blocks[i + 1]
+    if is_repo_name(title) and _REPO_META_RE.match(meta.lines[0]):
+        published, extra = _repo_meta(title, meta, name)
+        kind = EntryKind.REPO
+        authors: tuple[str, ...] = (extra["owner"],)
+    else:
+        paper = _PAPER_META_RE.match(meta.lines[0])
+        if paper is None or len(meta.lines) != 1:
+            raise DumpFormatError(
+                name, meta.line, f"expected '<authors, comma separated> YYYY-MM-DD' after title {title!r}"
+            )
+        published = _parse_date(paper["date"], name, meta.line)
+        authors = tuple(a.strip() for a in paper["authors"].split(",") if a.strip())
+        kind, extra = EntryKind.PAPER, {}
+
+    summary_blocks: list[_Block] = []
+    j = i + 2
+    while True:
+        if j >= len(blocks):
+            last = summary_blocks[-1] if summary_blocks else meta
+            raise DumpFormatError(
+                name,
+                last.line + len(last.lines) - 1,
+                f"entry {title!r} is truncated: expected link label PDF or Code after its summary",
+            )
+        block = blocks[j]
+        if block.is_link_label:
+            break
+        # A one-line block followed by a meta block is the next entry's title:
+        # this entry lost its link label.  Refuse rather than merge two entries.
+        if summary_blocks and len(block.lines) == 1 and j + 1 < len(blocks) and _is_meta(blocks[j + 1]):
+            raise DumpFormatError(
+                name, block.line, f"expected link label PDF or Code to end entry {title!r}, found another entry"
+            )
+        summary_blocks.append(block)
+        j += 1
+
+    summary = "\n\n".join(b.text for b in summary_blocks)
+    links: tuple[str, ...] = ()
+    repo = None
+    if kind is EntryKind.REPO:
+        repo = title
+        links = (f"https://github.com/{title}",)
+    links += tuple(u for u in urls_in(summary) if u not in links)
+    entry = ParsedEntry(
+        kind=kind,
+        title=title,
+        authors=authors,
+        published=published,
+        summary=summary,
+        line=title_block.line,
+        links=links,
+        repo=repo,
+        extra=tuple(sorted(extra.items())),
+    )
+    return entry, j + 1
+
+
+def parse_dump(data: bytes, name: str) -> ParsedSource:
+    """Parse a text dump; raise ``DumpFormatError`` naming the line on any deviation."""
+    text = decode_text(data, name)
+    blocks = _blocks(text)
+    if not blocks:
+        raise DumpFormatError(name, 0, "empty file: expected at least one entry")
+    header: tuple[str, ...] = ()
+    i = 0
+    tags = _header_tags(blocks[0])
+    if tags is not None:
+        header, i = tags, 1
+        if i >= len(blocks):
+            raise DumpFormatError(name, blocks[0].line, "only a 'Filtered by:' header: expected at least one entry")
+    entries = []
+    while i < len(blocks):
+        entry, i = _entry(blocks, i, name)
+        entries.append(entry)
+    return ParsedSource(format="dump", entries=tuple(entries), header_tags=header)

@@ -1,0 +1,200 @@
+"""Feed parser: RSS 2.0 and Atom 1.0 through feedparser, JSON Feed 1.x mapped by hand.
+
+Entry categories become tags; arXiv entries are keyed by their id without the
+version suffix and carry arXiv's ``announce_type`` so the store can tell a
+``replace`` of a known paper from a new one.  Feed HTML is kept as HTML
+(``summary_type`` says so); sanitizing is the renderer's job.  Never touches
+the store or the network.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import date, datetime
+from typing import Any
+
+import feedparser
+
+from bot.domain import Announce, EntryKind, ParsedEntry, ParsedSource
+from bot.identity import arxiv_id_in, doi_in
+from bot.sources.errors import SourceFormatError
+
+_ARXIV_ABSTRACT_PREFIX = re.compile(
+    r"^\s*arXiv:\S+\s+Announce Type:\s*\S+\s*(?:Abstract:\s*)?", re.IGNORECASE
+)
+_GITHUB_REPO_URL = re.compile(r"^https?://github\.com/([A-Za-z0-9-]+/[A-Za-z0-9._-]+?)/?$")
+_JSONFEED_VERSION = "https://jsonfeed.org/version/1"
+
+
+class FeedFormatError(SourceFormatError):
+    """A feed document we cannot read."""
+
+
+def looks_like_feed(data: bytes) -> bool:
+    head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith((b"<", b"{"))
+
+
+def _one_line(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def _authors(names: list[str]) -> tuple[str, ...]:
+    # arXiv's RSS puts every author in one dc:creator, comma separated.
+    out: list[str] = []
+    for name in names:
+        out.extend(part.strip() for part in name.split(",") if part.strip())
+    return tuple(out)
+
+
+def _announce(value: str | None) -> Announce:
+    try:
+        return Announce((value or "new").strip().lower())
+    except ValueError:
+        return Announce.NEW
+
+
+def _entry(
+    *,
+    title: str,
+    ident: str,
+    link: str,
+    summary: str,
+    summary_type: str,
+    authors: tuple[str, ...],
+    published: date | None,
+    tags: tuple[str, ...],
+    announce: Announce,
+    doi_hint: str,
+    line: int,
+) -> ParsedEntry:
+    arxiv_id = arxiv_id_in(ident) or arxiv_id_in(link) or arxiv_id_in(summary[:200])
+    doi = doi_in(doi_hint) or (doi_in(link) if "doi.org/" in link else None)
+    if arxiv_id:
+        summary = _ARXIV_ABSTRACT_PREFIX.sub("", summary, count=1)
+    links = [link] if link else []
+    if doi and f"https://doi.org/{doi}" not in links:
+        links.append(f"https://doi.org/{doi}")
+    repo_match = _GITHUB_REPO_URL.match(link) if link else None
+    kind = EntryKind.REPO if repo_match and not arxiv_id else EntryKind.PAPER
+    return ParsedEntry(
+        kind=kind,
+        title=title,
+        authors=authors,
+        published=published,
+        summary=summary.strip(),
+        summary_type=summary_type,
+        line=line,
+        links=tuple(links),
+        tags=tuple(dict.fromkeys(t for t in tags if t)),
+        arxiv_id=arxiv_id,
+        doi=doi,
+        repo=repo_match.group(1) if kind is EntryKind.REPO and repo_match else None,
+        announce=announce,
+    )
+
+
+def _struct_date(value: time.struct_time | None) -> date | None:
+    return date(value.tm_year, value.tm_mon, value.tm_mday) if value else None
+
+
+def _parse_xml(data: bytes, name: str) -> ParsedSource:
+    parsed = feedparser.parse(data, sanitize_html=False, resolve_relative_uris=False)
+    if not parsed.version:
+        exc = parsed.get("bozo_exception")
+        line = exc.getLineNumber() if exc is not None and hasattr(exc, "getLineNumber") else 0
+        reason = _one_line(str(exc)) if exc is not None else "no <rss> or <feed> root element"
+        raise FeedFormatError(name, line or 0, f"not an RSS or Atom feed: {reason}")
+    entries = []
+    for index, item in enumerate(parsed.entries, start=1):
+        title = _one_line(item.get("title"))
+        if not title:
+            raise FeedFormatError(name, 0, f"entry {index} ({item.get('id', 'no id')}) has no title")
+        content = item.get("content") or []
+        detail = content[0] if content else item.get("summary_detail") or {}
+        summary = detail.get("value", item.get("summary", "")) or ""
+        names = [a.get("name", "") for a in item.get("authors", []) if isinstance(a, dict)]
+        tags = tuple(_one_line(t.get("term") or t.get("label")) for t in item.get("tags", []))
+        entries.append(
+            _entry(
+                title=title,
+                ident=item.get("id", ""),
+                link=item.get("link", ""),
+                summary=summary,
+                summary_type=detail.get("type", "text/html") or "text/html",
+                authors=_authors(names),
+                published=_struct_date(item.get("published_parsed") or item.get("updated_parsed")),
+                tags=tags,
+                announce=_announce(item.get("arxiv_announce_type")),
+                doi_hint=" ".join(
+                    str(item.get(k, "")) for k in ("prism_doi", "arxiv_doi", "dc_identifier")
+                ),
+                line=0,
+            )
+        )
+    fmt = "atom" if parsed.version.startswith("atom") else "rss"
+    return ParsedSource(format=fmt, entries=tuple(entries), title=_one_line(parsed.feed.get("title")))
+
+
+def _json_date(value: Any) -> date | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).date()
+    except ValueError:
+        return None
+
+
+def _parse_json(data: bytes, name: str) -> ParsedSource:
+    try:
+        doc = json.loads(data.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise FeedFormatError(name, 0, f"JSON Feed is not UTF-8: {exc.reason} at offset {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise FeedFormatError(name, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(doc, dict) or not str(doc.get("version", "")).startswith(_JSONFEED_VERSION):
+        raise FeedFormatError(name, 1, f"not a JSON Feed: expected \"version\": \"{_JSONFEED_VERSION}.1\"")
+    items = doc.get("items")
+    if not isinstance(items, list):
+        raise FeedFormatError(name, 0, "JSON Feed has no \"items\" list")
+    entries = []
+    for index, item in enumerate(items, start=1):
+        if not isinstance(item, dict):
+            raise FeedFormatError(name, 0, f"items[{index - 1}] is not an object")
+        title = _one_line(str(item.get("title") or ""))
+        if not title:
+            raise FeedFormatError(name, 0, f"items[{index - 1}] ({item.get('id', 'no id')}) has no title")
+        if item.get("content_html"):
+            summary, summary_type = str(item["content_html"]), "text/html"
+        else:
+            summary, summary_type = str(item.get("content_text") or item.get("summary") or ""), "text/plain"
+        people = item.get("authors") or ([item["author"]] if isinstance(item.get("author"), dict) else [])
+        names = [str(p.get("name", "")) for p in people if isinstance(p, dict)]
+        tags = tuple(_one_line(str(t)) for t in item.get("tags") or [] if isinstance(t, (str, int)))
+        link = str(item.get("url") or item.get("external_url") or "")
+        entries.append(
+            _entry(
+                title=title,
+                ident=str(item.get("id", "")),
+                link=link,
+                summary=summary,
+                summary_type=summary_type,
+                authors=_authors(names),
+                published=_json_date(item.get("date_published") or item.get("date_modified")),
+                tags=tags,
+                announce=_announce(item.get("_arxiv", {}).get("announce_type") if isinstance(item.get("_arxiv"), dict) else None),
+                doi_hint=str(item.get("external_url") or "") + " " + str(item.get("id", "")),
+                line=0,
+            )
+        )
+    return ParsedSource(format="jsonfeed", entries=tuple(entries), title=_one_line(str(doc.get("title") or "")))
+
+
+def parse_feed(data: bytes, name: str) -> ParsedSource:
+    """Parse an RSS 2.0, Atom 1.0 or JSON Feed 1.x document."""
+    head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(b"{"):
+        return _parse_json(data, name)
+    return _parse_xml(data, name)

@@ -1,0 +1,483 @@
+"""Entries, appearances and tags: resolving identity against the store in batches.
+
+A source's entries are matched to stored ones with a handful of indexed
+``IN (...)`` look-ups (arXiv id, DOI, key, normalized title) and written with
+executemany inserts, so ingesting N entries costs O(N) whatever the store
+already holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from sqlalchemy import Select, bindparam, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from bot.domain import Announce, EntryKind, EntryView, ParsedEntry, ParsedSource, TagOrigin
+from bot.identity import entry_key, normalize_title
+from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
+
+# Well under SQLite's 32766 bound-parameter limit and PostgreSQL's 65535.
+CHUNK = 900
+
+
+def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def bulk_insert(session: Session, table: Any, rows: list[dict[str, Any]], *, ignore_conflicts: bool = False) -> None:
+    """executemany INSERT (optionally ON CONFLICT DO NOTHING) on SQLite and PostgreSQL.
+
+    The statement is compiled once and the column types' bind processors are
+    applied here, then the driver's executemany runs directly: at 10k rows
+    SQLAlchemy's per-row parameter handling costs as much as SQLite's insert.
+    Every row must have the same keys.
+    """
+    if not rows:
+        return
+    connection = session.connection()
+    dialect = connection.dialect
+    build = pg_insert if dialect.name == "postgresql" else sqlite_insert
+    statement = build(table).values({name: bindparam(name) for name in rows[0]})
+    if ignore_conflicts:
+        statement = statement.on_conflict_do_nothing()
+    compiled = statement.compile(dialect=dialect)
+    processors = compiled._bind_processors  # noqa: SLF001 - the documented per-type bind processors
+    if compiled.positional:
+        names = list(compiled.positiontup or ())
+        steps = [(name, processors.get(name)) for name in names]
+        params: list[Any] = [
+            tuple(p(row[n]) if p is not None else row[n] for n, p in steps) for row in rows
+        ]
+    else:
+        steps = [(name, processors.get(name)) for name in rows[0]]
+        params = [{n: (p(row[n]) if p is not None else row[n]) for n, p in steps} for row in rows]
+    connection.exec_driver_sql(str(compiled), params)
+
+
+def insert_ignoring_conflicts(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
+    bulk_insert(session, table, rows, ignore_conflicts=True)
+
+
+@dataclass(slots=True)
+class _Row:
+    """The columns of one entry as resolution sees them (mutable scratch state)."""
+
+    id: int | None
+    key: str
+    kind: str
+    title: str
+    title_norm: str
+    authors: list[str]
+    published: date | None
+    summary: str
+    summary_type: str
+    links: list[str]
+    arxiv_id: str | None
+    doi: str | None
+    extra: dict[str, str]
+    dirty: bool = False
+    created: bool = False
+    # The summary before this source changed it; NULL variants get it written in.
+    replaced_summary: str | None = None
+    # Tags this source gives the entry: (case-folded name, origin) -> label.
+    tags: dict[tuple[str, TagOrigin], str] = field(default_factory=dict)
+
+
+_ROW_COLUMNS = (
+    Entry.id,
+    Entry.key,
+    Entry.kind,
+    Entry.title,
+    Entry.title_norm,
+    Entry.authors,
+    Entry.published,
+    Entry.summary,
+    Entry.summary_type,
+    Entry.links,
+    Entry.arxiv_id,
+    Entry.doi,
+    Entry.extra,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertCounts:
+    entries: int
+    new: int
+    updated: int
+
+
+class _Index:
+    """Stored and just-created entries, findable by each identity we know."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[str, _Row] = {}
+        self.by_arxiv: dict[str, _Row] = {}
+        self.by_doi: dict[str, _Row] = {}
+        self.by_title: dict[str, list[_Row]] = {}
+
+    def add(self, row: _Row) -> None:
+        self.by_key[row.key] = row
+        if row.arxiv_id:
+            self.by_arxiv[row.arxiv_id] = row
+        if row.doi:
+            self.by_doi[row.doi] = row
+        if row.kind == EntryKind.PAPER:
+            self.by_title.setdefault(row.title_norm, []).append(row)
+
+    def find(self, item: ParsedEntry, key: str, title_norm: str) -> _Row | None:
+        if item.arxiv_id and item.arxiv_id in self.by_arxiv:
+            return self.by_arxiv[item.arxiv_id]
+        if item.doi and item.doi in self.by_doi:
+            return self.by_doi[item.doi]
+        if key in self.by_key:
+            return self.by_key[key]
+        if item.kind is EntryKind.PAPER:
+            for row in self.by_title.get(title_norm, ()):
+                # Same title but two different ids: two papers that share a title.
+                if item.arxiv_id and row.arxiv_id and row.arxiv_id != item.arxiv_id:
+                    continue
+                if item.doi and row.doi and row.doi != item.doi:
+                    continue
+                return row
+        return None
+
+
+def _load_candidates(session: Session, items: list[tuple[ParsedEntry, str, str]]) -> _Index:
+    index = _Index()
+    arxiv = sorted({i.arxiv_id for i, _, _ in items if i.arxiv_id})
+    dois = sorted({i.doi for i, _, _ in items if i.doi})
+    keys = sorted({k for _, k, _ in items})
+    titles = sorted({t for i, _, t in items if i.kind is EntryKind.PAPER})
+    seen: set[int] = set()
+    for column, values in (
+        (Entry.arxiv_id, arxiv),
+        (Entry.doi, dois),
+        (Entry.key, keys),
+        (Entry.title_norm, titles),
+    ):
+        for part in chunks(values):
+            for rec in session.execute(select(*_ROW_COLUMNS).where(column.in_(part))):
+                if rec.id in seen:
+                    continue
+                seen.add(rec.id)
+                index.add(_Row(**rec._asdict()))
+    return index
+
+
+def _merge(row: _Row, item: ParsedEntry, title_norm: str) -> None:
+    """Fold what *item* says about a known entry into *row* (marking it dirty)."""
+
+    def set_(name: str, value: Any) -> None:
+        if getattr(row, name) != value:
+            setattr(row, name, value)
+            row.dirty = True
+
+    # The latest summary wins; every variant stays in entry_appearances.
+    if item.summary and item.summary != row.summary:
+        if row.replaced_summary is None and not row.created:
+            row.replaced_summary = row.summary
+        set_("summary", item.summary)
+        set_("summary_type", item.summary_type)
+    if item.arxiv_id and not row.arxiv_id:
+        set_("arxiv_id", item.arxiv_id)
+    if item.doi and not row.doi:
+        set_("doi", item.doi)
+    if item.announce in (Announce.REPLACE, Announce.REPLACE_CROSS):
+        # A revised paper may change title, authors and date; the key stays.
+        set_("title", item.title)
+        set_("title_norm", title_norm)
+        set_("authors", list(item.authors))
+        if item.published:
+            set_("published", item.published)
+    links: dict[str, str] = {}
+    for url in (*row.links, *item.links):
+        links.setdefault(_link_identity(url), url)
+    set_("links", list(links.values()))
+    if item.extra:
+        set_("extra", {**row.extra, **dict(item.extra)})
+
+
+def _link_identity(url: str) -> str:
+    # GitHub owner/name is case-insensitive (DUMPS.md); other URLs may not be.
+    lowered = url.lower()
+    return lowered if lowered.startswith(("https://github.com/", "http://github.com/")) else url
+
+
+def ensure_tags(session: Session, labels: Iterable[str]) -> dict[str, int]:
+    """Tag ids by case-folded name, creating the missing tags."""
+    wanted: dict[str, str] = {}
+    for label in labels:
+        wanted.setdefault(label.casefold(), label)
+    ids: dict[str, int] = {}
+    names = sorted(wanted)
+    for part in chunks(names):
+        ids.update(session.execute(select(Tag.name, Tag.id).where(Tag.name.in_(part))).all())
+    missing = [{"name": n, "label": wanted[n]} for n in names if n not in ids]
+    if missing:
+        insert_ignoring_conflicts(session, Tag.__table__, missing)
+        for part in chunks([m["name"] for m in missing]):
+            ids.update(session.execute(select(Tag.name, Tag.id).where(Tag.name.in_(part))).all())
+    return ids
+
+
+def upsert_source_entries(session: Session, source_id: int, parsed: ParsedSource, now: datetime) -> UpsertCounts:
+    """Store every entry of *parsed* once, record its appearance in *source_id*,
+    and attach header and category tags.  Caller owns the transaction."""
+    items = []
+    for e in parsed.entries:
+        title_norm = normalize_title(e.title)
+        items.append((e, entry_key(e, title_norm), title_norm))
+    index = _load_candidates(session, items)
+
+    appearances: dict[int, tuple[_Row, ParsedEntry, int]] = {}
+    ordered: list[_Row] = []
+    for position, (item, key, title_norm) in enumerate(items):
+        row = index.find(item, key, title_norm)
+        if row is None:
+            row = _Row(
+                id=None,
+                key=key,
+                kind=str(item.kind),
+                title=item.title,
+                title_norm=title_norm,
+                authors=list(item.authors),
+                published=item.published,
+                summary=item.summary,
+                summary_type=item.summary_type,
+                links=list(item.links),
+                arxiv_id=item.arxiv_id,
+                doi=item.doi,
+                extra=dict(item.extra),
+                created=True,
+            )
+            index.add(row)
+        else:
+            _merge(row, item, title_norm)
+        if id(row) not in appearances:
+            appearances[id(row)] = (row, item, position)
+            ordered.append(row)
+        for label in parsed.header_tags:
+            row.tags.setdefault((label.casefold(), TagOrigin.HEADER), label)
+        for label in item.tags:
+            row.tags.setdefault((label.casefold(), TagOrigin.CATEGORY), label)
+
+    created = [r for r in ordered if r.created]
+    if created:
+        # Plain executemany, then ids by key: several times faster than
+        # INSERT ... RETURNING through insertmanyvalues for 10k rows.
+        bulk_insert(
+            session,
+            Entry.__table__,
+            [
+                {
+                    "key": r.key,
+                    "kind": r.kind,
+                    "title": r.title,
+                    "title_norm": r.title_norm,
+                    "authors": r.authors,
+                    "published": r.published,
+                    "summary": r.summary,
+                    "summary_type": r.summary_type,
+                    "links": r.links,
+                    "arxiv_id": r.arxiv_id,
+                    "doi": r.doi,
+                    "extra": r.extra,
+                    "first_seen_source_id": source_id,
+                    "first_seen_at": now,
+                    "updated_at": now,
+                }
+                for r in created
+            ],
+        )
+        ids: dict[str, int] = {}
+        for part in chunks([r.key for r in created]):
+            ids.update(session.execute(select(Entry.key, Entry.id).where(Entry.key.in_(part))).all())
+        for row in created:
+            row.id = ids[row.key]
+
+    changed = [r for r in ordered if r.dirty and not r.created]
+    if changed:
+        session.execute(
+            update(Entry),
+            [
+                {
+                    "id": r.id,
+                    "title": r.title,
+                    "title_norm": r.title_norm,
+                    "authors": r.authors,
+                    "published": r.published,
+                    "summary": r.summary,
+                    "summary_type": r.summary_type,
+                    "links": r.links,
+                    "arxiv_id": r.arxiv_id,
+                    "doi": r.doi,
+                    "extra": r.extra,
+                    "updated_at": now,
+                }
+                for r in changed
+            ],
+        )
+
+    replaced = [{"eid": r.id, "old": r.replaced_summary} for r in changed if r.replaced_summary is not None]
+    if replaced:
+        table = Appearance.__table__
+        session.connection().execute(
+            update(table).where(table.c.entry_id == bindparam("eid"), table.c.summary.is_(None)).values(summary=bindparam("old")),
+            replaced,
+        )
+    insert_ignoring_conflicts(
+        session,
+        Appearance.__table__,
+        [
+            {
+                "entry_id": row.id,
+                "source_id": source_id,
+                "position": position,
+                # NULL: same text as the entry's (now current) summary.
+                "summary": None if item.summary == row.summary else item.summary,
+            }
+            for row, item, position in appearances.values()
+        ],
+    )
+    _attach_source_tags(session, ordered)
+    return UpsertCounts(entries=len(ordered), new=len(created), updated=len(changed))
+
+
+def _attach_source_tags(session: Session, rows: list[_Row]) -> None:
+    tag_ids = ensure_tags(session, [label for row in rows for label in row.tags.values()])
+    insert_ignoring_conflicts(
+        session,
+        EntryTag.__table__,
+        [
+            {"entry_id": row.id, "tag_id": tag_ids[name], "origin": str(origin)}
+            for row in rows
+            for name, origin in row.tags
+        ],
+    )
+
+
+def _tags_by_entry(session: Session, entry_ids: Sequence[int]) -> dict[int, list[str]]:
+    tags: dict[int, list[str]] = {}
+    for part in chunks(list(entry_ids)):
+        rows = session.execute(
+            select(EntryTag.entry_id, Tag.label)
+            .join(Tag, Tag.id == EntryTag.tag_id)
+            .where(EntryTag.entry_id.in_(part))
+            .distinct()
+            .order_by(EntryTag.entry_id, Tag.name)
+        )
+        for entry_id, label in rows:
+            tags.setdefault(entry_id, []).append(label)
+    return tags
+
+
+def _view(entry: Entry, tags: list[str]) -> EntryView:
+    return EntryView(
+        id=entry.id,
+        key=entry.key,
+        kind=EntryKind(entry.kind),
+        title=entry.title,
+        authors=tuple(entry.authors),
+        published=entry.published,
+        summary=entry.summary,
+        summary_type=entry.summary_type,
+        links=tuple(entry.links),
+        tags=tuple(tags),
+        arxiv_id=entry.arxiv_id,
+        doi=entry.doi,
+        first_seen_source_id=entry.first_seen_source_id,
+        first_seen_at=entry.first_seen_at,
+        extra=dict(entry.extra),
+    )
+
+
+def list_entries(
+    session: Session, *, tag: str | None = None, since: date | datetime | None = None, limit: int | None = None
+) -> list[EntryView]:
+    """Entries newest first; *tag* matches any origin, case-insensitively;
+    *since* compares with the moment the store first saw the entry."""
+    query: Select[tuple[Entry]] = select(Entry)
+    if tag is not None:
+        query = query.where(
+            Entry.id.in_(
+                select(EntryTag.entry_id).join(Tag, Tag.id == EntryTag.tag_id).where(Tag.name == tag.casefold())
+            )
+        )
+    if since is not None:
+        if not isinstance(since, datetime):
+            from datetime import UTC, time
+
+            since = datetime.combine(since, time.min, tzinfo=UTC)
+        query = query.where(Entry.first_seen_at >= since)
+    query = query.order_by(Entry.first_seen_at.desc(), Entry.id.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    entries = list(session.scalars(query))
+    tags = _tags_by_entry(session, [e.id for e in entries])
+    return [_view(e, tags.get(e.id, [])) for e in entries]
+
+
+def find_entry(session: Session, ref: str) -> EntryView | None:
+    """An entry by key, arXiv id, DOI or numeric id."""
+    from bot.identity import arxiv_id_in, doi_in
+
+    ref = ref.strip()
+    conditions = [Entry.key == ref, Entry.key == ref.lower()]
+    if ref.isdigit():
+        conditions.append(Entry.id == int(ref))
+    if arxiv := arxiv_id_in(ref):
+        conditions.append(Entry.arxiv_id == arxiv)
+    if doi := doi_in(ref):
+        conditions.append(Entry.doi == doi)
+    entry = session.scalars(select(Entry).where(or_(*conditions)).limit(1)).first()
+    if entry is None:
+        return None
+    return _view(entry, _tags_by_entry(session, [entry.id]).get(entry.id, []))
+
+
+@dataclass(frozen=True, slots=True)
+class AppearanceView:
+    source_id: int
+    path: str
+    position: int
+    summary: str
+    ingested_at: datetime
+
+
+def appearances_of(session: Session, entry_id: int) -> list[AppearanceView]:
+    rows = session.execute(
+        select(
+            Appearance.source_id,
+            Source.path,
+            Appearance.position,
+            func.coalesce(Appearance.summary, Entry.summary),
+            Source.ingested_at,
+        )
+        .join(Source, Source.id == Appearance.source_id)
+        .join(Entry, Entry.id == Appearance.entry_id)
+        .where(Appearance.entry_id == entry_id)
+        .order_by(Source.ingested_at, Source.id)
+    )
+    return [AppearanceView(*row) for row in rows]
+
+
+def tag_origins_of(session: Session, entry_id: int) -> list[tuple[str, str]]:
+    rows = session.execute(
+        select(Tag.label, EntryTag.origin)
+        .join(Tag, Tag.id == EntryTag.tag_id)
+        .where(EntryTag.entry_id == entry_id)
+        .order_by(Tag.name, EntryTag.origin)
+    )
+    return [(label, origin) for label, origin in rows]
+
+
+def count_entries(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Entry)) or 0

@@ -1,0 +1,176 @@
+"""Tables as SQLAlchemy 2 declarative models.  Change them only together with a
+new Alembic revision in ``bot/migrations/versions`` (a test compares both)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Date,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Source(Base):
+    """One dump file or fetched feed document, whatever its outcome."""
+
+    __tablename__ = "sources"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    origin: Mapped[str] = mapped_column(String(8))  # "file" | "url"
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    mtime_ns: Mapped[int | None] = mapped_column(BigInteger)
+    format: Mapped[str | None] = mapped_column(String(16))  # dump | rss | atom | jsonfeed
+    status: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    entries_count: Mapped[int] = mapped_column(Integer, default=0)
+    new_count: Mapped[int] = mapped_column(Integer, default=0)
+    updated_count: Mapped[int] = mapped_column(Integer, default=0)
+    duplicate_of_id: Mapped[int | None] = mapped_column(ForeignKey("sources.id"))
+    ingested_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        # Two processes ingesting the same bytes at once: the second insert fails.
+        Index(
+            "uq_sources_ingested_sha256",
+            "sha256",
+            unique=True,
+            sqlite_where=text("status = 'ingested'"),
+            postgresql_where=text("status = 'ingested'"),
+        ),
+        Index("ix_sources_path_stamp", "path", "size", "mtime_ns"),
+    )
+
+
+class Feed(Base):
+    """HTTP validators per configured feed URL, so unchanged feeds cost a 304."""
+
+    __tablename__ = "feeds"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    url: Mapped[str] = mapped_column(Text, unique=True)
+    etag: Mapped[str | None] = mapped_column(Text)
+    last_modified: Mapped[str | None] = mapped_column(Text)
+    last_fetched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class Entry(Base):
+    """One paper or repository, stored once whatever number of sources list it."""
+
+    __tablename__ = "entries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), unique=True)
+    kind: Mapped[str] = mapped_column(String(8))
+    title: Mapped[str] = mapped_column(Text)
+    title_norm: Mapped[str] = mapped_column(Text, index=True)
+    authors: Mapped[list[str]] = mapped_column(JSON)
+    published: Mapped[date | None] = mapped_column(Date)
+    summary: Mapped[str] = mapped_column(Text)
+    summary_type: Mapped[str] = mapped_column(String(32))
+    links: Mapped[list[str]] = mapped_column(JSON)
+    arxiv_id: Mapped[str | None] = mapped_column(String(40))
+    doi: Mapped[str | None] = mapped_column(String(200))
+    extra: Mapped[dict[str, str]] = mapped_column(JSON)
+    first_seen_source_id: Mapped[int | None] = mapped_column(ForeignKey("sources.id"))
+    first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        # Partial: most entries have neither id, and NULLs need no index entry.
+        Index(
+            "uq_entries_arxiv_id",
+            "arxiv_id",
+            unique=True,
+            sqlite_where=text("arxiv_id IS NOT NULL"),
+            postgresql_where=text("arxiv_id IS NOT NULL"),
+        ),
+        Index(
+            "uq_entries_doi",
+            "doi",
+            unique=True,
+            sqlite_where=text("doi IS NOT NULL"),
+            postgresql_where=text("doi IS NOT NULL"),
+        ),
+    )
+
+
+class Appearance(Base):
+    """Entry × source, with the summary variant that source carried.
+
+    ``summary`` is NULL when the variant is the entry's current summary, so the
+    usual case (a new entry, or a repeat with the same text) stores the text
+    once.  Before ``entries.summary`` changes, the store writes the old text
+    into the NULL rows of that entry (see ``store.entries``); readers use
+    ``COALESCE(entry_appearances.summary, entries.summary)``.
+    """
+
+    __tablename__ = "entry_appearances"
+
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
+    source_id: Mapped[int] = mapped_column(ForeignKey("sources.id", ondelete="CASCADE"), primary_key=True, index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    summary: Mapped[str | None] = mapped_column(Text)
+
+
+class Tag(Base):
+    """A tag; ``name`` is case-folded so "GPU" and "gpu" are one tag."""
+
+    __tablename__ = "tags"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    label: Mapped[str] = mapped_column(String(100))  # as first written
+
+
+class EntryTag(Base):
+    __tablename__ = "entry_tags"
+
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
+    tag_id: Mapped[int] = mapped_column(ForeignKey("tags.id", ondelete="CASCADE"), primary_key=True, index=True)
+    origin: Mapped[str] = mapped_column(String(16), primary_key=True)  # header | category | rule

@@ -1,0 +1,143 @@
+"""Source rows (one per dump file or fetched feed document) and feed validators."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.domain import FileStamp, SourceStatus
+from bot.store.entries import chunks
+from bot.store.schema import Feed, Source
+
+
+@dataclass(frozen=True, slots=True)
+class SourceView:
+    id: int
+    origin: str
+    path: str
+    sha256: str
+    size: int
+    format: str | None
+    status: SourceStatus
+    error: str | None
+    entries: int
+    new: int
+    updated: int
+    duplicate_of: int | None
+    ingested_at: datetime
+
+
+def ingested_with_sha(session: Session, sha256: str) -> int | None:
+    return session.scalar(
+        select(Source.id).where(Source.sha256 == sha256, Source.status == SourceStatus.INGESTED.value)
+    )
+
+
+def add_source(
+    session: Session,
+    *,
+    origin: str,
+    path: str,
+    sha256: str,
+    size: int,
+    mtime_ns: int | None,
+    status: SourceStatus,
+    now: datetime,
+    format: str | None = None,
+    error: str | None = None,
+    duplicate_of: int | None = None,
+) -> int:
+    source = Source(
+        origin=origin,
+        path=path,
+        sha256=sha256,
+        size=size,
+        mtime_ns=mtime_ns,
+        format=format,
+        status=status.value,
+        error=error,
+        entries_count=0,
+        new_count=0,
+        updated_count=0,
+        duplicate_of_id=duplicate_of,
+        ingested_at=now,
+    )
+    session.add(source)
+    session.flush()
+    return source.id
+
+
+def set_counts(session: Session, source_id: int, *, entries: int, new: int, updated: int) -> None:
+    source = session.get_one(Source, source_id)
+    source.entries_count, source.new_count, source.updated_count = entries, new, updated
+
+
+def seen_stamps(session: Session, stamps: Iterable[FileStamp]) -> set[FileStamp]:
+    """Which of *stamps* (path, size, mtime) already have a source row, any status."""
+    wanted = {(str(s.path), s.size, s.mtime_ns): s for s in stamps}
+    seen: set[FileStamp] = set()
+    paths = sorted({p for p, _, _ in wanted})
+    for part in chunks(paths):
+        rows = session.execute(
+            select(Source.path, Source.size, Source.mtime_ns).where(Source.origin == "file", Source.path.in_(part))
+        )
+        for row in rows:
+            stamp = wanted.get(tuple(row))
+            if stamp is not None:
+                seen.add(stamp)
+    return seen
+
+
+def list_sources(session: Session, *, status: SourceStatus | None = None) -> list[SourceView]:
+    query = select(Source).order_by(Source.id)
+    if status is not None:
+        query = query.where(Source.status == status.value)
+    return [
+        SourceView(
+            id=s.id,
+            origin=s.origin,
+            path=s.path,
+            sha256=s.sha256,
+            size=s.size,
+            format=s.format,
+            status=SourceStatus(s.status),
+            error=s.error,
+            entries=s.entries_count,
+            new=s.new_count,
+            updated=s.updated_count,
+            duplicate_of=s.duplicate_of_id,
+            ingested_at=s.ingested_at,
+        )
+        for s in session.scalars(query)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class FeedState:
+    url: str
+    etag: str | None
+    last_modified: str | None
+
+
+def feed_state(session: Session, url: str) -> FeedState:
+    feed = session.scalars(select(Feed).where(Feed.url == url)).first()
+    if feed is None:
+        return FeedState(url, None, None)
+    return FeedState(url, feed.etag, feed.last_modified)
+
+
+def save_feed_state(
+    session: Session, url: str, *, etag: str | None, last_modified: str | None, error: str | None, now: datetime
+) -> None:
+    feed = session.scalars(select(Feed).where(Feed.url == url)).first()
+    if feed is None:
+        feed = Feed(url=url)
+        session.add(feed)
+    if error is None:
+        feed.etag, feed.last_modified = etag, last_modified
+    feed.last_error = error
+    feed.last_fetched_at = now

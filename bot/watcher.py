@@ -1,0 +1,121 @@
+"""Watcher: find what is new in the dump folder and the configured feeds, and
+hand each item to the ingest service in its own transaction.
+
+A file counts as complete when its mtime is at least ``watch.quiet_seconds``
+old (a writer still appending keeps bumping it); dot-files and names ending in
+``.tmp``/``.part``/``~`` are never read, so writers that create a temporary
+name and rename it into place are safe with any quiet period.  A file is
+remembered by (path, size, mtime): a failed file is not retried until it
+changes, and never blocks the files after it.  Never parses or stores itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.domain import FileStamp, IngestResult, SourceStatus
+from bot.ingest import ingest_bytes, ingest_file, stamp_of, utcnow
+from bot.sources.fetch import FetchError, fetch
+from bot.store.engine import transaction
+from bot.store.sources import feed_state, save_feed_state, seen_stamps
+
+log = logging.getLogger(__name__)
+
+IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".swp", "~")
+
+
+def is_candidate(path: Path) -> bool:
+    return path.is_file() and not path.name.startswith(".") and not path.name.endswith(IGNORED_SUFFIXES)
+
+
+def expand(paths: Iterable[Path]) -> list[Path]:
+    """Files named, and the candidate files inside folders named, in name order."""
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            out.extend(sorted((p for p in path.iterdir() if is_candidate(p)), key=lambda p: p.name))
+        else:
+            out.append(path)
+    return out
+
+
+def pending_files(
+    factory: sessionmaker[Session], folder: Path, *, quiet_seconds: float, now: datetime | None = None
+) -> list[FileStamp]:
+    """Files in *folder* not yet recorded in this version, complete, in name order."""
+    if not folder.is_dir():
+        return []
+    now_ns = int((now or utcnow()).timestamp() * 1e9)
+    quiet_ns = int(quiet_seconds * 1e9)
+    stamps = []
+    for path in expand([folder]):
+        try:
+            stamp = stamp_of(path)
+        except OSError:  # vanished between listing and stat
+            continue
+        if now_ns - stamp.mtime_ns >= quiet_ns:
+            stamps.append(stamp)
+    with factory() as session:
+        seen = seen_stamps(session, stamps)
+    return [s for s in stamps if s not in seen]
+
+
+def scan_folder(
+    factory: sessionmaker[Session], folder: Path, *, quiet_seconds: float, now: datetime | None = None
+) -> list[IngestResult]:
+    results = []
+    for stamp in pending_files(factory, folder, quiet_seconds=quiet_seconds, now=now):
+        result = ingest_file(factory, stamp.path, now=now)
+        _log_result(result)
+        results.append(result)
+    return results
+
+
+def fetch_feeds(
+    factory: sessionmaker[Session], settings: Settings, *, urls: Iterable[str] | None = None, client: httpx.Client | None = None
+) -> list[IngestResult]:
+    """Fetch each feed URL (conditional GET) and ingest what changed."""
+    results = []
+    for url in urls if urls is not None else settings.feeds.urls:
+        with factory() as session:
+            state = feed_state(session, url)
+        now = utcnow()
+        try:
+            fetched = fetch(
+                url,
+                etag=state.etag,
+                last_modified=state.last_modified,
+                timeout=settings.feeds.timeout_seconds,
+                max_bytes=settings.feeds.max_bytes,
+                client=client,
+            )
+        except FetchError as exc:
+            with transaction(factory) as session:
+                save_feed_state(session, url, etag=None, last_modified=None, error=str(exc), now=now)
+            result = IngestResult(url, SourceStatus.FAILED, error=str(exc))
+        else:
+            if fetched.not_modified:
+                result = IngestResult(url, SourceStatus.NOT_MODIFIED)
+            else:
+                result = ingest_bytes(factory, fetched.content, name=url, origin="url", now=now)
+            with transaction(factory) as session:
+                save_feed_state(
+                    session, url, etag=fetched.etag, last_modified=fetched.last_modified, error=result.error, now=now
+                )
+        _log_result(result)
+        results.append(result)
+    return results
+
+
+def _log_result(result: IngestResult) -> None:
+    if result.status is SourceStatus.FAILED:
+        log.warning("%s", result.error)
+    else:
+        log.info("%s: %s, %d entries, %d new", result.path, result.status, result.entries, result.new)

@@ -1,0 +1,61 @@
+"""Shared fixtures: a real, migrated SQLite database file per test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.store.engine import make_engine, sessions, upgrade
+
+ROOT = Path(__file__).resolve().parent.parent
+SEEDS = ROOT / "seeds"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+settings.register_profile(
+    "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+settings.register_profile(
+    "dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    eng = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
+    upgrade(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def factory(engine: Engine) -> sessionmaker[Session]:
+    return sessions(engine)
+
+
+@pytest.fixture
+def seed_files() -> list[Path]:
+    return sorted(SEEDS.glob("*.txt"))
+
+
+@pytest.fixture
+def dump_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    return folder
+
+
+def copy_aged(src: Path, dest_dir: Path, name: str | None = None, age_seconds: float = 3600) -> Path:
+    """Copy *src* into *dest_dir* with an mtime in the past, as a settled file."""
+    dest = dest_dir / (name or src.name)
+    shutil.copyfile(src, dest)
+    st = dest.stat()
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns - int(age_seconds * 1e9)))
+    return dest

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from enum import Enum
@@ -26,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import ConfigError, Settings, load_settings
 from bot.domain import IngestResult, SourceStatus
 from bot.store import engine as store_engine
+from bot.tagging import TagRules, TagRulesError, load_rules
 
 app = typer.Typer(
     help="digestbot: research-feed digest dumps in, personal daily emails out.",
@@ -38,16 +41,28 @@ entries_app = typer.Typer(help="Browse stored entries.", no_args_is_help=True)
 feeds_app = typer.Typer(help="Fetch the configured feed URLs.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 config_app = typer.Typer(help="Inspect the effective configuration.", no_args_is_help=True)
+subscribers_app = typer.Typer(help="Manage subscribers: add, import, edit, pause, remove.", no_args_is_help=True)
+tags_app = typer.Typer(help="Tags and tag rules: counts, test a filter, re-apply rules.", no_args_is_help=True)
 app.add_typer(dumps_app, name="dumps")
 app.add_typer(entries_app, name="entries")
 app.add_typer(feeds_app, name="feeds")
 app.add_typer(db_app, name="db")
 app.add_typer(config_app, name="config")
+app.add_typer(subscribers_app, name="subscribers")
+app.add_typer(tags_app, name="tags")
 
 out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
+# soft_wrap: an error stays one line, whatever the terminal width.
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_OK, EXIT_INPUT_FAILED, EXIT_USAGE = 0, 1, 2
+
+class SubscriberStatusOption(str, Enum):
+    active = "active"
+    paused = "paused"
+    unsubscribed = "unsubscribed"
+    bounced = "bounced"
+
 
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object per line instead of a table.")]
 
@@ -58,6 +73,16 @@ class Context:
 
     settings: Settings
     _engine: Engine | None = None
+    _rules: TagRules | None = None
+
+    @property
+    def rules(self) -> TagRules:
+        if self._rules is None:
+            try:
+                self._rules = load_rules(self.settings.paths.tags_file)
+            except TagRulesError as exc:
+                fail(str(exc), EXIT_USAGE)
+        return self._rules  # type: ignore[return-value]
 
     @property
     def engine(self) -> Engine:
@@ -212,9 +237,11 @@ def dumps_ingest(
     c = ctx_of(ctx)
     factory = c.sessions()
     if paths:
-        results = [ingest_file(factory, p) for p in expand(paths)]
+        results = [ingest_file(factory, p, rules=c.rules) for p in expand(paths)]
     else:
-        results = scan_folder(factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds)
+        results = scan_folder(
+            factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds, rules=c.rules
+        )
     _report(results, as_json)
     if any(r.status is SourceStatus.FAILED for r in results):
         raise typer.Exit(EXIT_INPUT_FAILED)
@@ -279,7 +306,7 @@ def feeds_fetch(
     from bot.watcher import fetch_feeds
 
     c = ctx_of(ctx)
-    results = fetch_feeds(c.sessions(), c.settings, urls=urls or None)
+    results = fetch_feeds(c.sessions(), c.settings, urls=urls or None, rules=c.rules)
     _report(results, as_json)
     if any(r.status is SourceStatus.FAILED for r in results):
         raise typer.Exit(EXIT_INPUT_FAILED)
@@ -307,13 +334,13 @@ def _entry_json(e: Any) -> dict[str, Any]:
     }
 
 
-def _parse_date(value: str | None) -> date | None:
+def _parse_date(value: str | None, option: str = "--since") -> date | None:
     if value is None:
         return None
     try:
         return date.fromisoformat(value)
     except ValueError:
-        raise typer.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)", param_hint="--since") from None
+        raise typer.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)", param_hint=option) from None
 
 
 @entries_app.command("list")
@@ -389,6 +416,387 @@ def entries_show(
         text = a.summary if len(a.summary) <= 160 else a.summary[:157] + "..."
         variants.add_row(str(a.source_id), display_path(a.path), text)
     out.print(variants)
+
+
+# --- subscribers ------------------------------------------------------------
+
+NameOption = Annotated[str | None, typer.Option("--name", help="Display name.")]
+FilterOption = Annotated[
+    str | None, typer.Option("--filter", help='Filter, e.g. \'gpu and (llm or moe) and not snn\', \'"sparse attention"\', \'*\'.')
+]
+TzOption = Annotated[str | None, typer.Option("--tz", help="IANA time zone, e.g. Europe/Berlin.")]
+HourOption = Annotated[int | None, typer.Option("--hour", help="Local hour (0-23) to send the daily digest.")]
+BackfillOption = Annotated[
+    str | None, typer.Option("--backfill", help="What a new subscriber gets first: '7d' (entries of the last 7 days), 'all', 'none'.")
+]
+
+
+def _now() -> datetime:
+    from bot.ingest import utcnow
+
+    return utcnow()
+
+
+def _clean(email: str, **fields: Any) -> Any:
+    from bot.subscribers import SubscriberInputError, clean_fields
+
+    try:
+        return clean_fields(email, **fields)
+    except SubscriberInputError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _subscriber_json(s: Any) -> dict[str, Any]:
+    return {
+        "email": s.email,
+        "name": s.name,
+        "filter": s.filter,
+        "timezone": s.timezone,
+        "send_hour": s.send_hour,
+        "status": s.status,
+        "backfill": s.backfill,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+    }
+
+
+def _subscriber_table(subscribers: list[Any], title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("email", no_wrap=True)
+    for column in ("name", "filter", "zone", "hour", "status"):
+        table.add_column(column)
+    for s in subscribers:
+        table.add_row(s.email, s.name, s.filter, s.timezone, f"{s.send_hour:02d}:00", s.status.value)
+    return table
+
+
+@subscribers_app.command("add")
+def subscribers_add(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="Email address (IDN domains accepted).")],
+    name: NameOption = None,
+    filter: FilterOption = None,
+    tz: TzOption = None,
+    hour: HourOption = None,
+    backfill: BackfillOption = None,
+) -> None:
+    """Subscribe EMAIL (an unsubscribed address is re-activated; what it was sent stays sent)."""
+    from bot.subscribers import AlreadySubscribed, add
+
+    c = ctx_of(ctx)
+    fields = _clean(email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill)
+    try:
+        subscriber, created = add(c.sessions(), c.settings, fields, _now())
+    except AlreadySubscribed as exc:
+        fail(str(exc))
+        return
+    out.print(f"{'added' if created else 're-subscribed'} {subscriber.email} (filter: {subscriber.filter})", markup=False)
+
+
+@subscribers_app.command("edit")
+def subscribers_edit(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    name: NameOption = None,
+    filter: FilterOption = None,
+    tz: TzOption = None,
+    hour: HourOption = None,
+    backfill: BackfillOption = None,
+) -> None:
+    """Change the given fields of a subscriber."""
+    from bot.subscribers import SubscriberNotFound, edit
+
+    c = ctx_of(ctx)
+    fields = _clean(email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill)
+    try:
+        subscriber = edit(c.sessions(), c.settings, fields, _now())
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+        return
+    out.print(_subscriber_table([subscriber], "Updated"))
+
+
+def _set_status(ctx: typer.Context, email: str, status: Any, verb: str) -> None:
+    from bot.subscribers import SubscriberInputError, SubscriberNotFound, change_status, clean_email
+
+    c = ctx_of(ctx)
+    try:
+        subscriber = change_status(c.sessions(), clean_email(email), status, _now())
+    except SubscriberInputError as exc:
+        fail(str(exc), EXIT_USAGE)
+        return
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+        return
+    out.print(f"{verb} {subscriber.email}", markup=False)
+
+
+@subscribers_app.command("pause")
+def subscribers_pause(ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]) -> None:
+    """Stop sending digests to EMAIL until resumed (nothing is lost meanwhile)."""
+    from bot.domain import SubscriberStatus
+
+    _set_status(ctx, email, SubscriberStatus.PAUSED, "paused")
+
+
+@subscribers_app.command("resume")
+def subscribers_resume(ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]) -> None:
+    """Send digests to EMAIL again (also clears a bounce once the address is fixed)."""
+    from bot.domain import SubscriberStatus
+
+    _set_status(ctx, email, SubscriberStatus.ACTIVE, "resumed")
+
+
+@subscribers_app.command("remove")
+def subscribers_remove(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    purge: Annotated[bool, typer.Option("--purge", help="Really delete the subscriber and their history (privacy requests).")] = False,
+) -> None:
+    """Unsubscribe EMAIL, keeping what was sent so a re-subscribe never resends old entries."""
+    from bot.subscribers import SubscriberInputError, SubscriberNotFound, clean_email, remove
+
+    c = ctx_of(ctx)
+    try:
+        subscriber = remove(c.sessions(), clean_email(email), purge=purge, now=_now())
+    except SubscriberInputError as exc:
+        fail(str(exc), EXIT_USAGE)
+        return
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+        return
+    out.print(f"{'purged' if purge else 'unsubscribed'} {subscriber.email}", markup=False)
+
+
+@subscribers_app.command("import")
+def subscribers_import(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="CSV with a header; columns: email, name, filter, timezone, send_hour, status, backfill.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Upsert subscribers from CSV (idempotent).  Good rows are imported even when
+    others are bad; every bad row is listed with its line number.  Exit 1 if any was bad."""
+    from bot.subscribers import import_csv
+
+    c = ctx_of(ctx)
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"{file}: cannot read: {exc}", EXIT_INPUT_FAILED)
+        return
+    report = import_csv(c.sessions(), c.settings, text, _now())
+    if as_json:
+        print_json_lines(
+            [{"created": report.created, "updated": report.updated, "bad_rows": len(report.errors)}]
+            + [{"line": e.line, "error": e.reason} for e in report.errors]
+        )
+    else:
+        out.print(f"{file}: {report.created} added, {report.updated} updated, {len(report.errors)} bad rows", markup=False)
+        if report.errors:
+            table = Table("line", "reason", title="Bad rows (not imported)")
+            for e in report.errors:
+                table.add_row(str(e.line), e.reason)
+            err.print(table)
+    if report.errors:
+        raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+@subscribers_app.command("export")
+def subscribers_export(
+    ctx: typer.Context,
+    status: Annotated[SubscriberStatusOption | None, typer.Option(help="Only subscribers with this status.")] = None,
+) -> None:
+    """Print all subscribers as CSV (the format 'import' reads)."""
+    from bot.domain import SubscriberStatus
+    from bot.subscribers import export_csv
+
+    sys.stdout.write(export_csv(ctx_of(ctx).sessions(), SubscriberStatus(status.value) if status else None))
+
+
+@subscribers_app.command("list")
+def subscribers_list(
+    ctx: typer.Context,
+    status: Annotated[SubscriberStatusOption | None, typer.Option(help="Only subscribers with this status.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Only subscribers whose filter names this tag.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Subscribers, by address."""
+    from bot.domain import SubscriberStatus
+    from bot.filters import Tag, atoms, parse_filter
+    from bot.store.subscribers import list_subscribers
+
+    with ctx_of(ctx).sessions()() as session:
+        subscribers = list_subscribers(session, status=SubscriberStatus(status.value) if status else None)
+    if tag is not None:
+        wanted = Tag(tag.casefold())
+        subscribers = [s for s in subscribers if wanted in atoms(parse_filter(s.filter))]
+    if as_json:
+        print_json_lines([_subscriber_json(s) for s in subscribers])
+        return
+    out.print(_subscriber_table(subscribers, f"Subscribers ({len(subscribers)})"))
+
+
+@subscribers_app.command("show")
+def subscribers_show(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    as_json: JsonOption = False,
+) -> None:
+    """One subscriber's settings."""
+    from bot.subscribers import SubscriberNotFound, find
+
+    try:
+        subscriber = find(ctx_of(ctx).sessions(), email)
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+        return
+    if as_json:
+        print_json_lines([_subscriber_json(subscriber)])
+        return
+    table = Table(show_header=False, box=None, title=subscriber.email)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in _subscriber_json(subscriber).items():
+        table.add_row(key.replace("_", " "), str(_jsonable(value)))
+    out.print(table)
+
+
+# --- tags -------------------------------------------------------------------
+
+
+@tags_app.command("list")
+def tags_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Every tag with its number of entries (per origin) and its rule's description."""
+    from bot.store.entries import tag_counts
+
+    c = ctx_of(ctx)
+    descriptions = {r.name: r.description for r in c.rules.rules}
+    with c.sessions()() as session:
+        counts = tag_counts(session)
+    rule_only = [r for r in c.rules.rules if r.name not in {label.casefold() for label, _, _ in counts}]
+    rows = [(label, total, origins, descriptions.get(label.casefold(), "")) for label, total, origins in counts]
+    rows += [(r.label, 0, {}, r.description) for r in rule_only]
+    if as_json:
+        print_json_lines(
+            [{"tag": t, "entries": n, "by_origin": o, "rule": t.casefold() in descriptions, "description": d} for t, n, o, d in rows]
+        )
+        return
+    table = Table("tag", "entries", "header", "category", "rule", "description", title=f"Tags ({len(rows)})")
+    for t, n, o, d in rows:
+        table.add_row(t, str(n), str(o.get("header", "")), str(o.get("category", "")), str(o.get("rule", "")), d)
+    out.print(table)
+
+
+@tags_app.command("test")
+def tags_test(
+    ctx: typer.Context,
+    expression: Annotated[str, typer.Argument(help='A filter expression, e.g. \'gpu and not snn\'.')],
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The stored entries a filter matches, best first, with why."""
+    from bot.filters import FilterError, parse_filter, to_text
+    from bot.select import matching
+
+    c = ctx_of(ctx)
+    try:
+        expr = parse_filter(expression)
+    except FilterError as exc:
+        fail(str(exc), EXIT_USAGE)
+        return
+    with c.sessions()() as session:
+        found = matching(session, expr, c.rules, limit=limit)
+    _print_candidates(found, f"{to_text(expr)}: {len(found)} entries", as_json)
+
+
+def _print_candidates(found: list[Any], title: str, as_json: bool) -> None:
+    if as_json:
+        print_json_lines(
+            [
+                {
+                    "key": f.entry.key,
+                    "title": f.entry.title,
+                    "score": f.explanation.score,
+                    "why": f.explanation.why(),
+                    "hits": [{"atom": h.atom, "where": h.where} for h in f.explanation.hits],
+                    "tags": f.entry.tags,
+                    "first_seen_at": f.entry.first_seen_at,
+                }
+                for f in found
+            ]
+        )
+        return
+    table = Table("score", "key", "title", "why", title=title)
+    for f in found:
+        table.add_row(str(f.explanation.score), f.entry.key, f.entry.title, f.explanation.why())
+    out.print(table)
+
+
+@tags_app.command("apply")
+def tags_apply(ctx: typer.Context) -> None:
+    """Recompute rule tags of every stored entry from the current tags file."""
+    from bot.ingest import retag_all
+    from bot.store.entries import count_entries
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    with factory() as session:
+        total = count_entries(session)
+    with progress_bar("re-tagging", total) as advance:
+        done = retag_all(factory, c.rules, progress=advance)
+    out.print(f"re-tagged {done} entries with {len(c.rules)} rules from {c.settings.paths.tags_file}", markup=False)
+
+
+@contextmanager
+def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A Rich progress bar on a terminal; plain lines (every 10%) otherwise."""
+    if out.is_terminal:
+        from rich.progress import Progress
+
+        with Progress(console=err, transient=True) as bar:
+            task = bar.add_task(label, total=total)
+            yield lambda n: bar.advance(task, n)
+        return
+    state = {"done": 0, "shown": -1}
+
+    def advance(n: int) -> None:
+        state["done"] += n
+        tenth = state["done"] * 10 // max(total, 1)
+        if tenth != state["shown"]:
+            state["shown"] = tenth
+            err.print(f"{label}: {state['done']}/{total}", markup=False)
+
+    yield advance
+
+
+# --- preview ------------------------------------------------------------------
+
+
+@app.command("preview")
+def preview(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    date_: Annotated[str | None, typer.Option("--date", help="As of this day's send time (YYYY-MM-DD; default: now).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What EMAIL's next digest would contain and why; sends and records nothing."""
+    from bot.select import local_send_time, select_for
+    from bot.store.digests import claimed_entry_ids
+    from bot.subscribers import SubscriberNotFound, find
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    try:
+        subscriber = find(factory, email)
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+        return
+    day = _parse_date(date_, "--date")
+    as_of = local_send_time(subscriber, day) if day else _now()
+    with factory() as session:
+        found = select_for(session, subscriber, c.rules, as_of=as_of, exclude=claimed_entry_ids(session, subscriber.id))
+    label = f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
+    _print_candidates(found, f"{label}: {len(found)} entries", as_json)
 
 
 def main() -> None:

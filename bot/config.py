@@ -32,6 +32,7 @@ class PathsConfig(BaseModel):
     var_dir: Path = Path("var")
     dump_dir: Path = Path("seeds")
     templates_dir: Path = Path("templates")
+    tags_file: Path = Path("config/tags.toml")  # tag rules; a missing file means none
 
 
 class DatabaseConfig(BaseModel):
@@ -55,6 +56,13 @@ class WatchConfig(BaseModel):
 class ScheduleConfig(BaseModel):
     default_timezone: str = "UTC"
     default_send_hour: int = Field(8, ge=0, le=23)
+
+
+class SubscribersConfig(BaseModel):
+    # What a new subscriber receives first: entries first seen in the last N
+    # days ("7d"), "all", or "none".
+    default_backfill: str = Field("7d", pattern=r"^(?:all|none|\d{1,4}d)$")
+    default_filter: str = "*"
 
 
 class SmtpConfig(BaseModel):
@@ -114,6 +122,7 @@ class Settings(BaseSettings):
     feeds: FeedsConfig = FeedsConfig()
     watch: WatchConfig = WatchConfig()
     schedule: ScheduleConfig = ScheduleConfig()
+    subscribers: SubscribersConfig = SubscribersConfig()
     smtp: SmtpConfig = SmtpConfig()
     sender: SenderConfig = SenderConfig()
 

@@ -36,6 +36,13 @@ class Announce(StrEnum):
     REPLACE_CROSS = "replace-cross"
 
 
+def match_text(summary: str, extra: dict[str, str]) -> str:
+    """The text that filters' phrases and tag rules look at besides the title:
+    the summary, preceded by a repository's one-line description."""
+    description = extra.get("description")
+    return f"{description}\n{summary}" if description else summary
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedEntry:
     """One paper or repository as a source presented it, before identity is resolved."""
@@ -112,3 +119,41 @@ class EntryView:
     first_seen_source_id: int | None
     first_seen_at: datetime
     extra: dict[str, str] = field(default_factory=dict)
+    tag_origins: dict[str, frozenset[str]] = field(default_factory=dict)  # case-folded name -> origins
+
+
+class SubscriberStatus(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    UNSUBSCRIBED = "unsubscribed"
+    BOUNCED = "bounced"
+
+
+@dataclass(frozen=True, slots=True)
+class Subscriber:
+    """A subscriber as every stage sees it; all fields already validated."""
+
+    id: int
+    email: str
+    name: str
+    filter: str
+    timezone: str
+    send_hour: int
+    status: SubscriberStatus
+    backfill: str
+    created_at: datetime
+    updated_at: datetime
+    unsubscribe_secret: str = field(repr=False, default="")
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriberFields:
+    """Validated input for creating or changing a subscriber; None = leave as is."""
+
+    email: str
+    name: str | None = None
+    filter: str | None = None
+    timezone: str | None = None
+    send_hour: int | None = None
+    status: SubscriberStatus | None = None
+    backfill: str | None = None

@@ -52,9 +52,14 @@ def repo_key(owner_name: str) -> str:
     return f"repo:{owner_name.lower()}"
 
 
+def title_hash(title_norm: str) -> int:
+    """A signed 64-bit hash of a normalized title: what the store indexes for
+    title look-ups (8 bytes per index entry instead of the whole title)."""
+    return int.from_bytes(hashlib.sha256(title_norm.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
 def title_key(title_norm: str) -> str:
-    digest = hashlib.sha256(title_norm.encode("utf-8")).hexdigest()[:16]
-    return f"paper:{digest}"
+    return f"paper:{title_hash(title_norm) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def entry_key(entry: ParsedEntry, title_norm: str | None = None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,8 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.domain import FileStamp, IngestResult, ParsedSource, SourceStatus
 from bot.sources import SourceFormatError, parse_any
 from bot.store.engine import transaction
-from bot.store.entries import upsert_source_entries
+from bot.store.entries import entry_texts, set_rule_tags, upsert_source_entries
 from bot.store.sources import add_source, ingested_with_sha, set_counts
+from bot.tagging import TagRules
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,10 @@ def ingest_bytes(
     origin: str = "file",
     mtime_ns: int | None = None,
     now: datetime | None = None,
+    rules: TagRules | None = None,
 ) -> IngestResult:
-    """Ingest one document; identical bytes already ingested make a ``duplicate``."""
+    """Ingest one document; identical bytes already ingested make a ``duplicate``.
+    *rules* tag new and changed entries (``None``: no rule tags)."""
     now = now or utcnow()
     sha256 = hashlib.sha256(data).hexdigest()
     parsed: ParsedSource | None = None
@@ -50,7 +54,7 @@ def ingest_bytes(
     for attempt in (1, 2):
         try:
             with transaction(factory) as session:
-                return _record(session, parsed, error, common)
+                return _record(session, parsed, error, common, rules)
         except IntegrityError:
             # Another process ingested the same bytes between our check and
             # insert; the second pass sees its row and records a duplicate.
@@ -66,7 +70,9 @@ def ingest_bytes(
     raise AssertionError("unreachable")
 
 
-def _record(session: Session, parsed: ParsedSource | None, error: str | None, common: dict) -> IngestResult:
+def _record(
+    session: Session, parsed: ParsedSource | None, error: str | None, common: dict, rules: TagRules | None
+) -> IngestResult:
     name = common["path"]
     original = ingested_with_sha(session, common["sha256"])
     if original is not None:
@@ -76,7 +82,7 @@ def _record(session: Session, parsed: ParsedSource | None, error: str | None, co
         source_id = add_source(session, status=SourceStatus.FAILED, error=error, **common)
         return IngestResult(name, SourceStatus.FAILED, source_id, error=error)
     source_id = add_source(session, status=SourceStatus.INGESTED, format=parsed.format, **common)
-    counts = upsert_source_entries(session, source_id, parsed, common["now"])
+    counts = upsert_source_entries(session, source_id, parsed, common["now"], rules)
     set_counts(session, source_id, entries=counts.entries, new=counts.new, updated=counts.updated)
     return IngestResult(name, SourceStatus.INGESTED, source_id, counts.entries, counts.new, counts.updated)
 
@@ -86,7 +92,9 @@ def stamp_of(path: Path) -> FileStamp:
     return FileStamp(path.resolve(), st.st_size, st.st_mtime_ns)
 
 
-def ingest_file(factory: sessionmaker[Session], path: Path, *, now: datetime | None = None) -> IngestResult:
+def ingest_file(
+    factory: sessionmaker[Session], path: Path, *, now: datetime | None = None, rules: TagRules | None = None
+) -> IngestResult:
     """Ingest one file by path; an unreadable file is recorded as failed too,
     so the watcher does not retry it until it changes."""
     path = path.resolve()
@@ -110,4 +118,23 @@ def ingest_file(factory: sessionmaker[Session], path: Path, *, now: datetime | N
                 now=now or utcnow(),
             )
         return IngestResult(str(path), SourceStatus.FAILED, source_id, error=error)
-    return ingest_bytes(factory, data, name=str(path), origin="file", mtime_ns=stamp.mtime_ns, now=now)
+    return ingest_bytes(factory, data, name=str(path), origin="file", mtime_ns=stamp.mtime_ns, now=now, rules=rules)
+
+
+def retag_all(
+    factory: sessionmaker[Session], rules: TagRules, *, batch: int = 5000, progress: Callable[[int], None] | None = None
+) -> int:
+    """Recompute the rule tags of every stored entry (after ``tags.toml`` changed),
+    one transaction per batch; returns the number of entries re-tagged."""
+    done = 0
+    after = 0
+    while True:
+        with transaction(factory) as session:
+            rows = entry_texts(session, after_id=after, limit=batch)
+            if not rows:
+                return done
+            set_rule_tags(session, {entry_id: rules.match(title, text) for entry_id, title, text in rows})
+        after = rows[-1][0]
+        done += len(rows)
+        if progress is not None:
+            progress(len(rows))

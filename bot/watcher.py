@@ -25,6 +25,7 @@ from bot.ingest import ingest_bytes, ingest_file, stamp_of, utcnow
 from bot.sources.fetch import FetchError, fetch
 from bot.store.engine import transaction
 from bot.store.sources import feed_state, save_feed_state, seen_stamps
+from bot.tagging import TagRules
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +69,28 @@ def pending_files(
 
 
 def scan_folder(
-    factory: sessionmaker[Session], folder: Path, *, quiet_seconds: float, now: datetime | None = None
+    factory: sessionmaker[Session],
+    folder: Path,
+    *,
+    quiet_seconds: float,
+    now: datetime | None = None,
+    rules: TagRules | None = None,
 ) -> list[IngestResult]:
     results = []
     for stamp in pending_files(factory, folder, quiet_seconds=quiet_seconds, now=now):
-        result = ingest_file(factory, stamp.path, now=now)
+        result = ingest_file(factory, stamp.path, now=now, rules=rules)
         _log_result(result)
         results.append(result)
     return results
 
 
 def fetch_feeds(
-    factory: sessionmaker[Session], settings: Settings, *, urls: Iterable[str] | None = None, client: httpx.Client | None = None
+    factory: sessionmaker[Session],
+    settings: Settings,
+    *,
+    urls: Iterable[str] | None = None,
+    client: httpx.Client | None = None,
+    rules: TagRules | None = None,
 ) -> list[IngestResult]:
     """Fetch each feed URL (conditional GET) and ingest what changed."""
     results = []
@@ -104,7 +115,7 @@ def fetch_feeds(
             if fetched.not_modified:
                 result = IngestResult(url, SourceStatus.NOT_MODIFIED)
             else:
-                result = ingest_bytes(factory, fetched.content, name=url, origin="url", now=now)
+                result = ingest_bytes(factory, fetched.content, name=url, origin="url", now=now, rules=rules)
             with transaction(factory) as session:
                 save_feed_state(
                     session, url, etag=fetched.etag, last_modified=fetched.last_modified, error=result.error, now=now

@@ -7,11 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import SEEDS
+from tests.conftest import ROOT, SEEDS
 from tests.seed_facts import MINIMAX
 
 DIGESTBOT = shutil.which("digestbot", path=str(Path(sys.executable).parent)) or "digestbot"
@@ -22,6 +23,7 @@ def run(tmp_path: Path):  # type: ignore[no-untyped-def]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
     env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
     env["DIGESTBOT_PATHS__DUMP_DIR"] = str(tmp_path / "dumps")
+    env["DIGESTBOT_PATHS__TAGS_FILE"] = str(ROOT / "config" / "tags.toml")
     env["COLUMNS"] = "200"
 
     def _run(*args: str, code: int = 0, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -41,7 +43,11 @@ def json_lines(text: str) -> list[dict]:  # type: ignore[type-arg]
 @pytest.mark.parametrize(
     "command",
     [[], ["dumps"], ["dumps", "ingest"], ["dumps", "list"], ["entries", "list"], ["entries", "show"],
-     ["feeds", "fetch"], ["db", "upgrade"], ["db", "current"], ["config", "show"]],
+     ["feeds", "fetch"], ["db", "upgrade"], ["db", "current"], ["config", "show"],
+     ["subscribers"], ["subscribers", "add"], ["subscribers", "import"], ["subscribers", "export"],
+     ["subscribers", "list"], ["subscribers", "show"], ["subscribers", "edit"], ["subscribers", "pause"],
+     ["subscribers", "resume"], ["subscribers", "remove"], ["tags"], ["tags", "list"], ["tags", "test"],
+     ["tags", "apply"], ["preview"]],
 )
 def test_every_command_has_help(run, command: list[str]) -> None:  # type: ignore[no-untyped-def]
     assert "Usage:" in run(*command, "--help").stdout
@@ -62,17 +68,18 @@ def test_ingest_list_show_round_trip(run) -> None:  # type: ignore[no-untyped-de
     assert {"id", "file", "entries", "new", "status", "error", "sha256", "ingested_at"} <= set(sources[0])
 
     table = run("dumps", "list").stdout
-    assert "seeds" not in table or "000_a9775d3f59806dea.txt" in table
+    assert "000_a9775d3f59806dea.txt" in table and "duplicate (of #1)" in table
 
-    gpu = json_lines(run("entries", "list", "--tag", "GPU", "--json").stdout)
-    assert len(gpu) == 4 and all("GPU" in e["tags"] for e in gpu)
+    # "AI" comes only from dump 003's header (no rule in config/tags.toml has it).
+    gpu = json_lines(run("entries", "list", "--tag", "ai", "--json").stdout)
+    assert len(gpu) == 4 and all("AI" in e["tags"] for e in gpu)
     assert len(json_lines(run("entries", "list", "--since", "2000-01-01", "--json").stdout)) == 16
     assert json_lines(run("entries", "list", "--since", "2999-01-01", "--json").stdout) == []
 
     (minimax,) = [e for e in gpu if e["title"] == MINIMAX]
     (shown,) = json_lines(run("entries", "show", minimax["key"], "--json").stdout)
     assert len(shown["appearances"]) == 3
-    assert {"tag": "GPU", "origin": "header"} in shown["tag_origins"]
+    assert {"tag": "AI", "origin": "header"} in shown["tag_origins"]
     assert MINIMAX in run("entries", "show", minimax["key"]).stdout
 
 
@@ -103,3 +110,80 @@ def test_config_show_masks_the_password(run) -> None:  # type: ignore[no-untyped
     shown = run("config", "show", extra_env={"DIGESTBOT_SMTP__PASSWORD": "pa55word-xyz"}).stdout
     assert "pa55word-xyz" not in shown
     assert json.loads(shown)["smtp"]["password"] == "**********"
+
+
+def test_subscriber_workflow(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")))
+    imported = run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv")).stdout
+    assert "5 added, 0 updated, 0 bad rows" in imported
+    assert "0 added, 5 updated" in run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv")).stdout
+
+    everyone = json_lines(run("subscribers", "list", "--json").stdout)
+    assert [s["email"] for s in everyone] == [
+        "ada@example.org", "carver@example.org", "edsger@example.org", "grace@example.org", "linus@bücher.example"
+    ]
+    assert [s["email"] for s in json_lines(run("subscribers", "list", "--status", "paused", "--json").stdout)] == [
+        "linus@bücher.example"
+    ]
+    assert [s["email"] for s in json_lines(run("subscribers", "list", "--tag", "LLM", "--json").stdout)] == [
+        "grace@example.org"
+    ]
+
+    preview = json_lines(run("preview", "grace@example.org", "--json").stdout)
+    assert len(preview) == 6 and all(p["why"] for p in preview)
+    tomorrow = (date.today() + timedelta(days=1)).isoformat()
+    assert run("preview", "carver@example.org", "--date", tomorrow).stdout.count("paper:") == 3
+    # As of a day before anything was ingested: nothing yet.
+    assert "0 entries" in run("preview", "carver@example.org", "--date", "2026-06-15").stdout
+
+    run("subscribers", "add", "zoe@example.org", "--name", "Zoë", "--filter", '"sparse attention" and not snn',
+        "--tz", "Asia/Tokyo", "--hour", "7")
+    (zoe,) = json_lines(run("subscribers", "show", "ZOE@example.org", "--json").stdout)
+    assert (zoe["name"], zoe["filter"], zoe["timezone"], zoe["send_hour"]) == (
+        "Zoë", '"sparse attention" and not snn', "Asia/Tokyo", 7
+    )
+    run("subscribers", "add", "zoe@example.org", code=1)
+    run("subscribers", "edit", "zoe@example.org", "--filter", "moe", "--hour", "9")
+    assert json_lines(run("subscribers", "show", "zoe@example.org", "--json").stdout)[0]["filter"] == "moe"
+    run("subscribers", "pause", "zoe@example.org")
+    assert json_lines(run("subscribers", "show", "zoe@example.org", "--json").stdout)[0]["status"] == "paused"
+    run("subscribers", "resume", "zoe@example.org")
+    run("subscribers", "remove", "zoe@example.org")
+    assert json_lines(run("subscribers", "show", "zoe@example.org", "--json").stdout)[0]["status"] == "unsubscribed"
+    run("subscribers", "remove", "zoe@example.org", "--purge")
+    run("subscribers", "show", "zoe@example.org", code=1)
+
+    exported = run("subscribers", "export").stdout
+    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill"
+    assert len(exported.splitlines()) == 6
+
+    bad = run("subscribers", "add", "eve@example.org", "--filter", "gpu and (", code=2)
+    assert "position 10" in bad.stderr and bad.stderr.count("\n") == 1
+    run("subscribers", "add", "eve@example.org", "--name", "Eve\r\nBcc: x@example.org", code=2)
+    run("subscribers", "add", "eve@example.org", "--tz", "Mars/Base", code=2)
+    run("subscribers", "pause", "nobody@example.org", code=1)
+
+    broken = tmp_path / "broken.csv"
+    broken.write_text("email,send_hour\nok@example.org,8\nbad@@example.org,8\nlate@example.org,99\n")
+    proc = run("subscribers", "import", str(broken), code=1)
+    assert "1 added, 0 updated, 2 bad rows" in proc.stdout
+    assert "3 " in proc.stderr and "4 " in proc.stderr and "send_hour: 99" in proc.stderr
+
+
+def test_tags_commands(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")))
+    tags = {t["tag"].casefold(): t for t in json_lines(run("tags", "list", "--json").stdout)}
+    assert tags["gpu"]["by_origin"]["header"] == 4 and tags["gpu"]["rule"] is True
+    found = json_lines(run("tags", "test", "snn or fpga", "--json").stdout)
+    assert [f["title"].split(":")[0] for f in found][:2] == ["ReSCom", "SupraSNN"]
+    assert "position 7" in run("tags", "test", "snn or", code=2).stderr
+
+    rules = tmp_path / "tags.toml"
+    rules.write_text('[snn]\nkeywords = ["spiking"]\n')
+    applied = run("tags", "apply", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)})
+    assert "re-tagged 16 entries with 1 rules" in applied.stdout
+    assert json_lines(run("tags", "list", "--json", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}).stdout)
+    rules.write_text("[snn]\n")
+    assert "needs at least one keyword" in run(
+        "tags", "apply", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}, code=2
+    ).stderr

@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, or_, select, update
+from sqlalchemy import Select, bindparam, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from bot.domain import Announce, EntryKind, EntryView, ParsedEntry, ParsedSource, TagOrigin
-from bot.identity import entry_key, normalize_title
+from bot.domain import Announce, EntryKind, EntryView, ParsedEntry, ParsedSource, TagOrigin, match_text
+from bot.identity import entry_key, normalize_title, title_hash
 from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
+from bot.tagging import TagRules
 
 # Well under SQLite's 32766 bound-parameter limit and PostgreSQL's 65535.
 CHUNK = 900
@@ -78,6 +79,7 @@ class _Row:
     published: date | None
     summary: str
     summary_type: str
+    summary_source_id: int | None
     links: list[str]
     arxiv_id: str | None
     doi: str | None
@@ -86,6 +88,7 @@ class _Row:
     created: bool = False
     # The summary before this source changed it; NULL variants get it written in.
     replaced_summary: str | None = None
+    summary_changed: bool = False
     # Tags this source gives the entry: (case-folded name, origin) -> label.
     tags: dict[tuple[str, TagOrigin], str] = field(default_factory=dict)
 
@@ -100,6 +103,7 @@ _ROW_COLUMNS = (
     Entry.published,
     Entry.summary,
     Entry.summary_type,
+    Entry.summary_source_id,
     Entry.links,
     Entry.arxiv_id,
     Entry.doi,
@@ -155,13 +159,13 @@ def _load_candidates(session: Session, items: list[tuple[ParsedEntry, str, str]]
     arxiv = sorted({i.arxiv_id for i, _, _ in items if i.arxiv_id})
     dois = sorted({i.doi for i, _, _ in items if i.doi})
     keys = sorted({k for _, k, _ in items})
-    titles = sorted({t for i, _, t in items if i.kind is EntryKind.PAPER})
+    titles = sorted({title_hash(t) for i, _, t in items if i.kind is EntryKind.PAPER})
     seen: set[int] = set()
     for column, values in (
         (Entry.arxiv_id, arxiv),
         (Entry.doi, dois),
         (Entry.key, keys),
-        (Entry.title_norm, titles),
+        (Entry.title_hash, titles),
     ):
         for part in chunks(values):
             for rec in session.execute(select(*_ROW_COLUMNS).where(column.in_(part))):
@@ -184,6 +188,7 @@ def _merge(row: _Row, item: ParsedEntry, title_norm: str) -> None:
     if item.summary and item.summary != row.summary:
         if row.replaced_summary is None and not row.created:
             row.replaced_summary = row.summary
+        row.summary_changed = True
         set_("summary", item.summary)
         set_("summary_type", item.summary_type)
     if item.arxiv_id and not row.arxiv_id:
@@ -228,9 +233,12 @@ def ensure_tags(session: Session, labels: Iterable[str]) -> dict[str, int]:
     return ids
 
 
-def upsert_source_entries(session: Session, source_id: int, parsed: ParsedSource, now: datetime) -> UpsertCounts:
+def upsert_source_entries(
+    session: Session, source_id: int, parsed: ParsedSource, now: datetime, rules: TagRules | None = None
+) -> UpsertCounts:
     """Store every entry of *parsed* once, record its appearance in *source_id*,
-    and attach header and category tags.  Caller owns the transaction."""
+    attach header and category tags, and (re)compute rule tags of the entries
+    that are new or whose text changed.  Caller owns the transaction."""
     items = []
     for e in parsed.entries:
         title_norm = normalize_title(e.title)
@@ -252,6 +260,7 @@ def upsert_source_entries(session: Session, source_id: int, parsed: ParsedSource
                 published=item.published,
                 summary=item.summary,
                 summary_type=item.summary_type,
+                summary_source_id=source_id,
                 links=list(item.links),
                 arxiv_id=item.arxiv_id,
                 doi=item.doi,
@@ -282,10 +291,12 @@ def upsert_source_entries(session: Session, source_id: int, parsed: ParsedSource
                     "kind": r.kind,
                     "title": r.title,
                     "title_norm": r.title_norm,
+                    "title_hash": title_hash(r.title_norm),
                     "authors": r.authors,
                     "published": r.published,
                     "summary": r.summary,
                     "summary_type": r.summary_type,
+                    "summary_source_id": source_id,
                     "links": r.links,
                     "arxiv_id": r.arxiv_id,
                     "doi": r.doi,
@@ -312,10 +323,12 @@ def upsert_source_entries(session: Session, source_id: int, parsed: ParsedSource
                     "id": r.id,
                     "title": r.title,
                     "title_norm": r.title_norm,
+                    "title_hash": title_hash(r.title_norm),
                     "authors": r.authors,
                     "published": r.published,
                     "summary": r.summary,
                     "summary_type": r.summary_type,
+                    "summary_source_id": source_id if r.summary_changed else r.summary_source_id,
                     "links": r.links,
                     "arxiv_id": r.arxiv_id,
                     "doi": r.doi,
@@ -348,6 +361,13 @@ def upsert_source_entries(session: Session, source_id: int, parsed: ParsedSource
         ],
     )
     _attach_source_tags(session, ordered)
+    if rules is not None and len(rules):
+        retext = [r for r in ordered if r.created or r.dirty]
+        set_rule_tags(
+            session,
+            {r.id: rules.match(r.title, match_text(r.summary, r.extra)) for r in retext},  # type: ignore[misc]
+            replace=any(not r.created for r in retext),
+        )
     return UpsertCounts(entries=len(ordered), new=len(created), updated=len(changed))
 
 
@@ -364,22 +384,59 @@ def _attach_source_tags(session: Session, rows: list[_Row]) -> None:
     )
 
 
-def _tags_by_entry(session: Session, entry_ids: Sequence[int]) -> dict[int, list[str]]:
-    tags: dict[int, list[str]] = {}
+def set_rule_tags(session: Session, tags: dict[int, Iterable[str]], *, replace: bool = True) -> None:
+    """Make the rule tags of each entry in *tags* exactly the given names."""
+    if replace:
+        for part in chunks(list(tags)):
+            session.execute(
+                delete(EntryTag).where(EntryTag.entry_id.in_(part), EntryTag.origin == TagOrigin.RULE.value)
+            )
+    tag_ids = ensure_tags(session, {name for names in tags.values() for name in names})
+    bulk_insert(
+        session,
+        EntryTag.__table__,
+        [
+            {"entry_id": entry_id, "tag_id": tag_ids[name.casefold()], "origin": TagOrigin.RULE.value}
+            for entry_id, names in tags.items()
+            for name in names
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def entry_texts(session: Session, *, after_id: int = 0, limit: int = 5000) -> list[tuple[int, str, str]]:
+    """(id, title, match text) of entries with id > *after_id*, in id order: for re-tagging in batches."""
+    rows = session.execute(
+        select(Entry.id, Entry.title, Entry.summary, Entry.extra).where(Entry.id > after_id).order_by(Entry.id).limit(limit)
+    )
+    return [(i, title, match_text(summary, extra)) for i, title, summary, extra in rows]
+
+
+@dataclass
+class _EntryTags:
+    labels: list[str] = field(default_factory=list)  # distinct, by name
+    origins: dict[str, set[str]] = field(default_factory=dict)  # case-folded name -> origins
+
+
+def _tags_by_entry(session: Session, entry_ids: Sequence[int]) -> dict[int, _EntryTags]:
+    tags: dict[int, _EntryTags] = {}
     for part in chunks(list(entry_ids)):
         rows = session.execute(
-            select(EntryTag.entry_id, Tag.label)
+            select(EntryTag.entry_id, Tag.name, Tag.label, EntryTag.origin)
             .join(Tag, Tag.id == EntryTag.tag_id)
             .where(EntryTag.entry_id.in_(part))
-            .distinct()
             .order_by(EntryTag.entry_id, Tag.name)
         )
-        for entry_id, label in rows:
-            tags.setdefault(entry_id, []).append(label)
+        for entry_id, name, label, origin in rows:
+            found = tags.setdefault(entry_id, _EntryTags())
+            if name not in found.origins:
+                found.labels.append(label)
+            found.origins.setdefault(name, set()).add(origin)
     return tags
 
 
-def _view(entry: Entry, tags: list[str]) -> EntryView:
+def _view(entry: Entry, tags: _EntryTags | None) -> EntryView:
+    tags = tags or _EntryTags()
     return EntryView(
         id=entry.id,
         key=entry.key,
@@ -390,13 +447,24 @@ def _view(entry: Entry, tags: list[str]) -> EntryView:
         summary=entry.summary,
         summary_type=entry.summary_type,
         links=tuple(entry.links),
-        tags=tuple(tags),
+        tags=tuple(tags.labels),
         arxiv_id=entry.arxiv_id,
         doi=entry.doi,
         first_seen_source_id=entry.first_seen_source_id,
         first_seen_at=entry.first_seen_at,
         extra=dict(entry.extra),
+        tag_origins={name: frozenset(o) for name, o in tags.origins.items()},
     )
+
+
+def entries_first_seen_between(session: Session, start: datetime | None, end: datetime) -> list[EntryView]:
+    """Entries first seen in [start, end] (start None: from the beginning), with tag origins."""
+    query = select(Entry).where(Entry.first_seen_at <= end)
+    if start is not None:
+        query = query.where(Entry.first_seen_at >= start)
+    entries = list(session.scalars(query.order_by(Entry.id)))
+    tags = _tags_by_entry(session, [e.id for e in entries])
+    return [_view(e, tags.get(e.id)) for e in entries]
 
 
 def list_entries(
@@ -422,7 +490,7 @@ def list_entries(
         query = query.limit(limit)
     entries = list(session.scalars(query))
     tags = _tags_by_entry(session, [e.id for e in entries])
-    return [_view(e, tags.get(e.id, [])) for e in entries]
+    return [_view(e, tags.get(e.id)) for e in entries]
 
 
 def find_entry(session: Session, ref: str) -> EntryView | None:
@@ -440,7 +508,7 @@ def find_entry(session: Session, ref: str) -> EntryView | None:
     entry = session.scalars(select(Entry).where(or_(*conditions)).limit(1)).first()
     if entry is None:
         return None
-    return _view(entry, _tags_by_entry(session, [entry.id]).get(entry.id, []))
+    return _view(entry, _tags_by_entry(session, [entry.id]).get(entry.id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,3 +549,19 @@ def tag_origins_of(session: Session, entry_id: int) -> list[tuple[str, str]]:
 
 def count_entries(session: Session) -> int:
     return session.scalar(select(func.count()).select_from(Entry)) or 0
+
+
+def tag_counts(session: Session) -> list[tuple[str, int, dict[str, int]]]:
+    """(label, distinct entries, entries per origin) for every tag, most used first."""
+    per_origin: dict[int, dict[str, int]] = {}
+    for tag_id, origin, count in session.execute(
+        select(EntryTag.tag_id, EntryTag.origin, func.count()).group_by(EntryTag.tag_id, EntryTag.origin)
+    ):
+        per_origin.setdefault(tag_id, {})[origin] = count
+    totals = dict(
+        session.execute(
+            select(EntryTag.tag_id, func.count(func.distinct(EntryTag.entry_id))).group_by(EntryTag.tag_id)
+        ).all()
+    )
+    rows = [(t.label, totals.get(t.id, 0), per_origin.get(t.id, {})) for t in session.scalars(select(Tag))]
+    return sorted(rows, key=lambda r: (-r[1], r[0].casefold()))

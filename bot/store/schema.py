@@ -108,11 +108,14 @@ class Entry(Base):
     key: Mapped[str] = mapped_column(String(200), unique=True)
     kind: Mapped[str] = mapped_column(String(8))
     title: Mapped[str] = mapped_column(Text)
-    title_norm: Mapped[str] = mapped_column(Text, index=True)
+    title_norm: Mapped[str] = mapped_column(Text)
+    title_hash: Mapped[int] = mapped_column(BigInteger, index=True)  # identity.title_hash(title_norm)
     authors: Mapped[list[str]] = mapped_column(JSON)
     published: Mapped[date | None] = mapped_column(Date)
     summary: Mapped[str] = mapped_column(Text)
     summary_type: Mapped[str] = mapped_column(String(32))
+    # The source whose appearance carries the current summary (digests pin it).
+    summary_source_id: Mapped[int | None] = mapped_column(ForeignKey("sources.id"))
     links: Mapped[list[str]] = mapped_column(JSON)
     arxiv_id: Mapped[str | None] = mapped_column(String(40))
     doi: Mapped[str | None] = mapped_column(String(200))
@@ -174,3 +177,78 @@ class EntryTag(Base):
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
     tag_id: Mapped[int] = mapped_column(ForeignKey("tags.id", ondelete="CASCADE"), primary_key=True, index=True)
     origin: Mapped[str] = mapped_column(String(16), primary_key=True)  # header | category | rule
+
+
+class Subscriber(Base):
+    """A person who receives digests.  ``email_key`` (case-folded normalized
+    address) is what makes two spellings of one address the same subscriber."""
+
+    __tablename__ = "subscribers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    email: Mapped[str] = mapped_column(String(320))
+    email_key: Mapped[str] = mapped_column(String(320), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    filter: Mapped[str] = mapped_column(Text)  # canonical text of a filter that parsed
+    timezone: Mapped[str] = mapped_column(String(64))
+    send_hour: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    backfill: Mapped[str] = mapped_column(String(16))  # "7d", "0d", "all"
+    unsubscribe_secret: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Digest(Base):
+    """One email to one subscriber.  At most one *scheduled* digest per
+    subscriber and local day (partial unique index); manual sends and resends
+    have their own kinds.  ``state`` walks planned -> queued -> sending ->
+    sent | retry_wait -> ... | failed; a ``sending`` row whose lease expired is
+    taken again."""
+
+    __tablename__ = "digests"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"), index=True)
+    local_date: Mapped[date] = mapped_column(Date)
+    kind: Mapped[str] = mapped_column(String(16))  # scheduled | manual | resend
+    resend_of_id: Mapped[int | None] = mapped_column(ForeignKey("digests.id", ondelete="SET NULL"))
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    message_id: Mapped[str] = mapped_column(String(255))
+    entry_count: Mapped[int] = mapped_column(Integer)
+    smtp_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    planned_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index(
+            "uq_digests_scheduled_day",
+            "subscriber_id",
+            "local_date",
+            unique=True,
+            sqlite_where=text("kind = 'scheduled'"),
+            postgresql_where=text("kind = 'scheduled'"),
+        ),
+        Index("ix_digests_due", "state", "next_attempt_at"),
+    )
+
+
+class LedgerEntry(Base):
+    """Subscriber × entry -> the digest that carried it.  Unique per subscriber
+    and entry: an entry is claimed by exactly one (non-resend) digest.  The
+    summary variant is pinned by ``summary_source_id`` so a resend carries the
+    same text even after the entry's summary changed."""
+
+    __tablename__ = "ledger"
+
+    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"), primary_key=True)
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
+    digest_id: Mapped[int] = mapped_column(ForeignKey("digests.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    summary_source_id: Mapped[int | None] = mapped_column(ForeignKey("sources.id"))
+    why: Mapped[str] = mapped_column(Text)

@@ -63,10 +63,12 @@ def upgrade() -> None:
     sa.Column('kind', sa.String(length=8), nullable=False),
     sa.Column('title', sa.Text(), nullable=False),
     sa.Column('title_norm', sa.Text(), nullable=False),
+    sa.Column('title_hash', sa.BigInteger(), nullable=False),
     sa.Column('authors', sa.JSON(), nullable=False),
     sa.Column('published', sa.Date(), nullable=True),
     sa.Column('summary', sa.Text(), nullable=False),
     sa.Column('summary_type', sa.String(length=32), nullable=False),
+    sa.Column('summary_source_id', sa.Integer(), nullable=True),
     sa.Column('links', sa.JSON(), nullable=False),
     sa.Column('arxiv_id', sa.String(length=40), nullable=True),
     sa.Column('doi', sa.String(length=200), nullable=True),
@@ -75,12 +77,13 @@ def upgrade() -> None:
     sa.Column('first_seen_at', sa.DateTime(timezone=True), nullable=False),
     sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['first_seen_source_id'], ['sources.id'], name=op.f('fk_entries_first_seen_source_id_sources')),
+    sa.ForeignKeyConstraint(['summary_source_id'], ['sources.id'], name=op.f('fk_entries_summary_source_id_sources')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_entries')),
     sa.UniqueConstraint('key', name=op.f('uq_entries_key'))
     )
     with op.batch_alter_table('entries', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_entries_first_seen_at'), ['first_seen_at'], unique=False)
-        batch_op.create_index(batch_op.f('ix_entries_title_norm'), ['title_norm'], unique=False)
+        batch_op.create_index(batch_op.f('ix_entries_title_hash'), ['title_hash'], unique=False)
         batch_op.create_index('uq_entries_arxiv_id', ['arxiv_id'], unique=True, sqlite_where=sa.text('arxiv_id IS NOT NULL'), postgresql_where=sa.text('arxiv_id IS NOT NULL'))
         batch_op.create_index('uq_entries_doi', ['doi'], unique=True, sqlite_where=sa.text('doi IS NOT NULL'), postgresql_where=sa.text('doi IS NOT NULL'))
 
@@ -121,7 +124,7 @@ def downgrade() -> None:
     with op.batch_alter_table('entries', schema=None) as batch_op:
         batch_op.drop_index('uq_entries_doi', sqlite_where=sa.text('doi IS NOT NULL'), postgresql_where=sa.text('doi IS NOT NULL'))
         batch_op.drop_index('uq_entries_arxiv_id', sqlite_where=sa.text('arxiv_id IS NOT NULL'), postgresql_where=sa.text('arxiv_id IS NOT NULL'))
-        batch_op.drop_index(batch_op.f('ix_entries_title_norm'))
+        batch_op.drop_index(batch_op.f('ix_entries_title_hash'))
         batch_op.drop_index(batch_op.f('ix_entries_first_seen_at'))
 
     op.drop_table('entries')

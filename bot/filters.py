@@ -1,0 +1,314 @@
+"""Subscriber filter language: parse, print, evaluate and explain (select stage).
+
+    gpu and (llm or moe) and not snn
+    "sparse attention" or serving
+    *
+
+Atoms are tags (case-insensitive, any origin), quoted phrases (matched in the
+title or summary, case-insensitively and on word boundaries) and ``*``
+(everything).  ``not`` binds tightest, then ``and``, then ``or``; there is no
+implicit ``and``.  Parsing uses lark; a stored filter is always one that
+parsed, and printing a parsed filter gives text that parses back to it.
+Pure functions: never touches the store.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Union
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+MAX_FILTER_LENGTH = 2000
+
+_GRAMMAR = r"""
+?start: or_expr
+?or_expr: and_expr (_OR and_expr)*
+?and_expr: not_expr (_AND not_expr)*
+?not_expr: _NOT not_expr -> negate
+         | atom
+?atom: TAG -> tag
+     | PHRASE -> phrase
+     | "*" -> everything
+     | "(" or_expr ")"
+_OR.2: /or(?![^\s()"*])/i
+_AND.2: /and(?![^\s()"*])/i
+_NOT.2: /not(?![^\s()"*])/i
+TAG: /[^\s()"*]+/
+PHRASE: /"(?:[^"\\]|\\.)*"/
+%ignore /\s+/
+"""
+
+
+class FilterError(ValueError):
+    """An invalid filter; ``position`` is 1-based, ``str()`` one line."""
+
+    def __init__(self, text: str, position: int, message: str) -> None:
+        self.text = text
+        self.position = position
+        self.message = message
+        super().__init__(f"filter {text!r}: position {position}: {message}")
+
+
+# --- the syntax tree -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Everything:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Tag:
+    name: str  # case-folded
+
+
+@dataclass(frozen=True, slots=True)
+class Phrase:
+    text: str  # whitespace collapsed, case kept for display
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    expr: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class And:
+    items: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Or:
+    items: tuple[Expr, ...]
+
+
+Expr = Union[Everything, Tag, Phrase, Not, And, Or]
+
+
+def make_and(*items: Expr) -> Expr:
+    flat: list[Expr] = []
+    for item in items:
+        flat.extend(item.items if isinstance(item, And) else (item,))
+    return flat[0] if len(flat) == 1 else And(tuple(flat))
+
+
+def make_or(*items: Expr) -> Expr:
+    flat: list[Expr] = []
+    for item in items:
+        flat.extend(item.items if isinstance(item, Or) else (item,))
+    return flat[0] if len(flat) == 1 else Or(tuple(flat))
+
+
+def make_tag(name: str) -> Tag:
+    return Tag(name.casefold())
+
+
+def make_phrase(text: str) -> Phrase:
+    return Phrase(" ".join(unicodedata.normalize("NFKC", text).split()))
+
+
+# --- parsing and printing -------------------------------------------------------
+
+
+@v_args(inline=True)
+class _ToAst(Transformer):  # type: ignore[type-arg]
+    def tag(self, token: Token) -> Expr:
+        return make_tag(str(token))
+
+    def phrase(self, token: Token) -> Expr:
+        raw = str(token)[1:-1]
+        text = re.sub(r"\\(.)", r"\1", raw)
+        if not text.strip():
+            raise ValueError("empty phrase")
+        return make_phrase(text)
+
+    def everything(self) -> Expr:
+        return Everything()
+
+    def negate(self, expr: Expr) -> Expr:
+        return Not(expr)
+
+    def and_expr(self, *items: Expr) -> Expr:
+        return make_and(*items)
+
+    def or_expr(self, *items: Expr) -> Expr:
+        return make_or(*items)
+
+
+# The basic (not contextual) lexer: keywords must never lex as tags, even
+# where only an operand could follow ("gpu and or llm" is an error, not a tag "or").
+_PARSER = Lark(_GRAMMAR, parser="lalr", lexer="basic", maybe_placeholders=False)
+_TO_AST = _ToAst()
+
+
+def _describe(exc: UnexpectedInput) -> str:
+    if isinstance(exc, UnexpectedEOF):
+        return "unexpected end of filter (an operand or ')' is missing)"
+    if isinstance(exc, UnexpectedToken):
+        token = exc.token
+        if token.type == "$END":
+            return "unexpected end of filter (an operand or ')' is missing)"
+        return f"unexpected {str(token)!r}"
+    if isinstance(exc, UnexpectedCharacters):
+        return f"unexpected character {exc.char!r}"
+    return "syntax error"
+
+
+@lru_cache(maxsize=4096)
+def parse_filter(text: str) -> Expr:
+    """Parse a filter; raise ``FilterError`` with the 1-based position of the problem."""
+    if len(text) > MAX_FILTER_LENGTH:
+        raise FilterError(text[:40] + "…", MAX_FILTER_LENGTH, f"longer than {MAX_FILTER_LENGTH} characters")
+    bad = next((i for i, ch in enumerate(text) if ord(ch) < 32 and ch not in " \t"), None)
+    if bad is not None:
+        raise FilterError(text, bad + 1, "control characters (line breaks included) are not allowed")
+    if not text.strip():
+        raise FilterError(text, 1, "empty filter (use * for everything)")
+    try:
+        tree = _PARSER.parse(text)
+        return _TO_AST.transform(tree)  # type: ignore[no-any-return]
+    except UnexpectedInput as exc:
+        position = getattr(exc, "column", None)
+        at_end = isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END")
+        if at_end or not isinstance(position, int) or position < 1:
+            position = len(text.rstrip()) + 1
+        raise FilterError(text, position, _describe(exc)) from None
+    except LarkError as exc:  # a transformer error, e.g. an empty phrase
+        inner = getattr(exc, "orig_exc", exc)
+        position = text.find('""') + 1 or 1
+        raise FilterError(text, position, str(inner)) from None
+
+
+def to_text(expr: Expr) -> str:
+    """The canonical text of *expr*; ``parse_filter(to_text(e)) == e``."""
+    if isinstance(expr, Everything):
+        return "*"
+    if isinstance(expr, Tag):
+        return expr.name
+    if isinstance(expr, Phrase):
+        return '"' + expr.text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(expr, Not):
+        inner = to_text(expr.expr)
+        return f"not ({inner})" if isinstance(expr.expr, (And, Or)) else f"not {inner}"
+    if isinstance(expr, And):
+        return " and ".join(f"({to_text(i)})" if isinstance(i, Or) else to_text(i) for i in expr.items)
+    return " or ".join(to_text(i) for i in expr.items)
+
+
+def normalize_filter(text: str) -> str:
+    """Validate and canonicalize a filter as typed by a person."""
+    return to_text(parse_filter(text))
+
+
+def atoms(expr: Expr) -> set[Tag | Phrase]:
+    if isinstance(expr, (Tag, Phrase)):
+        return {expr}
+    if isinstance(expr, Not):
+        return atoms(expr.expr)
+    if isinstance(expr, (And, Or)):
+        return set().union(*(atoms(i) for i in expr.items))
+    return set()
+
+
+# --- evaluation and explanation ---------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def phrase_pattern(text: str) -> re.Pattern[str]:
+    """Case-insensitive, on word boundaries (Unicode-aware); between the phrase's
+    words any run of spaces or punctuation matches ("kv cache" finds "KV-cache")."""
+    words = [re.escape(w) for w in re.findall(r"[^\W_]+", text)] or [re.escape(text)]
+    return re.compile(r"(?<!\w)" + r"[\W_]+".join(words) + r"(?!\w)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Doc:
+    """What a filter looks at: the entry's tags (case-folded name -> origins) and text."""
+
+    tags: dict[str, frozenset[str]]
+    title: str
+    summary: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    atom: str  # as printed in the filter: a tag name or a quoted phrase
+    where: str  # "tag (header)", "tag (rule: title)", "phrase in title", ...
+    in_title: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    matched: bool
+    hits: tuple[Hit, ...]  # atoms found in the entry (also under a satisfied "not": none)
+    score: int
+
+    def why(self) -> str:
+        return "; ".join(f"{h.atom}: {h.where}" for h in self.hits) if self.hits else "matches everything"
+
+
+# Relevance: a title hit outweighs a summary hit; a source's own tag (header or
+# category) sits between; more matched atoms add up.
+WEIGHT_TITLE, WEIGHT_SOURCE_TAG, WEIGHT_SUMMARY = 3, 2, 1
+
+
+def matches(expr: Expr, doc: Doc) -> bool:
+    if isinstance(expr, Everything):
+        return True
+    if isinstance(expr, Tag):
+        return expr.name in doc.tags
+    if isinstance(expr, Phrase):
+        pattern = phrase_pattern(expr.text)
+        return bool(pattern.search(doc.title) or pattern.search(doc.summary))
+    if isinstance(expr, Not):
+        return not matches(expr.expr, doc)
+    if isinstance(expr, And):
+        return all(matches(i, doc) for i in expr.items)
+    return any(matches(i, doc) for i in expr.items)
+
+
+def _positive_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]], negated: bool = False) -> list[Hit]:
+    if isinstance(expr, Not):
+        return _positive_hits(expr.expr, doc, rule_fields, not negated)
+    if isinstance(expr, (And, Or)):
+        return [h for i in expr.items for h in _positive_hits(i, doc, rule_fields, negated)]
+    if negated:
+        return []
+    if isinstance(expr, Tag) and expr.name in doc.tags:
+        origins = doc.tags[expr.name]
+        parts = sorted(o for o in origins if o != "rule")
+        fields = rule_fields.get(expr.name, ())
+        if "rule" in origins:
+            parts.append("rule: " + (", ".join(fields) if fields else "matched"))
+        return [Hit(expr.name, "tag (" + "; ".join(parts) + ")", "title" in fields)]
+    if isinstance(expr, Phrase):
+        pattern = phrase_pattern(expr.text)
+        places = [name for name, text in (("title", doc.title), ("summary", doc.summary)) if pattern.search(text)]
+        if places:
+            return [Hit(to_text(expr), "phrase in " + " and ".join(places), "title" in places)]
+    return []
+
+
+def explain(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]] | None = None) -> Explanation:
+    """Whether *doc* matches, which atoms were found where, and its relevance score.
+
+    *rule_fields* says, per rule tag, in which fields its rule matched."""
+    rule_fields = rule_fields or {}
+    matched = matches(expr, doc)
+    hits: dict[str, Hit] = {}
+    for hit in _positive_hits(expr, doc, rule_fields):
+        hits.setdefault(hit.atom, hit)
+    score = 0
+    for hit in hits.values():
+        if hit.in_title:
+            score += WEIGHT_TITLE
+        elif hit.where.startswith("tag (") and ("header" in hit.where or "category" in hit.where):
+            score += WEIGHT_SOURCE_TAG
+        else:
+            score += WEIGHT_SUMMARY
+    return Explanation(matched, tuple(hits.values()), score if matched else 0)

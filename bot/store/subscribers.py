@@ -1,0 +1,125 @@
+"""Subscriber rows: lookups, batched upserts, status changes, purge."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy.orm import Session
+
+from bot.domain import Subscriber, SubscriberFields, SubscriberStatus
+from bot.store.entries import bulk_insert, chunks
+from bot.store.schema import Subscriber as SubscriberRow
+
+
+def email_key(email: str) -> str:
+    return email.casefold()
+
+
+def _view(row: SubscriberRow) -> Subscriber:
+    return Subscriber(
+        id=row.id,
+        email=row.email,
+        name=row.name,
+        filter=row.filter,
+        timezone=row.timezone,
+        send_hour=row.send_hour,
+        status=SubscriberStatus(row.status),
+        backfill=row.backfill,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        unsubscribe_secret=row.unsubscribe_secret,
+    )
+
+
+def get_subscriber(session: Session, email: str) -> Subscriber | None:
+    row = session.scalars(select(SubscriberRow).where(SubscriberRow.email_key == email_key(email))).first()
+    return _view(row) if row else None
+
+
+def get_subscriber_by_id(session: Session, subscriber_id: int) -> Subscriber | None:
+    row = session.get(SubscriberRow, subscriber_id)
+    return _view(row) if row else None
+
+
+def list_subscribers(session: Session, *, status: SubscriberStatus | None = None) -> list[Subscriber]:
+    query = select(SubscriberRow).order_by(SubscriberRow.email_key)
+    if status is not None:
+        query = query.where(SubscriberRow.status == status.value)
+    return [_view(r) for r in session.scalars(query)]
+
+
+def upsert_subscribers(
+    session: Session, items: Sequence[SubscriberFields], *, defaults: SubscriberFields, now: datetime
+) -> tuple[int, int]:
+    """Insert new addresses (missing fields from *defaults*) and update the given
+    fields of known ones, in batches.  Returns (created, updated)."""
+    by_key: dict[str, SubscriberFields] = {}
+    for item in items:  # the last row for an address wins, as a person re-editing would expect
+        by_key[email_key(item.email)] = item
+    existing: dict[str, int] = {}
+    keys = list(by_key)
+    for part in chunks(keys):
+        existing.update(
+            session.execute(
+                select(SubscriberRow.email_key, SubscriberRow.id).where(SubscriberRow.email_key.in_(part))
+            ).all()
+        )
+    new_rows = []
+    for key, item in by_key.items():
+        if key in existing:
+            continue
+        new_rows.append(
+            {
+                "email": item.email,
+                "email_key": key,
+                "name": item.name if item.name is not None else "",
+                "filter": item.filter if item.filter is not None else defaults.filter,
+                "timezone": item.timezone or defaults.timezone,
+                "send_hour": item.send_hour if item.send_hour is not None else defaults.send_hour,
+                "status": (item.status or SubscriberStatus.ACTIVE).value,
+                "backfill": item.backfill or defaults.backfill,
+                "unsubscribe_secret": secrets.token_hex(16),
+                "created_at": now,
+                "updated_at": now,
+            }
+        )
+    bulk_insert(session, SubscriberRow.__table__, new_rows)
+    # Updates grouped by which fields they set, one executemany per group.
+    groups: dict[tuple[str, ...], list[dict[str, object]]] = {}
+    for key, item in by_key.items():
+        if key not in existing:
+            continue
+        values: dict[str, object] = {
+            name: getattr(item, name)
+            for name in ("name", "filter", "timezone", "send_hour", "backfill")
+            if getattr(item, name) is not None
+        }
+        if item.status is not None:
+            values["status"] = item.status.value
+        values.update(email=item.email, updated_at=now, row_id=existing[key])
+        groups.setdefault(tuple(sorted(values)), []).append(values)
+    table = SubscriberRow.__table__
+    for names, rows in groups.items():
+        statement = (
+            update(table)
+            .where(table.c.id == bindparam("row_id"))
+            .values({n: bindparam(n) for n in names if n != "row_id"})
+        )
+        session.connection().execute(statement, rows)
+    updated = sum(len(rows) for rows in groups.values())
+    return len(new_rows), updated
+
+
+def set_status(session: Session, subscriber_id: int, status: SubscriberStatus, now: datetime) -> None:
+    session.execute(
+        update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values(status=status.value, updated_at=now)
+    )
+
+
+def purge_subscriber(session: Session, subscriber_id: int) -> None:
+    """Delete the row and everything that refers to it (privacy requests)."""
+    session.execute(delete(SubscriberRow).where(SubscriberRow.id == subscriber_id))
+

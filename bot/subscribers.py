@@ -1,0 +1,266 @@
+"""Subscriber service: validate what operators type or import, then store it.
+
+Every value is checked here, at input: addresses with email-validator (IDN
+domains accepted, no DNS look-ups), display names free of control characters,
+filters parsed, IANA time zones resolved.  A stored subscriber is therefore
+always valid.  Never renders or sends.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import zoneinfo
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from email_validator import EmailNotValidError, validate_email
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.domain import Subscriber, SubscriberFields, SubscriberStatus
+from bot.filters import FilterError, normalize_filter
+from bot.store.engine import transaction
+from bot.store.subscribers import (
+    get_subscriber,
+    list_subscribers,
+    purge_subscriber,
+    set_status,
+    upsert_subscribers,
+)
+
+CSV_COLUMNS = ("email", "name", "filter", "timezone", "send_hour", "status", "backfill")
+_BACKFILL = re.compile(r"^(?:all|none|\d{1,4}d)$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+class SubscriberInputError(ValueError):
+    """One bad field; ``str()`` names it: ``email: ...``."""
+
+
+def clean_email(raw: str) -> str:
+    if _CONTROL.search(raw):
+        raise SubscriberInputError("email: contains control characters")
+    try:
+        return validate_email(raw.strip(), check_deliverability=False).normalized
+    except EmailNotValidError as exc:
+        raise SubscriberInputError(f"email: {raw.strip()!r}: {exc}") from None
+
+
+def clean_name(raw: str) -> str:
+    if _CONTROL.search(raw):
+        raise SubscriberInputError("name: contains control characters (line breaks included)")
+    name = " ".join(raw.split())
+    if len(name) > 200:
+        raise SubscriberInputError("name: longer than 200 characters")
+    return name
+
+
+def clean_filter(raw: str) -> str:
+    try:
+        return normalize_filter(raw)
+    except FilterError as exc:
+        raise SubscriberInputError(f"filter: {exc}") from None
+
+
+def clean_timezone(raw: str) -> str:
+    name = raw.strip()
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise SubscriberInputError(f"timezone: {name!r} is not an IANA time zone (e.g. Europe/Berlin)") from None
+    return name
+
+
+def clean_hour(raw: str | int) -> int:
+    try:
+        hour = int(raw)
+    except (TypeError, ValueError):
+        raise SubscriberInputError(f"send_hour: {raw!r} is not a whole hour 0-23") from None
+    if not 0 <= hour <= 23:
+        raise SubscriberInputError(f"send_hour: {hour} is not a whole hour 0-23")
+    return hour
+
+
+def clean_backfill(raw: str) -> str:
+    value = raw.strip().lower()
+    if not _BACKFILL.match(value):
+        raise SubscriberInputError(f"backfill: {raw!r} is not 'all', 'none' or a number of days like '7d'")
+    return "0d" if value == "none" else value
+
+
+def clean_status(raw: str) -> SubscriberStatus:
+    try:
+        return SubscriberStatus(raw.strip().lower())
+    except ValueError:
+        allowed = ", ".join(s.value for s in SubscriberStatus)
+        raise SubscriberInputError(f"status: {raw!r} is not one of {allowed}") from None
+
+
+def clean_fields(
+    email: str,
+    *,
+    name: str | None = None,
+    filter: str | None = None,
+    timezone: str | None = None,
+    send_hour: str | int | None = None,
+    status: str | None = None,
+    backfill: str | None = None,
+) -> SubscriberFields:
+    """Validate every given field; None (or "" from a CSV cell) leaves it unset."""
+
+    def given(value: object) -> bool:
+        return value is not None and value != ""
+
+    return SubscriberFields(
+        email=clean_email(email),
+        name=clean_name(name) if name is not None else None,
+        filter=clean_filter(filter) if given(filter) else None,
+        timezone=clean_timezone(timezone) if given(timezone) else None,
+        send_hour=clean_hour(send_hour) if given(send_hour) else None,  # type: ignore[arg-type]
+        status=clean_status(status) if given(status) else None,  # type: ignore[arg-type]
+        backfill=clean_backfill(backfill) if given(backfill) else None,  # type: ignore[arg-type]
+    )
+
+
+def defaults(settings: Settings) -> SubscriberFields:
+    return SubscriberFields(
+        email="",
+        filter=normalize_filter(settings.subscribers.default_filter),
+        timezone=settings.schedule.default_timezone,
+        send_hour=settings.schedule.default_send_hour,
+        backfill=settings.subscribers.default_backfill,
+    )
+
+
+def save(
+    factory: sessionmaker[Session], settings: Settings, items: list[SubscriberFields], now: datetime
+) -> tuple[int, int]:
+    with transaction(factory) as session:
+        return upsert_subscribers(session, items, defaults=defaults(settings), now=now)
+
+
+@dataclass(frozen=True, slots=True)
+class RowError:
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    created: int
+    updated: int
+    errors: tuple[RowError, ...]
+
+
+def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
+    """Rows of a subscriber CSV (header required; only ``email`` is mandatory)."""
+    good: list[SubscriberFields] = []
+    bad: list[RowError] = []
+    reader = csv.DictReader(io.StringIO(text))
+    header = [h.strip().lower() for h in reader.fieldnames or []]
+    if "email" not in header:
+        return [], [RowError(1, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
+    unknown = [h for h in header if h not in CSV_COLUMNS]
+    if unknown:
+        return [], [RowError(1, f"unknown column(s) {', '.join(unknown)} (columns: {', '.join(CSV_COLUMNS)})")]
+    reader.fieldnames = header
+    for row in reader:
+        line = reader.line_num
+        if None in row:
+            bad.append(RowError(line, "more cells than header columns"))
+            continue
+        if not any((v or "").strip() for v in row.values()):
+            continue  # blank line
+        try:
+            good.append(clean_fields(**{k: (v if v is not None else None) for k, v in row.items()}))  # type: ignore[arg-type]
+        except SubscriberInputError as exc:
+            bad.append(RowError(line, str(exc)))
+    return good, bad
+
+
+def import_csv(factory: sessionmaker[Session], settings: Settings, text: str, now: datetime) -> ImportReport:
+    """Idempotent upsert of every good row; bad rows are reported, not fatal."""
+    good, bad = read_csv(text)
+    created, updated = save(factory, settings, good, now) if good else (0, 0)
+    return ImportReport(created, updated, tuple(bad))
+
+
+def export_rows(subscribers: Iterable[Subscriber]) -> Iterator[list[str]]:
+    yield list(CSV_COLUMNS)
+    for s in subscribers:
+        yield [s.email, s.name, s.filter, s.timezone, str(s.send_hour), s.status.value, s.backfill]
+
+
+def export_csv(factory: sessionmaker[Session], status: SubscriberStatus | None = None) -> str:
+    with factory() as session:
+        subscribers = list_subscribers(session, status=status)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerows(export_rows(subscribers))
+    return out.getvalue()
+
+
+class SubscriberNotFound(LookupError):
+    def __init__(self, email: str) -> None:
+        super().__init__(f"no subscriber {email!r}")
+
+
+class AlreadySubscribed(ValueError):
+    def __init__(self, email: str) -> None:
+        super().__init__(f"{email} is already subscribed (use 'subscribers edit' to change it)")
+
+
+def _require(session: Session, email: str) -> Subscriber:
+    found = get_subscriber(session, email)
+    if found is None:
+        raise SubscriberNotFound(email)
+    return found
+
+
+def add(
+    factory: sessionmaker[Session], settings: Settings, fields: SubscriberFields, now: datetime
+) -> tuple[Subscriber, bool]:
+    """Create a subscriber, or re-activate an unsubscribed one (keeping what was
+    already sent to them, so nothing is sent twice).  Returns (subscriber, created)."""
+    with transaction(factory) as session:
+        existing = get_subscriber(session, fields.email)
+        if existing is not None and existing.status is not SubscriberStatus.UNSUBSCRIBED:
+            raise AlreadySubscribed(existing.email)
+        if existing is not None:
+            fields = replace(fields, status=SubscriberStatus.ACTIVE)
+        upsert_subscribers(session, [fields], defaults=defaults(settings), now=now)
+        return _require(session, fields.email), existing is None
+
+
+def edit(factory: sessionmaker[Session], settings: Settings, fields: SubscriberFields, now: datetime) -> Subscriber:
+    with transaction(factory) as session:
+        _require(session, fields.email)
+        upsert_subscribers(session, [fields], defaults=defaults(settings), now=now)
+        return _require(session, fields.email)
+
+
+def change_status(factory: sessionmaker[Session], email: str, status: SubscriberStatus, now: datetime) -> Subscriber:
+    with transaction(factory) as session:
+        found = _require(session, email)
+        set_status(session, found.id, status, now)
+        return _require(session, email)
+
+
+def remove(factory: sessionmaker[Session], email: str, *, purge: bool, now: datetime) -> Subscriber:
+    """Soft removal marks ``unsubscribed`` and keeps the history; *purge* deletes
+    the subscriber and everything recorded about them."""
+    with transaction(factory) as session:
+        found = _require(session, email)
+        if purge:
+            purge_subscriber(session, found.id)
+        else:
+            set_status(session, found.id, SubscriberStatus.UNSUBSCRIBED, now)
+        return found
+
+
+def find(factory: sessionmaker[Session], email: str) -> Subscriber:
+    with factory() as session:
+        return _require(session, email)

@@ -1,0 +1,212 @@
+"""Tag rules from ``config/tags.toml``: which rule tags an entry's text earns.
+
+Keyword matching is on whole words, case-insensitive and Unicode-aware, and is
+done on the word tokens of a text rather than with one big regex alternation:
+a 10,000-entry dump is tagged in one pass over its words.  Pure functions plus
+loading the rules file; never touches the store.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+import unicodedata
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+FIELDS = ("title", "summary")
+_WORD = re.compile(r"[^\W_]+")
+
+
+class TagRulesError(ValueError):
+    """The rules file cannot be used; ``str()`` is one line naming file and rule."""
+
+
+class _RuleModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    keywords: list[str] = []
+    regex: list[str] = []
+    fields: list[str] = Field(default_factory=lambda: list(FIELDS))
+
+    @field_validator("fields")
+    @classmethod
+    def _known_fields(cls, value: list[str]) -> list[str]:
+        unknown = [f for f in value if f not in FIELDS]
+        if unknown or not value:
+            raise ValueError(f"fields must be a non-empty subset of {list(FIELDS)}")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class TagRule:
+    name: str  # case-folded tag name
+    label: str  # as written in the file
+    description: str
+    keywords: tuple[str, ...]
+    regexes: tuple[re.Pattern[str], ...]
+    fields: tuple[str, ...]
+
+
+def nfkc(text: str) -> str:
+    """NFKC-normalize (full-width letters, ligatures); ASCII text is returned as is, cheaply."""
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
+# ASCII fast path: lower-case, every non-alphanumeric byte to a space, split.
+# Three times faster than a regex findall on abstracts, and ingest tags every
+# new entry.
+_ASCII_WORD_BREAKS = bytes(c if chr(c).isalnum() else 0x20 for c in range(256))
+
+
+def _words(text: str) -> list[str]:
+    """Case-folded alphanumeric runs of *text* (Unicode letters and digits)."""
+    if text.isascii():
+        return text.encode("ascii").lower().translate(_ASCII_WORD_BREAKS).decode("ascii").split()
+    return _WORD.findall(nfkc(text).casefold())
+
+
+class TagRulesError(ValueError):
+    """The rules file cannot be used; ``str()`` is one line naming file and rule."""
+
+
+class _RuleModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    description: str = ""
+    keywords: list[str] = []
+    regex: list[str] = []
+    fields: list[str] = Field(default_factory=lambda: list(FIELDS))
+
+    @field_validator("fields")
+    @classmethod
+    def _known_fields(cls, value: list[str]) -> list[str]:
+        unknown = [f for f in value if f not in FIELDS]
+        if unknown or not value:
+            raise ValueError(f"fields must be a non-empty subset of {list(FIELDS)}")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class TagRule:
+    name: str  # case-folded tag name
+    label: str  # as written in the file
+    description: str
+    keywords: tuple[str, ...]
+    regexes: tuple[re.Pattern[str], ...]
+    fields: tuple[str, ...]
+
+
+def nfkc(text: str) -> str:
+    """NFKC-normalize (full-width letters, ligatures); ASCII text is returned as is, cheaply."""
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+
+
+# ASCII fast path: lower-case, every non-alphanumeric byte to a space, split.
+# Three times faster than a regex findall on abstracts, and ingest tags every
+# new entry.
+_ASCII_WORD_BREAKS = bytes(c if chr(c).isalnum() else 0x20 for c in range(256))
+
+
+def _words(text: str) -> list[str]:
+    """Case-folded alphanumeric runs of *text* (Unicode letters and digits)."""
+    if text.isascii():
+        return text.encode("ascii").lower().translate(_ASCII_WORD_BREAKS).decode("ascii").split()
+    return _WORD.findall(nfkc(text).casefold())
+
+
+class TagRules:
+    """A compiled rule set; ``match`` gives, per rule tag, the fields it matched in."""
+
+    def __init__(self, rules: Iterable[TagRule]) -> None:
+        self.rules = tuple(rules)
+        # One-word keywords, with their plural forms: word -> rule indices.  A
+        # text's word set is intersected with these keys in C.
+        self._single: dict[str, set[int]] = {}
+        # Multi-word keywords by first word: word -> [(" kw words ", plural forms..., rule index)],
+        # found by substring search in the space-joined words.
+        self._multi: dict[str, list[tuple[tuple[str, ...], int]]] = {}
+        self._regex_rules = tuple(i for i, r in enumerate(self.rules) if r.regexes)
+        for index, rule in enumerate(self.rules):
+            for keyword in rule.keywords:
+                words = tuple(_words(keyword))
+                if len(words) == 1:
+                    for form in (words[0], words[0] + "s", words[0] + "es"):
+                        self._single.setdefault(form, set()).add(index)
+                elif words:
+                    phrase = " ".join(words)
+                    forms = (f" {phrase} ", f" {phrase}s ", f" {phrase}es ")
+                    self._multi.setdefault(words[0], []).append((forms, index))
+        self._single_keys = frozenset(self._single)
+        self._multi_keys = frozenset(self._multi)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def _keyword_hits(self, text: str) -> set[int]:
+        tokens = _words(text)
+        present = set(tokens)
+        hits: set[int] = set()
+        for word in present & self._single_keys:
+            hits |= self._single[word]
+        firsts = present & self._multi_keys
+        if firsts:
+            joined = " " + " ".join(tokens) + " "
+            for first in firsts:
+                for forms, index in self._multi[first]:
+                    if index not in hits and any(form in joined for form in forms):
+                        hits.add(index)
+        return hits
+
+    def match(self, title: str, summary: str) -> dict[str, tuple[str, ...]]:
+        """Rule tag name -> the fields (title, summary) where its rule matched."""
+        found: dict[str, list[str]] = {}
+        for field, text in (("title", title), ("summary", summary)):
+            if not text:
+                continue
+            hits = self._keyword_hits(text)
+            for index in self._regex_rules:
+                if index not in hits and any(p.search(text) for p in self.rules[index].regexes):
+                    hits.add(index)
+            for index in sorted(hits):
+                rule = self.rules[index]
+                if field in rule.fields:
+                    found.setdefault(rule.name, []).append(field)
+        return {name: tuple(fields) for name, fields in found.items()}
+
+
+def load_rules(path: Path | None) -> TagRules:
+    """Rules from a TOML file; no file (or None) means no rule tags."""
+    if path is None or not path.is_file():
+        return TagRules(())
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TagRulesError(f"{path}: {exc}") from None
+    rules = []
+    seen: set[str] = set()
+    for label, body in data.items():
+        if not isinstance(body, dict):
+            raise TagRulesError(f"{path}: [{label}] must be a table")
+        name = label.casefold()
+        if name in seen:
+            raise TagRulesError(f"{path}: [{label}] repeats a tag name (names are case-insensitive)")
+        seen.add(name)
+        try:
+            model = _RuleModel.model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise TagRulesError(f"{path}: [{label}] {where}: {first['msg']}") from None
+        try:
+            regexes = tuple(re.compile(r, re.IGNORECASE) for r in model.regex)
+        except re.error as exc:
+            raise TagRulesError(f"{path}: [{label}] regex {exc.pattern!r}: {exc}") from None
+        if not model.keywords and not regexes:
+            raise TagRulesError(f"{path}: [{label}] needs at least one keyword or regex")
+        rules.append(TagRule(name, label, model.description, tuple(model.keywords), regexes, tuple(model.fields)))
+    return TagRules(rules)

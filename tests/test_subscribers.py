@@ -1,0 +1,123 @@
+"""Subscriber input: validation at the door, CSV import/export, soft and hard removal."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.domain import SubscriberStatus
+from bot.store.subscribers import get_subscriber, list_subscribers
+from bot.subscribers import (
+    AlreadySubscribed,
+    SubscriberInputError,
+    add,
+    clean_fields,
+    export_csv,
+    import_csv,
+    remove,
+)
+
+NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
+
+
+def test_addresses_are_normalized_and_idn_accepted() -> None:
+    assert clean_fields("  Ada@EXAMPLE.org ").email == "Ada@example.org"
+    assert clean_fields("linus@bücher.example").email == "linus@bücher.example"
+    assert clean_fields("yuki@xn--bcher-kva.example").email == "yuki@bücher.example"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"email": "not-an-address"}, "email:"),
+        ({"email": "a@b.example\r\nBcc: victim@example.org"}, "email: contains control characters"),
+        ({"email": "a@b.example", "name": "Eve\r\nBcc: x@y.z"}, "name: contains control characters"),
+        ({"email": "a@b.example", "filter": "gpu and"}, "filter: filter 'gpu and': position 8"),
+        ({"email": "a@b.example", "timezone": "Mars/Olympus"}, "timezone: 'Mars/Olympus' is not an IANA time zone"),
+        ({"email": "a@b.example", "timezone": "../../etc/passwd"}, "timezone:"),
+        ({"email": "a@b.example", "send_hour": "24"}, "send_hour: 24 is not a whole hour"),
+        ({"email": "a@b.example", "send_hour": "8am"}, "send_hour: '8am'"),
+        ({"email": "a@b.example", "backfill": "a week"}, "backfill:"),
+        ({"email": "a@b.example", "status": "gone"}, "status: 'gone' is not one of"),
+    ],
+)
+def test_bad_fields_are_rejected_with_the_field_named(kwargs: dict[str, str], field: str) -> None:
+    with pytest.raises(SubscriberInputError) as info:
+        clean_fields(**kwargs)
+    assert str(info.value).startswith(field) or field in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def _csv_10k_with_3_percent_bad() -> tuple[str, dict[int, str]]:
+    rng = random.Random(7)
+    lines = ["email,name,filter,timezone,send_hour"]
+    bad: dict[int, str] = {}
+    for i in range(10_000):
+        line_number = i + 2
+        if i % 100 < 3:
+            kind = rng.choice(["email", "filter", "timezone", "send_hour"])
+            bad[line_number] = kind
+            row = {
+                "email": f"broken{i}@@example.org,Name {i},*,UTC,8",
+                "filter": f"user{i}@example.org,Name {i},gpu and (llm,UTC,8",
+                "timezone": f"user{i}@example.org,Name {i},*,Nowhere/City,8",
+                "send_hour": f"user{i}@example.org,Name {i},*,UTC,25",
+            }[kind]
+        else:
+            row = f"user{i}@example.org,Name {i},{rng.choice(['*', 'gpu and llm', 'snn or fpga'])},Europe/Berlin,{i % 24}"
+        lines.append(row)
+    return "\n".join(lines) + "\n", bad
+
+
+def test_csv_import_of_10k_rows_keeps_the_good_and_lists_the_bad(factory: sessionmaker[Session]) -> None:
+    text, bad = _csv_10k_with_3_percent_bad()
+    report = import_csv(factory, Settings(), text, NOW)
+    assert (report.created, report.updated) == (10_000 - len(bad), 0)
+    assert len(bad) == 300
+    assert {e.line: e.reason.split(":")[0] for e in report.errors} == bad
+    again = import_csv(factory, Settings(), text, NOW)  # idempotent
+    assert (again.created, again.updated, len(again.errors)) == (0, 9_700, 300)
+    with factory() as s:
+        assert len(list_subscribers(s)) == 9_700
+
+
+def test_csv_header_problems_are_reported_once(factory: sessionmaker[Session]) -> None:
+    assert import_csv(factory, Settings(), "mail,name\nx@y.z,X\n", NOW).errors[0].reason.startswith(
+        "header must name an 'email' column"
+    )
+    assert "unknown column(s) colour" in import_csv(factory, Settings(), "email,colour\nx@y.z,red\n", NOW).errors[0].reason
+    report = import_csv(factory, Settings(), "email,name\nx@y.example,X,extra\n\n", NOW)
+    assert [(e.line, e.reason) for e in report.errors] == [(2, "more cells than header columns")]
+
+
+def test_export_round_trips_through_import(factory: sessionmaker[Session], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tests.conftest import ROOT
+
+    import_csv(factory, Settings(), (ROOT / "config" / "subscribers.example.csv").read_text(), NOW)
+    exported = export_csv(factory)
+    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill"
+    report = import_csv(factory, Settings(), exported, NOW)
+    assert (report.created, report.updated, report.errors) == (0, 5, ())
+    assert export_csv(factory) == exported
+
+
+def test_soft_remove_then_add_reactivates_and_purge_deletes(factory: sessionmaker[Session]) -> None:
+    settings = Settings()
+    subscriber, created = add(factory, settings, clean_fields("a@example.org", filter="gpu"), NOW)
+    assert created and subscriber.filter == "gpu" and subscriber.backfill == "7d"
+    with pytest.raises(AlreadySubscribed):
+        add(factory, settings, clean_fields("A@example.org"), NOW)
+    remove(factory, "a@example.org", purge=False, now=NOW)
+    with factory() as s:
+        found = get_subscriber(s, "a@example.org")
+        assert found is not None and found.status is SubscriberStatus.UNSUBSCRIBED
+    again, created = add(factory, settings, clean_fields("a@example.org"), NOW)
+    assert not created and again.status is SubscriberStatus.ACTIVE and again.id == subscriber.id
+    assert again.unsubscribe_secret == subscriber.unsubscribe_secret
+    remove(factory, "a@example.org", purge=True, now=NOW)
+    with factory() as s:
+        assert get_subscriber(s, "a@example.org") is None

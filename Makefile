@@ -17,15 +17,14 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/digestbot dumps ingest seeds/
-	$(BIN)/digestbot dumps list
-	$(BIN)/digestbot entries list
+	$(BIN)/digestbot demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/import_csv.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

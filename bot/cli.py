@@ -642,16 +642,22 @@ def subscribers_show(
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
     as_json: JsonOption = False,
 ) -> None:
-    """One subscriber's settings."""
+    """One subscriber's settings and their last digests."""
+    from bot.store.digests import list_digests
     from bot.subscribers import SubscriberNotFound, find
 
+    factory = ctx_of(ctx).sessions()
     try:
-        subscriber = find(ctx_of(ctx).sessions(), email)
+        subscriber = find(factory, email)
     except SubscriberNotFound as exc:
         fail(str(exc))
         return
+    with factory() as session:
+        digests = list_digests(session, subscriber_id=subscriber.id, limit=10)
     if as_json:
-        print_json_lines([_subscriber_json(subscriber)])
+        data = _subscriber_json(subscriber)
+        data["last_digests"] = [_digest_json(d) for d in digests]
+        print_json_lines([data])
         return
     table = Table(show_header=False, box=None, title=subscriber.email)
     table.add_column(style="bold")
@@ -659,6 +665,7 @@ def subscribers_show(
     for key, value in _subscriber_json(subscriber).items():
         table.add_row(key.replace("_", " "), str(_jsonable(value)))
     out.print(table)
+    out.print(_digest_table(digests, "Last digests"))
 
 
 # --- tags -------------------------------------------------------------------
@@ -797,6 +804,232 @@ def preview(
         found = select_for(session, subscriber, c.rules, as_of=as_of, exclude=claimed_entry_ids(session, subscriber.id))
     label = f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
     _print_candidates(found, f"{label}: {len(found)} entries", as_json)
+
+
+# --- digests -------------------------------------------------------------------
+
+
+class DigestStateOption(str, Enum):
+    queued = "queued"
+    sending = "sending"
+    sent = "sent"
+    retry_wait = "retry_wait"
+    failed = "failed"
+    empty = "empty"
+    cancelled = "cancelled"
+
+
+def _report_delivery(report: Any) -> None:
+    out.print(
+        f"sent {report.sent}, retrying {report.retrying}, failed {report.failed}, bounced {report.bounced}, "
+        f"cancelled {report.cancelled}",
+        markup=False,
+    )
+
+
+def _deliver_with_progress(c: Context, factory: Any) -> Any:
+    import asyncio
+
+    from bot.digests import deliver_now, due_count
+
+    total = due_count(factory, _now())
+    with progress_bar("sending", total) as advance:
+        return asyncio.run(deliver_now(factory, c.settings, clock=_now, progress=advance))
+
+
+@app.command("run")
+def run_command(
+    ctx: typer.Context,
+    once: Annotated[bool, typer.Option("--once", help="One full cycle (watch, plan, deliver), then exit.")] = False,
+    all_due: Annotated[bool, typer.Option("--all-due", help="With --once: treat every active subscriber as due now.")] = False,
+    role: Annotated[str, typer.Option(hidden=True)] = "all",
+) -> None:
+    """The daemon: watch the dump folder and feeds, plan digests at each subscriber's
+    local send time, deliver them.  SIGTERM/Ctrl-C: finish in-flight sends, exit 0."""
+    import asyncio
+
+    from bot.digests import plan
+    from bot.scheduler import Daemon
+    from bot.watcher import fetch_feeds, scan_folder
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    if all_due and not once:
+        fail("--all-due only goes with --once", EXIT_USAGE)
+    if not once:
+        asyncio.run(Daemon(factory, c.settings, c.rules).run())
+        return
+    results = scan_folder(factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds, rules=c.rules)
+    if c.settings.feeds.urls:
+        results += fetch_feeds(factory, c.settings, rules=c.rules)
+    _report(results, False)
+    planned = plan(factory, c.settings, c.rules, now=_now(), all_due=all_due)
+    out.print(f"planned {len(planned.planned)} digests ({planned.empty} with nothing new, {planned.not_due} not due yet)")
+    _report_delivery(_deliver_with_progress(c, factory))
+    if any(r.status is SourceStatus.FAILED for r in results):
+        raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+@app.command("send-now")
+def send_now(
+    ctx: typer.Context,
+    emails: Annotated[list[str] | None, typer.Argument(help="Subscribers (default: every active one).")] = None,
+) -> None:
+    """Send each given subscriber a digest now with what they have not been sent yet
+    (outside the daily schedule; entries sent now are not sent again)."""
+    from bot.digests import plan
+    from bot.store.digests import DigestKind
+    from bot.subscribers import SubscriberNotFound, find
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    chosen = None
+    if emails:
+        try:
+            chosen = [find(factory, e) for e in emails]
+        except SubscriberNotFound as exc:
+            fail(str(exc))
+    planned = plan(factory, c.settings, c.rules, now=_now(), subscribers=chosen, kind=DigestKind.MANUAL)
+    out.print(f"queued {len(planned.planned)} digests ({planned.empty} subscribers had nothing new)")
+    _report_delivery(_deliver_with_progress(c, factory))
+
+
+@app.command("resend")
+def resend_command(
+    ctx: typer.Context,
+    digest_id: Annotated[int | None, typer.Argument(help="The digest to send again.")] = None,
+    subscriber: Annotated[str | None, typer.Option("--subscriber", help="With --date: that subscriber's scheduled digest.")] = None,
+    date_: Annotated[str | None, typer.Option("--date", help="The local day of the digest (YYYY-MM-DD).")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Resend every failed digest.")] = False,
+) -> None:
+    """Send a digest again: same entries and summaries, marked as a resend; the
+    ledger does not change."""
+    from bot.digests import DigestNotFound, failed_digests, find_scheduled, resend
+    from bot.subscribers import SubscriberNotFound, find
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    targets: list[int] = []
+    if failed:
+        targets = [d.id for d in failed_digests(factory)]
+    elif digest_id is not None:
+        targets = [digest_id]
+    elif subscriber and date_:
+        try:
+            found = find_scheduled(factory, find(factory, subscriber).id, _parse_date(date_, "--date"))  # type: ignore[arg-type]
+        except SubscriberNotFound as exc:
+            fail(str(exc))
+            return
+        if found is None:
+            fail(f"no scheduled digest for {subscriber} on {date_}")
+            return
+        targets = [found.id]
+    else:
+        fail("give DIGEST_ID, --subscriber EMAIL --date D, or --failed", EXIT_USAGE)
+    try:
+        queued = [resend(factory, c.settings, t, now=_now()) for t in targets]
+    except DigestNotFound as exc:
+        fail(str(exc))
+        return
+    out.print(f"queued {len(queued)} resends: {', '.join(f'#{q}' for q in queued) or 'none'}")
+    _report_delivery(_deliver_with_progress(c, factory))
+
+
+def _digest_json(d: Any) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "subscriber": d.subscriber_email,
+        "local_date": d.local_date,
+        "kind": d.kind,
+        "state": d.state,
+        "entries": d.entry_count,
+        "attempts": d.attempts,
+        "smtp_code": d.smtp_code,
+        "error": d.last_error,
+        "message_id": d.message_id,
+        "planned_at": d.planned_at,
+        "sent_at": d.sent_at,
+        "resend_of": d.resend_of,
+    }
+
+
+def _digest_table(digests: list[Any], title: str) -> Table:
+    table = Table("id", "subscriber", "day", "kind", "state", "entries", "tries", "error", title=title)
+    for d in digests:
+        table.add_row(str(d.id), d.subscriber_email, d.local_date.isoformat(), d.kind.value, d.state.value,
+                      str(d.entry_count), str(d.attempts), d.last_error or "")
+    return table
+
+
+@app.command("history")
+def history(
+    ctx: typer.Context,
+    email: Annotated[str | None, typer.Argument(help="Only this subscriber.")] = None,
+    status: Annotated[DigestStateOption | None, typer.Option("--status", help="Only digests in this state.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many (newest first).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Digests, newest first: who, which day, state, entries, attempts, last error."""
+    from bot.store.digests import DigestState, list_digests
+    from bot.subscribers import SubscriberNotFound, find
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    subscriber_id = None
+    if email:
+        try:
+            subscriber_id = find(factory, email).id
+        except SubscriberNotFound as exc:
+            fail(str(exc))
+    with factory() as session:
+        digests = list_digests(
+            session, subscriber_id=subscriber_id, state=DigestState(status.value) if status else None, limit=limit
+        )
+    if as_json:
+        print_json_lines([_digest_json(d) for d in digests])
+        return
+    out.print(_digest_table(digests, f"Digests ({len(digests)})"))
+
+
+@app.command("stats")
+def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Per local day: digests planned, sent, failed, bounced (and the rest)."""
+    from bot.store.digests import bounced_by_day, stats_by_day
+
+    with ctx_of(ctx).sessions()() as session:
+        days = stats_by_day(session)
+        bounced = bounced_by_day(session)
+    rows = []
+    for day, states in days:
+        planned = sum(n for s, n in states.items() if s != "empty")
+        rows.append({"day": day, "planned": planned, "sent": states.get("sent", 0), "failed": states.get("failed", 0),
+                     "bounced": bounced.get(day, 0), "pending": sum(states.get(s, 0) for s in ("queued", "sending", "retry_wait")),
+                     "empty": states.get("empty", 0)})
+    if as_json:
+        print_json_lines(rows)
+        return
+    table = Table("day", "planned", "sent", "failed", "bounced", "pending", "empty", title="Digests per day")
+    for r in rows:
+        table.add_row(r["day"].isoformat(), *(str(r[k]) for k in ("planned", "sent", "failed", "bounced", "pending", "empty")))
+    out.print(table)
+
+
+@app.command("demo")
+def demo(ctx: typer.Context) -> None:
+    """Replay seeds/ one day at a time into a local SMTP sink: var/inbox/*.eml + index.html."""
+    from bot.demo import run_demo
+
+    c = ctx_of(ctx)
+    csv_path = Path("config/subscribers.example.csv")
+    if not csv_path.is_file():
+        fail(f"{csv_path}: not found (run the demo from the project folder)", EXIT_USAGE)
+    rows, inbox = run_demo(c.settings, c.rules, subscribers_csv=csv_path)
+    table = Table("day", "dump", "subscriber", "entries", "status", title="Seed replay: one digest per subscriber and day")
+    for r in rows:
+        table.add_row(str(r.day), r.dump, r.subscriber, str(r.entries), r.status)
+    out.print(table)
+    count = len(list(inbox.glob("*.eml")))
+    out.print(f"{count} messages in {inbox}/ (open {inbox / 'index.html'} in a browser)", markup=False)
 
 
 def main() -> None:

@@ -73,7 +73,14 @@ class SmtpConfig(BaseModel):
     username: str = ""
     password: SecretStr = SecretStr("")
     password_file: Path | None = None
-    timeout_seconds: float = Field(30.0, gt=0)
+    timeout_seconds: float = Field(30.0, gt=0)  # one whole message: connect to 250 after DATA
+    pool_size: int = Field(2, ge=1, le=64)  # connections kept open and reused
+    rate_per_second: float = Field(0.0, ge=0)  # 0: no limit
+    max_attempts: int = Field(6, ge=1)  # 4xx/disconnect/timeout retries before "failed"
+    retry_base_seconds: float = Field(60.0, gt=0)  # backoff: base * 2^(attempt-1), plus jitter
+    retry_max_seconds: float = Field(3600.0, gt=0)
+    bounce_codes: list[int] = [550, 551, 553]
+    bounce_threshold: int = Field(1, ge=1)  # permanent failures with those codes before "bounced"
 
     def resolved_password(self) -> SecretStr:
         """The password from the env, else from ``password_file``; never logged."""
@@ -93,6 +100,25 @@ class SenderConfig(BaseModel):
     from_address: str = "digestbot@localhost"
     from_name: str = "digestbot"
     list_id: str = "digest.digestbot.localhost"
+    # Where "mailto:" unsubscribe requests go (default: from_address).
+    unsubscribe_address: str = ""
+
+
+class DigestConfig(BaseModel):
+    max_entries: int = Field(30, ge=1)  # the rest rolls into the next digest, best first
+    send_empty: bool = False
+    # Papers without an arXiv/DOI link or URL in their summary link to this search.
+    search_url: str = "https://arxiv.org/search/?query={title}&searchtype=title"
+    lease_seconds: int = Field(300, ge=10)  # a "sending" row older than this is retried
+
+
+class WebConfig(BaseModel):
+    # e.g. "https://digest.example.org": enables https List-Unsubscribe and manage links.
+    public_url: str = ""
+    # HMAC key for unsubscribe tokens: env DIGESTBOT_WEB__SIGNING_KEY, or this file,
+    # or (neither) a random key created once in <var_dir>/signing.key.
+    signing_key: SecretStr = SecretStr("")
+    signing_key_file: Path | None = None
 
 
 class _TomlWithoutSecrets(TomlConfigSettingsSource):
@@ -100,12 +126,13 @@ class _TomlWithoutSecrets(TomlConfigSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         data = super().__call__()
-        smtp = data.get("smtp")
-        if isinstance(smtp, dict) and "password" in smtp:
-            raise ConfigError(
-                f"{self.toml_file_path}: smtp.password is not allowed in the config file; "
-                f"set {ENV_PREFIX}SMTP__PASSWORD or smtp.password_file"
-            )
+        for section, key, env in (("smtp", "password", "SMTP__PASSWORD"), ("web", "signing_key", "WEB__SIGNING_KEY")):
+            table = data.get(section)
+            if isinstance(table, dict) and key in table:
+                raise ConfigError(
+                    f"{self.toml_file_path}: {section}.{key} is not allowed in the config file; "
+                    f"set {ENV_PREFIX}{env} or {section}.{key}_file"
+                )
         return data
 
 
@@ -125,6 +152,8 @@ class Settings(BaseSettings):
     subscribers: SubscribersConfig = SubscribersConfig()
     smtp: SmtpConfig = SmtpConfig()
     sender: SenderConfig = SenderConfig()
+    digest: DigestConfig = DigestConfig()
+    web: WebConfig = WebConfig()
 
     @field_validator("feeds")
     @classmethod
@@ -155,6 +184,7 @@ class Settings(BaseSettings):
         """A JSON-able view for ``digestbot config show``; secrets masked."""
         data = self.model_dump(mode="json")
         data["smtp"]["password"] = "**********" if self.smtp.password.get_secret_value() else ""
+        data["web"]["signing_key"] = "**********" if self.web.signing_key.get_secret_value() else ""
         data["database"]["effective_url"] = _mask_url_password(self.database_url)
         data["database"]["url"] = _mask_url_password(data["database"]["url"])
         return data

@@ -120,6 +120,7 @@ class EntryView:
     first_seen_at: datetime
     extra: dict[str, str] = field(default_factory=dict)
     tag_origins: dict[str, frozenset[str]] = field(default_factory=dict)  # case-folded name -> origins
+    summary_source_id: int | None = None  # whose appearance carries the current summary
 
 
 class SubscriberStatus(StrEnum):
@@ -157,3 +158,43 @@ class SubscriberFields:
     send_hour: int | None = None
     status: SubscriberStatus | None = None
     backfill: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DigestItem:
+    """One entry as a digest carries it (summary pinned when the digest was planned)."""
+
+    key: str
+    kind: EntryKind
+    title: str
+    authors: tuple[str, ...]
+    published: date | None
+    summary: str
+    summary_type: str
+    tags: tuple[str, ...]
+    why: str
+    arxiv_id: str | None
+    doi: str | None
+    links: tuple[str, ...]
+    extra: tuple[tuple[str, str], ...] = ()
+    url: str = ""  # where the title links; empty: work it out from the fields above
+
+
+@dataclass(frozen=True, slots=True)
+class DigestContent:
+    """Everything the render stage needs for one message; no database behind it."""
+
+    digest_id: int
+    kind: str  # scheduled | manual | resend
+    local_date: date
+    subscriber: Subscriber
+    items: tuple[DigestItem, ...]
+    pending: int = 0  # matching entries left for the next digest
+    resend_of: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedDigest:
+    subject: str
+    text: str
+    html: str

@@ -187,3 +187,88 @@ def test_tags_commands(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-
     assert "needs at least one keyword" in run(
         "tags", "apply", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}, code=2
     ).stderr
+
+
+@pytest.fixture
+def sink():  # type: ignore[no-untyped-def]
+    from bot.sink import Sink, SinkHandler
+
+    with Sink(SinkHandler()) as running:
+        yield running
+
+
+def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    smtp = {"DIGESTBOT_SMTP__PORT": str(sink.port), "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
+            "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var")}
+    run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")), extra_env=smtp)
+    run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv"), extra_env=smtp)
+    first = run("run", "--once", "--all-due", extra_env=smtp).stdout
+    assert "planned 4 digests" in first and "sent 4," in first
+    assert len(sink.received) == 4
+    assert "planned 0 digests" in run("run", "--once", "--all-due", extra_env=smtp).stdout
+    run("run", "--all-due", code=2, extra_env=smtp)
+
+    history = json_lines(run("history", "--json", extra_env=smtp).stdout)
+    sent = [h for h in history if h["state"] == "sent"]
+    assert len(sent) == 4 and all(h["attempts"] == 1 and h["smtp_code"] == 250 for h in sent)
+    assert len(json_lines(run("history", "grace@example.org", "--status", "sent", "--json", extra_env=smtp).stdout)) == 1
+    days = json_lines(run("stats", "--json", extra_env=smtp).stdout)  # local days differ by zone
+    assert [sum(d[k] for d in days) for k in ("planned", "sent", "failed", "bounced")] == [4, 4, 0, 0]
+    assert "last_digests" in json_lines(run("subscribers", "show", "grace@example.org", "--json", extra_env=smtp).stdout)[0]
+
+    grace = next(h for h in sent if h["subscriber"] == "grace@example.org")
+    assert "queued 1 resends" in run("resend", str(grace["id"]), extra_env=smtp).stdout
+    assert "queued 1 resends" in run("resend", "--subscriber", "grace@example.org", "--date", grace["local_date"],
+                                     extra_env=smtp).stdout
+    assert "queued 0 resends" in run("resend", "--failed", extra_env=smtp).stdout
+    run("resend", "99999", code=1, extra_env=smtp)
+    run("resend", code=2, extra_env=smtp)
+    assert len(sink.received) == 6 and sink.received[-1].message["Subject"].startswith("[resent] ")
+
+    nothing = run("send-now", "ada@example.org", extra_env=smtp).stdout
+    assert "queued 0 digests (1 subscribers had nothing new)" in nothing
+    run("send-now", "nobody@example.org", code=1, extra_env=smtp)
+
+
+def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    shutil.copytree(ROOT / "seeds", tmp_path / "seeds")
+    shutil.copytree(ROOT / "templates", tmp_path / "templates")
+    env = {"DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "seeds"), "DIGESTBOT_PATHS__TAGS_FILE": "config/tags.toml"}
+    shown = run("demo", extra_env=env).stdout
+    assert "9 messages in var/inbox/" in shown
+    assert len(list((tmp_path / "var" / "inbox").glob("*.eml"))) == 9
+    assert "0009.html" in (tmp_path / "var" / "inbox" / "index.html").read_text()
+    assert "9 messages" in run("demo", extra_env=env).stdout  # repeatable: starts afresh each time
+
+
+def test_daemon_sends_then_stops_cleanly_on_sigterm(tmp_path: Path, sink) -> None:  # type: ignore[no-untyped-def]
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env.update({
+        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'd.sqlite3'}",
+        "DIGESTBOT_PATHS__DUMP_DIR": str(SEEDS),
+        "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
+        "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+        "DIGESTBOT_SMTP__PORT": str(sink.port),
+        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
+    })
+    subprocess.run([DIGESTBOT, "subscribers", "add", "ada@example.org", "--tz", "UTC", "--hour", "0"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True)
+    daemon = subprocess.Popen([DIGESTBOT, "-v", "run"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not sink.received and time.monotonic() < deadline and daemon.poll() is None:
+            time.sleep(0.2)
+        assert len(sink.received) == 1, daemon.stderr.read() if daemon.poll() is not None else "no mail"
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    assert "stopped" in daemon.stderr.read()
+    assert len(sink.received) == 1

@@ -99,10 +99,19 @@ def test_json_feed(factory: sessionmaker[Session]) -> None:
         assert [e.title for e in list_entries(s, tag="gpu")] == ["Compilers for Sparse Tensor Cores"]
 
 
+def test_a_dump_whose_first_title_starts_with_a_bracket_is_not_a_feed() -> None:
+    from bot.sources import looks_like_feed
+
+    assert not looks_like_feed(b"<Title> of a paper\n\nA 2026-01-01\n\nS\n\nPDF")
+    assert not looks_like_feed(b"{Braces} in a title\n\nA 2026-01-01\n\nS\n\nPDF")
+    assert looks_like_feed(b"\xef\xbb\xbf  <?xml version='1.0'?><rss/>")
+    assert looks_like_feed(b'{\n  "version": "https://jsonfeed.org/version/1.1"}')
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (b"<html><body>not a feed</body></html>", "not an RSS or Atom feed"),
+        (b"<?xml version='1.0'?><html><body>not a feed</body></html>", "not an RSS or Atom feed"),
         (b'{"version": "1.0", "items": []}', "not a JSON Feed"),
         (b'{"version": "https://jsonfeed.org/version/1.1", "items": [{"id": "1"}]}', "items[0] (1) has no title"),
         (b'{"version": ', "invalid JSON"),

@@ -16,6 +16,7 @@ __all__ = [
     "DumpFormatError",
     "FeedFormatError",
     "SourceFormatError",
+    "looks_like_feed",
     "parse_any",
     "parse_dump",
     "parse_feed",

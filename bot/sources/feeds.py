@@ -32,9 +32,14 @@ class FeedFormatError(SourceFormatError):
     """A feed document we cannot read."""
 
 
+_FEED_START = re.compile(rb"^(?:<\?xml|<rss[\s>]|<feed[\s>]|<rdf:RDF[\s>]|<!--|<!DOCTYPE\s|\{\s*\")", re.IGNORECASE)
+
+
 def looks_like_feed(data: bytes) -> bool:
+    """An XML or JSON document, as opposed to a text dump (whose first title
+    may well start with "<" or "{")."""
     head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head.startswith((b"<", b"{"))
+    return bool(_FEED_START.match(head))
 
 
 def _one_line(text: str | None) -> str:

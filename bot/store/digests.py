@@ -2,12 +2,336 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from enum import StrEnum
+
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from bot.store.schema import LedgerEntry
+from bot.domain import DigestContent, DigestItem, EntryKind
+from bot.store.entries import bulk_insert, chunks
+from bot.store.schema import Appearance, Digest, Entry, LedgerEntry
+from bot.store.subscribers import _view as subscriber_view
+from bot.store.schema import Subscriber as SubscriberRow
+
+
+class DigestState(StrEnum):
+    QUEUED = "queued"
+    SENDING = "sending"
+    SENT = "sent"
+    RETRY_WAIT = "retry_wait"
+    FAILED = "failed"
+    EMPTY = "empty"  # nothing matched that day (and empty digests are not sent)
+    CANCELLED = "cancelled"  # the subscriber left before it went out; entries released
+
+
+class DigestKind(StrEnum):
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
+    RESEND = "resend"
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    entry_id: int
+    summary_source_id: int | None
+    why: str
+    tags: tuple[str, ...]
+    url: str
 
 
 def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
     """Entries already carried (or being carried) by a digest to this subscriber."""
     return set(session.scalars(select(LedgerEntry.entry_id).where(LedgerEntry.subscriber_id == subscriber_id)))
+
+
+def scheduled_days(session: Session, subscriber_ids: Sequence[int], days: Iterable[date]) -> set[tuple[int, date]]:
+    """Which (subscriber, local day) pairs already have their scheduled digest."""
+    found: set[tuple[int, date]] = set()
+    day_list = sorted(set(days))
+    for part in chunks(list(subscriber_ids)):
+        rows = session.execute(
+            select(Digest.subscriber_id, Digest.local_date).where(
+                Digest.kind == DigestKind.SCHEDULED.value,
+                Digest.subscriber_id.in_(part),
+                Digest.local_date.in_(day_list),
+            )
+        )
+        found.update((sid, day) for sid, day in rows)
+    return found
+
+
+def create_digest(
+    session: Session,
+    *,
+    subscriber_id: int,
+    local_date: date,
+    kind: DigestKind,
+    state: DigestState,
+    now: datetime,
+    entries: Sequence[Planned],
+    message_id: str,
+    resend_of: int | None = None,
+    pending: int = 0,
+) -> int:
+    """Insert a digest and (except for resends, which reuse the original's) its ledger rows."""
+    digest = Digest(
+        subscriber_id=subscriber_id,
+        local_date=local_date,
+        kind=kind.value,
+        resend_of_id=resend_of,
+        state=state.value,
+        attempts=0,
+        next_attempt_at=now,
+        message_id=message_id,
+        entry_count=len(entries) if kind is not DigestKind.RESEND else entry_count_of(session, resend_of),
+        pending_count=pending,
+        planned_at=now,
+    )
+    session.add(digest)
+    session.flush()
+    if kind is not DigestKind.RESEND:
+        bulk_insert(
+            session,
+            LedgerEntry.__table__,
+            [
+                {
+                    "subscriber_id": subscriber_id,
+                    "entry_id": p.entry_id,
+                    "digest_id": digest.id,
+                    "position": n,
+                    "summary_source_id": p.summary_source_id,
+                    "why": p.why,
+                    "tags": list(p.tags),
+                    "url": p.url,
+                }
+                for n, p in enumerate(entries)
+            ],
+        )
+    return digest.id
+
+
+def entry_count_of(session: Session, digest_id: int | None) -> int:
+    if digest_id is None:
+        return 0
+    return session.scalar(select(func.count()).select_from(LedgerEntry).where(LedgerEntry.digest_id == digest_id)) or 0
+
+
+def set_message_id(session: Session, digest_id: int, message_id: str) -> None:
+    session.execute(update(Digest).where(Digest.id == digest_id).values(message_id=message_id))
+
+
+def _due(now: datetime):  # type: ignore[no-untyped-def]
+    return or_(
+        and_(Digest.state.in_([DigestState.QUEUED.value, DigestState.RETRY_WAIT.value]), Digest.next_attempt_at <= now),
+        and_(Digest.state == DigestState.SENDING.value, Digest.lease_expires_at < now),
+    )
+
+
+def count_due(session: Session, now: datetime) -> int:
+    return session.scalar(select(func.count()).select_from(Digest).where(_due(now))) or 0
+
+
+def claim_due(session: Session, *, now: datetime, worker: str, lease_seconds: int, limit: int) -> list[int]:
+    """Take up to *limit* digests that are due (queued, retry time reached, or a
+    ``sending`` whose lease expired) and lease them to *worker*."""
+    ids = list(session.scalars(select(Digest.id).where(_due(now)).order_by(Digest.next_attempt_at, Digest.id).limit(limit)))
+    if ids:
+        session.execute(
+            update(Digest)
+            .where(Digest.id.in_(ids))
+            .values(
+                state=DigestState.SENDING.value,
+                lease_owner=worker,
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                attempts=Digest.attempts + 1,
+            )
+        )
+    return ids
+
+
+@dataclass(frozen=True, slots=True)
+class DigestRow:
+    id: int
+    subscriber_id: int
+    subscriber_email: str
+    local_date: date
+    kind: DigestKind
+    state: DigestState
+    attempts: int
+    entry_count: int
+    message_id: str
+    smtp_code: int | None
+    last_error: str | None
+    planned_at: datetime
+    sent_at: datetime | None
+    resend_of: int | None
+    lease_owner: str | None
+
+
+def _row(d: Digest, email: str) -> DigestRow:
+    return DigestRow(
+        id=d.id,
+        subscriber_id=d.subscriber_id,
+        subscriber_email=email,
+        local_date=d.local_date,
+        kind=DigestKind(d.kind),
+        state=DigestState(d.state),
+        attempts=d.attempts,
+        entry_count=d.entry_count,
+        message_id=d.message_id,
+        smtp_code=d.smtp_code,
+        last_error=d.last_error,
+        planned_at=d.planned_at,
+        sent_at=d.sent_at,
+        resend_of=d.resend_of_id,
+        lease_owner=d.lease_owner,
+    )
+
+
+def get_digest(session: Session, digest_id: int) -> DigestRow | None:
+    found = session.execute(
+        select(Digest, SubscriberRow.email).join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id).where(
+            Digest.id == digest_id
+        )
+    ).first()
+    return _row(*found) if found else None
+
+
+def list_digests(
+    session: Session,
+    *,
+    subscriber_id: int | None = None,
+    state: DigestState | None = None,
+    local_date: date | None = None,
+    kind: DigestKind | None = None,
+    limit: int | None = None,
+) -> list[DigestRow]:
+    query = select(Digest, SubscriberRow.email).join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
+    if subscriber_id is not None:
+        query = query.where(Digest.subscriber_id == subscriber_id)
+    if state is not None:
+        query = query.where(Digest.state == state.value)
+    if local_date is not None:
+        query = query.where(Digest.local_date == local_date)
+    if kind is not None:
+        query = query.where(Digest.kind == kind.value)
+    query = query.order_by(Digest.id.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    return [_row(d, email) for d, email in session.execute(query)]
+
+
+def digest_content(session: Session, digest_id: int) -> DigestContent:
+    """What a digest carries, from the ledger (a resend reads its original's rows)."""
+    digest = session.get_one(Digest, digest_id)
+    subscriber = subscriber_view(session.get_one(SubscriberRow, digest.subscriber_id))
+    source_digest = digest.resend_of_id if digest.kind == DigestKind.RESEND.value and digest.resend_of_id else digest.id
+    pinned = func.coalesce(
+        select(Appearance.summary)
+        .where(Appearance.entry_id == Entry.id, Appearance.source_id == LedgerEntry.summary_source_id)
+        .scalar_subquery(),
+        Entry.summary,
+    )
+    rows = session.execute(
+        select(Entry, LedgerEntry.why, LedgerEntry.tags, LedgerEntry.url, pinned)
+        .join(LedgerEntry, LedgerEntry.entry_id == Entry.id)
+        .where(LedgerEntry.digest_id == source_digest)
+        .order_by(LedgerEntry.position)
+    ).all()
+    items = tuple(
+        DigestItem(
+            key=entry.key,
+            kind=EntryKind(entry.kind),
+            title=entry.title,
+            authors=tuple(entry.authors),
+            published=entry.published,
+            summary=summary,
+            summary_type=entry.summary_type,
+            tags=tuple(tags),
+            url=url,
+            why=why,
+            arxiv_id=entry.arxiv_id,
+            doi=entry.doi,
+            links=tuple(entry.links),
+            extra=tuple(sorted(entry.extra.items())),
+        )
+        for entry, why, tags, url, summary in rows
+    )
+    return DigestContent(
+        digest_id=digest.id,
+        kind=digest.kind,
+        local_date=digest.local_date,
+        subscriber=subscriber,
+        items=items,
+        pending=digest.pending_count,
+        resend_of=digest.resend_of_id,
+    )
+
+
+def finish(
+    session: Session,
+    digest_id: int,
+    *,
+    worker: str,
+    state: DigestState,
+    now: datetime,
+    code: int | None,
+    error: str | None,
+    retry_at: datetime | None = None,
+) -> bool:
+    """Record an attempt's outcome if *worker* still holds the lease; False if it lost it."""
+    values: dict[str, object] = {"state": state.value, "smtp_code": code, "last_error": error, "lease_owner": None,
+                                 "lease_expires_at": None}
+    if state is DigestState.SENT:
+        values["sent_at"] = now
+    if retry_at is not None:
+        values["next_attempt_at"] = retry_at
+    result = session.execute(
+        update(Digest)
+        .where(Digest.id == digest_id, Digest.lease_owner == worker, Digest.state == DigestState.SENDING.value)
+        .values(**values)
+    )
+    return bool(result.rowcount)
+
+
+def release_entries(session: Session, digest_id: int) -> None:
+    """Give a cancelled digest's entries back, so a later digest can carry them."""
+    session.execute(delete(LedgerEntry).where(LedgerEntry.digest_id == digest_id))
+
+
+def count_bounce(session: Session, subscriber_id: int, *, threshold: int, now: datetime) -> bool:
+    """Count one bounce; mark the subscriber ``bounced`` at *threshold*.  True if it was."""
+    row = session.get_one(SubscriberRow, subscriber_id)
+    row.bounces += 1
+    if row.bounces >= threshold and row.status == "active":
+        row.status = "bounced"
+        row.updated_at = now
+        return True
+    return False
+
+
+def reset_bounces(session: Session, subscriber_id: int) -> None:
+    session.execute(update(SubscriberRow).where(SubscriberRow.id == subscriber_id, SubscriberRow.bounces != 0).values(bounces=0))
+
+
+def stats_by_day(session: Session) -> list[tuple[date, dict[str, int]]]:
+    rows = session.execute(
+        select(Digest.local_date, Digest.state, func.count()).group_by(Digest.local_date, Digest.state)
+    )
+    days: dict[date, dict[str, int]] = {}
+    for day, state, count in rows:
+        days.setdefault(day, {})[state] = count
+    return sorted(days.items(), reverse=True)
+
+
+def bounced_by_day(session: Session) -> dict[date, int]:
+    rows = session.execute(
+        select(Digest.local_date, func.count())
+        .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
+        .where(SubscriberRow.status == "bounced", Digest.state == DigestState.FAILED.value)
+        .group_by(Digest.local_date)
+    )
+    return {day: count for day, count in rows}

@@ -454,6 +454,7 @@ def _view(entry: Entry, tags: _EntryTags | None) -> EntryView:
         first_seen_at=entry.first_seen_at,
         extra=dict(entry.extra),
         tag_origins={name: frozenset(o) for name, o in tags.origins.items()},
+        summary_source_id=entry.summary_source_id,
     )
 
 

@@ -195,6 +195,7 @@ class Subscriber(Base):
     status: Mapped[str] = mapped_column(String(16), index=True)
     backfill: Mapped[str] = mapped_column(String(16))  # "7d", "0d", "all"
     unsubscribe_secret: Mapped[str] = mapped_column(String(64))
+    bounces: Mapped[int] = mapped_column(Integer, default=0)  # permanent failures since last success
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
@@ -220,6 +221,7 @@ class Digest(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     message_id: Mapped[str] = mapped_column(String(255))
     entry_count: Mapped[int] = mapped_column(Integer)
+    pending_count: Mapped[int] = mapped_column(Integer, default=0)  # matching entries left for later
     smtp_code: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
     planned_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -252,3 +254,5 @@ class LedgerEntry(Base):
     position: Mapped[int] = mapped_column(Integer)
     summary_source_id: Mapped[int | None] = mapped_column(ForeignKey("sources.id"))
     why: Mapped[str] = mapped_column(Text)
+    tags: Mapped[list[str]] = mapped_column(JSON)  # as shown, so a resend shows the same
+    url: Mapped[str] = mapped_column(Text)  # where the title links, pinned likewise

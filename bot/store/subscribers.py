@@ -82,6 +82,7 @@ def upsert_subscribers(
                 "status": (item.status or SubscriberStatus.ACTIVE).value,
                 "backfill": item.backfill or defaults.backfill,
                 "unsubscribe_secret": secrets.token_hex(16),
+                "bounces": 0,
                 "created_at": now,
                 "updated_at": now,
             }

@@ -29,6 +29,7 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("backfill", sa.String(length=16), nullable=False),
         sa.Column("unsubscribe_secret", sa.String(length=64), nullable=False),
+        sa.Column("bounces", sa.Integer(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_subscribers")),

@@ -31,6 +31,7 @@ def upgrade() -> None:
         sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("message_id", sa.String(length=255), nullable=False),
         sa.Column("entry_count", sa.Integer(), nullable=False),
+        sa.Column("pending_count", sa.Integer(), nullable=False),
         sa.Column("smtp_code", sa.Integer(), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("planned_at", sa.DateTime(timezone=True), nullable=False),
@@ -61,6 +62,8 @@ def upgrade() -> None:
         sa.Column("position", sa.Integer(), nullable=False),
         sa.Column("summary_source_id", sa.Integer(), nullable=True),
         sa.Column("why", sa.Text(), nullable=False),
+        sa.Column("tags", sa.JSON(), nullable=False),
+        sa.Column("url", sa.Text(), nullable=False),
         sa.ForeignKeyConstraint(["digest_id"], ["digests.id"], name=op.f("fk_ledger_digest_id_digests"), ondelete="CASCADE"),
         sa.ForeignKeyConstraint(["entry_id"], ["entries.id"], name=op.f("fk_ledger_entry_id_entries"), ondelete="CASCADE"),
         sa.ForeignKeyConstraint(

@@ -1,0 +1,175 @@
+"""Deliver stage: bytes to an SMTP server with aiosmtplib, and what came back.
+
+A small pool of reused connections, an optional rate limit, one overall
+timeout per message.  Outcomes are classified, not acted on: ``sent`` only on
+the 250 after DATA; 4xx, disconnects and timeouts are ``temporary``; a 5xx
+for the recipient or the message is ``permanent``.  The planner decides what
+to do with them.  Never renders, never touches the store; never logs the
+password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import ssl
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+import aiosmtplib
+from pydantic import SecretStr
+
+from bot.config import SmtpConfig
+
+
+class Outcome(StrEnum):
+    SENT = "sent"
+    TEMPORARY = "temporary"
+    PERMANENT = "permanent"
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    outcome: Outcome
+    code: int | None
+    detail: str  # one line, safe to store and show
+
+
+def backoff_seconds(attempt: int, config: SmtpConfig, rng: random.Random | None = None) -> float:
+    """Exponential backoff with full jitter in its upper half: base*2^(n-1) capped, times [0.5, 1)."""
+    ceiling = min(config.retry_max_seconds, config.retry_base_seconds * 2 ** max(attempt - 1, 0))
+    return ceiling * (0.5 + 0.5 * (rng or random).random())
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())[:500]
+
+
+def classify(exc: BaseException) -> SendResult:
+    """Turn an aiosmtplib/network exception into an outcome."""
+    if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+        first = exc.recipients[0] if exc.recipients else None
+        code = getattr(first, "code", None)
+        detail = f"recipient refused: {code} {_one_line(getattr(first, 'message', ''))}"
+        return SendResult(Outcome.PERMANENT if code and code >= 500 else Outcome.TEMPORARY, code, detail)
+    if isinstance(
+        exc,
+        (aiosmtplib.SMTPAuthenticationError, aiosmtplib.SMTPSenderRefused, aiosmtplib.SMTPHeloError,
+         aiosmtplib.SMTPConnectResponseError),
+    ):
+        # The server's or our configuration's problem, not the recipient's: retry, never bounce.
+        return SendResult(Outcome.TEMPORARY, getattr(exc, "code", None), f"{type(exc).__name__}: {_one_line(exc)}")
+    if isinstance(exc, aiosmtplib.SMTPResponseException):
+        code = exc.code
+        outcome = Outcome.PERMANENT if 500 <= code < 600 else Outcome.TEMPORARY
+        return SendResult(outcome, code, f"{code} {_one_line(exc.message)}")
+    if isinstance(exc, (asyncio.TimeoutError, aiosmtplib.SMTPTimeoutError)):
+        return SendResult(Outcome.TEMPORARY, None, "timed out")
+    if isinstance(exc, (aiosmtplib.SMTPException, OSError, ConnectionError)):
+        return SendResult(Outcome.TEMPORARY, None, f"{type(exc).__name__}: {_one_line(exc)}")
+    raise exc
+
+
+class RateLimiter:
+    """At most *rate* acquisitions per second across all tasks (0: unlimited)."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1.0 / rate if rate > 0 else 0.0
+        self.next_at = 0.0
+        self.lock = asyncio.Lock()
+
+    async def wait(self) -> None:
+        if not self.interval:
+            return
+        async with self.lock:
+            now = time.monotonic()
+            if self.next_at > now:
+                await asyncio.sleep(self.next_at - now)
+            self.next_at = max(now, self.next_at) + self.interval
+
+
+class SmtpPool:
+    """Up to ``pool_size`` open connections, each used by one send at a time."""
+
+    def __init__(self, config: SmtpConfig, password: SecretStr) -> None:
+        self.config = config
+        self._password = password
+        self._idle: asyncio.LifoQueue[aiosmtplib.SMTP] = asyncio.LifoQueue()
+        self._slots = asyncio.Semaphore(config.pool_size)
+        self._open: set[aiosmtplib.SMTP] = set()
+        self._limiter = RateLimiter(config.rate_per_second)
+
+    def _client(self) -> aiosmtplib.SMTP:
+        cfg = self.config
+        tls_context = None
+        if cfg.tls != "none":
+            tls_context = ssl.create_default_context()
+            if not cfg.verify_certificates:
+                tls_context.check_hostname = False
+                tls_context.verify_mode = ssl.CERT_NONE
+        return aiosmtplib.SMTP(
+            hostname=cfg.host,
+            port=cfg.port,
+            timeout=cfg.timeout_seconds,
+            use_tls=cfg.tls == "tls",
+            start_tls=True if cfg.tls == "starttls" else False,
+            validate_certs=cfg.verify_certificates,
+            tls_context=tls_context,
+        )
+
+    async def _connected(self) -> aiosmtplib.SMTP:
+        while not self._idle.empty():
+            client = self._idle.get_nowait()
+            if client.is_connected:
+                return client
+            self._open.discard(client)
+        client = self._client()
+        await client.connect()
+        if self.config.username:
+            await client.login(self.config.username, self._password.get_secret_value())
+        self._open.add(client)
+        return client
+
+    async def _discard(self, client: aiosmtplib.SMTP | None) -> None:
+        if client is None:
+            return
+        self._open.discard(client)
+        try:
+            client.close()
+        except Exception:  # closing a broken connection must not mask the real error
+            pass
+
+    async def send(self, sender: str, recipient: str, data: bytes) -> SendResult:
+        """One message, one recipient, within ``timeout_seconds`` from connect to the 250 after DATA."""
+        await self._limiter.wait()
+        async with self._slots:
+            client: aiosmtplib.SMTP | None = None
+            try:
+                async with asyncio.timeout(self.config.timeout_seconds):
+                    client = await self._connected()
+                    errors, response = await client.sendmail(sender, [recipient], data)
+            except BaseException as exc:
+                await self._discard(client)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                return classify(exc)
+            self._idle.put_nowait(client)
+            return SendResult(Outcome.SENT, 250, _one_line(response))
+
+    async def close(self) -> None:
+        while not self._idle.empty():
+            client = self._idle.get_nowait()
+            try:
+                await asyncio.wait_for(client.quit(), timeout=2)
+            except Exception:
+                client.close()
+            self._open.discard(client)
+        for client in list(self._open):
+            await self._discard(client)
+
+    async def __aenter__(self) -> SmtpPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,90 @@
+"""Message stage: a rendered digest into an RFC 5322 multipart/alternative email.
+
+Text part first, then HTML; display names and subjects are encoded by the
+email package (RFC 2047), never concatenated into raw header lines, and any
+control character is stripped from them first, so no header can be injected.
+Never renders, never sends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import date, datetime
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.policy import SMTP
+from email.utils import format_datetime
+
+from email_validator import EmailNotValidError, validate_email
+
+from bot.config import SenderConfig
+from bot.domain import RenderedDigest
+from bot.render import one_line
+
+
+def domain_of(address: str) -> str:
+    return address.rpartition("@")[2] or "localhost"
+
+
+def message_id_for(digest_id: int, subscriber_id: int, local_date: date, kind: str, sender: SenderConfig) -> str:
+    """Deterministic: every attempt of one digest carries the same Message-ID."""
+    tag = hashlib.sha256(f"{digest_id}:{subscriber_id}:{local_date}:{kind}".encode()).hexdigest()[:12]
+    return f"<digest.{digest_id}.{tag}@{domain_of(sender.from_address)}>"
+
+
+def envelope_address(address: str) -> str:
+    """The address as the SMTP envelope needs it: IDN domains in their ASCII form."""
+    try:
+        checked = validate_email(address, check_deliverability=False)
+    except EmailNotValidError:
+        return address
+    return checked.ascii_email or checked.normalized
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    sender: str
+    recipient: str
+
+
+@dataclass(frozen=True, slots=True)
+class Headers:
+    """Per-message header values (everything that differs between two subscribers)."""
+
+    to_name: str
+    to_address: str
+    message_id: str
+    date: datetime
+    list_unsubscribe: tuple[str, ...]  # URIs, https first when there is one
+    resend_of: str | None = None
+
+
+# Header lines are not folded below RFC 5322's hard limit: a folded
+# List-Unsubscribe starts with whitespace that some parsers keep.
+POLICY = SMTP.clone(max_line_length=998)
+
+
+def build_message(rendered: RenderedDigest, headers: Headers, sender: SenderConfig) -> EmailMessage:
+    msg = EmailMessage(policy=POLICY)
+    msg["Subject"] = one_line(rendered.subject)
+    msg["From"] = Address(display_name=one_line(sender.from_name), addr_spec=sender.from_address)
+    msg["To"] = Address(display_name=one_line(headers.to_name), addr_spec=envelope_address(headers.to_address))
+    msg["Date"] = format_datetime(headers.date)
+    msg["Message-ID"] = headers.message_id
+    msg["List-Id"] = f"{one_line(sender.from_name)} <{sender.list_id}>"
+    msg["List-Unsubscribe"] = ", ".join(f"<{uri}>" for uri in headers.list_unsubscribe)
+    if any(uri.startswith("https://") for uri in headers.list_unsubscribe):
+        # RFC 8058 one-click needs an https URI that accepts the POST.
+        msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    msg["Auto-Submitted"] = "auto-generated"
+    msg["Precedence"] = "bulk"
+    if headers.resend_of:
+        msg["X-Digestbot-Resend-Of"] = headers.resend_of
+    msg.set_content(rendered.text, subtype="plain", charset="utf-8", cte="quoted-printable")
+    msg.add_alternative(rendered.html, subtype="html", charset="utf-8", cte="quoted-printable")
+    return msg
+
+
+def envelope_for(headers: Headers, sender: SenderConfig) -> Envelope:
+    return Envelope(sender=envelope_address(sender.from_address), recipient=envelope_address(headers.to_address))

@@ -1,0 +1,115 @@
+"""The daemon: APScheduler 3.11's AsyncIOScheduler calling the same service
+functions as the CLI.  Jobs are declared in code, in memory (the database, not
+the job store, says what is due): watch the dump folder and feeds every
+``watch.interval_seconds``, plan every minute, deliver every few seconds.
+
+SIGTERM/SIGINT: stop planning and claiming, let the sends in flight finish and
+be recorded, exit 0.  Never holds business logic of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.deliver import SmtpPool
+from bot.digests import Mailer, deliver, plan, worker_name
+from bot.tagging import TagRules
+from bot.watcher import fetch_feeds, scan_folder
+
+log = logging.getLogger(__name__)
+
+DELIVER_EVERY_SECONDS = 5
+JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Daemon:
+    """One process doing watch + plan + deliver until told to stop."""
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        settings: Settings,
+        rules: TagRules,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        plan_jobs: bool = True,
+        deliver_jobs: bool = True,
+    ) -> None:
+        self.factory = factory
+        self.settings = settings
+        self.rules = rules
+        self.clock = clock
+        self.plan_jobs = plan_jobs
+        self.deliver_jobs = deliver_jobs
+        self.stop = asyncio.Event()
+        self.worker = worker_name()
+        self.mailer = Mailer(settings)
+        self.pool = SmtpPool(settings.smtp, settings.smtp.resolved_password())
+        self._delivering: asyncio.Task[object] | None = None
+
+    async def watch(self) -> None:
+        if self.stop.is_set():
+            return
+        scan_folder(
+            self.factory, self.settings.paths.dump_dir, quiet_seconds=self.settings.watch.quiet_seconds, rules=self.rules
+        )
+        if self.settings.feeds.urls:
+            await asyncio.to_thread(fetch_feeds, self.factory, self.settings, rules=self.rules)
+
+    async def plan(self) -> None:
+        if self.stop.is_set():
+            return
+        report = plan(self.factory, self.settings, self.rules, now=self.clock())
+        if report.planned:
+            log.info("planned %d digests (%d empty)", len(report.planned), report.empty)
+            await self.deliver()
+
+    async def deliver(self) -> None:
+        if self.stop.is_set() or (self._delivering is not None and not self._delivering.done()):
+            return
+        self._delivering = asyncio.ensure_future(
+            deliver(self.factory, self.settings, self.mailer, self.pool, clock=self.clock, worker=self.worker, stop=self.stop)
+        )
+        report = await self._delivering
+        if any(vars(report).values()):
+            log.info("delivery: %s", report)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        scheduler = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
+        if self.plan_jobs:
+            # Ingest what is waiting before the first planning, or a day could be
+            # planned (as empty) a moment before its dumps are read.
+            await self.watch()
+        now = utcnow()
+        if self.plan_jobs:
+            interval = self.settings.watch.interval_seconds
+            scheduler.add_job(self.watch, IntervalTrigger(seconds=interval), id="watch", next_run_time=now + timedelta(seconds=interval))
+            scheduler.add_job(self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now)
+        if self.deliver_jobs:
+            scheduler.add_job(self.deliver, IntervalTrigger(seconds=DELIVER_EVERY_SECONDS), id="deliver", next_run_time=now)
+        scheduler.start()
+        log.info("digestbot running (worker %s); SIGTERM or Ctrl-C to stop", self.worker)
+        try:
+            await self.stop.wait()
+        finally:
+            scheduler.shutdown(wait=False)
+            if self._delivering is not None:
+                await asyncio.gather(self._delivering, return_exceptions=True)  # in-flight sends finish
+            await self.pool.close()
+            log.info("stopped")

@@ -1,0 +1,149 @@
+"""A real SMTP server on 127.0.0.1 (aiosmtpd) that keeps what it accepts.
+
+Used by ``digestbot demo`` (writing ``var/inbox/*.eml`` and an ``index.html``)
+and by the tests, which can script per-message faults: a 4xx or 5xx at RCPT or
+DATA, a dropped connection during DATA, or a stall.  A message is recorded
+only when the sink answers 250.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import html
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.policy import default as default_policy
+from pathlib import Path
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP as SMTPServer
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """What the sink does for one message: ``at`` is "rcpt" or "data"."""
+
+    at: str
+    reply: str | None = None  # e.g. "451 4.3.0 try later"; None with drop/stall
+    drop: bool = False  # close the connection instead of answering
+    stall: float = 0.0  # seconds to sleep before answering
+
+
+@dataclass
+class Received:
+    sender: str
+    recipients: list[str]
+    data: bytes
+
+    @property
+    def message(self) -> email.message.EmailMessage:
+        return email.message_from_bytes(self.data, policy=default_policy)  # type: ignore[return-value]
+
+
+@dataclass
+class SinkHandler:
+    """aiosmtpd handler; ``faults(recipient, attempt)`` may script a failure."""
+
+    inbox: Path | None = None
+    faults: Callable[[str, int], Fault | None] | None = None
+    received: list[Received] = field(default_factory=list)
+    attempts: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def handle_RCPT(self, server: SMTPServer, session: Any, envelope: Any, address: str, options: list[str]) -> str:  # noqa: N802
+        with self.lock:
+            self.attempts[address] = self.attempts.get(address, 0) + 1
+        reply = await self._fault_for(address, "rcpt", server)
+        if reply:
+            return reply
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def _fault_for(self, recipient: str, where: str, server: SMTPServer) -> str | None:
+        """The scripted reply for this recipient's current attempt (0-based) at *where*."""
+        if self.faults is None:
+            return None
+        fault = self.faults(recipient, self.attempts.get(recipient, 1) - 1)
+        if fault is None or fault.at != where:
+            return None
+        if fault.stall:
+            await asyncio.sleep(fault.stall)
+        if fault.drop:
+            if server.transport is not None:
+                server.transport.close()
+            return "421 4.4.2 closing connection"
+        return fault.reply
+
+    async def handle_DATA(self, server: SMTPServer, session: Any, envelope: Any) -> str:  # noqa: N802
+        recipient = envelope.rcpt_tos[0] if envelope.rcpt_tos else ""
+        reply = await self._fault_for(recipient, "data", server)
+        if reply:
+            return reply
+        data = envelope.original_content or envelope.content
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        with self.lock:
+            self.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), data))
+            number = len(self.received)
+        if self.inbox is not None:
+            self.inbox.mkdir(parents=True, exist_ok=True)
+            (self.inbox / f"{number:04d}.eml").write_bytes(data)
+        return "250 2.0.0 OK: queued"
+
+
+class Sink:
+    """Start/stop an aiosmtpd server in its own thread on 127.0.0.1."""
+
+    def __init__(self, handler: SinkHandler, port: int | None = None) -> None:
+        self.handler = handler
+        self.port = port or free_port()
+        self.controller = Controller(
+            handler, hostname="127.0.0.1", port=self.port, ready_timeout=10, decode_data=False,
+            data_size_limit=50_000_000,
+        )
+
+    def __enter__(self) -> Sink:
+        self.controller.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.controller.stop()
+
+    @property
+    def received(self) -> list[Received]:
+        return self.handler.received
+
+
+def write_index(inbox: Path) -> Path:
+    """``index.html`` listing every .eml in *inbox* with its subject and recipient;
+    each message's HTML part is saved next to it for a browser."""
+    rows = []
+    for path in sorted(inbox.glob("*.eml")):
+        msg = email.message_from_bytes(path.read_bytes(), policy=default_policy)
+        html_part = msg.get_body(preferencelist=("html",))  # type: ignore[attr-defined]
+        view = path.with_suffix(".html")
+        if html_part is not None:
+            view.write_text(html_part.get_content(), encoding="utf-8")
+        rows.append(
+            f"<tr><td>{html.escape(path.name)}</td><td>{html.escape(str(msg['To']))}</td>"
+            f"<td><a href=\"{html.escape(view.name)}\">{html.escape(str(msg['Subject']))}</a></td>"
+            f"<td>{html.escape(str(msg['Date']))}</td></tr>"
+        )
+    index = inbox / "index.html"
+    index.write_text(
+        "<!DOCTYPE html><meta charset=utf-8><title>digestbot inbox</title>"
+        "<h1>digestbot inbox</h1><table border=1 cellpadding=4>"
+        "<tr><th>file</th><th>to</th><th>subject</th><th>date</th></tr>" + "".join(rows) + "</table>",
+        encoding="utf-8",
+    )
+    return index

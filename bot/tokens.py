@@ -1,0 +1,59 @@
+"""Signed, per-subscriber tokens for unsubscribe and manage links.
+
+``<subscriber id>.<HMAC-SHA256(key, id + the subscriber's secret)>``: bound to
+one subscriber, revocable by rotating that subscriber's secret, unforgeable
+without the key.  The key never leaves this module's callers and is never
+logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+from bot.config import ConfigError, Settings
+
+
+def signing_key(settings: Settings) -> bytes:
+    """From ``DIGESTBOT_WEB__SIGNING_KEY``, else ``web.signing_key_file``, else a
+    random key created once (mode 0600) in ``<var_dir>/signing.key``."""
+    if settings.web.signing_key.get_secret_value():
+        return settings.web.signing_key.get_secret_value().encode("utf-8")
+    path = settings.web.signing_key_file or settings.paths.var_dir / "signing.key"
+    try:
+        if settings.web.signing_key_file is None and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(32))
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except FileExistsError:  # another process created it first
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"web.signing_key_file: cannot read {path}: {exc.strerror}") from None
+    if len(key) < 16:
+        raise ConfigError(f"web.signing_key_file: {path} holds fewer than 16 characters")
+    return key.encode("utf-8")
+
+
+def _signature(key: bytes, subscriber_id: int, secret: str) -> str:
+    mac = hmac.new(key, f"subscriber:{subscriber_id}:{secret}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac[:18]).decode("ascii")
+
+
+def make_token(key: bytes, subscriber_id: int, secret: str) -> str:
+    return f"{subscriber_id}.{_signature(key, subscriber_id, secret)}"
+
+
+def token_subscriber_id(token: str) -> int | None:
+    """The id a token claims (unverified); None if it is not even shaped right."""
+    head, _, tail = token.partition(".")
+    return int(head) if head.isdigit() and tail and len(head) < 19 else None
+
+
+def verify_token(key: bytes, token: str, subscriber_id: int, secret: str) -> bool:
+    return hmac.compare_digest(token, make_token(key, subscriber_id, secret))

@@ -1,0 +1,351 @@
+"""Daily digests end to end: plan -> render -> SMTP (aiosmtpd on 127.0.0.1) -> ledger.
+
+A controllable clock stands in for time: no test sleeps to wait for a schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Iterator
+from datetime import UTC, date, datetime, timedelta
+from email import policy
+from email.parser import BytesParser
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.digests import DeliverReport, deliver_now, plan, resend
+from bot.domain import SubscriberStatus
+from bot.ingest import ingest_bytes, ingest_file
+from bot.sink import Fault, Received, Sink, SinkHandler
+from bot.store.digests import DigestKind, DigestState, list_digests
+from bot.store.schema import LedgerEntry
+from bot.store.subscribers import get_subscriber
+from bot.subscribers import clean_fields, import_csv, save
+from bot.tagging import load_rules
+from tests.conftest import ROOT
+from tests.test_dump_parser import render_dump
+from tests.test_select import EXPECTED
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
+HEADERS = ("From", "To", "Subject", "Date", "Message-ID", "List-Id", "List-Unsubscribe", "Auto-Submitted")
+
+
+@pytest.fixture
+def handler() -> SinkHandler:
+    return SinkHandler()
+
+
+@pytest.fixture
+def sink(handler: SinkHandler) -> Iterator[Sink]:
+    with Sink(handler) as running:
+        yield running
+
+
+@pytest.fixture
+def settings(tmp_path: Path, sink: Sink) -> Settings:
+    return Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+            "smtp": {"port": sink.port, "timeout_seconds": 2, "retry_base_seconds": 60, "max_attempts": 4},
+            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
+        }
+    )
+
+
+def cycle(factory: sessionmaker[Session], settings: Settings, now: datetime, *, all_due: bool = False) -> DeliverReport:
+    plan(factory, settings, RULES, now=now, all_due=all_due)
+    return asyncio.run(deliver_now(factory, settings, clock=lambda: now))
+
+
+def parsed(received: Received):  # type: ignore[no-untyped-def]
+    return BytesParser(policy=policy.default).parsebytes(received.data)
+
+
+def titles_in(received: Received) -> set[str]:
+    html = parsed(received).get_body(("html",)).get_content()
+    import html as html_lib
+
+    return {html_lib.unescape(t) for t in re.findall(r"<h2[^>]*><a[^>]*>(.*?)</a></h2>", html, re.S)}
+
+
+def subscribe_examples(factory: sessionmaker[Session], settings: Settings) -> None:
+    report = import_csv(factory, settings, (ROOT / "config" / "subscribers.example.csv").read_text(), DAY1 - timedelta(days=1))
+    assert report.errors == ()
+
+
+def test_seed_replay_sends_exactly_the_expected_entries(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    subscribe_examples(factory, settings)
+    for day, path in enumerate(seed_files):
+        now = DAY1 + timedelta(days=day)
+        before = len(sink.received)
+        ingest_file(factory, path, now=now, rules=RULES)
+        cycle(factory, settings, now, all_due=True)
+        got = {r.recipients[0]: titles_in(r) for r in sink.received[before:]}
+        expected = {email: per_day[day] for email, per_day in EXPECTED.items() if per_day[day]}
+        assert got == expected, f"day {day + 1}"
+        # Running the cycle again the same day sends nothing.
+        assert cycle(factory, settings, now + timedelta(hours=1), all_due=True).sent == 0
+    assert "linus@xn--bcher-kva.example" not in {r.recipients[0] for r in sink.received}  # paused
+    for received in sink.received:
+        msg = parsed(received)
+        for header in HEADERS:
+            assert msg[header], header
+        assert msg.get_content_type() == "multipart/alternative"
+        assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
+
+
+def test_message_headers_and_rendering_of_the_seeds(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    save(factory, settings, [clean_fields("ada@example.org", name='Ada "Countess" Lovelace, née Byron')], DAY1 - timedelta(days=1))
+    for path in seed_files[:3]:
+        ingest_file(factory, path, now=DAY1, rules=RULES)
+    cycle(factory, settings, DAY1, all_due=True)
+    (received,) = sink.received
+    msg = parsed(received)
+    assert msg["To"].addresses[0].display_name == 'Ada "Countess" Lovelace, née Byron'
+    assert msg["From"].addresses[0].addr_spec == "digest@bot.example"
+    assert msg["Subject"].startswith("16 new entries: gpu, llm, ")
+    assert re.fullmatch(r"<digest\.\d+\.[0-9a-f]{12}@bot\.example>", msg["Message-ID"])
+    assert msg["List-Id"] == "Research Digest <digest.digestbot.localhost>"
+    assert msg["List-Unsubscribe"].startswith("<mailto:digest@bot.example?subject=unsubscribe%20")
+    assert msg["List-Unsubscribe-Post"] is None  # no https URL configured
+    assert msg["Auto-Submitted"] == "auto-generated"
+    text = msg.get_body(("plain",)).get_content()
+    html = msg.get_body(("html",)).get_content()
+    flat_text, flat_html = " ".join(text.split()), " ".join(html.split())
+    for shown in ("1.45×", "149 μs", "2.5×", "92.80%", "0.05 mJ", "67.2% and"):
+        assert shown in flat_text, shown
+        assert shown in flat_html, shown
+    assert "\\times" not in text and "$" not in text
+    assert all(len(line) <= 78 or re.fullmatch(r"\s*(\[\d+\] )?(https?|mailto):\S+", line) for line in text.splitlines())
+    assert "<style" not in html and 'style="' in html
+    assert 'href="https://github.com/LMCache/LMCache"' in html
+    assert "https://arxiv.org/search/?query=Eidola" in html  # no link known: a title search
+    assert "Why you got this: matches everything" in html
+
+
+def test_public_url_adds_one_click_unsubscribe(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    settings = settings.model_copy(update={"web": settings.web.model_copy(update={"public_url": "https://digest.example.org"})})
+    save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    cycle(factory, settings, DAY1, all_due=True)
+    msg = parsed(sink.received[0])
+    https, mailto = [u.strip(" <>") for u in msg["List-Unsubscribe"].split(",")]
+    assert re.fullmatch(r"https://digest\.example\.org/u/\d+\.[A-Za-z0-9_-]{24}", https)
+    assert mailto.startswith("mailto:")
+    assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+
+
+def test_hostile_title_and_display_name_are_escaped(factory: sessionmaker[Session], settings: Settings, sink: Sink) -> None:
+    save(factory, settings, [clean_fields("eve@example.org", name="Eve <script>")], DAY1 - timedelta(days=1))
+    dump = render_dump([("<script>alert(1)</script> & Friends", ["A & B"], date(2026, 6, 14), "x < y & <b>z</b>")])
+    assert ingest_bytes(factory, dump.encode(), name="evil", now=DAY1, rules=RULES).new == 1
+    report = cycle(factory, settings, DAY1, all_due=True)
+    assert report.sent == 1, (report, list_digests(factory()))
+    msg = parsed(sink.received[0])
+    html = msg.get_body(("html",)).get_content()
+    assert "<script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; Friends" in html
+    assert "x &lt; y &amp; &lt;b&gt;z&lt;/b&gt;" in html
+    assert "<script>alert(1)</script> & Friends" in msg.get_body(("plain",)).get_content()
+    assert msg["To"].addresses[0].display_name == "Eve <script>"
+
+
+def _subscriber(factory: sessionmaker[Session], settings: Settings, email: str, zone: str, hour: int) -> None:
+    save(factory, settings, [clean_fields(email, timezone=zone, send_hour=hour, backfill="all")], DAY1 - timedelta(days=30))
+
+
+def test_send_times_follow_each_zone_including_dst(factory: sessionmaker[Session], settings: Settings, sink: Sink) -> None:
+    _subscriber(factory, settings, "tokyo@example.org", "Asia/Tokyo", 8)
+    _subscriber(factory, settings, "la@example.org", "America/Los_Angeles", 8)
+
+    def due_at(now: datetime) -> set[str]:
+        ingest_bytes(factory, render_dump([(f"Paper at {now.isoformat()}", ["A"], date(2026, 3, 1), "x")]).encode(),
+                     name=f"d{now.isoformat()}", now=now - timedelta(minutes=1), rules=RULES)
+        before = len(sink.received)
+        cycle(factory, settings, now)
+        return {r.recipients[0].split("@")[0] for r in sink.received[before:]}
+
+    # Tokyo (UTC+9, no DST): local day D is due from D-1 23:00 UTC.
+    # Los Angeles: 08:00 PST = 16:00 UTC until DST starts on 2026-03-08, then 08:00 PDT = 15:00 UTC.
+    timeline = [
+        (datetime(2026, 3, 6, 15, 59, tzinfo=UTC), set()),
+        (datetime(2026, 3, 6, 16, 0, tzinfo=UTC), {"la"}),
+        (datetime(2026, 3, 6, 22, 59, tzinfo=UTC), set()),
+        (datetime(2026, 3, 6, 23, 0, tzinfo=UTC), {"tokyo"}),
+        (datetime(2026, 3, 7, 15, 59, tzinfo=UTC), set()),
+        (datetime(2026, 3, 7, 16, 0, tzinfo=UTC), {"la"}),
+        (datetime(2026, 3, 7, 23, 0, tzinfo=UTC), {"tokyo"}),
+        (datetime(2026, 3, 8, 14, 59, tzinfo=UTC), set()),
+        (datetime(2026, 3, 8, 15, 0, tzinfo=UTC), {"la"}),  # one hour earlier in UTC: DST
+        (datetime(2026, 3, 8, 23, 0, tzinfo=UTC), {"tokyo"}),
+    ]
+    assert [due_at(moment) for moment, _ in timeline] == [expected for _, expected in timeline]
+
+
+def test_three_days_down_make_one_digest_with_everything(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    subscribe_examples(factory, settings)
+    for day, path in enumerate(seed_files[:3]):  # the bot is down: dumps arrive, nobody plans
+        ingest_file(factory, path, now=DAY1 + timedelta(days=day), rules=RULES)
+    cycle(factory, settings, DAY1 + timedelta(days=3), all_due=True)
+    got = {r.recipients[0]: titles_in(r) for r in sink.received}
+    assert got == {email: set().union(*per_day[:3]) for email, per_day in EXPECTED.items()}
+    assert len(got["ada@example.org"]) == 16
+
+
+def test_too_many_entries_roll_over_best_first(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    settings = settings.model_copy(update={"digest": settings.digest.model_copy(update={"max_entries": 3})})
+    save(factory, settings, [clean_fields("grace@example.org", filter="gpu and llm")], DAY1 - timedelta(days=1))
+    for path in seed_files[:3]:
+        ingest_file(factory, path, now=DAY1, rules=RULES)
+    cycle(factory, settings, DAY1, all_due=True)
+    cycle(factory, settings, DAY1 + timedelta(days=1), all_due=True)
+    first, second = (titles_in(r) for r in sink.received)
+    assert len(first) == 3 and len(second) == 3 and not first & second
+    assert "3 more matching entries will follow" in parsed(sink.received[0]).get_body(("plain",)).get_content()
+
+
+def _one(factory: sessionmaker[Session]) -> tuple[int, int, str]:
+    with factory() as s:
+        (d,) = [d for d in list_digests(s) if d.kind is DigestKind.SCHEDULED]
+    return d.id, d.attempts, d.state.value
+
+
+def test_451_twice_then_250_is_one_delivery_after_three_attempts(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, handler: SinkHandler, seed_files: list[Path]
+) -> None:
+    handler.faults = lambda rcpt, attempt: Fault("data", "451 4.3.0 try later") if attempt < 2 else None
+    save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    cycle(factory, settings, DAY1, all_due=True)
+    for hours in (3, 6, 9):  # past any backoff
+        asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(hours=hours)))
+    assert len(sink.received) == 1
+    assert _one(factory)[1:] == (3, "sent")
+
+
+def test_550_is_permanent_and_bounces_the_subscriber(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, handler: SinkHandler, seed_files: list[Path]
+) -> None:
+    handler.faults = lambda rcpt, attempt: Fault("rcpt", "550 5.1.1 no such user") if rcpt.startswith("gone") else None
+    save(factory, settings, [clean_fields("gone@example.org"), clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    report = cycle(factory, settings, DAY1, all_due=True)
+    assert (report.sent, report.failed, report.bounced) == (1, 1, 1)
+    with factory() as s:
+        gone = get_subscriber(s, "gone@example.org")
+        assert gone is not None and gone.status is SubscriberStatus.BOUNCED
+        (failed,) = list_digests(s, state=DigestState.FAILED)
+        assert failed.smtp_code == 550 and "550" in (failed.last_error or "")
+    ingest_file(factory, seed_files[1], now=DAY1 + timedelta(days=1), rules=RULES)
+    cycle(factory, settings, DAY1 + timedelta(days=1), all_due=True)
+    with factory() as s:
+        assert [d.subscriber_email for d in list_digests(s, local_date=date(2026, 6, 15))] == ["ada@example.org"]
+
+
+def test_connection_dropped_during_data_is_retried_and_delivered_once(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, handler: SinkHandler, seed_files: list[Path]
+) -> None:
+    handler.faults = lambda rcpt, attempt: Fault("data", drop=True) if attempt == 0 else None
+    save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    first = cycle(factory, settings, DAY1, all_due=True)
+    assert (first.sent, first.retrying) == (0, 1)
+    cycle(factory, settings, DAY1 + timedelta(hours=3))
+    assert len(sink.received) == 1
+    assert _one(factory)[1:] == (2, "sent")
+
+
+def test_a_stall_longer_than_the_timeout_is_retried(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, handler: SinkHandler, seed_files: list[Path]
+) -> None:
+    handler.faults = lambda rcpt, attempt: Fault("data", "250 late", stall=3) if attempt == 0 else None
+    save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    assert cycle(factory, settings, DAY1, all_due=True).retrying == 1
+    with factory() as s:
+        assert "timed out" in (list_digests(s)[0].last_error or "")
+
+
+def test_retries_give_up_after_max_attempts(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, handler: SinkHandler, seed_files: list[Path]
+) -> None:
+    handler.faults = lambda rcpt, attempt: Fault("rcpt", "452 4.2.2 mailbox full")
+    save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    cycle(factory, settings, DAY1, all_due=True)
+    for hours in range(3, 18, 3):  # past any backoff (base 60 s, so at most 8 min by attempt 4)
+        asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(hours=hours)))
+    assert _one(factory)[1:] == (4, "failed")
+    with factory() as s:
+        ada = get_subscriber(s, "ada@example.org")
+        assert ada is not None and ada.status is SubscriberStatus.ACTIVE  # 4xx never bounces
+
+
+def test_resend_carries_the_same_entries_and_leaves_the_ledger(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    cycle(factory, settings, DAY1, all_due=True)
+    ingest_file(factory, seed_files[2], now=DAY1 + timedelta(hours=1), rules=RULES)  # summaries change meanwhile
+
+    def ledger() -> list[tuple[int, int, int]]:
+        with factory() as s:
+            return sorted(s.execute(select(LedgerEntry.entry_id, LedgerEntry.digest_id, LedgerEntry.position)).all())
+
+    before = ledger()
+    original_id = _one(factory)[0]
+    resend(factory, settings, original_id, now=DAY1 + timedelta(hours=2))
+    asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(hours=2)))
+    assert ledger() == before
+    original, copy = (parsed(r) for r in sink.received)
+    assert copy["Subject"] == "[resent] " + original["Subject"]
+    assert copy["X-Digestbot-Resend-Of"] == original["Message-ID"]
+    assert copy["Message-ID"] != original["Message-ID"]
+    body = lambda m: m.get_body(("plain",)).get_content().split("\n", 3)[3]  # noqa: E731
+    assert body(copy).replace(" - resent copy of an earlier digest", "") == body(original)
+    assert "The problem is that quadratic-cost softmax attention" in body(copy)  # the pinned (day 1) summary
+
+
+def test_a_sending_row_whose_lease_expired_is_sent_again_with_the_same_message_id(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    from bot.store.digests import claim_due
+    from bot.store.engine import transaction
+
+    save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    plan(factory, settings, RULES, now=DAY1, all_due=True)
+    with transaction(factory) as s:  # a worker claims it and dies
+        assert len(claim_due(s, now=DAY1, worker="dead", lease_seconds=300, limit=10)) == 1
+    assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(seconds=299))).sent == 0
+    assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(seconds=301))).sent == 1
+    with factory() as s:
+        (digest,) = list_digests(s)
+    assert parsed(sink.received[0])["Message-ID"] == digest.message_id
+
+
+def test_an_empty_day_sends_nothing_unless_configured(factory: sessionmaker[Session], settings: Settings, sink: Sink) -> None:
+    save(factory, settings, [clean_fields("ada@example.org", filter="nothing-matches-this")], DAY1 - timedelta(days=1))
+    cycle(factory, settings, DAY1, all_due=True)
+    assert sink.received == []
+    with factory() as s:
+        assert [d.state for d in list_digests(s)] == [DigestState.EMPTY]
+    with factory() as s:
+        assert s.scalar(select(func.count()).select_from(LedgerEntry)) == 0

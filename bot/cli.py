@@ -446,6 +446,16 @@ def _clean(email: str, **fields: Any) -> Any:
         fail(str(exc), EXIT_USAGE)
 
 
+def _find_subscriber(factory: Any, email: str) -> Any:
+    """The subscriber with this address, or exit 1 saying there is none."""
+    from bot.subscribers import SubscriberNotFound, find
+
+    try:
+        return find(factory, email)
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+
+
 def _subscriber_json(s: Any) -> dict[str, Any]:
     return {
         "email": s.email,
@@ -644,14 +654,9 @@ def subscribers_show(
 ) -> None:
     """One subscriber's settings and their last digests."""
     from bot.store.digests import list_digests
-    from bot.subscribers import SubscriberNotFound, find
 
     factory = ctx_of(ctx).sessions()
-    try:
-        subscriber = find(factory, email)
-    except SubscriberNotFound as exc:
-        fail(str(exc))
-        return
+    subscriber = _find_subscriber(factory, email)
     with factory() as session:
         digests = list_digests(session, subscriber_id=subscriber.id, limit=10)
     if as_json:
@@ -789,15 +794,10 @@ def preview(
     """What EMAIL's next digest would contain and why; sends and records nothing."""
     from bot.select import local_send_time, select_for
     from bot.store.digests import claimed_entry_ids
-    from bot.subscribers import SubscriberNotFound, find
 
     c = ctx_of(ctx)
     factory = c.sessions()
-    try:
-        subscriber = find(factory, email)
-    except SubscriberNotFound as exc:
-        fail(str(exc))
-        return
+    subscriber = _find_subscriber(factory, email)
     day = _parse_date(date_, "--date")
     as_of = local_send_time(subscriber, day) if day else _now()
     with factory() as session:
@@ -879,16 +879,10 @@ def send_now(
     (outside the daily schedule; entries sent now are not sent again)."""
     from bot.digests import plan
     from bot.store.digests import DigestKind
-    from bot.subscribers import SubscriberNotFound, find
 
     c = ctx_of(ctx)
     factory = c.sessions()
-    chosen = None
-    if emails:
-        try:
-            chosen = [find(factory, e) for e in emails]
-        except SubscriberNotFound as exc:
-            fail(str(exc))
+    chosen = [_find_subscriber(factory, e) for e in emails] if emails else None
     planned = plan(factory, c.settings, c.rules, now=_now(), subscribers=chosen, kind=DigestKind.MANUAL)
     out.print(f"queued {len(planned.planned)} digests ({planned.empty} subscribers had nothing new)")
     _report_delivery(_deliver_with_progress(c, factory))
@@ -905,7 +899,6 @@ def resend_command(
     """Send a digest again: same entries and summaries, marked as a resend; the
     ledger does not change."""
     from bot.digests import DigestNotFound, failed_digests, find_scheduled, resend
-    from bot.subscribers import SubscriberNotFound, find
 
     c = ctx_of(ctx)
     factory = c.sessions()
@@ -915,11 +908,9 @@ def resend_command(
     elif digest_id is not None:
         targets = [digest_id]
     elif subscriber and date_:
-        try:
-            found = find_scheduled(factory, find(factory, subscriber).id, _parse_date(date_, "--date"))  # type: ignore[arg-type]
-        except SubscriberNotFound as exc:
-            fail(str(exc))
-            return
+        day = _parse_date(date_, "--date")
+        assert day is not None
+        found = find_scheduled(factory, _find_subscriber(factory, subscriber).id, day)
         if found is None:
             fail(f"no scheduled digest for {subscriber} on {date_}")
             return
@@ -971,16 +962,10 @@ def history(
 ) -> None:
     """Digests, newest first: who, which day, state, entries, attempts, last error."""
     from bot.store.digests import DigestState, list_digests
-    from bot.subscribers import SubscriberNotFound, find
 
     c = ctx_of(ctx)
     factory = c.sessions()
-    subscriber_id = None
-    if email:
-        try:
-            subscriber_id = find(factory, email).id
-        except SubscriberNotFound as exc:
-            fail(str(exc))
+    subscriber_id = _find_subscriber(factory, email).id if email else None
     with factory() as session:
         digests = list_digests(
             session, subscriber_id=subscriber_id, state=DigestState(status.value) if status else None, limit=limit

@@ -70,55 +70,6 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(nfkc(text).casefold())
 
 
-class TagRulesError(ValueError):
-    """The rules file cannot be used; ``str()`` is one line naming file and rule."""
-
-
-class _RuleModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    description: str = ""
-    keywords: list[str] = []
-    regex: list[str] = []
-    fields: list[str] = Field(default_factory=lambda: list(FIELDS))
-
-    @field_validator("fields")
-    @classmethod
-    def _known_fields(cls, value: list[str]) -> list[str]:
-        unknown = [f for f in value if f not in FIELDS]
-        if unknown or not value:
-            raise ValueError(f"fields must be a non-empty subset of {list(FIELDS)}")
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class TagRule:
-    name: str  # case-folded tag name
-    label: str  # as written in the file
-    description: str
-    keywords: tuple[str, ...]
-    regexes: tuple[re.Pattern[str], ...]
-    fields: tuple[str, ...]
-
-
-def nfkc(text: str) -> str:
-    """NFKC-normalize (full-width letters, ligatures); ASCII text is returned as is, cheaply."""
-    return text if text.isascii() else unicodedata.normalize("NFKC", text)
-
-
-# ASCII fast path: lower-case, every non-alphanumeric byte to a space, split.
-# Three times faster than a regex findall on abstracts, and ingest tags every
-# new entry.
-_ASCII_WORD_BREAKS = bytes(c if chr(c).isalnum() else 0x20 for c in range(256))
-
-
-def _words(text: str) -> list[str]:
-    """Case-folded alphanumeric runs of *text* (Unicode letters and digits)."""
-    if text.isascii():
-        return text.encode("ascii").lower().translate(_ASCII_WORD_BREAKS).decode("ascii").split()
-    return _WORD.findall(nfkc(text).casefold())
-
-
 class TagRules:
     """A compiled rule set; ``match`` gives, per rule tag, the fields it matched in."""
 

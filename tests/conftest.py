@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,12 +29,45 @@ settings.register_profile(
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    eng = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
-    upgrade(eng)
-    yield eng
-    eng.dispose()
+PG_URL = os.environ.get("DIGESTBOT_TEST_PG", "")
+PG_SKIP = pytest.mark.skipif(
+    not PG_URL, reason="PostgreSQL tests need DIGESTBOT_TEST_PG=postgresql+psycopg://user@host/db (CI sets it)"
+)
+
+
+@contextmanager
+def postgres_schema(url: str) -> Iterator[str]:
+    """A fresh schema in the test database, dropped afterwards: a URL whose
+    connections see only it (search_path), so tests never share tables."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{name}"'))
+    try:
+        yield make_url(url).update_query_dict({"options": f"-csearch_path={name}"}).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{name}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=PG_SKIP)])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    """A migrated store: a SQLite file, and (with DIGESTBOT_TEST_PG) a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        eng = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
+        upgrade(eng)
+        yield eng
+        eng.dispose()
+        return
+    with postgres_schema(PG_URL) as url:
+        eng = make_engine(url)
+        upgrade(eng)
+        yield eng
+        eng.dispose()
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect
@@ -17,6 +18,7 @@ def test_upgraded_database_matches_models(engine: Engine) -> None:
     assert diff == []
 
 
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
 def test_sqlite_connections_use_wal_and_foreign_keys(engine: Engine) -> None:
     with engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"

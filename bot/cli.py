@@ -842,14 +842,12 @@ def run_command(
     ctx: typer.Context,
     once: Annotated[bool, typer.Option("--once", help="One full cycle (watch, plan, deliver), then exit.")] = False,
     all_due: Annotated[bool, typer.Option("--all-due", help="With --once: treat every active subscriber as due now.")] = False,
-    role: Annotated[str, typer.Option(hidden=True)] = "all",
 ) -> None:
-    """The daemon: watch the dump folder and feeds, plan digests at each subscriber's
-    local send time, deliver them.  SIGTERM/Ctrl-C: finish in-flight sends, exit 0."""
-    import asyncio
+    """The daemon, both roles in one process (the single-machine default): watch the
+    dump folder and feeds, plan digests at each subscriber's local send time, deliver
+    them.  SIGTERM/Ctrl-C: finish in-flight sends, exit 0."""
 
     from bot.digests import plan
-    from bot.scheduler import Daemon
     from bot.watcher import fetch_feeds, scan_folder
 
     c = ctx_of(ctx)
@@ -857,7 +855,7 @@ def run_command(
     if all_due and not once:
         fail("--all-due only goes with --once", EXIT_USAGE)
     if not once:
-        asyncio.run(Daemon(factory, c.settings, c.rules).run())
+        _daemon(c, factory, plan_jobs=True, deliver_jobs=True)
         return
     results = scan_folder(factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds, rules=c.rules)
     if c.settings.feeds.urls:
@@ -868,6 +866,36 @@ def run_command(
     _report_delivery(_deliver_with_progress(c, factory))
     if any(r.status is SourceStatus.FAILED for r in results):
         raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+def _daemon(c: Context, factory: Any, *, plan_jobs: bool, deliver_jobs: bool) -> None:
+    import asyncio
+
+    from bot.roles import RoleTaken
+    from bot.scheduler import Daemon
+
+    try:
+        daemon = Daemon(factory, c.settings, c.rules, engine=c.engine, plan_jobs=plan_jobs, deliver_jobs=deliver_jobs)
+    except RoleTaken as exc:
+        fail(str(exc))
+        return
+    asyncio.run(daemon.run())
+
+
+@app.command("scheduler")
+def scheduler_command(ctx: typer.Context) -> None:
+    """The scheduler role only: watch dumps and feeds, plan digests.  Several may run;
+    one is elected (PostgreSQL advisory lock), the others stand by and take over."""
+    c = ctx_of(ctx)
+    _daemon(c, c.sessions(), plan_jobs=True, deliver_jobs=False)
+
+
+@app.command("worker")
+def worker_command(ctx: typer.Context) -> None:
+    """The worker role only: deliver due digests.  On PostgreSQL run as many as you
+    like (they claim disjoint batches); on SQLite exactly one."""
+    c = ctx_of(ctx)
+    _daemon(c, c.sessions(), plan_jobs=False, deliver_jobs=True)
 
 
 @app.command("send-now")

@@ -201,11 +201,9 @@ class Mailer:
             return Links(https, f"{public}/m/{token}"), (https, mailto)
         return Links(mailto, None), (mailto,)
 
-    def message_bytes(self, session: Session, digest_id: int, now: datetime) -> tuple[bytes, str, str]:
+    def message_bytes(self, session: Session, row: DigestRow, now: datetime) -> tuple[bytes, str, str]:
         """(message, envelope sender, envelope recipient) for one digest."""
-        content = digest_content(session, digest_id)
-        row = get_digest(session, digest_id)
-        assert row is not None
+        content = digest_content(session, row.id)
         resend_of = None
         if row.resend_of is not None:
             original = get_digest(session, row.resend_of)
@@ -297,7 +295,7 @@ async def _deliver_batch(
                     release_entries(session, digest_id)
                 report.cancelled += 1
                 continue
-            data, sender, recipient = mailer.message_bytes(session, digest_id, clock())
+            data, sender, recipient = mailer.message_bytes(session, row, clock())
         task = asyncio.ensure_future(pool.send(sender, recipient, data))
         jobs.append((digest_id, row.subscriber_id, row.attempts, task))
     for digest_id, subscriber_id, attempts, task in jobs:

@@ -3,6 +3,10 @@ functions as the CLI.  Jobs are declared in code, in memory (the database, not
 the job store, says what is due): watch the dump folder and feeds every
 ``watch.interval_seconds``, plan every minute, deliver every few seconds.
 
+Roles: the scheduler role (watch + plan) runs only while this process is the
+elected leader (``roles.Leadership``; standbys retry every few seconds); the
+worker role (deliver) runs in as many processes as the database allows.
+
 SIGTERM/SIGINT: stop planning and claiming, let the sends in flight finish and
 be recorded, exit 0.  Never holds business logic of its own.
 """
@@ -17,17 +21,20 @@ from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.interval import IntervalTrigger
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.deliver import SmtpPool
 from bot.digests import Mailer, deliver, plan, worker_name
+from bot.roles import Leadership, claim_sqlite_worker
 from bot.tagging import TagRules
 from bot.watcher import fetch_feeds, scan_folder
 
 log = logging.getLogger(__name__)
 
 DELIVER_EVERY_SECONDS = 5
+ELECTION_EVERY_SECONDS = 3
 JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600}
 
 
@@ -44,11 +51,15 @@ class Daemon:
         settings: Settings,
         rules: TagRules,
         *,
+        engine: Engine,
         clock: Callable[[], datetime] = utcnow,
         plan_jobs: bool = True,
         deliver_jobs: bool = True,
     ) -> None:
         self.factory = factory
+        self.leadership = Leadership(engine)
+        # On SQLite a second worker is refused here, before anything starts.
+        self.worker_lock = claim_sqlite_worker(engine) if deliver_jobs else None
         self.settings = settings
         self.rules = rules
         self.clock = clock
@@ -60,8 +71,18 @@ class Daemon:
         self.pool = SmtpPool(settings.smtp, settings.smtp.resolved_password())
         self._delivering: asyncio.Task[object] | None = None
 
-    async def watch(self) -> None:
+    async def elect(self) -> None:
+        """Become the scheduler if nobody is; plan at once when we just did."""
         if self.stop.is_set():
+            return
+        was_leader = self.leadership.is_leader
+        if self.leadership.try_acquire() and not was_leader:
+            log.info("became the scheduler (leader) of this database")
+            await self.watch()
+            await self.plan()
+
+    async def watch(self) -> None:
+        if self.stop.is_set() or not self.leadership.holds():
             return
         scan_folder(
             self.factory, self.settings.paths.dump_dir, quiet_seconds=self.settings.watch.quiet_seconds, rules=self.rules
@@ -70,15 +91,16 @@ class Daemon:
             await asyncio.to_thread(fetch_feeds, self.factory, self.settings, rules=self.rules)
 
     async def plan(self) -> None:
-        if self.stop.is_set():
+        if self.stop.is_set() or not self.leadership.holds():
             return
         report = plan(self.factory, self.settings, self.rules, now=self.clock())
         if report.planned:
             log.info("planned %d digests (%d empty)", len(report.planned), report.empty)
-            await self.deliver()
+            if self.deliver_jobs:
+                await self.deliver()
 
     async def deliver(self) -> None:
-        if self.stop.is_set() or (self._delivering is not None and not self._delivering.done()):
+        if not self.deliver_jobs or self.stop.is_set() or (self._delivering is not None and not self._delivering.done()):
             return
         self._delivering = asyncio.ensure_future(
             deliver(self.factory, self.settings, self.mailer, self.pool, clock=self.clock, worker=self.worker, stop=self.stop)
@@ -92,15 +114,18 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
         scheduler = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
-        if self.plan_jobs:
-            # Ingest what is waiting before the first planning, or a day could be
-            # planned (as empty) a moment before its dumps are read.
-            await self.watch()
         now = utcnow()
         if self.plan_jobs:
+            # Winning the election ingests what is waiting and plans at once (in
+            # that order: a day planned a moment before its dumps are read would
+            # be recorded as empty).  Standbys keep trying every few seconds.
+            await self.elect()
+            if not self.leadership.is_leader:
+                log.info("another scheduler is the leader; standing by")
+            scheduler.add_job(self.elect, IntervalTrigger(seconds=ELECTION_EVERY_SECONDS), id="elect")
             interval = self.settings.watch.interval_seconds
             scheduler.add_job(self.watch, IntervalTrigger(seconds=interval), id="watch", next_run_time=now + timedelta(seconds=interval))
-            scheduler.add_job(self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now)
+            scheduler.add_job(self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now + timedelta(minutes=1))
         if self.deliver_jobs:
             scheduler.add_job(self.deliver, IntervalTrigger(seconds=DELIVER_EVERY_SECONDS), id="deliver", next_run_time=now)
         scheduler.start()
@@ -112,4 +137,7 @@ class Daemon:
             if self._delivering is not None:
                 await asyncio.gather(self._delivering, return_exceptions=True)  # in-flight sends finish
             await self.pool.close()
+            self.leadership.release()
+            if self.worker_lock is not None:
+                self.worker_lock.release()
             log.info("stopped")

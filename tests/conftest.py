@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from hypothesis import HealthCheck, settings
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from bench.pg import postgres_schema
 from bot.store.engine import make_engine, sessions, upgrade
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,25 +32,6 @@ PG_URL = os.environ.get("DIGESTBOT_TEST_PG", "")
 PG_SKIP = pytest.mark.skipif(
     not PG_URL, reason="PostgreSQL tests need DIGESTBOT_TEST_PG=postgresql+psycopg://user@host/db (CI sets it)"
 )
-
-
-@contextmanager
-def postgres_schema(url: str) -> Iterator[str]:
-    """A fresh schema in the test database, dropped afterwards: a URL whose
-    connections see only it (search_path), so tests never share tables."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{name}"'))
-    try:
-        yield make_url(url).update_query_dict({"options": f"-csearch_path={name}"}).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{name}" CASCADE'))
-        admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=PG_SKIP)])

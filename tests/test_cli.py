@@ -47,7 +47,8 @@ def json_lines(text: str) -> list[dict]:  # type: ignore[type-arg]
      ["subscribers"], ["subscribers", "add"], ["subscribers", "import"], ["subscribers", "export"],
      ["subscribers", "list"], ["subscribers", "show"], ["subscribers", "edit"], ["subscribers", "pause"],
      ["subscribers", "resume"], ["subscribers", "remove"], ["tags"], ["tags", "list"], ["tags", "test"],
-     ["tags", "apply"], ["preview"]],
+     ["tags", "apply"], ["preview"], ["run"], ["scheduler"], ["worker"], ["send-now"], ["resend"],
+     ["history"], ["stats"], ["demo"]],
 )
 def test_every_command_has_help(run, command: list[str]) -> None:  # type: ignore[no-untyped-def]
     assert "Usage:" in run(*command, "--help").stdout
@@ -272,3 +273,23 @@ def test_daemon_sends_then_stops_cleanly_on_sigterm(tmp_path: Path, sink) -> Non
             daemon.kill()
     assert "stopped" in daemon.stderr.read()
     assert len(sink.received) == 1
+
+
+def test_sqlite_refuses_a_second_worker(tmp_path: Path) -> None:
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{tmp_path / 'w.sqlite3'}"
+    env["DIGESTBOT_PATHS__VAR_DIR"] = str(tmp_path / "var")
+    env["DIGESTBOT_PATHS__TEMPLATES_DIR"] = str(ROOT / "templates")
+    first = subprocess.Popen([DIGESTBOT, "worker"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "w.sqlite3.worker.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        second = subprocess.run([DIGESTBOT, "worker"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 1
+        assert "SQLite supports one worker" in second.stderr
+    finally:
+        first.terminate()
+        assert first.wait(timeout=30) == 0

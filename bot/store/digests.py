@@ -136,8 +136,15 @@ def count_due(session: Session, now: datetime) -> int:
 
 def claim_due(session: Session, *, now: datetime, worker: str, lease_seconds: int, limit: int) -> list[int]:
     """Take up to *limit* digests that are due (queued, retry time reached, or a
-    ``sending`` whose lease expired) and lease them to *worker*."""
-    ids = list(session.scalars(select(Digest.id).where(_due(now)).order_by(Digest.next_attempt_at, Digest.id).limit(limit)))
+    ``sending`` whose lease expired) and lease them to *worker*.
+
+    On PostgreSQL the rows are locked with ``FOR UPDATE SKIP LOCKED``: workers
+    claiming at the same moment get disjoint batches instead of waiting.  On
+    SQLite (one writer at a time, BEGIN IMMEDIATE) the clause is not needed."""
+    query = select(Digest.id).where(_due(now)).order_by(Digest.next_attempt_at, Digest.id).limit(limit)
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    ids = list(session.scalars(query))
     if ids:
         session.execute(
             update(Digest)

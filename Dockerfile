@@ -1,0 +1,25 @@
+# digestbot: one image for every role (scheduler, worker, run, migrations).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    DIGESTBOT_PATHS__TEMPLATES_DIR=/app/templates \
+    DIGESTBOT_PATHS__TAGS_FILE=/app/config/tags.toml \
+    DIGESTBOT_PATHS__VAR_DIR=/data/var \
+    DIGESTBOT_PATHS__DUMP_DIR=/data/dumps
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY bot ./bot
+RUN pip install --no-cache-dir '.[postgres]'
+COPY templates ./templates
+COPY config ./config
+
+RUN useradd --system --uid 10001 digestbot \
+    && mkdir -p /data/var /data/dumps \
+    && chown -R digestbot /data
+USER digestbot
+VOLUME ["/data/var", "/data/dumps"]
+
+ENTRYPOINT ["digestbot", "--config", "/app/config/digestbot.toml"]
+CMD ["run"]

@@ -1,0 +1,186 @@
+"""Several processes over PostgreSQL: workers claiming with SKIP LOCKED and
+leases, one elected scheduler.  Real processes (the console script), the local
+PostgreSQL (a fresh schema per test) and an aiosmtpd sink on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import date
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from bench.digest_queue import queue_digests
+from bench.pg import postgres_schema
+from bot.sink import Sink, SinkHandler
+from bot.store.digests import DigestState
+from bot.store.engine import make_engine, sessions, upgrade
+from bot.store.schema import Digest, Subscriber
+from tests.conftest import PG_SKIP, PG_URL, ROOT
+from tests.test_cli import DIGESTBOT
+from tests.test_dump_parser import render_dump
+
+pytestmark = [PG_SKIP, pytest.mark.slow]
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with postgres_schema(PG_URL) as url:
+        engine = make_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        yield url
+
+
+@pytest.fixture
+def sink() -> Iterator[Sink]:
+    with Sink(SinkHandler()) as running:
+        yield running
+
+
+def _env(url: str, tmp_path: Path, sink: Sink, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env.update(
+        DIGESTBOT_DATABASE__URL=url,
+        DIGESTBOT_SMTP__PORT=str(sink.port),
+        DIGESTBOT_PATHS__TEMPLATES_DIR=str(ROOT / "templates"),
+        DIGESTBOT_PATHS__VAR_DIR=str(tmp_path / "var"),
+        DIGESTBOT_PATHS__DUMP_DIR=str(tmp_path / "dumps"),
+        DIGESTBOT_PATHS__TAGS_FILE=str(ROOT / "config" / "tags.toml"),
+        DIGESTBOT_WEB__SIGNING_KEY="test-signing-key-0123456789",
+        **extra,
+    )
+    return env
+
+
+def count_states(factory: sessionmaker[Session]) -> Counter[str]:
+    with factory() as session:
+        return Counter(dict(session.execute(select(Digest.state, func.count()).group_by(Digest.state)).all()))
+
+
+def wait_until(predicate, timeout: float, every: float = 0.5) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return predicate()
+
+
+def _stop(processes: list[subprocess.Popen[str]]) -> None:
+    for p in processes:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in processes:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def _deliver_with_workers(pg_url: str, tmp_path: Path, sink: Sink, *, total: int, kill_at: int | None) -> dict[str, int]:
+    engine = make_engine(pg_url)
+    factory = sessions(engine)
+    queue_digests(factory, total)
+    env = _env(pg_url, tmp_path, sink, DIGESTBOT_DIGEST__LEASE_SECONDS="10", DIGESTBOT_SMTP__POOL_SIZE="4")
+    workers = [subprocess.Popen([DIGESTBOT, "worker"], cwd=tmp_path, env=env, stderr=subprocess.DEVNULL, text=True)
+               for _ in range(4)]
+    killed_at_received = None
+    try:
+        if kill_at is not None:
+            assert wait_until(lambda: len(sink.received) >= kill_at, timeout=600)
+            workers[0].send_signal(signal.SIGKILL)
+            workers[0].wait()
+            killed_at_received = len(sink.received)
+        assert wait_until(lambda: count_states(factory)[DigestState.SENT.value] == total, timeout=900, every=1)
+    finally:
+        _stop(workers)
+    ids = Counter(r.message["Message-ID"] for r in sink.received)
+    with factory() as session:
+        sent_once = session.scalar(select(func.count()).select_from(Digest).where(Digest.state == "sent", Digest.sent_at.is_not(None)))
+    engine.dispose()
+    return {
+        "received": len(sink.received),
+        "distinct": len(ids),
+        "duplicates": sum(n - 1 for n in ids.values()),
+        "sent_rows": sent_once or 0,
+        "killed_at": killed_at_received or 0,
+    }
+
+
+def test_four_workers_deliver_20000_digests_exactly_once(pg_url: str, tmp_path: Path, sink: Sink) -> None:
+    figures = _deliver_with_workers(pg_url, tmp_path, sink, total=20_000, kill_at=None)
+    print(f"\n4 workers, no kill: {figures}")
+    assert figures == {"received": 20_000, "distinct": 20_000, "duplicates": 0, "sent_rows": 20_000, "killed_at": 0}
+
+
+def test_a_killed_worker_duplicates_at_most_its_in_flight_batch(pg_url: str, tmp_path: Path, sink: Sink) -> None:
+    figures = _deliver_with_workers(pg_url, tmp_path, sink, total=20_000, kill_at=10_000)
+    print(f"\n4 workers, one SIGKILLed halfway: {figures}")
+    assert figures["distinct"] == 20_000 and figures["sent_rows"] == 20_000
+    # A worker claims 50 digests at a time; only messages it sent but had not
+    # yet recorded as sent can go out twice, and they keep their Message-ID.
+    assert figures["duplicates"] <= 50
+    assert figures["received"] == 20_000 + figures["duplicates"]
+
+
+def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Path, sink: Sink) -> None:
+    engine = make_engine(pg_url)
+    factory = sessions(engine)
+    (tmp_path / "dumps").mkdir()
+    env = _env(pg_url, tmp_path, sink, DIGESTBOT_WATCH__QUIET_SECONDS="0")
+
+    def add_subscribers(first: int, count: int) -> None:
+        for n in range(first, first + count):
+            subprocess.run([DIGESTBOT, "subscribers", "add", f"s{n}@example.org", "--tz", "UTC", "--hour", "0",
+                            "--backfill", "all"], cwd=tmp_path, env=env, check=True, capture_output=True)
+
+    def scheduled_for(emails_from: int, count: int) -> int:
+        with factory() as session:
+            return session.scalar(
+                select(func.count()).select_from(Digest).join(Subscriber, Subscriber.id == Digest.subscriber_id)
+                .where(Digest.kind == "scheduled", Subscriber.email.in_([f"s{n}@example.org" for n in range(emails_from, emails_from + count)]))
+            ) or 0
+
+    dump = render_dump([(f"Paper {n}", ["A"], date(2026, 6, 14), "Text.") for n in range(3)])
+    (tmp_path / "dumps" / "000.txt").write_text(dump)
+    add_subscribers(0, 5)
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    schedulers = [subprocess.Popen([DIGESTBOT, "-v", "scheduler"], cwd=tmp_path, env=env,
+                                   stderr=open(log, "w"), text=True) for log in logs]  # noqa: SIM115
+    try:
+        assert wait_until(lambda: scheduled_for(0, 5) == 5, timeout=60)
+        time.sleep(4)  # both have run at least one election by now
+        leaders = [i for i, log in enumerate(logs) if "became the scheduler" in log.read_text()]
+        assert len(leaders) == 1, [log.read_text() for log in logs]
+        leader, standby = leaders[0], 1 - leaders[0]
+        assert "standing by" in logs[standby].read_text()
+
+        # Freeze the leader (it keeps its lock, plans nothing), add new due
+        # subscribers, then kill it: the standby must take over and plan them.
+        schedulers[leader].send_signal(signal.SIGSTOP)
+        add_subscribers(5, 3)
+        assert scheduled_for(5, 3) == 0
+        schedulers[leader].send_signal(signal.SIGKILL)
+        schedulers[leader].wait()
+        killed = time.monotonic()
+        assert wait_until(lambda: scheduled_for(5, 3) == 3, timeout=10, every=0.2)
+        took_over = time.monotonic() - killed
+        print(f"\nstandby planned the new subscribers {took_over:.1f} s after the leader was killed")
+        assert "became the scheduler" in logs[standby].read_text()
+    finally:
+        _stop(schedulers)
+    with factory() as session:
+        per_day = session.execute(
+            select(Digest.subscriber_id, Digest.local_date, func.count())
+            .where(Digest.kind == "scheduled").group_by(Digest.subscriber_id, Digest.local_date)
+        ).all()
+    assert len(per_day) == 8 and all(n == 1 for _, _, n in per_day)
+    engine.dispose()

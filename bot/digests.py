@@ -295,7 +295,14 @@ async def _deliver_batch(
                     release_entries(session, digest_id)
                 report.cancelled += 1
                 continue
-            data, sender, recipient = mailer.message_bytes(session, row, clock())
+            try:
+                data, sender, recipient = mailer.message_bytes(session, row, clock())
+            except Exception as exc:  # a broken template or entry must not wedge the queue
+                log.exception("digest %d: cannot build the message", digest_id)
+                error = f"cannot build the message: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                finish(session, digest_id, worker=worker, state=DigestState.FAILED, now=clock(), code=None, error=error)
+                report.failed += 1
+                continue
         task = asyncio.ensure_future(pool.send(sender, recipient, data))
         jobs.append((digest_id, row.subscriber_id, row.attempts, task))
     for digest_id, subscriber_id, attempts, task in jobs:

@@ -349,3 +349,26 @@ def test_an_empty_day_sends_nothing_unless_configured(factory: sessionmaker[Sess
         assert [d.state for d in list_digests(s)] == [DigestState.EMPTY]
     with factory() as s:
         assert s.scalar(select(func.count()).select_from(LedgerEntry)) == 0
+
+
+def test_a_message_that_cannot_be_built_fails_alone(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    templates = tmp_path / "templates"
+    shutil.copytree(ROOT / "templates", templates)
+    # An operator's typo that only some subscribers' messages reach.
+    entry = templates / "_header.html.j2"
+    entry.write_text(entry.read_text().replace("<h1>{{ heading }}</h1>",
+                                               "<h1>{% if subscriber_email.startswith('bad') %}{{ no_such_variable }}{% endif %}{{ heading }}</h1>"))
+    settings = settings.model_copy(update={"paths": settings.paths.model_copy(update={"templates_dir": templates})})
+    save(factory, settings, [clean_fields("bad@example.org"), clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    report = cycle(factory, settings, DAY1, all_due=True)
+    assert (report.sent, report.failed) == (1, 1)
+    with factory() as s:
+        (failed,) = list_digests(s, state=DigestState.FAILED)
+    assert failed.subscriber_email == "bad@example.org"
+    assert "cannot build the message: UndefinedError" in (failed.last_error or "")
+    assert [r.recipients[0] for r in sink.received] == ["ada@example.org"]

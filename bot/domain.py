@@ -86,10 +86,6 @@ class IngestResult:
     error: str | None = None
     duplicate_of: int | None = None
 
-    @property
-    def ok(self) -> bool:
-        return self.status is not SourceStatus.FAILED
-
 
 @dataclass(frozen=True, slots=True)
 class FileStamp:

@@ -2,7 +2,8 @@
 
 ``<subscriber id>.<HMAC-SHA256(key, id + the subscriber's secret)>``: bound to
 one subscriber, revocable by rotating that subscriber's secret, unforgeable
-without the key.  The key never leaves this module's callers and is never
+without the key.  (Verifying them is the subscriber endpoint's job; it does
+not exist yet.)  The key never leaves this module's callers and is never
 logged.
 """
 
@@ -47,13 +48,3 @@ def _signature(key: bytes, subscriber_id: int, secret: str) -> str:
 
 def make_token(key: bytes, subscriber_id: int, secret: str) -> str:
     return f"{subscriber_id}.{_signature(key, subscriber_id, secret)}"
-
-
-def token_subscriber_id(token: str) -> int | None:
-    """The id a token claims (unverified); None if it is not even shaped right."""
-    head, _, tail = token.partition(".")
-    return int(head) if head.isdigit() and tail and len(head) < 19 else None
-
-
-def verify_token(key: bytes, token: str, subscriber_id: int, secret: str) -> bool:
-    return hmac.compare_digest(token, make_token(key, subscriber_id, secret))

@@ -75,6 +75,12 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     command.upgrade(_alembic_config(engine), revision)
 
 
+def downgrade(engine: Engine, revision: str) -> None:
+    from alembic import command
+
+    command.downgrade(_alembic_config(engine), revision)
+
+
 def current_revision(engine: Engine) -> str | None:
     from alembic.runtime.migration import MigrationContext
 

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from bot.domain import Announce, EntryKind, EntryView, ParsedEntry, ParsedSource, TagOrigin, match_text
-from bot.identity import entry_key, normalize_title, title_hash
+from bot.identity import entry_key, normalize_title, title_hash, title_key
 from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
 from bot.tagging import TagRules
 
@@ -179,8 +179,11 @@ def _load_candidates(session: Session, items: list[tuple[ParsedEntry, str, str]]
     index = _Index()
     arxiv = sorted({i.arxiv_id for i, _, _ in items if i.arxiv_id})
     dois = sorted({i.doi for i, _, _ in items if i.doi})
-    keys = sorted({k for _, k, _ in items})
-    titles = sorted({hashes[t] for i, _, t in items if i.kind is EntryKind.PAPER})
+    # A title is found either through the key (a paper keyed by its own title,
+    # whose title_hash column is NULL) or through the partial title_hash index.
+    papers = [t for i, _, t in items if i.kind is EntryKind.PAPER]
+    keys = sorted({k for _, k, _ in items} | {title_key(t) for t in papers})
+    titles = sorted({hashes[t] for t in papers})
     seen: set[int] = set()
     for column, values in (
         (Entry.arxiv_id, arxiv),
@@ -195,6 +198,14 @@ def _load_candidates(session: Session, items: list[tuple[ParsedEntry, str, str]]
                 seen.add(rec.id)
                 index.add(_Row(**rec._asdict()))
     return index
+
+
+def _indexed_title_hash(key: str, kind: str, title_norm: str, hashed: int) -> int | None:
+    """What goes in ``entries.title_hash``: NULL when a title look-up already
+    finds the entry through its key, or when it is a repo (never matched by title)."""
+    if kind != EntryKind.PAPER or key == title_key(title_norm):
+        return None
+    return hashed
 
 
 def _merge(row: _Row, item: ParsedEntry, title_norm: str) -> None:
@@ -314,7 +325,7 @@ def upsert_source_entries(
                     "kind": r.kind,
                     "title": r.title,
                     "title_norm": r.title_norm,
-                    "title_hash": hashes[r.title_norm],
+                    "title_hash": _indexed_title_hash(r.key, r.kind, r.title_norm, hashes[r.title_norm]),
                     "authors": r.authors,
                     "published": r.published,
                     "summary": r.summary,
@@ -341,7 +352,7 @@ def upsert_source_entries(
                     "id": r.id,
                     "title": r.title,
                     "title_norm": r.title_norm,
-                    "title_hash": title_hash(r.title_norm),
+                    "title_hash": _indexed_title_hash(r.key, r.kind, r.title_norm, title_hash(r.title_norm)),
                     "authors": r.authors,
                     "published": r.published,
                     "summary": r.summary,

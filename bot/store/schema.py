@@ -109,7 +109,10 @@ class Entry(Base):
     kind: Mapped[str] = mapped_column(String(8))
     title: Mapped[str] = mapped_column(Text)
     title_norm: Mapped[str] = mapped_column(Text)
-    title_hash: Mapped[int] = mapped_column(BigInteger, index=True)  # identity.title_hash(title_norm)
+    # identity.title_hash(title_norm), or NULL when the key already is
+    # identity.title_key(title_norm) (most dump papers) or the entry is a repo:
+    # one random index entry per new paper instead of two (see entries.py).
+    title_hash: Mapped[int | None] = mapped_column(BigInteger)
     authors: Mapped[list[str]] = mapped_column(JSON)
     published: Mapped[date | None] = mapped_column(Date)
     summary: Mapped[str] = mapped_column(Text)
@@ -132,6 +135,12 @@ class Entry(Base):
             unique=True,
             sqlite_where=text("arxiv_id IS NOT NULL"),
             postgresql_where=text("arxiv_id IS NOT NULL"),
+        ),
+        Index(
+            "ix_entries_title_hash",
+            "title_hash",
+            sqlite_where=text("title_hash IS NOT NULL"),
+            postgresql_where=text("title_hash IS NOT NULL"),
         ),
         Index(
             "uq_entries_doi",

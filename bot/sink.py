@@ -1,16 +1,20 @@
 """A real SMTP server on 127.0.0.1 (aiosmtpd) that keeps what it accepts.
 
 Used by ``digestbot demo`` (writing ``var/inbox/*.eml`` and an ``index.html``)
-and by the tests, which can script per-message faults: a 4xx or 5xx at RCPT or
-DATA, a dropped connection during DATA, or a stall.  A message is recorded
-only when the sink answers 250.
+and by the tests, which can script per-message faults (a 4xx or 5xx at RCPT or
+DATA, a dropped connection during DATA, a stall) or draw them at random rates
+(``FaultRates``), including a 421 greeting that refuses a whole connection.
+A message is recorded only when the sink answers 250 on a connection that is
+still open.  Never part of the production send path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email
+import hashlib
 import html
+import itertools
 import socket
 import threading
 from collections.abc import Callable
@@ -39,6 +43,49 @@ class Fault:
     stall: float = 0.0  # seconds to sleep before answering
 
 
+@dataclass(frozen=True, slots=True)
+class FaultRates:
+    """Faults drawn at random, reproducibly: each draw hashes (seed, recipient, attempt),
+    so a failing run replays exactly.  ``permanent`` is decided once per recipient
+    (every attempt gets 550 or 553 at RCPT: a dead mailbox); the others per attempt."""
+
+    greeting_421: float = 0.0  # per connection: "421" instead of "220", then close
+    rcpt_4xx: float = 0.0  # 451 at RCPT
+    data_4xx: float = 0.0  # 452 after DATA
+    drop: float = 0.0  # connection closed after the message body, before any answer
+    stall: float = 0.0  # no answer after the body for stall_seconds (then nothing recorded)
+    permanent: float = 0.0
+    stall_seconds: float = 5.0
+    seed: int = 0
+
+    def draw(self, *parts: object) -> float:
+        digest = hashlib.blake2b(repr((self.seed, *parts)).encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64
+
+    def is_permanent(self, recipient: str) -> bool:
+        return self.draw("permanent", recipient) < self.permanent
+
+    def __call__(self, recipient: str, attempt: int) -> Fault | None:
+        """The fault for this recipient's attempt (the ``faults`` script of a SinkHandler)."""
+        if self.is_permanent(recipient):
+            code = "550 5.1.1 no such user" if self.draw("code", recipient) < 0.5 else "553 5.1.3 bad address"
+            return Fault("rcpt", code)
+        roll = self.draw("attempt", recipient, attempt)
+        for rate, fault in (
+            (self.rcpt_4xx, Fault("rcpt", "451 4.3.0 try again later")),
+            (self.data_4xx, Fault("data", "452 4.3.1 insufficient storage")),
+            (self.drop, Fault("data", drop=True)),
+            (self.stall, Fault("data", "250 too late", stall=self.stall_seconds)),
+        ):
+            if roll < rate:
+                return fault
+            roll -= rate
+        return None
+
+    def refuse_greeting(self, connection: int) -> bool:
+        return self.draw("greeting", connection) < self.greeting_421
+
+
 @dataclass
 class Received:
     sender: str
@@ -56,9 +103,16 @@ class SinkHandler:
 
     inbox: Path | None = None
     faults: Callable[[str, int], Fault | None] | None = None
+    refuse_greeting: Callable[[int], bool] | None = None  # connection number -> answer 421
     received: list[Received] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    connections: itertools.count = field(default_factory=itertools.count)
+    refused_greetings: int = 0
+
+    @classmethod
+    def with_rates(cls, rates: FaultRates, inbox: Path | None = None) -> SinkHandler:
+        return cls(inbox=inbox, faults=rates, refuse_greeting=rates.refuse_greeting)
 
     async def handle_RCPT(self, server: SMTPServer, session: Any, envelope: Any, address: str, options: list[str]) -> str:  # noqa: N802
         with self.lock:
@@ -78,6 +132,8 @@ class SinkHandler:
             return None
         if fault.stall:
             await asyncio.sleep(fault.stall)
+            if server.transport is None or server.transport.is_closing():
+                return "421 4.4.2 nobody listening any more"  # the client gave up: nothing was accepted
         if fault.drop:
             if server.transport is not None:
                 server.transport.close()
@@ -101,19 +157,47 @@ class SinkHandler:
         return "250 2.0.0 OK: queued"
 
 
+class _GreetingServer(SMTPServer):
+    """aiosmtpd's SMTP session, able to refuse a connection with 421 instead of its
+    220 greeting.  aiosmtpd has no hook before the greeting, so this overrides the
+    (private) coroutine that sends it; tests pin the behaviour."""
+
+    async def _handle_client(self) -> None:
+        handler: SinkHandler = self.event_handler
+        refuse = handler.refuse_greeting
+        if refuse is not None and refuse(next(handler.connections)):
+            with handler.lock:
+                handler.refused_greetings += 1
+            await self.push("421 4.3.2 service not available, closing connection")
+            if self.transport is not None:
+                self.transport.close()
+            return
+        await super()._handle_client()
+
+
+class _Controller(Controller):
+    def factory(self) -> SMTPServer:
+        return _GreetingServer(self.handler, **self.SMTP_kwargs)
+
+
 class Sink:
     """Start/stop an aiosmtpd server in its own thread on 127.0.0.1."""
 
     def __init__(self, handler: SinkHandler, port: int | None = None) -> None:
         self.handler = handler
         self.port = port or free_port()
-        self.controller = Controller(
+        self.controller = _Controller(
             handler, hostname="127.0.0.1", port=self.port, ready_timeout=10, decode_data=False,
             data_size_limit=50_000_000,
         )
 
     def __enter__(self) -> Sink:
-        self.controller.start()
+        # The controller's own readiness probe connects once; it must get its 220.
+        refuse, self.handler.refuse_greeting = self.handler.refuse_greeting, None
+        try:
+            self.controller.start()
+        finally:
+            self.handler.refuse_greeting = refuse
         return self
 
     def __exit__(self, *exc: object) -> None:

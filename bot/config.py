@@ -9,6 +9,7 @@ environment or from a file named by ``smtp.password_file``.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,12 +97,30 @@ class SmtpConfig(BaseModel):
         return SecretStr("")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
 class SenderConfig(BaseModel):
     from_address: str = "digestbot@localhost"
     from_name: str = "digestbot"
     list_id: str = "digest.digestbot.localhost"
     # Where "mailto:" unsubscribe requests go (default: from_address).
     unsubscribe_address: str = ""
+
+    # These go into every message's headers: a line break in one would add headers.
+    @field_validator("from_name")
+    @classmethod
+    def _one_line_name(cls, value: str) -> str:
+        if _CONTROL.search(value):
+            raise ValueError("contains control characters (line breaks included)")
+        return value
+
+    @field_validator("from_address", "list_id", "unsubscribe_address")
+    @classmethod
+    def _no_spaces_or_controls(cls, value: str) -> str:
+        if _CONTROL.search(value) or any(c.isspace() or c in "<>\"," for c in value):
+            raise ValueError("must not contain spaces, control characters, quotes, commas or angle brackets")
+        return value
 
 
 class DigestConfig(BaseModel):
@@ -110,6 +129,8 @@ class DigestConfig(BaseModel):
     # Papers without an arXiv/DOI link or URL in their summary link to this search.
     search_url: str = "https://arxiv.org/search/?query={title}&searchtype=title"
     lease_seconds: int = Field(300, ge=10)  # a "sending" row older than this is retried
+    # Feed HTML may carry <img>; off by default (remote images track readers), https only when on.
+    remote_images: bool = False
 
 
 class WebConfig(BaseModel):

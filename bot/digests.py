@@ -188,7 +188,9 @@ class Mailer:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.renderer = Renderer(settings.paths.templates_dir, search_url=settings.digest.search_url)
+        self.renderer = Renderer(
+            settings.paths.templates_dir, search_url=settings.digest.search_url, remote_images=settings.digest.remote_images
+        )
         self.key = signing_key(settings)
 
     def links(self, subscriber: Subscriber) -> tuple[Links, tuple[str, ...]]:

@@ -14,7 +14,7 @@ import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote_plus
+from urllib.parse import quote, quote_plus
 
 import css_inline
 import nh3
@@ -62,16 +62,36 @@ def latex_to_text(text: str) -> str:
     return converted
 
 
-def sanitize_html(fragment: str) -> str:
-    """Feed HTML reduced to a small allow-list: no scripts, styles, forms, images or event handlers."""
+def sanitize_html(fragment: str, *, remote_images: bool = False) -> str:
+    """Feed HTML reduced to a small allow-list: no scripts, styles, forms or event
+    handlers; images (remote by nature in a feed, so a tracking risk) only when
+    *remote_images*, and then only https ones."""
+    if not remote_images:
+        return nh3.clean(
+            fragment,
+            tags=ALLOWED_TAGS,
+            attributes=ALLOWED_ATTRIBUTES,
+            url_schemes=ALLOWED_SCHEMES,
+            link_rel="noopener noreferrer nofollow",
+            strip_comments=True,
+            url_relative="deny",  # a relative URL means nothing in a mailbox
+        )
     return nh3.clean(
         fragment,
-        tags=ALLOWED_TAGS,
-        attributes=ALLOWED_ATTRIBUTES,
+        tags=ALLOWED_TAGS | {"img"},
+        attributes={**ALLOWED_ATTRIBUTES, "img": {"src", "alt", "width", "height"}},
         url_schemes=ALLOWED_SCHEMES,
+        attribute_filter=_https_images_only,
         link_rel="noopener noreferrer nofollow",
         strip_comments=True,
+        url_relative="deny",  # a relative URL means nothing in a mailbox
     )
+
+
+def _https_images_only(tag: str, attribute: str, value: str) -> str | None:
+    if tag == "img" and attribute == "src" and not value.lower().startswith("https://"):
+        return None
+    return value
 
 
 def html_to_text(fragment: str) -> str:
@@ -98,9 +118,9 @@ def _linkify(text: str) -> Markup:
     return Markup("".join(out))
 
 
-def html_summary(item: DigestItem) -> Markup:
+def html_summary(item: DigestItem, *, remote_images: bool = False) -> Markup:
     if item.summary_type == "text/html":
-        return Markup(sanitize_html(item.summary))
+        return Markup(sanitize_html(item.summary, remote_images=remote_images))
     paragraphs = [p for p in latex_to_text(item.summary).split("\n\n") if p.strip()]
     return Markup("".join(f"<p>{_linkify(p)}</p>" for p in paragraphs))
 
@@ -108,17 +128,23 @@ def html_summary(item: DigestItem) -> Markup:
 def primary_url(item: DigestItem | EntryView, search_url: str) -> str:
     """Where the title links: GitHub for repositories; for papers the arXiv or
     DOI page, else the first link the source gave or the summary names, else a search."""
-    if isinstance(item, DigestItem) and item.url:
+    if isinstance(item, DigestItem) and is_web_url(item.url):
         return item.url
-    if item.kind is EntryKind.REPO and item.links:
+    if item.kind is EntryKind.REPO and item.links and is_web_url(item.links[0]):
         return item.links[0]
     if item.arxiv_id:
-        return f"https://arxiv.org/abs/{item.arxiv_id}"
+        return f"https://arxiv.org/abs/{quote(item.arxiv_id, safe='./')}"
     if item.doi:
-        return f"https://doi.org/{item.doi}"
+        return f"https://doi.org/{quote(item.doi, safe='/:;()._-')}"
     for url in item.links:
-        return url
+        if is_web_url(url):
+            return url
     return search_url.format(title=quote_plus(item.title))
+
+
+def is_web_url(url: str | None) -> bool:
+    """Only http(s) URLs become links; sources are checked too, this is the last line."""
+    return bool(url) and _URL_RE.fullmatch(url or "") is not None
 
 
 def byline(item: DigestItem) -> str:
@@ -194,8 +220,9 @@ class Links:
 class Renderer:
     """Templates and stylesheet loaded once; ``render`` is called per digest."""
 
-    def __init__(self, templates_dir: Path, *, search_url: str) -> None:
+    def __init__(self, templates_dir: Path, *, search_url: str, remote_images: bool = False) -> None:
         self.search_url = search_url
+        self.remote_images = remote_images
         self.env = Environment(
             loader=FileSystemLoader(str(templates_dir)),
             autoescape=select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
@@ -226,7 +253,7 @@ class Renderer:
                     "ref": n,
                     "byline": byline(item),
                     "summary_text": plain_summary(item),
-                    "summary_html": html_summary(item),
+                    "summary_html": html_summary(item, remote_images=self.remote_images),
                     "tags": list(item.tags),
                     "why": item.why,
                 }

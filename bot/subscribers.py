@@ -44,7 +44,9 @@ def clean_email(raw: str) -> str:
     if _CONTROL.search(raw):
         raise SubscriberInputError("email: contains control characters")
     try:
-        return validate_email(raw.strip(), check_deliverability=False).normalized
+        # allow_smtputf8=False: a non-ASCII local part needs SMTPUTF8 end to end,
+        # which digests are not sent with; internationalized domains are fine (IDNA).
+        return validate_email(raw.strip(), check_deliverability=False, allow_smtputf8=False).normalized
     except EmailNotValidError as exc:
         raise SubscriberInputError(f"email: {raw.strip()!r}: {exc}") from None
 

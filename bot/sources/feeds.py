@@ -42,15 +42,28 @@ def looks_like_feed(data: bytes) -> bool:
     return bool(_FEED_START.match(head))
 
 
+# C0/C1 controls and Unicode line/paragraph separators: never part of a title,
+# a name or a tag, and a way to smuggle line breaks into a mail header.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_HTTP_URL = re.compile(r"https?://[^\s\x00-\x1f\x7f<>\"']+", re.IGNORECASE)
+
+
 def _one_line(text: str | None) -> str:
-    return " ".join((text or "").split())
+    return " ".join(_CONTROL.sub(" ", text or "").split())
+
+
+def _http_link(url: str) -> str:
+    """The entry's link if it is a plain http(s) URL; anything else (javascript:,
+    data:, relative, with spaces or control characters) is dropped."""
+    url = url.strip()
+    return url if _HTTP_URL.fullmatch(url) else ""
 
 
 def _authors(names: list[str]) -> tuple[str, ...]:
     # arXiv's RSS puts every author in one dc:creator, comma separated.
     out: list[str] = []
     for name in names:
-        out.extend(part.strip() for part in name.split(",") if part.strip())
+        out.extend(part for part in (_one_line(p) for p in name.split(",")) if part)
     return tuple(out)
 
 
@@ -75,6 +88,7 @@ def _entry(
     doi_hint: str,
     line: int,
 ) -> ParsedEntry:
+    link = _http_link(link)
     arxiv_id = arxiv_id_in(ident) or arxiv_id_in(link) or arxiv_id_in(summary[:200])
     doi = doi_in(doi_hint) or (doi_in(link) if "doi.org/" in link else None)
     if arxiv_id:

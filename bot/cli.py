@@ -898,6 +898,23 @@ def worker_command(ctx: typer.Context) -> None:
     _daemon(c, c.sessions(), plan_jobs=False, deliver_jobs=True)
 
 
+@app.command("serve")
+def serve_command(
+    ctx: typer.Context,
+    host: Annotated[str | None, typer.Option("--host", help="Listen address (default: web.listen_host).")] = None,
+    port: Annotated[int | None, typer.Option("--port", min=1, max=65535, help="Port (default: web.listen_port).")] = None,
+) -> None:
+    """The subscriber endpoint: one-click unsubscribe (RFC 8058) and the manage page
+    behind the links in every digest.  Put it behind HTTPS at web.public_url."""
+    from bot.web import serve
+
+    c = ctx_of(ctx)
+    web = c.settings.web
+    if not web.public_url:
+        err.print("note: web.public_url is empty, so digests carry only mailto: unsubscribe links, not links here")
+    serve(c.settings, c.sessions(), host=host or web.listen_host, port=port or web.listen_port)
+
+
 @app.command("send-now")
 def send_now(
     ctx: typer.Context,

@@ -29,10 +29,14 @@ class ConfigError(Exception):
     """The configuration file or environment holds a value we cannot use."""
 
 
+SHIPPED_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
 class PathsConfig(BaseModel):
     var_dir: Path = Path("var")
     dump_dir: Path = Path("seeds")
-    templates_dir: Path = Path("templates")
+    # The shipped templates wherever digestbot is run from; point it at a copy to customize.
+    templates_dir: Path = SHIPPED_TEMPLATES
     tags_file: Path = Path("config/tags.toml")  # tag rules; a missing file means none
 
 
@@ -140,6 +144,9 @@ class WebConfig(BaseModel):
     # or (neither) a random key created once in <var_dir>/signing.key.
     signing_key: SecretStr = SecretStr("")
     signing_key_file: Path | None = None
+    # Where ``digestbot serve`` listens (behind a TLS-terminating proxy at public_url).
+    listen_host: str = "127.0.0.1"
+    listen_port: int = Field(8080, ge=1, le=65535)
 
 
 class _TomlWithoutSecrets(TomlConfigSettingsSource):

@@ -25,11 +25,13 @@ from bot.filters import FilterError, normalize_filter
 from bot.store.engine import transaction
 from bot.store.subscribers import (
     get_subscriber,
+    get_subscriber_by_id,
     list_subscribers,
     purge_subscriber,
     set_status,
     upsert_subscribers,
 )
+from bot.tokens import token_is_valid, token_subscriber_id
 
 CSV_COLUMNS = ("email", "name", "filter", "timezone", "send_hour", "status", "backfill")
 _BACKFILL = re.compile(r"^(?:all|none|\d{1,4}d)$")
@@ -266,3 +268,30 @@ def remove(factory: sessionmaker[Session], email: str, *, purge: bool, now: date
 def find(factory: sessionmaker[Session], email: str) -> Subscriber:
     with factory() as session:
         return _require(session, email)
+
+
+def by_token(factory: sessionmaker[Session], key: bytes, token: str) -> Subscriber | None:
+    """The subscriber a signed link token belongs to; None for unknown, forged or
+    altered tokens alike (callers answer all three the same way)."""
+    subscriber_id = token_subscriber_id(token)
+    if subscriber_id is None:
+        return None
+    with factory() as session:
+        found = get_subscriber_by_id(session, subscriber_id)
+    if found is None or not token_is_valid(key, token, found.id, found.unsubscribe_secret):
+        return None
+    return found
+
+
+def set_status_by_id(factory: sessionmaker[Session], subscriber_id: int, status: SubscriberStatus, now: datetime) -> Subscriber:
+    with transaction(factory) as session:
+        set_status(session, subscriber_id, status, now)
+        found = get_subscriber_by_id(session, subscriber_id)
+        assert found is not None
+        return found
+
+
+def set_filter(factory: sessionmaker[Session], settings: Settings, subscriber: Subscriber, raw: str, now: datetime) -> Subscriber:
+    """Validate *raw* (SubscriberInputError names the problem) and make it the filter."""
+    fields = SubscriberFields(email=subscriber.email, filter=clean_filter(raw))
+    return edit(factory, settings, fields, now)

@@ -2,9 +2,9 @@
 
 ``<subscriber id>.<HMAC-SHA256(key, id + the subscriber's secret)>``: bound to
 one subscriber, revocable by rotating that subscriber's secret, unforgeable
-without the key.  (Verifying them is the subscriber endpoint's job; it does
-not exist yet.)  The key never leaves this module's callers and is never
-logged.
+without the key.  Made for links in digests, checked by the subscriber
+endpoint (``bot.web``).  The key never leaves this module's callers and is
+never logged.
 """
 
 from __future__ import annotations
@@ -48,3 +48,16 @@ def _signature(key: bytes, subscriber_id: int, secret: str) -> str:
 
 def make_token(key: bytes, subscriber_id: int, secret: str) -> str:
     return f"{subscriber_id}.{_signature(key, subscriber_id, secret)}"
+
+
+def token_subscriber_id(token: str) -> int | None:
+    """The subscriber id a well-formed token names (not yet verified)."""
+    ident, dot, signature = token.partition(".")
+    if not dot or not ident.isascii() or not ident.isdigit() or len(ident) > 18 or len(signature) != 24:
+        return None
+    return int(ident)
+
+
+def token_is_valid(key: bytes, token: str, subscriber_id: int, secret: str) -> bool:
+    """Constant-time check that *token* is the one made for this subscriber and secret."""
+    return hmac.compare_digest(token.encode("utf-8", "replace"), make_token(key, subscriber_id, secret).encode("ascii"))

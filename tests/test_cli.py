@@ -47,7 +47,7 @@ def json_lines(text: str) -> list[dict]:  # type: ignore[type-arg]
      ["subscribers"], ["subscribers", "add"], ["subscribers", "import"], ["subscribers", "export"],
      ["subscribers", "list"], ["subscribers", "show"], ["subscribers", "edit"], ["subscribers", "pause"],
      ["subscribers", "resume"], ["subscribers", "remove"], ["tags"], ["tags", "list"], ["tags", "test"],
-     ["tags", "apply"], ["preview"], ["run"], ["scheduler"], ["worker"], ["send-now"], ["resend"],
+     ["tags", "apply"], ["preview"], ["run"], ["scheduler"], ["worker"], ["serve"], ["send-now"], ["resend"],
      ["history"], ["stats"], ["demo"]],
 )
 def test_every_command_has_help(run, command: list[str]) -> None:  # type: ignore[no-untyped-def]

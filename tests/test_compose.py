@@ -31,7 +31,7 @@ def test_docker_compose_config_accepts_the_file() -> None:
 def test_compose_services_ports_healthchecks_and_order() -> None:
     spec = yaml.safe_load(COMPOSE.read_text())
     services = spec["services"]
-    assert {"postgres", "mailpit", "migrate", "scheduler", "worker"} <= set(services)
+    assert {"postgres", "mailpit", "migrate", "scheduler", "worker", "web"} <= set(services)
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
     assert services["postgres"]["volumes"] == ["pgdata:/var/lib/postgresql/data"]
     assert {"1025:1025", "8025:8025"} <= set(services["mailpit"]["ports"])
@@ -48,6 +48,13 @@ def test_compose_services_ports_healthchecks_and_order() -> None:
     # The worker must be scalable: no fixed container name, no host port.
     assert "container_name" not in services["worker"] and "ports" not in services["worker"]
     assert {"pgdata", "dumps", "var"} <= set(spec["volumes"])
+    web = services["web"]
+    assert web["command"][0] == "serve" and "8080:8080" in web["ports"]
+    assert "/healthz" in " ".join(web["healthcheck"]["test"])
+    assert web["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    # Same key volume as the senders: links signed by a worker verify in the web service.
+    assert "var:/data/var" in web["volumes"]
+    assert web["environment"]["DIGESTBOT_WEB__PUBLIC_URL"].endswith(":8080")
 
 
 def test_dockerfile_installs_the_package_with_postgres_and_runs_the_cli() -> None:

@@ -1,0 +1,156 @@
+"""Subscriber endpoint: the pages behind the links in every digest (Starlette, served by uvicorn).
+
+``POST /u/{token}`` unsubscribes (RFC 8058 one-click: mail providers POST
+``List-Unsubscribe=One-Click``; the confirm button posts the same), ``GET
+/u/{token}`` only shows a page with that button (link scanners and
+prefetchers GET every URL in a message), ``GET|POST /m/{token}`` lets the
+subscriber pause, resume or change their filter.  Tokens are HMAC-signed and
+bound to one subscriber; an unknown, forged or altered token gets the same
+404.  A thin shell over ``bot.subscribers``: never sends mail, never renders
+digests, never writes SQL itself, never logs tokens or keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from urllib.parse import parse_qs
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from bot.config import Settings
+from bot.domain import Subscriber, SubscriberStatus
+from bot.subscribers import SubscriberInputError, by_token, set_filter, set_status_by_id
+from bot.tokens import signing_key
+
+log = logging.getLogger(__name__)
+
+MAX_FORM_BYTES = 4096
+# Pages carry the token in their URL: never leak it in a Referer, never cache it,
+# never frame it, run no script at all.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+}
+
+
+def create_app(
+    settings: Settings, factory: sessionmaker[Session], *, clock: Callable[[], datetime] | None = None
+) -> Starlette:
+    key = signing_key(settings)
+    now = clock or (lambda: datetime.now(UTC))
+    pages = Environment(
+        loader=FileSystemLoader(str(Path(settings.paths.templates_dir) / "web")),
+        autoescape=select_autoescape(enabled_extensions=("html.j2",)),
+        undefined=StrictUndefined,
+    )
+    page = pages.get_template("page.html.j2")
+
+    def render(view: str, status_code: int = 200, *, token: str = "", **context: object) -> HTMLResponse:
+        html = page.render(view=view, list_name=settings.sender.from_name, token=token, **context)
+        return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+
+    def not_found() -> HTMLResponse:
+        return render("not_found", 404)
+
+    async def form_of(request: Request) -> dict[str, str] | None:
+        """The urlencoded body (first value per field), or None when it is too big."""
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                return None
+        fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=20)
+        return {name: values[0] for name, values in fields.items()}
+
+    def subscriber_of(request: Request) -> Subscriber | None:
+        return by_token(factory, key, request.path_params["token"])
+
+    async def unsubscribe(request: Request) -> Response:
+        subscriber = subscriber_of(request)
+        if subscriber is None:
+            return not_found()
+        if request.method in ("GET", "HEAD"):
+            return render("confirm", token=request.path_params["token"], subscriber=subscriber, done=subscriber.status is SubscriberStatus.UNSUBSCRIBED)
+        form = await form_of(request)
+        if form is None:
+            return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
+        # RFC 8058 asks for exactly this field; our own button posts it too.
+        if form.get("List-Unsubscribe") != "One-Click":
+            return render("confirm", 400, token=request.path_params["token"], subscriber=subscriber, done=False)
+        if subscriber.status is not SubscriberStatus.UNSUBSCRIBED:
+            subscriber = set_status_by_id(factory, subscriber.id, SubscriberStatus.UNSUBSCRIBED, now())
+            log.info("subscriber %d unsubscribed through their link", subscriber.id)
+        return render("confirm", token=request.path_params["token"], subscriber=subscriber, done=True)
+
+    async def manage(request: Request) -> Response:
+        subscriber = subscriber_of(request)
+        if subscriber is None:
+            return not_found()
+        if request.method in ("GET", "HEAD"):
+            return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message=None, filter_text=subscriber.filter)
+        form = await form_of(request)
+        if form is None:
+            return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
+        action = form.get("action", "")
+        if action == "pause" and subscriber.status is SubscriberStatus.ACTIVE:
+            subscriber = set_status_by_id(factory, subscriber.id, SubscriberStatus.PAUSED, now())
+            return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message="Paused: no digests until you resume.",
+                          filter_text=subscriber.filter)
+        if action == "resume" and subscriber.status in (SubscriberStatus.PAUSED, SubscriberStatus.UNSUBSCRIBED):
+            subscriber = set_status_by_id(factory, subscriber.id, SubscriberStatus.ACTIVE, now())
+            return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message="Resumed: your next digest comes as usual.",
+                          filter_text=subscriber.filter)
+        if action == "filter":
+            raw = form.get("filter", "")
+            try:
+                subscriber = set_filter(factory, settings, subscriber, raw, now())
+            except SubscriberInputError as exc:
+                return render("manage", 400, token=request.path_params["token"], subscriber=subscriber, error=str(exc), message=None, filter_text=raw)
+            return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message="Filter saved.", filter_text=subscriber.filter)
+        return render("manage", 400, token=request.path_params["token"], subscriber=subscriber, error="That change is not possible now.", message=None,
+                      filter_text=subscriber.filter)
+
+    async def health(_request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def anything_else(_request: Request, _exc: Exception) -> Response:
+        return not_found()  # unknown paths and methods look like unknown tokens
+
+    app = Starlette(
+        routes=[
+            Route("/u/{token}", unsubscribe, methods=["GET", "POST"]),
+            Route("/m/{token}", manage, methods=["GET", "POST"]),
+            Route("/healthz", health, methods=["GET"]),
+        ],
+        exception_handlers={404: anything_else, 405: anything_else},
+    )
+    return app
+
+
+def serve(settings: Settings, factory: sessionmaker[Session], *, host: str, port: int) -> None:
+    """Run the endpoint with uvicorn until SIGINT/SIGTERM (the ``digestbot serve`` command)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            # uvicorn re-raises the signal after its graceful shutdown (exit status 143);
+            # a clean stop exits 0 here, as the scheduler and worker do.
+            getattr(self, "_captured_signals", []).clear()
+
+    # access_log off: request lines carry the token of whoever clicked.
+    config = uvicorn.Config(create_app(settings, factory), host=host, port=port, access_log=False,
+                            proxy_headers=True, server_header=False, log_level="info")
+    Server(config).run()

@@ -1,0 +1,248 @@
+"""The subscriber endpoint through a real uvicorn server on 127.0.0.1, with httpx:
+RFC 8058 one-click unsubscribe, a GET that never unsubscribes, the manage page,
+and one neutral 404 for unknown, forged and altered tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from email import policy
+from email.parser import BytesParser
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.digests import deliver_now, plan
+from bot.domain import SubscriberStatus
+from bot.ingest import ingest_file
+from bot.sink import Sink, SinkHandler, free_port
+from bot.store.subscribers import get_subscriber
+from bot.subscribers import clean_fields, save
+from bot.tagging import load_rules
+from bot.tokens import make_token, signing_key
+from bot.web import create_app
+from tests.conftest import ROOT
+from tests.test_cli import DIGESTBOT
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
+KEY = "k" * 32
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+            "web": {"public_url": "https://digest.example.org", "signing_key": KEY},
+            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
+        }
+    )
+
+
+class Server:
+    """uvicorn serving the app in a thread, stopped by its should_exit flag."""
+
+    def __init__(self, app: object) -> None:
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> httpx.Client:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
+        return self.client
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def people(factory: sessionmaker[Session], settings: Settings) -> dict[str, str]:
+    """email -> token for two subscribers."""
+    save(factory, settings, [clean_fields("ada@example.org", filter="gpu"), clean_fields("bob@example.org")], DAY)
+    key = signing_key(settings)
+    with factory() as session:
+        found = {email: get_subscriber(session, email) for email in ("ada@example.org", "bob@example.org")}
+    return {email: make_token(key, s.id, s.unsubscribe_secret) for email, s in found.items() if s is not None}
+
+
+@pytest.fixture
+def web(factory: sessionmaker[Session], settings: Settings) -> Iterator[httpx.Client]:
+    with Server(create_app(settings, factory)) as client:
+        yield client
+
+
+def status_of(factory: sessionmaker[Session], email: str) -> SubscriberStatus:
+    with factory() as session:
+        found = get_subscriber(session, email)
+        assert found is not None
+        return found.status
+
+
+ONE_CLICK = {"content-type": "application/x-www-form-urlencoded"}
+
+
+def test_get_shows_a_confirm_page_and_never_unsubscribes(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+    for _ in range(3):  # link scanners fetch more than once
+        page = web.get(f"/u/{people['ada@example.org']}")
+        assert page.status_code == 200
+        assert 'name="List-Unsubscribe" value="One-Click"' in page.text and "ada@example.org" in page.text
+    assert web.head(f"/u/{people['ada@example.org']}").status_code == 200
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
+    assert page.headers["referrer-policy"] == "no-referrer" and page.headers["cache-control"] == "no-store"
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+
+
+def test_one_click_post_unsubscribes_only_that_subscriber(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+    response = web.post(f"/u/{people['ada@example.org']}", content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK)
+    assert response.status_code == 200 and "You are unsubscribed" in response.text
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.UNSUBSCRIBED
+    assert status_of(factory, "bob@example.org") is SubscriberStatus.ACTIVE
+    again = web.post(f"/u/{people['ada@example.org']}", content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK)
+    assert again.status_code == 200  # idempotent
+    assert web.post(f"/u/{people['bob@example.org']}", content=b"something=else", headers=ONE_CLICK).status_code == 400
+    assert status_of(factory, "bob@example.org") is SubscriberStatus.ACTIVE
+
+
+def _forgeries(token: str) -> list[str]:
+    ident, signature = token.split(".")
+    flipped = signature[:-1] + ("A" if signature[-1] != "A" else "B")
+    return [
+        flipped,  # altered signature
+        f"{int(ident) + 1}.{signature}",  # the right signature moved to another subscriber
+        f"{ident}.{'A' * len(signature)}",  # forged
+        f"999999.{signature}",  # unknown subscriber
+        ident,  # truncated
+        f"{ident}.{signature}x",
+        f"-1.{signature}",
+        f"{ident}.{signature[:-2]}%00%00",
+        "../../etc/passwd",
+        "",
+    ]
+
+
+@pytest.mark.parametrize("path", ["/u/{}", "/m/{}"])
+def test_forged_altered_and_unknown_tokens_get_the_same_404(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session], path: str
+) -> None:
+    token = people["ada@example.org"]
+    reference = web.get(path.format(f"999999.{'B' * 24}"))
+    assert reference.status_code == 404
+    for forged in _forgeries(token):
+        for method in ("GET", "POST"):
+            response = web.request(method, path.format(forged), content=b"List-Unsubscribe=One-Click&action=pause", headers=ONE_CLICK)
+            assert response.status_code == 404, (forged, method)
+            assert response.text == reference.text, forged
+    assert web.get("/nothing/here").text == reference.text
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
+    assert status_of(factory, "bob@example.org") is SubscriberStatus.ACTIVE
+
+
+def test_a_token_from_another_key_is_refused(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+    with factory() as session:
+        ada = get_subscriber(session, "ada@example.org")
+    assert ada is not None
+    other = make_token(b"another key, 32 characters long!", ada.id, ada.unsubscribe_secret)
+    assert web.post(f"/u/{other}", content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK).status_code == 404
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
+
+
+def test_manage_page_pauses_resumes_and_edits_the_filter(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+    url = f"/m/{people['ada@example.org']}"
+    page = web.get(url)
+    assert page.status_code == 200 and 'value="gpu"' in page.text and "Pause digests" in page.text
+    assert web.post(url, data={"action": "pause"}).status_code == 200
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.PAUSED
+    assert web.post(url, data={"action": "pause"}).status_code == 400  # already paused
+    assert web.post(url, data={"action": "resume"}).status_code == 200
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
+
+    saved = web.post(url, data={"action": "filter", "filter": "(GPU or fpga) and not  \"sparse attention\""})
+    assert saved.status_code == 200 and "Filter saved" in saved.text
+    with factory() as session:
+        ada = get_subscriber(session, "ada@example.org")
+        assert ada is not None and ada.filter == '(gpu or fpga) and not "sparse attention"'
+
+    for bad in ("gpu and", "gpu\r\nBcc: x@y.z", "(" * 300, "<script>alert(1)</script>"):
+        refused = web.post(url, data={"action": "filter", "filter": bad})
+        assert refused.status_code == 400, bad
+        assert "filter:" in refused.text and "<script>" not in refused.text
+    with factory() as session:
+        ada = get_subscriber(session, "ada@example.org")
+        assert ada is not None and ada.filter == '(gpu or fpga) and not "sparse attention"'
+
+
+def test_oversized_bodies_are_refused(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+    body = b"List-Unsubscribe=One-Click&pad=" + b"x" * 100_000
+    assert web.post(f"/u/{people['ada@example.org']}", content=body, headers=ONE_CLICK).status_code == 413
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
+
+
+def test_the_link_in_a_delivered_digest_unsubscribes(
+    factory: sessionmaker[Session], settings: Settings, people: dict[str, str], seed_files: list[Path]
+) -> None:
+    handler = SinkHandler()
+    with Sink(handler) as sink:
+        sending = settings.model_copy(update={"smtp": settings.smtp.model_copy(update={"port": sink.port})})
+        ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
+        plan(factory, sending, RULES, now=DAY + timedelta(days=1), all_due=True)
+        asyncio.run(deliver_now(factory, sending, clock=lambda: DAY + timedelta(days=1)))
+    (to_bob,) = [r for r in handler.received if r.recipients == ["bob@example.org"]]
+    message = BytesParser(policy=policy.default).parsebytes(to_bob.data)
+    assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    https = re.search(r"<https://digest\.example\.org(/u/[^>]+)>", message["List-Unsubscribe"])
+    assert https is not None
+    with Server(create_app(settings, factory)) as client:
+        # What a mail provider does on "unsubscribe": POST the one-click body to the header's URL.
+        response = client.post(https.group(1), content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK)
+    assert response.status_code == 200
+    assert status_of(factory, "bob@example.org") is SubscriberStatus.UNSUBSCRIBED
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
+
+
+def test_digestbot_serve_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env |= {
+        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'web.sqlite3'}",
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+        "DIGESTBOT_WEB__SIGNING_KEY": KEY,
+        "DIGESTBOT_WEB__PUBLIC_URL": "https://digest.example.org",
+    }
+    proc = subprocess.Popen([DIGESTBOT, "serve", "--port", str(port)], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.1)
+        assert health.status_code == 200 and health.text == "ok"
+        assert httpx.get(f"http://127.0.0.1:{port}/u/1.{'A' * 24}").status_code == 404
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, errors = proc.communicate(timeout=20)
+    assert proc.returncode == 0, errors
+    assert KEY not in out + errors and "/u/1." not in out + errors  # no key, no token in the logs

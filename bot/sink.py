@@ -25,6 +25,7 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
+from aiosmtpd.smtp import AuthResult
 
 
 def free_port() -> int:
@@ -175,6 +176,21 @@ class _GreetingServer(SMTPServer):
         await super()._handle_client()
 
 
+class _Logins:
+    """aiosmtpd authenticator over a fixed user -> password table."""
+
+    def __init__(self, logins: dict[str, str]) -> None:
+        self.logins = logins
+
+    def __call__(self, server: SMTPServer, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> AuthResult:
+        login = getattr(auth_data, "login", b"") or b""
+        password = getattr(auth_data, "password", b"") or b""
+        user = login.decode("utf-8", "replace") if isinstance(login, bytes) else str(login)
+        secret = password.decode("utf-8", "replace") if isinstance(password, bytes) else str(password)
+        # handled=False: aiosmtpd then answers 535 itself (True means "already answered").
+        return AuthResult(success=user in self.logins and self.logins[user] == secret, handled=False)
+
+
 class _Controller(Controller):
     def factory(self) -> SMTPServer:
         return _GreetingServer(self.handler, **self.SMTP_kwargs)
@@ -183,12 +199,17 @@ class _Controller(Controller):
 class Sink:
     """Start/stop an aiosmtpd server in its own thread on 127.0.0.1."""
 
-    def __init__(self, handler: SinkHandler, port: int | None = None) -> None:
+    def __init__(self, handler: SinkHandler, port: int | None = None, *, logins: dict[str, str] | None = None) -> None:
+        """*logins*: require SMTP AUTH (PLAIN/LOGIN, no TLS on loopback) with these user -> password pairs."""
         self.handler = handler
         self.port = port or free_port()
+        auth: dict[str, Any] = {}
+        if logins is not None:
+            # Plain AUTH without TLS is fine on loopback; aiosmtpd warns about it, so say so once here.
+            auth = {"authenticator": _Logins(logins), "auth_required": True, "auth_require_tls": False}
         self.controller = _Controller(
             handler, hostname="127.0.0.1", port=self.port, ready_timeout=10, decode_data=False,
-            data_size_limit=50_000_000,
+            data_size_limit=50_000_000, **auth,
         )
 
     def __enter__(self) -> Sink:

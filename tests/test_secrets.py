@@ -1,0 +1,151 @@
+"""Secrets stay secret: the SMTP password, the link-signing key and database
+passwords never appear in logs, CLI output, stored errors or error messages,
+above all on the failure paths where a careless message would quote them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import ConfigError, Settings, load_settings
+from bot.digests import deliver_now, plan
+from bot.ingest import ingest_file
+from bot.sink import Sink, SinkHandler
+from bot.store.digests import list_digests
+from bot.subscribers import clean_fields, save
+from bot.tagging import load_rules
+from bot.tokens import signing_key
+from tests.conftest import ROOT, SEEDS
+from tests.test_cli import DIGESTBOT
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
+PASSWORD = "pw-Secret-7f3a9c"
+SIGNING_KEY = "key-Secret-0b1d2e3f4a5b6c7d"
+DB_PASSWORD = "db-Secret-5e6f"
+
+
+def forms_of(secret: str, user: str = "bot") -> list[str]:
+    """The secret as it could leak: plain, and as SMTP AUTH PLAIN/LOGIN carry it."""
+    return [
+        secret,
+        base64.b64encode(secret.encode()).decode(),
+        base64.b64encode(f"\0{user}\0{secret}".encode()).decode(),
+    ]
+
+
+def assert_absent(text: str, *secrets: str) -> None:
+    for secret in secrets:
+        for form in forms_of(secret):
+            assert form not in text, f"secret leaked as {form!r}"
+
+
+def _settings(tmp_path: Path, port: int, password: str) -> Settings:
+    return Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+            "smtp": {"port": port, "timeout_seconds": 5, "username": "bot", "password": SecretStr(password)},
+            "web": {"signing_key": SecretStr(SIGNING_KEY), "public_url": "https://digest.example.org"},
+        }
+    )
+
+
+def test_a_refused_login_logs_and_stores_no_password(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every logger, aiosmtplib's protocol traces included
+    with Sink(SinkHandler(), logins={"bot": PASSWORD}) as sink:
+        wrong = _settings(tmp_path, sink.port, PASSWORD + "-wrong")
+        save(factory, wrong, [clean_fields("ada@example.org")], DAY - timedelta(days=1))
+        ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
+        plan(factory, wrong, RULES, now=DAY, all_due=True)
+        refused = asyncio.run(deliver_now(factory, wrong, clock=lambda: DAY))
+        assert (refused.sent, refused.retrying) == (0, 1)
+        with factory() as session:
+            (digest,) = list_digests(session)
+        assert "535" in (digest.last_error or "") or "auth" in (digest.last_error or "").lower()
+        assert_absent(f"{digest.last_error}\n{caplog.text}", PASSWORD + "-wrong", PASSWORD, SIGNING_KEY)
+
+        right = _settings(tmp_path, sink.port, PASSWORD)
+        later = DAY + timedelta(hours=3)
+        assert asyncio.run(deliver_now(factory, right, clock=lambda: later)).sent == 1  # the login works at all
+        assert len(sink.received) == 1
+    assert_absent(caplog.text + sink.received[0].data.decode("ascii", "replace"), PASSWORD, SIGNING_KEY)
+
+
+def test_cli_output_and_history_carry_no_secrets(tmp_path: Path) -> None:
+    with Sink(SinkHandler(), logins={"bot": PASSWORD}) as sink:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+        env |= {
+            "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 's.sqlite3'}",
+            "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+            "DIGESTBOT_PATHS__DUMP_DIR": str(SEEDS),
+            "DIGESTBOT_SMTP__PORT": str(sink.port),
+            "DIGESTBOT_SMTP__TIMEOUT_SECONDS": "5",
+            "DIGESTBOT_SMTP__USERNAME": "bot",
+            "DIGESTBOT_SMTP__PASSWORD": PASSWORD + "-wrong",
+            "DIGESTBOT_WEB__SIGNING_KEY": SIGNING_KEY,
+            "COLUMNS": "250",
+        }
+
+        def run(*args: str) -> str:
+            proc = subprocess.run([DIGESTBOT, "-v", *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            return proc.stdout + proc.stderr
+
+        seen = run("subscribers", "add", "ada@example.org")
+        seen += run("dumps", "ingest")
+        seen += run("run", "--once", "--all-due")
+        seen += run("history")
+        seen += run("history", "--json")
+        seen += run("config", "show")
+        seen += run("stats")
+        assert "retry" in seen.lower()  # the refused login did happen and was reported
+        assert "***" in run("config", "show") or "**********" in run("config", "show")
+    assert_absent(seen, PASSWORD + "-wrong", SIGNING_KEY)
+
+
+def test_database_password_is_not_printed_when_the_server_is_unreachable(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env["DIGESTBOT_DATABASE__URL"] = f"postgresql+psycopg://digestbot:{DB_PASSWORD}@127.0.0.1:9/nowhere"
+    for args in (["db", "upgrade"], ["subscribers", "list"], ["config", "show"]):
+        proc = subprocess.run([DIGESTBOT, *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert_absent(proc.stdout + proc.stderr, DB_PASSWORD)
+        if args != ["config", "show"]:
+            assert proc.returncode != 0 and proc.stderr.strip()
+
+
+def test_config_errors_name_the_file_not_the_secret(tmp_path: Path) -> None:
+    short = tmp_path / "short.key"
+    short.write_text("tiny-secret", encoding="utf-8")
+    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path)}, "web": {"signing_key_file": str(short)}})
+    with pytest.raises(ConfigError) as info:
+        signing_key(settings)
+    assert str(short) in str(info.value) and "tiny-secret" not in str(info.value)
+
+    secret_file = tmp_path / "password"
+    secret_file.write_text(PASSWORD, encoding="utf-8")
+    secret_file.chmod(0)
+    settings = Settings.model_validate({"smtp": {"password_file": str(secret_file)}})
+    if os.geteuid() != 0:  # root reads any file
+        with pytest.raises(ConfigError) as info:
+            settings.smtp.resolved_password()
+        assert str(secret_file) in str(info.value)
+    secret_file.chmod(0o600)
+    assert settings.smtp.resolved_password().get_secret_value() == PASSWORD
+    assert PASSWORD not in repr(settings) and PASSWORD not in str(settings.smtp.resolved_password())
+
+    config = tmp_path / "digestbot.toml"
+    config.write_text(f'[smtp]\npassword = "{PASSWORD}"\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_settings(config)
+    assert PASSWORD not in str(info.value)

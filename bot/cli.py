@@ -237,10 +237,12 @@ def dumps_ingest(
     c = ctx_of(ctx)
     factory = c.sessions()
     if paths:
-        results = [ingest_file(factory, p, rules=c.rules) for p in expand(paths)]
+        limit = c.settings.watch.max_file_bytes
+        results = [ingest_file(factory, p, rules=c.rules, max_bytes=limit) for p in expand(paths)]
     else:
         results = scan_folder(
-            factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds, rules=c.rules
+            factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds, rules=c.rules,
+            max_bytes=c.settings.watch.max_file_bytes,
         )
     _report(results, as_json)
     if any(r.status is SourceStatus.FAILED for r in results):
@@ -857,7 +859,10 @@ def run_command(
     if not once:
         _daemon(c, factory, plan_jobs=True, deliver_jobs=True)
         return
-    results = scan_folder(factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds, rules=c.rules)
+    results = scan_folder(
+        factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds, rules=c.rules,
+        max_bytes=c.settings.watch.max_file_bytes,
+    )
     if c.settings.feeds.urls:
         results += fetch_feeds(factory, c.settings, rules=c.rules)
     _report(results, False)

@@ -56,6 +56,8 @@ class WatchConfig(BaseModel):
     interval_seconds: int = Field(60, ge=1)
     # A file whose mtime is younger than this is assumed to be still written.
     quiet_seconds: float = Field(5.0, ge=0)
+    # A bigger file is recorded as failed without being read (a 10,000-entry dump is ~7 MB).
+    max_file_bytes: int = Field(32_000_000, gt=0)
 
 
 class ScheduleConfig(BaseModel):

@@ -16,6 +16,7 @@ from pathlib import Path
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.config import WatchConfig
 from bot.domain import FileStamp, IngestResult, ParsedSource, SourceStatus
 from bot.sources import SourceFormatError, parse_any
 from bot.store.engine import transaction
@@ -66,7 +67,9 @@ def ingest_bytes(
                 source_id = add_source(
                     session, status=SourceStatus.FAILED, error=f"{name}: internal error: {type(exc).__name__}", **common
                 )
-            return IngestResult(name, SourceStatus.FAILED, source_id, error=f"{name}: internal error: {exc}")
+            reason = " ".join(str(exc).split())[:300]
+            error = f"{name}: internal error: {type(exc).__name__}: {reason}"
+            return IngestResult(name, SourceStatus.FAILED, source_id, error=error)
     raise AssertionError("unreachable")
 
 
@@ -92,33 +95,57 @@ def stamp_of(path: Path) -> FileStamp:
     return FileStamp(path.resolve(), st.st_size, st.st_mtime_ns)
 
 
+DEFAULT_MAX_FILE_BYTES = WatchConfig().max_file_bytes
+
+
 def ingest_file(
-    factory: sessionmaker[Session], path: Path, *, now: datetime | None = None, rules: TagRules | None = None
+    factory: sessionmaker[Session],
+    path: Path,
+    *,
+    now: datetime | None = None,
+    rules: TagRules | None = None,
+    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> IngestResult:
-    """Ingest one file by path; an unreadable file is recorded as failed too,
-    so the watcher does not retry it until it changes."""
+    """Ingest one file by path; an unreadable or oversized file is recorded as
+    failed too (without reading it), so the watcher does not retry it until it changes."""
     path = path.resolve()
+    too_big = (
+        f"{path}: more than watch.max_file_bytes ({max_bytes / 1e6:.1f} MB); split the dump or raise the limit"
+    )
     try:
+        if path.exists() and not path.is_file():  # a device or FIFO would never end
+            return IngestResult(str(path), SourceStatus.FAILED, error=f"{path}: not a regular file")
         stamp = stamp_of(path)
-        data = path.read_bytes()
+        if stamp.size > max_bytes:
+            return _record_unread(factory, path, stamp.size, stamp.mtime_ns, too_big, now)
+        with path.open("rb") as handle:
+            data = handle.read(max_bytes + 1)  # the file may grow after the stat
+        if len(data) > max_bytes:
+            return _record_unread(factory, path, len(data), stamp.mtime_ns, too_big, now)
     except OSError as exc:
         error = f"{path}: cannot read: {exc.strerror or exc}"
         if not path.exists():
             return IngestResult(str(path), SourceStatus.FAILED, error=error)
-        with transaction(factory) as session:
-            source_id = add_source(
-                session,
-                origin="file",
-                path=str(path),
-                sha256="",
-                size=0,
-                mtime_ns=None,
-                status=SourceStatus.FAILED,
-                error=error,
-                now=now or utcnow(),
-            )
-        return IngestResult(str(path), SourceStatus.FAILED, source_id, error=error)
+        return _record_unread(factory, path, 0, None, error, now)
     return ingest_bytes(factory, data, name=str(path), origin="file", mtime_ns=stamp.mtime_ns, now=now, rules=rules)
+
+
+def _record_unread(
+    factory: sessionmaker[Session], path: Path, size: int, mtime_ns: int | None, error: str, now: datetime | None
+) -> IngestResult:
+    with transaction(factory) as session:
+        source_id = add_source(
+            session,
+            origin="file",
+            path=str(path),
+            sha256="",
+            size=size,
+            mtime_ns=mtime_ns,
+            status=SourceStatus.FAILED,
+            error=error,
+            now=now or utcnow(),
+        )
+    return IngestResult(str(path), SourceStatus.FAILED, source_id, error=error)
 
 
 def retag_all(

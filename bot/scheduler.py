@@ -85,7 +85,8 @@ class Daemon:
         if self.stop.is_set() or not self.leadership.holds():
             return
         scan_folder(
-            self.factory, self.settings.paths.dump_dir, quiet_seconds=self.settings.watch.quiet_seconds, rules=self.rules
+            self.factory, self.settings.paths.dump_dir, quiet_seconds=self.settings.watch.quiet_seconds, rules=self.rules,
+            max_bytes=self.settings.watch.max_file_bytes,
         )
         if self.settings.feeds.urls:
             await asyncio.to_thread(fetch_feeds, self.factory, self.settings, rules=self.rules)

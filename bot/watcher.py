@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import FileStamp, IngestResult, SourceStatus
-from bot.ingest import ingest_bytes, ingest_file, stamp_of, utcnow
+from bot.ingest import DEFAULT_MAX_FILE_BYTES, ingest_bytes, ingest_file, stamp_of, utcnow
 from bot.sources.fetch import FetchError, fetch
 from bot.store.engine import transaction
 from bot.store.sources import feed_state, save_feed_state, seen_stamps
@@ -75,10 +75,11 @@ def scan_folder(
     quiet_seconds: float,
     now: datetime | None = None,
     rules: TagRules | None = None,
+    max_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> list[IngestResult]:
     results = []
     for stamp in pending_files(factory, folder, quiet_seconds=quiet_seconds, now=now):
-        result = ingest_file(factory, stamp.path, now=now, rules=rules)
+        result = ingest_file(factory, stamp.path, now=now, rules=rules, max_bytes=max_bytes)
         _log_result(result)
         results.append(result)
     return results

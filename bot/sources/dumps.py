@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from bot.domain import EntryKind, ParsedEntry, ParsedSource
 from bot.identity import is_repo_name
-from bot.sources.errors import SourceFormatError
+from bot.sources.errors import SourceFormatError, quoted
 
 LINK_LABELS = frozenset({"PDF", "Code"})
 TAG_SEPARATOR = "\u00d7"  # "×"
@@ -103,7 +103,7 @@ def _parse_date(value: str, name: str, line: int) -> date:
     try:
         return date.fromisoformat(value)
     except ValueError:
-        raise DumpFormatError(name, line, f"invalid date {value!r} (expected YYYY-MM-DD)") from None
+        raise DumpFormatError(name, line, f"invalid date {quoted(value)} (expected YYYY-MM-DD)") from None
 
 
 def urls_in(text: str) -> tuple[str, ...]:
@@ -120,7 +120,7 @@ def _repo_meta(title: str, meta: _Block, name: str) -> tuple[date, dict[str, str
     first = _REPO_META_RE.match(meta.lines[0])
     if first is None:
         raise DumpFormatError(
-            name, meta.line, f"expected '<owner> YYYY-MM-DD <stars> <language>' for repository {title!r}"
+            name, meta.line, f"expected '<owner> YYYY-MM-DD <stars> <language>' for repository {quoted(title)}"
         )
     extra = {"owner": first["owner"]}
     if first["stars"]:
@@ -147,14 +147,14 @@ def _entry(blocks: list[_Block], i: int, name: str) -> tuple[ParsedEntry, int]:
     title_block = blocks[i]
     if title_block.is_link_label:
         raise DumpFormatError(
-            name, title_block.line, f"expected an entry title, found link label {title_block.lines[0]!r}"
+            name, title_block.line, f"expected an entry title, found link label {quoted(title_block.lines[0])}"
         )
     title = title_block.lines[0].strip() if len(title_block.lines) == 1 else " ".join(
         line.strip() for line in title_block.lines
     )
     if i + 1 >= len(blocks):
         raise DumpFormatError(
-            name, title_block.line, f"entry {title!r} is truncated: expected '<authors> YYYY-MM-DD' after the title"
+            name, title_block.line, f"entry {quoted(title)} is truncated: expected '<authors> YYYY-MM-DD' after the title"
         )
     meta = blocks[i + 1]
     if is_repo_name(title) and _REPO_META_RE.match(meta.lines[0]):
@@ -165,7 +165,7 @@ def _entry(blocks: list[_Block], i: int, name: str) -> tuple[ParsedEntry, int]:
         paper = _PAPER_META_RE.match(meta.lines[0])
         if paper is None or len(meta.lines) != 1:
             raise DumpFormatError(
-                name, meta.line, f"expected '<authors, comma separated> YYYY-MM-DD' after title {title!r}"
+                name, meta.line, f"expected '<authors, comma separated> YYYY-MM-DD' after title {quoted(title)}"
             )
         published = _parse_date(paper["date"], name, meta.line)
         authors = tuple(a.strip() for a in paper["authors"].split(",") if a.strip())
@@ -179,7 +179,7 @@ def _entry(blocks: list[_Block], i: int, name: str) -> tuple[ParsedEntry, int]:
             raise DumpFormatError(
                 name,
                 last.line + len(last.lines) - 1,
-                f"entry {title!r} is truncated: expected link label PDF or Code after its summary",
+                f"entry {quoted(title)} is truncated: expected link label PDF or Code after its summary",
             )
         block = blocks[j]
         if block.is_link_label:
@@ -188,7 +188,7 @@ def _entry(blocks: list[_Block], i: int, name: str) -> tuple[ParsedEntry, int]:
         # this entry lost its link label.  Refuse rather than merge two entries.
         if summary_blocks and len(block.lines) == 1 and j + 1 < len(blocks) and _is_meta(blocks[j + 1]):
             raise DumpFormatError(
-                name, block.line, f"expected link label PDF or Code to end entry {title!r}, found another entry"
+                name, block.line, f"expected link label PDF or Code to end entry {quoted(title)}, found another entry"
             )
         summary_blocks.append(block)
         j += 1

@@ -28,6 +28,8 @@ from bot.config import Settings
 from bot.deliver import SmtpPool
 from bot.digests import Mailer, deliver, plan, worker_name
 from bot.roles import Leadership, claim_sqlite_worker
+from bot.store.digests import expire_leases
+from bot.store.engine import transaction
 from bot.tagging import TagRules
 from bot.watcher import fetch_feeds, scan_folder
 
@@ -106,7 +108,9 @@ class Daemon:
         self._delivering = asyncio.ensure_future(
             deliver(self.factory, self.settings, self.mailer, self.pool, clock=self.clock, worker=self.worker, stop=self.stop)
         )
-        report = await self._delivering
+        # Shielded: APScheduler cancels running jobs on shutdown, and the cancel
+        # would reach the sends in flight; run() waits for them to finish instead.
+        report = await asyncio.shield(self._delivering)
         if any(vars(report).values()):
             log.info("delivery: %s", report)
 
@@ -127,6 +131,13 @@ class Daemon:
             interval = self.settings.watch.interval_seconds
             scheduler.add_job(self.watch, IntervalTrigger(seconds=interval), id="watch", next_run_time=now + timedelta(seconds=interval))
             scheduler.add_job(self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now + timedelta(minutes=1))
+        if self.worker_lock is not None:
+            # The only SQLite worker: whatever is still "sending" was left by a
+            # previous process that died; it need not wait for its leases to run out.
+            with transaction(self.factory) as session:
+                taken_back = expire_leases(session, now)
+            if taken_back:
+                log.warning("%d digests were being sent when the last worker stopped; sending them again", taken_back)
         if self.deliver_jobs:
             scheduler.add_job(self.deliver, IntervalTrigger(seconds=DELIVER_EVERY_SECONDS), id="deliver", next_run_time=now)
         scheduler.start()

@@ -130,6 +130,15 @@ def _due(now: datetime):  # type: ignore[no-untyped-def]
     )
 
 
+def expire_leases(session: Session, now: datetime) -> int:
+    """End every lease at once (the digests in ``sending`` become due again).
+    Only for a worker that knows it is the only one: on SQLite, after a crash."""
+    result = session.execute(
+        update(Digest).where(Digest.state == DigestState.SENDING.value).values(lease_expires_at=now - timedelta(seconds=1))
+    )
+    return int(result.rowcount or 0)
+
+
 def count_due(session: Session, now: datetime) -> int:
     return session.scalar(select(func.count()).select_from(Digest).where(_due(now))) or 0
 

@@ -34,7 +34,7 @@ from bot.deliver import Outcome, SendResult, SmtpPool, backoff_seconds
 from bot.domain import Subscriber, SubscriberStatus
 from bot.message import Headers, build_message, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
-from bot.select import local_send_time, select_for
+from bot.select import SelectionCache, local_send_time, select_for
 from bot.store.digests import (
     DigestKind,
     DigestRow,
@@ -90,8 +90,11 @@ def _plan_one(
     now: datetime,
     local_date: date,
     kind: DigestKind,
+    cache: SelectionCache,
 ) -> int | None:
-    candidates = select_for(session, subscriber, rules, as_of=now, exclude=claimed_entry_ids(session, subscriber.id))
+    candidates = select_for(
+        session, subscriber, rules, as_of=now, exclude=claimed_entry_ids(session, subscriber.id), cache=cache
+    )
     chosen = candidates[: settings.digest.max_entries]
     if not chosen and not settings.digest.send_empty:
         if kind is DigestKind.SCHEDULED:
@@ -153,10 +156,13 @@ def plan(
         with factory() as session:
             done = scheduled_days(session, [s.id for s, _ in due], {d for _, d in due})
         due = [(s, d) for s, d in due if (s.id, d) not in done]
+    cache = SelectionCache()
     for subscriber, day in due:
         try:
             with transaction(factory) as session:
-                digest_id = _plan_one(session, settings, rules, subscriber, now=now, local_date=day, kind=kind)
+                digest_id = _plan_one(
+                    session, settings, rules, subscriber, now=now, local_date=day, kind=kind, cache=cache
+                )
         except IntegrityError:
             continue  # another planner took this subscriber's day (or entries) first
         if digest_id is None:
@@ -284,7 +290,7 @@ async def _deliver_batch(
     worker: str,
 ) -> DeliverReport:
     report = DeliverReport()
-    jobs: list[tuple[int, int, int, asyncio.Task[SendResult]]] = []
+    jobs: list[asyncio.Future[tuple[tuple[int, int, int], SendResult]]] = []
     for digest_id in ids:
         with transaction(factory) as session:
             row = get_digest(session, digest_id)
@@ -305,12 +311,19 @@ async def _deliver_batch(
                 finish(session, digest_id, worker=worker, state=DigestState.FAILED, now=clock(), code=None, error=error)
                 report.failed += 1
                 continue
-        task = asyncio.ensure_future(pool.send(sender, recipient, data))
-        jobs.append((digest_id, row.subscriber_id, row.attempts, task))
-    for digest_id, subscriber_id, attempts, task in jobs:
-        result = await task
+        jobs.append(asyncio.ensure_future(_send(pool, (digest_id, row.subscriber_id, row.attempts), sender, recipient, data)))
+    # Recorded as each send finishes, not in batch order: what a crash can send
+    # twice is only what the server accepted and we had no moment to record.
+    for finished in asyncio.as_completed(jobs):
+        (digest_id, subscriber_id, attempts), result = await finished
         _record(factory, settings, digest_id, subscriber_id, attempts, result, worker=worker, now=clock(), report=report)
     return report
+
+
+async def _send(
+    pool: SmtpPool, job: tuple[int, int, int], sender: str, recipient: str, data: bytes
+) -> tuple[tuple[int, int, int], SendResult]:
+    return job, await pool.send(sender, recipient, data)
 
 
 def _record(

@@ -3,7 +3,8 @@
 Jinja2 templates from ``paths.templates_dir`` (autoescaped HTML, StrictUndefined),
 one stylesheet inlined with css-inline, LaTeX in summaries turned into readable
 text with pylatexenc, feed HTML sanitized with nh3.  Pure: never reads the
-store, never sends.
+store, never sends.  The text conversions are pure and cached: a day's entries
+are rendered for many subscribers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
@@ -37,6 +39,7 @@ ALLOWED_ATTRIBUTES = {"a": {"href", "title"}}
 ALLOWED_SCHEMES = {"http", "https", "mailto"}
 
 
+@lru_cache(maxsize=8192)
 def latex_to_text(text: str) -> str:
     """Readable text from a summary that may carry LaTeX ("$1.45\\times$" -> "1.45×").
 
@@ -62,6 +65,7 @@ def latex_to_text(text: str) -> str:
     return converted
 
 
+@lru_cache(maxsize=8192)
 def sanitize_html(fragment: str, *, remote_images: bool = False) -> str:
     """Feed HTML reduced to a small allow-list: no scripts, styles, forms or event
     handlers; images (remote by nature in a feed, so a tracking risk) only when
@@ -94,6 +98,7 @@ def _https_images_only(tag: str, attribute: str, value: str) -> str | None:
     return value
 
 
+@lru_cache(maxsize=8192)
 def html_to_text(fragment: str) -> str:
     blocky = re.sub(r"(?i)<\s*(br|/p|/li|/blockquote)\b[^>]*>", "\n", fragment)
     stripped = nh3.clean(blocky, tags=set(), clean_content_tags={"script", "style"})
@@ -193,6 +198,7 @@ def subject_of(content: DigestContent) -> str:
     return one_line(subject)
 
 
+@lru_cache(maxsize=8192)
 def _wrap(text: str, width: int = 78, indent: str = "", first: str | None = None) -> str:
     """Jinja filter: wrap each paragraph to *width*; URLs and long words are never broken."""
     first = indent if first is None else first

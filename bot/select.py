@@ -70,6 +70,32 @@ def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
     return sorted(candidates, key=_order_key)
 
 
+class SelectionCache:
+    """What one planning pass can share between subscribers: the entries of a
+    window (subscribers imported together share their window start) and each
+    filter's verdict on each entry.  Valid for one *as_of* and one pass only:
+    entries ingested meanwhile are picked up by the next pass."""
+
+    def __init__(self) -> None:
+        self.windows: dict[tuple[datetime | None, datetime], list[EntryView]] = {}
+        self.filters: dict[str, Expr] = {}
+        self.verdicts: dict[tuple[str, int], Explanation] = {}
+
+    def entries(self, session: Session, start: datetime | None, as_of: datetime) -> list[EntryView]:
+        key = (start, as_of)
+        if key not in self.windows:
+            self.windows[key] = entries_first_seen_between(session, start, as_of)
+        return self.windows[key]
+
+    def explain(self, filter_text: str, entry: EntryView, rules: TagRules) -> Explanation:
+        key = (filter_text, entry.id)
+        if key not in self.verdicts:
+            if filter_text not in self.filters:
+                self.filters[filter_text] = parse_filter(filter_text)
+            self.verdicts[key] = explain_entry(self.filters[filter_text], entry, rules)
+        return self.verdicts[key]
+
+
 def select_for(
     session: Session,
     subscriber: Subscriber,
@@ -77,16 +103,16 @@ def select_for(
     *,
     as_of: datetime,
     exclude: set[int] | frozenset[int] = frozenset(),
+    cache: SelectionCache | None = None,
 ) -> list[Candidate]:
     """The entries *subscriber* would get at *as_of*, best first.  *exclude*
     holds entry ids already sent to them."""
-    expr = parse_filter(subscriber.filter)
-    start = window_start(subscriber)
+    cache = cache or SelectionCache()
     chosen = []
-    for entry in entries_first_seen_between(session, start, as_of):
+    for entry in cache.entries(session, window_start(subscriber), as_of):
         if entry.id in exclude:
             continue
-        explanation = explain_entry(expr, entry, rules)
+        explanation = cache.explain(subscriber.filter, entry, rules)
         if explanation.matched:
             chosen.append(Candidate(entry, explanation))
     return rank(chosen)

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -74,11 +75,15 @@ def create_app(
         fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=20)
         return {name: values[0] for name, values in fields.items()}
 
-    def subscriber_of(request: Request) -> Subscriber | None:
-        return by_token(factory, key, request.path_params["token"])
+    # The store calls are blocking: they run in Starlette's thread pool, not on the event loop.
+    async def subscriber_of(request: Request) -> Subscriber | None:
+        return await run_in_threadpool(by_token, factory, key, request.path_params["token"])
+
+    async def set_status(subscriber: Subscriber, status: SubscriberStatus) -> Subscriber:
+        return await run_in_threadpool(set_status_by_id, factory, subscriber.id, status, now())
 
     async def unsubscribe(request: Request) -> Response:
-        subscriber = subscriber_of(request)
+        subscriber = await subscriber_of(request)
         if subscriber is None:
             return not_found()
         if request.method in ("GET", "HEAD"):
@@ -90,12 +95,12 @@ def create_app(
         if form.get("List-Unsubscribe") != "One-Click":
             return render("confirm", 400, token=request.path_params["token"], subscriber=subscriber, done=False)
         if subscriber.status is not SubscriberStatus.UNSUBSCRIBED:
-            subscriber = set_status_by_id(factory, subscriber.id, SubscriberStatus.UNSUBSCRIBED, now())
+            subscriber = await set_status(subscriber, SubscriberStatus.UNSUBSCRIBED)
             log.info("subscriber %d unsubscribed through their link", subscriber.id)
         return render("confirm", token=request.path_params["token"], subscriber=subscriber, done=True)
 
     async def manage(request: Request) -> Response:
-        subscriber = subscriber_of(request)
+        subscriber = await subscriber_of(request)
         if subscriber is None:
             return not_found()
         if request.method in ("GET", "HEAD"):
@@ -105,17 +110,17 @@ def create_app(
             return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
         action = form.get("action", "")
         if action == "pause" and subscriber.status is SubscriberStatus.ACTIVE:
-            subscriber = set_status_by_id(factory, subscriber.id, SubscriberStatus.PAUSED, now())
+            subscriber = await set_status(subscriber, SubscriberStatus.PAUSED)
             return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message="Paused: no digests until you resume.",
                           filter_text=subscriber.filter)
         if action == "resume" and subscriber.status in (SubscriberStatus.PAUSED, SubscriberStatus.UNSUBSCRIBED):
-            subscriber = set_status_by_id(factory, subscriber.id, SubscriberStatus.ACTIVE, now())
+            subscriber = await set_status(subscriber, SubscriberStatus.ACTIVE)
             return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message="Resumed: your next digest comes as usual.",
                           filter_text=subscriber.filter)
         if action == "filter":
             raw = form.get("filter", "")
             try:
-                subscriber = set_filter(factory, settings, subscriber, raw, now())
+                subscriber = await run_in_threadpool(set_filter, factory, settings, subscriber, raw, now())
             except SubscriberInputError as exc:
                 return render("manage", 400, token=request.path_params["token"], subscriber=subscriber, error=str(exc), message=None, filter_text=raw)
             return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message="Filter saved.", filter_text=subscriber.filter)

@@ -1,0 +1,126 @@
+"""Crashes: 10,000 digests delivered by ``digestbot run`` (SQLite, the real CLI in a
+subprocess) to an SMTP server on 127.0.0.1 while the bot is SIGKILLed at 20
+random moments and restarted.  Every subscriber gets their digest; a message is
+sent twice only if it was in flight (accepted by the server, not yet recorded)
+at a kill.  A SIGTERM while sending stops it cleanly: exit 0, nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from bot.config import Settings
+from bot.digests import plan
+from bot.ingest import ingest_file
+from bot.sink import Sink, SinkHandler
+from bot.store.engine import make_engine, sessions, upgrade
+from bot.store.schema import Digest
+from bot.subscribers import clean_fields, save
+from bot.tagging import load_rules
+from tests.conftest import ROOT
+from tests.test_cli import DIGESTBOT
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DIGESTS = 10_000
+KILLS = 20
+
+
+def _states(factory) -> Counter[str]:  # type: ignore[no-untyped-def]
+    with factory() as session:
+        return Counter(dict(session.execute(select(Digest.state, func.count()).group_by(Digest.state)).all()))
+
+
+def _wait_until(condition, timeout: float, proc: subprocess.Popen[str] | None = None) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the bot exited with {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_sigkill_twenty_times_while_sending_ten_thousand(tmp_path: Path, seed_files: list[Path]) -> None:
+    database = tmp_path / "crash.sqlite3"
+    engine = make_engine(f"sqlite:///{database}")
+    upgrade(engine)
+    factory = sessions(engine)
+    now = datetime.now(UTC)
+    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    save(factory, settings, [clean_fields(f"reader{i:05d}@example.org") for i in range(DIGESTS)], now - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=now, rules=RULES)
+    assert len(plan(factory, settings, RULES, now=now, all_due=True).planned) == DIGESTS
+
+    handler = SinkHandler()
+    with Sink(handler) as sink:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+        env |= {
+            "DIGESTBOT_DATABASE__URL": f"sqlite:///{database}",
+            "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+            "DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "empty"),
+            "DIGESTBOT_SMTP__PORT": str(sink.port),
+            "DIGESTBOT_SMTP__POOL_SIZE": "4",
+            "DIGESTBOT_WATCH__INTERVAL_SECONDS": "3600",
+        }
+
+        def start() -> subprocess.Popen[str]:
+            return subprocess.Popen(
+                [DIGESTBOT, "run"], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
+
+        def received() -> int:
+            return len(handler.received)
+
+        rng = random.Random(20261122)
+        moments = sorted(rng.sample(range(DIGESTS // 50, DIGESTS * 9 // 10), KILLS))
+        in_flight_at_kills = []
+        for moment in moments:
+            bot = start()
+            _wait_until(lambda: received() >= moment, timeout=600, proc=bot)
+            bot.send_signal(signal.SIGKILL)
+            bot.wait(10)
+            # "sending" rows the dead process had claimed: the most it can have sent twice.
+            in_flight_at_kills.append(_states(factory)["sending"])
+
+        # A SIGTERM in the middle of sending: in-flight sends finish and are recorded, exit 0.
+        bot = start()
+        before = received()
+        _wait_until(lambda: received() >= before + 200, timeout=600, proc=bot)
+        bot.send_signal(signal.SIGTERM)
+        _, errors = bot.communicate(timeout=60)
+        assert bot.returncode == 0, errors
+        assert _states(factory)["sending"] == 0  # nothing left half-done by a clean stop
+        ids_before_restart = Counter(r.message["Message-ID"] for r in handler.received)
+
+        bot = start()
+        _wait_until(lambda: _states(factory)["sent"] == DIGESTS, timeout=900, proc=bot)
+        bot.send_signal(signal.SIGTERM)
+        _, errors = bot.communicate(timeout=60)
+        assert bot.returncode == 0, errors
+        messages = list(handler.received)
+
+    ids = Counter(r.message["Message-ID"] for r in messages)
+    recipients = {r.recipients[0] for r in messages}
+    duplicates = len(messages) - len(ids)
+    print(
+        f"\ncrash run: {DIGESTS} digests, {KILLS} SIGKILLs at {moments}; received {len(messages)}, "
+        f"distinct Message-IDs {len(ids)}, duplicates {duplicates}, in flight at the kills {sum(in_flight_at_kills)} "
+        f"({in_flight_at_kills})"
+    )
+    assert _states(factory) == {"sent": DIGESTS}
+    assert len(ids) == DIGESTS and len(recipients) == DIGESTS
+    assert duplicates <= sum(in_flight_at_kills)
+    # After the SIGTERM nothing already received came again.
+    after_sigterm = Counter(r.message["Message-ID"] for r in messages[sum(ids_before_restart.values()):])
+    assert not set(after_sigterm) & set(ids_before_restart)
+    engine.dispose()

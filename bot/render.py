@@ -28,7 +28,8 @@ from bot.domain import DigestContent, DigestItem, EntryKind, EntryView, Rendered
 
 MAX_AUTHORS = 6
 _LATEX = LatexNodes2Text(math_mode="text", strict_latex_spaces=False)
-_URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)
+_URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)  # in prose: stops at brackets
+_WEB_URL = re.compile(r"https?://[^\s<>\"'\x00-\x1f\x7f]+", re.IGNORECASE)  # a whole link: brackets allowed
 # Characters LaTeX treats specially that plain prose uses literally.
 _BARE_SPECIALS = re.compile(r"(?<!\\)([%&#])")
 _PLACEHOLDER = "zzlatexurl{}zz"
@@ -149,7 +150,7 @@ def primary_url(item: DigestItem | EntryView, search_url: str) -> str:
 
 def is_web_url(url: str | None) -> bool:
     """Only http(s) URLs become links; sources are checked too, this is the last line."""
-    return bool(url) and _URL_RE.fullmatch(url or "") is not None
+    return bool(url) and _WEB_URL.fullmatch(url or "") is not None
 
 
 def byline(item: DigestItem) -> str:

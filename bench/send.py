@@ -1,0 +1,209 @@
+"""Send benchmark: one daily cycle (plan -> render -> send) for N subscribers into
+Postfix's smtp-sink on 127.0.0.1, against what the machine and a naive sender do.
+
+Usage: python bench/send.py [--subscribers 100000] [--entries 300] [--sessions 8]
+                            [--baseline 1000] [--no-send]
+
+Needs smtp-sink and smtp-source (Debian: apt-get install postfix); installs nothing.
+Generates --entries new entries for the day (realistic tags: three dump header tags,
+the shipped tag rules) and --subscribers subscribers whose filters are drawn from 200
+distinct expressions with a Zipf-like popularity, then prints:
+
+  * plan: seconds to queue every subscriber's digest (the real planner);
+  * render: seconds to build every queued message (the real Mailer, nothing sent);
+  * send: seconds for the real delivery path (render + SMTP, smtp.pool_size = --sessions);
+  * digests/s end to end (plan + send), and its ratio to smtp-source pushing as many
+    messages of the same average size over the same number of sessions, and to a naive
+    sender (per subscriber: Jinja render + EmailMessage + send on one aiosmtplib
+    connection) measured on --baseline subscribers;
+  * peak RSS of this process.
+
+--no-send stops after plan and render (for memory runs at large N).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiosmtplib  # noqa: E402
+from sqlalchemy import select  # noqa: E402
+
+from bench.gen import TAGS, dump_text  # noqa: E402
+from bot.config import Settings  # noqa: E402
+from bot.digests import Mailer, deliver_now, plan  # noqa: E402
+from bot.ingest import ingest_bytes  # noqa: E402
+from bot.sink import free_port  # noqa: E402
+from bot.store.digests import get_digest  # noqa: E402
+from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
+from bot.store.entries import allocate_ids, bulk_insert  # noqa: E402
+from bot.store.schema import Digest, Subscriber  # noqa: E402
+from bot.tagging import load_rules  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
+
+
+def filter_expressions(count: int = 200) -> list[str]:
+    """*count* distinct filters, most popular first: single tags, pairs, exclusions, phrases."""
+    names = sorted({t.lower() for t in TAGS} | {rule.name for rule in RULES.rules})
+    out = ["*", *names]
+    for a, b in itertools.combinations(names, 2):
+        out += [f"{a} and {b}", f"{a} or {b}", f"{a} and not {b}"]
+    out += ['"sparse attention"', '"spiking neural" or snn', '"mixture of experts" and not fpga']
+    rng = random.Random(7)
+    head, tail = out[: 1 + len(names)], out[1 + len(names):]
+    rng.shuffle(tail)
+    return (head + tail)[:count]
+
+
+def zipf_choices(items: list[str], n: int, *, s: float = 1.1, seed: int = 1) -> list[str]:
+    weights = [1 / (rank + 1) ** s for rank in range(len(items))]
+    return random.Random(seed).choices(items, weights=weights, k=n)
+
+
+def add_subscribers(factory, filters: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """One subscriber per filter, inserted in bulk (CSV import validates each row; not measured here)."""
+    created = DAY - timedelta(days=1)
+    for start in range(0, len(filters), 20_000):
+        part = filters[start : start + 20_000]
+        with transaction(factory) as session:
+            ids = list(allocate_ids(session, Subscriber.__table__, len(part)))
+            bulk_insert(session, Subscriber.__table__, [
+                {"id": sid, "email": f"reader{sid}@example.org", "email_key": f"reader{sid}@example.org",
+                 "name": f"Reader {sid}", "filter": f, "timezone": "UTC", "send_hour": 8, "status": "active",
+                 "backfill": "1d", "unsubscribe_secret": f"{sid:032x}", "bounces": 0, "created_at": created,
+                 "updated_at": created}
+                for sid, f in zip(ids, part, strict=True)
+            ])
+
+
+def queued_ids(factory) -> list[int]:  # type: ignore[no-untyped-def]
+    with factory() as session:
+        return list(session.scalars(select(Digest.id).where(Digest.state == "queued").order_by(Digest.id)))
+
+
+def render_all(factory, settings: Settings, ids: list[int]) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(seconds, average bytes) to build every queued message without sending it."""
+    mailer = Mailer(settings)
+    total = 0
+    started = time.perf_counter()
+    with factory() as session:
+        for digest_id in ids:
+            row = get_digest(session, digest_id)
+            assert row is not None
+            total += len(mailer.message_bytes(session, row, DAY)[0])
+    return time.perf_counter() - started, total / max(len(ids), 1)
+
+
+def smtp_source_rate(port: int, count: int, size: int, sessions_: int) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        ["smtp-source", "-s", str(sessions_), "-m", str(count), "-l", str(size), "-f", "bench@example.org",
+         "-t", "reader@example.org", f"127.0.0.1:{port}"],
+        check=True, capture_output=True,
+    )
+    return count / (time.perf_counter() - started)
+
+
+def naive_rate(factory, settings: Settings, ids: list[int], port: int) -> float:  # type: ignore[no-untyped-def]
+    """Per subscriber: Jinja render + EmailMessage + serialize, sent on one aiosmtplib connection."""
+    mailer = Mailer(settings)
+
+    async def run() -> float:
+        client = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=30)
+        await client.connect()
+        started = time.perf_counter()
+        with factory() as session:
+            for digest_id in ids:
+                row = get_digest(session, digest_id)
+                assert row is not None
+                data, sender, recipient = mailer.message_bytes(session, row, DAY)
+                await client.sendmail(sender, [recipient], data)
+        elapsed = time.perf_counter() - started
+        await client.quit()
+        return len(ids) / elapsed
+
+    return asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--subscribers", type=int, default=100_000)
+    parser.add_argument("--entries", type=int, default=300)
+    parser.add_argument("--sessions", type=int, default=8)
+    parser.add_argument("--baseline", type=int, default=1000, help="subscribers for the naive sender's rate")
+    parser.add_argument("--no-send", action="store_true")
+    args = parser.parse_args()
+    if not args.no_send and not (shutil.which("smtp-sink") and shutil.which("smtp-source")):
+        sys.exit("bench/send.py needs smtp-sink and smtp-source on PATH (Debian: apt-get install postfix)")
+
+    with tempfile.TemporaryDirectory(prefix="digestbot-send-") as tmp:
+        folder = Path(tmp)
+        engine = make_engine(f"sqlite:///{folder / 'send.sqlite3'}")
+        upgrade(engine)
+        factory = sessions(engine)
+        port = free_port()
+        settings = Settings.model_validate(
+            {"paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
+             "smtp": {"port": port, "pool_size": args.sessions, "timeout_seconds": 60},
+             "sender": {"from_address": "digest@bench.example", "from_name": "Bench Digest"},
+             "web": {"public_url": "https://digest.bench.example", "signing_key": "bench-signing-key-0123456789"}}
+        )
+        ingest_bytes(factory, dump_text(args.entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2),
+                     rules=RULES)
+        filters = zipf_choices(filter_expressions(), args.subscribers)
+        add_subscribers(factory, filters)
+        print(f"{args.subscribers:,} subscribers, {len(set(filters))} distinct filters; {args.entries} new entries")
+
+        started = time.perf_counter()
+        planned = plan(factory, settings, RULES, now=DAY, all_due=True)
+        plan_s = time.perf_counter() - started
+        ids = queued_ids(factory)
+        print(f"plan:   {plan_s:8.2f} s  ({len(planned.planned):,} digests, {planned.empty:,} empty)")
+        render_s, size = render_all(factory, settings, ids)
+        print(f"render: {render_s:8.2f} s  ({len(ids) / render_s:,.0f} messages/s, average {size / 1000:.1f} KB)")
+        if args.no_send:
+            print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+            return
+
+        sink = subprocess.Popen(["smtp-sink", "-u", "nobody", f"127.0.0.1:{port}", "1000"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.3)
+            started = time.perf_counter()
+            report = asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
+            send_s = time.perf_counter() - started
+            assert report.sent == len(ids), report
+            end_to_end = len(ids) / (plan_s + send_s)
+            print(f"send:   {send_s:8.2f} s  ({report.sent / send_s:,.0f} messages/s, {args.sessions} connections)")
+            source = smtp_source_rate(port, max(len(ids), 1000), int(size), args.sessions)
+            print(f"smtp-source, {args.sessions} sessions, {size / 1000:.1f} KB: {source:,.0f} messages/s")
+            with transaction(factory) as session:  # requeue a sample for the naive sender
+                sample = ids[: args.baseline]
+                session.execute(Digest.__table__.update().where(Digest.id.in_(sample)).values(state="queued"))
+            naive = naive_rate(factory, settings, ids[: args.baseline], port)
+            print(f"naive sender (render + EmailMessage + one connection): {naive:,.0f} messages/s")
+        finally:
+            sink.terminate()
+            sink.wait(5)
+        print(f"end to end: {end_to_end:,.0f} digests/s = {end_to_end / source:.3f} x smtp-source "
+              f"(target >= 0.5), {end_to_end / naive:.2f} x naive")
+        print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -72,7 +72,10 @@ def create_app(
             body += chunk
             if len(body) > MAX_FORM_BYTES:
                 return None
-        fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=20)
+        try:
+            fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=20)
+        except ValueError:  # more fields than any of our forms has: treated as an empty form
+            return {}
         return {name: values[0] for name, values in fields.items()}
 
     # The store calls are blocking: they run in Starlette's thread pool, not on the event loop.
@@ -87,7 +90,8 @@ def create_app(
         if subscriber is None:
             return not_found()
         if request.method in ("GET", "HEAD"):
-            return render("confirm", token=request.path_params["token"], subscriber=subscriber, done=subscriber.status is SubscriberStatus.UNSUBSCRIBED)
+            done = subscriber.status is SubscriberStatus.UNSUBSCRIBED
+            return render("confirm", token=request.path_params["token"], subscriber=subscriber, done=done)
         form = await form_of(request)
         if form is None:
             return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
@@ -99,33 +103,44 @@ def create_app(
             log.info("subscriber %d unsubscribed through their link", subscriber.id)
         return render("confirm", token=request.path_params["token"], subscriber=subscriber, done=True)
 
+    def manage_page(
+        request: Request,
+        subscriber: Subscriber,
+        status_code: int = 200,
+        *,
+        message: str | None = None,
+        error: str | None = None,
+        filter_text: str | None = None,
+    ) -> HTMLResponse:
+        return render(
+            "manage", status_code, token=request.path_params["token"], subscriber=subscriber, message=message,
+            error=error, filter_text=subscriber.filter if filter_text is None else filter_text,
+        )
+
     async def manage(request: Request) -> Response:
         subscriber = await subscriber_of(request)
         if subscriber is None:
             return not_found()
         if request.method in ("GET", "HEAD"):
-            return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message=None, filter_text=subscriber.filter)
+            return manage_page(request, subscriber)
         form = await form_of(request)
         if form is None:
             return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
         action = form.get("action", "")
         if action == "pause" and subscriber.status is SubscriberStatus.ACTIVE:
             subscriber = await set_status(subscriber, SubscriberStatus.PAUSED)
-            return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message="Paused: no digests until you resume.",
-                          filter_text=subscriber.filter)
+            return manage_page(request, subscriber, message="Paused: no digests until you resume.")
         if action == "resume" and subscriber.status in (SubscriberStatus.PAUSED, SubscriberStatus.UNSUBSCRIBED):
             subscriber = await set_status(subscriber, SubscriberStatus.ACTIVE)
-            return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message="Resumed: your next digest comes as usual.",
-                          filter_text=subscriber.filter)
+            return manage_page(request, subscriber, message="Resumed: your next digest comes as usual.")
         if action == "filter":
             raw = form.get("filter", "")
             try:
                 subscriber = await run_in_threadpool(set_filter, factory, settings, subscriber, raw, now())
             except SubscriberInputError as exc:
-                return render("manage", 400, token=request.path_params["token"], subscriber=subscriber, error=str(exc), message=None, filter_text=raw)
-            return render("manage", token=request.path_params["token"], subscriber=subscriber, error=None, message="Filter saved.", filter_text=subscriber.filter)
-        return render("manage", 400, token=request.path_params["token"], subscriber=subscriber, error="That change is not possible now.", message=None,
-                      filter_text=subscriber.filter)
+                return manage_page(request, subscriber, 400, error=str(exc), filter_text=raw)
+            return manage_page(request, subscriber, message="Filter saved.")
+        return manage_page(request, subscriber, 400, error="That change is not possible now.")
 
     async def health(_request: Request) -> Response:
         return PlainTextResponse("ok")

@@ -191,9 +191,11 @@ def test_manage_page_pauses_resumes_and_edits_the_filter(web: httpx.Client, peop
         assert ada is not None and ada.filter == '(gpu or fpga) and not "sparse attention"'
 
 
-def test_oversized_bodies_are_refused(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+def test_oversized_bodies_and_stuffed_forms_are_refused(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
     body = b"List-Unsubscribe=One-Click&pad=" + b"x" * 100_000
     assert web.post(f"/u/{people['ada@example.org']}", content=body, headers=ONE_CLICK).status_code == 413
+    many = b"&".join(b"f%d=x" % i for i in range(30)) + b"&List-Unsubscribe=One-Click"
+    assert web.post(f"/u/{people['ada@example.org']}", content=many, headers=ONE_CLICK).status_code == 400
     assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
 
 

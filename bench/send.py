@@ -75,9 +75,8 @@ def zipf_choices(items: list[str], n: int, *, s: float = 1.1, seed: int = 1) -> 
     return random.Random(seed).choices(items, weights=weights, k=n)
 
 
-def add_subscribers(factory, filters: list[str]) -> None:  # type: ignore[no-untyped-def]
+def add_subscribers(factory, filters: list[str], *, created: datetime = DAY - timedelta(days=1)) -> None:  # type: ignore[no-untyped-def]
     """One subscriber per filter, inserted in bulk (CSV import validates each row; not measured here)."""
-    created = DAY - timedelta(days=1)
     for start in range(0, len(filters), 20_000):
         part = filters[start : start + 20_000]
         with transaction(factory) as session:

@@ -1,0 +1,116 @@
+"""Planning benchmark: does planning a day's digests grow with the ledger's history?
+
+Usage: python bench/plan.py [--subscribers 100000] [--entries 300] [--days 30]
+
+Two stores with the same --subscribers subscribers (filters drawn as in
+bench/send.py, all subscribed --days + 1 days ago) and the same --entries new
+entries today.  One has no history; the other has --days earlier days of
+--entries entries each, every one of which was sent to every subscriber whose
+filter matched it (sent scheduled digests and their ledger rows, written in
+bulk).  Prints the time of the real planner for today in both, and the ratio
+(target <= 1.3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.gen import dump_text  # noqa: E402
+from bench.send import DAY, RULES, add_subscribers, filter_expressions, zipf_choices  # noqa: E402
+from bot.config import Settings  # noqa: E402
+from bot.digests import plan  # noqa: E402
+from bot.ingest import ingest_bytes  # noqa: E402
+from bot.select import SelectionCache  # noqa: E402
+from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
+from bot.store.entries import allocate_ids, bulk_insert, entries_first_seen_between  # noqa: E402
+from bot.store.schema import Digest, LedgerEntry  # noqa: E402
+
+
+def store(folder: Path, name: str, filters: list[str], days: int):  # type: ignore[no-untyped-def]
+    engine = make_engine(f"sqlite:///{folder / name}")
+    upgrade(engine)
+    factory = sessions(engine)
+    add_subscribers(factory, filters, created=DAY - timedelta(days=days + 1))
+    return engine, factory
+
+
+def write_history(factory, filters: list[str], days: int, entries: int) -> int:  # type: ignore[no-untyped-def]
+    """*days* past days, each ingested and sent in full; returns the ledger rows written."""
+    by_filter: dict[str, list[int]] = defaultdict(list)  # filter -> subscriber ids
+    for subscriber_id, text in enumerate(filters, start=1):
+        by_filter[text].append(subscriber_id)
+    rows = 0
+    for back in range(days, 0, -1):
+        day = DAY - timedelta(days=back)
+        ingest_bytes(factory, dump_text(entries, seed=100 + back, start=back * 1_000_000).encode(),
+                     name=f"day-{back}", now=day - timedelta(hours=2), rules=RULES)
+        cache = SelectionCache()
+        with factory() as session:
+            todays = entries_first_seen_between(session, day - timedelta(hours=3), day)
+        matched = {f: [e for e in todays if cache.explain(f, e, RULES).matched] for f in by_filter}
+        with transaction(factory) as session:
+            digests, ledger = [], []
+            ids = iter(allocate_ids(session, Digest.__table__, len(filters)))
+            for text, subscriber_ids in by_filter.items():
+                for subscriber_id in subscriber_ids:
+                    digest_id = next(ids)
+                    digests.append({
+                        "id": digest_id, "subscriber_id": subscriber_id, "local_date": day.date(), "kind": "scheduled",
+                        "resend_of_id": None, "state": "sent" if matched[text] else "empty", "attempts": 1,
+                        "next_attempt_at": day, "lease_owner": None, "lease_expires_at": None,
+                        "message_id": f"<h.{digest_id}@bench>", "entry_count": len(matched[text]),
+                        "pending_count": 0, "smtp_code": 250, "last_error": None, "planned_at": day, "sent_at": day,
+                    })
+                    ledger += [
+                        {"subscriber_id": subscriber_id, "entry_id": e.id, "digest_id": digest_id, "position": n,
+                         "summary_source_id": e.summary_source_id, "why": "history", "tags": [], "url": "https://x"}
+                        for n, e in enumerate(matched[text])
+                    ]
+            bulk_insert(session, Digest.__table__, digests)
+            for start in range(0, len(ledger), 50_000):
+                bulk_insert(session, LedgerEntry.__table__, ledger[start : start + 50_000])
+            rows += len(ledger)
+        print(f"    history: day -{back}: {len(ledger):,} ledger rows", file=sys.stderr)
+    return rows
+
+
+def timed_plan(factory, settings: Settings, entries: int) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+    ingest_bytes(factory, dump_text(entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2), rules=RULES)
+    started = time.perf_counter()
+    report = plan(factory, settings, RULES, now=DAY, all_due=True)
+    return time.perf_counter() - started, len(report.planned)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--subscribers", type=int, default=100_000)
+    parser.add_argument("--entries", type=int, default=300)
+    parser.add_argument("--days", type=int, default=30)
+    args = parser.parse_args()
+    filters = zipf_choices(filter_expressions(), args.subscribers)
+    with tempfile.TemporaryDirectory(prefix="digestbot-plan-") as tmp:
+        folder = Path(tmp)
+        settings = Settings.model_validate({"paths": {"var_dir": str(folder / "var")}})
+        fresh_engine, fresh = store(folder, "fresh.sqlite3", filters, args.days)
+        fresh_s, fresh_n = timed_plan(fresh, settings, args.entries)
+        fresh_engine.dispose()
+        print(f"{args.subscribers:,} subscribers, no history:      plan {fresh_s:7.2f} s ({fresh_n:,} digests)")
+        old_engine, old = store(folder, "history.sqlite3", filters, args.days)
+        rows = write_history(old, filters, args.days, args.entries)
+        old_s, old_n = timed_plan(old, settings, args.entries)
+        old_engine.dispose()
+        print(f"{args.subscribers:,} subscribers, {args.days} days of history: plan {old_s:7.2f} s ({old_n:,} digests; "
+              f"{rows:,} ledger rows)")
+        print(f"ratio history/none: {old_s / fresh_s:.2f}  target <= 1.3")
+
+
+if __name__ == "__main__":
+    main()

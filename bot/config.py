@@ -9,7 +9,6 @@ environment or from a file named by ``smtp.password_file``.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +19,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from bot.text import CONTROL_CHARACTERS
 
 ENV_PREFIX = "DIGESTBOT_"
 DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
@@ -103,9 +104,6 @@ class SmtpConfig(BaseModel):
         return SecretStr("")
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
 class SenderConfig(BaseModel):
     from_address: str = "digestbot@localhost"
     from_name: str = "digestbot"
@@ -117,14 +115,14 @@ class SenderConfig(BaseModel):
     @field_validator("from_name")
     @classmethod
     def _one_line_name(cls, value: str) -> str:
-        if _CONTROL.search(value):
+        if CONTROL_CHARACTERS.search(value):
             raise ValueError("contains control characters (line breaks included)")
         return value
 
     @field_validator("from_address", "list_id", "unsubscribe_address")
     @classmethod
     def _no_spaces_or_controls(cls, value: str) -> str:
-        if _CONTROL.search(value) or any(c.isspace() or c in "<>\"," for c in value):
+        if CONTROL_CHARACTERS.search(value) or any(c.isspace() or c in "<>\"," for c in value):
             raise ValueError("must not contain spaces, control characters, quotes, commas or angle brackets")
         return value
 

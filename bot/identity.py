@@ -59,7 +59,12 @@ def title_hash(title_norm: str) -> int:
 
 
 def title_key(title_norm: str) -> str:
-    return f"paper:{title_hash(title_norm) & 0xFFFFFFFFFFFFFFFF:016x}"
+    return key_for_title_hash(title_hash(title_norm))
+
+
+def key_for_title_hash(hashed: int) -> str:
+    """The key of a paper known only by its title, from that title's hash."""
+    return f"paper:{hashed & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def entry_key(entry: ParsedEntry, title_norm: str | None = None) -> str:

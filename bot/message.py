@@ -20,7 +20,7 @@ from email_validator import EmailNotValidError, validate_email
 
 from bot.config import SenderConfig
 from bot.domain import RenderedDigest
-from bot.render import one_line
+from bot.text import one_line
 
 
 def domain_of(address: str) -> str:

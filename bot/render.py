@@ -25,15 +25,14 @@ from markupsafe import Markup, escape
 from pylatexenc.latex2text import LatexNodes2Text
 
 from bot.domain import DigestContent, DigestItem, EntryKind, EntryView, RenderedDigest
+from bot.text import is_web_url, one_line
 
 MAX_AUTHORS = 6
 _LATEX = LatexNodes2Text(math_mode="text", strict_latex_spaces=False)
 _URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)  # in prose: stops at brackets
-_WEB_URL = re.compile(r"https?://[^\s<>\"'\x00-\x1f\x7f]+", re.IGNORECASE)  # a whole link: brackets allowed
 # Characters LaTeX treats specially that plain prose uses literally.
 _BARE_SPECIALS = re.compile(r"(?<!\\)([%&#])")
 _PLACEHOLDER = "zzlatexurl{}zz"
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 ALLOWED_TAGS = {"p", "br", "b", "strong", "i", "em", "a", "ul", "ol", "li", "code", "pre", "sub", "sup", "blockquote"}
 ALLOWED_ATTRIBUTES = {"a": {"href", "title"}}
@@ -148,10 +147,6 @@ def primary_url(item: DigestItem | EntryView, search_url: str) -> str:
     return search_url.format(title=quote_plus(item.title))
 
 
-def is_web_url(url: str | None) -> bool:
-    """Only http(s) URLs become links; sources are checked too, this is the last line."""
-    return bool(url) and _WEB_URL.fullmatch(url or "") is not None
-
 
 def byline(item: DigestItem) -> str:
     if item.kind is EntryKind.REPO:
@@ -180,11 +175,6 @@ def top_tags(items: tuple[DigestItem, ...], count: int = 3) -> list[str]:
             labels.setdefault(tag.casefold(), tag)
     ranked = sorted(tally, key=lambda name: (-tally[name], name))
     return [labels[name] for name in ranked[:count]]
-
-
-def one_line(text: str) -> str:
-    """For headers: no control characters, no line breaks (header injection)."""
-    return " ".join(_CONTROL.sub(" ", text).split())
 
 
 def subject_of(content: DigestContent) -> str:

@@ -31,11 +31,11 @@ from bot.store.subscribers import (
     set_status,
     upsert_subscribers,
 )
+from bot.text import CONTROL_CHARACTERS
 from bot.tokens import token_is_valid, token_subscriber_id
 
 CSV_COLUMNS = ("email", "name", "filter", "timezone", "send_hour", "status", "backfill")
 _BACKFILL = re.compile(r"^(?:all|none|\d{1,4}d)$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class SubscriberInputError(ValueError):
@@ -43,7 +43,7 @@ class SubscriberInputError(ValueError):
 
 
 def clean_email(raw: str) -> str:
-    if _CONTROL.search(raw):
+    if CONTROL_CHARACTERS.search(raw):
         raise SubscriberInputError("email: contains control characters")
     try:
         # allow_smtputf8=False: a non-ASCII local part needs SMTPUTF8 end to end,
@@ -54,7 +54,7 @@ def clean_email(raw: str) -> str:
 
 
 def clean_name(raw: str) -> str:
-    if _CONTROL.search(raw):
+    if CONTROL_CHARACTERS.search(raw):
         raise SubscriberInputError("name: contains control characters (line breaks included)")
     name = " ".join(raw.split())
     if len(name) > 200:
@@ -281,14 +281,6 @@ def by_token(factory: sessionmaker[Session], key: bytes, token: str) -> Subscrib
     if found is None or not token_is_valid(key, token, found.id, found.unsubscribe_secret):
         return None
     return found
-
-
-def set_status_by_id(factory: sessionmaker[Session], subscriber_id: int, status: SubscriberStatus, now: datetime) -> Subscriber:
-    with transaction(factory) as session:
-        set_status(session, subscriber_id, status, now)
-        found = get_subscriber_by_id(session, subscriber_id)
-        assert found is not None
-        return found
 
 
 def set_filter(factory: sessionmaker[Session], settings: Settings, subscriber: Subscriber, raw: str, now: datetime) -> Subscriber:

@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
-from bot.subscribers import SubscriberInputError, by_token, set_filter, set_status_by_id
+from bot.subscribers import SubscriberInputError, by_token, change_status, set_filter
 from bot.tokens import signing_key
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ def create_app(
         return await run_in_threadpool(by_token, factory, key, request.path_params["token"])
 
     async def set_status(subscriber: Subscriber, status: SubscriberStatus) -> Subscriber:
-        return await run_in_threadpool(set_status_by_id, factory, subscriber.id, status, now())
+        return await run_in_threadpool(change_status, factory, subscriber.email, status, now())
 
     async def unsubscribe(request: Request) -> Response:
         subscriber = await subscriber_of(request)

@@ -9,6 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select
 
+from bot.identity import key_for_title_hash
 from bot.ingest import ingest_bytes, ingest_file
 from bot.store.engine import current_revision, downgrade, head_revision, sessions, upgrade
 from bot.store.schema import Base, Entry
@@ -51,13 +52,10 @@ def test_title_hash_migration_round_trips_and_look_ups_still_match(engine: Engin
     old = _title_hashes(engine)
     assert all(isinstance(h, int) for h in old.values())
     assert all(h == old[k] for k, h in stored.items() if h is not None)
-    assert all(title_key_of(old[k]) == k for k in stored if k.startswith("paper:"))
+    assert all(key_for_title_hash(old[k]) == k for k in stored if k.startswith("paper:"))
 
     upgrade(engine)
     assert _title_hashes(engine) == stored
     again = [ingest_bytes(factory, path.read_bytes() + b"\n", name=f"again-{path.name}") for path in seed_files]
     assert [r.new for r in again] == [0, 0, 0, 0]
 
-
-def title_key_of(hashed: int) -> str:
-    return f"paper:{hashed & 0xFFFFFFFFFFFFFFFF:016x}"

@@ -20,6 +20,8 @@ import feedparser
 from bot.domain import Announce, EntryKind, ParsedEntry, ParsedSource
 from bot.identity import arxiv_id_in, doi_in
 from bot.sources.errors import SourceFormatError
+from bot.text import is_web_url
+from bot.text import one_line as _one_line
 
 _ARXIV_ABSTRACT_PREFIX = re.compile(
     r"^\s*arXiv:\S+\s+Announce Type:\s*\S+\s*(?:Abstract:\s*)?", re.IGNORECASE
@@ -42,21 +44,11 @@ def looks_like_feed(data: bytes) -> bool:
     return bool(_FEED_START.match(head))
 
 
-# C0/C1 controls and Unicode line/paragraph separators: never part of a title,
-# a name or a tag, and a way to smuggle line breaks into a mail header.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_HTTP_URL = re.compile(r"https?://[^\s\x00-\x1f\x7f<>\"']+", re.IGNORECASE)
-
-
-def _one_line(text: str | None) -> str:
-    return " ".join(_CONTROL.sub(" ", text or "").split())
-
-
 def _http_link(url: str) -> str:
     """The entry's link if it is a plain http(s) URL; anything else (javascript:,
     data:, relative, with spaces or control characters) is dropped."""
     url = url.strip()
-    return url if _HTTP_URL.fullmatch(url) else ""
+    return url if is_web_url(url) else ""
 
 
 def _authors(names: list[str]) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from bot.domain import Announce, EntryKind, EntryView, ParsedEntry, ParsedSource, TagOrigin, match_text
-from bot.identity import entry_key, normalize_title, title_hash, title_key
+from bot.identity import entry_key, key_for_title_hash, normalize_title, title_hash
 from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
 from bot.tagging import TagRules
 
@@ -182,7 +182,7 @@ def _load_candidates(session: Session, items: list[tuple[ParsedEntry, str, str]]
     # A title is found either through the key (a paper keyed by its own title,
     # whose title_hash column is NULL) or through the partial title_hash index.
     papers = [t for i, _, t in items if i.kind is EntryKind.PAPER]
-    keys = sorted({k for _, k, _ in items} | {title_key(t) for t in papers})
+    keys = sorted({k for _, k, _ in items} | {key_for_title_hash(hashes[t]) for t in papers})
     titles = sorted({hashes[t] for t in papers})
     seen: set[int] = set()
     for column, values in (
@@ -200,10 +200,10 @@ def _load_candidates(session: Session, items: list[tuple[ParsedEntry, str, str]]
     return index
 
 
-def _indexed_title_hash(key: str, kind: str, title_norm: str, hashed: int) -> int | None:
+def _indexed_title_hash(key: str, kind: str, hashed: int) -> int | None:
     """What goes in ``entries.title_hash``: NULL when a title look-up already
     finds the entry through its key, or when it is a repo (never matched by title)."""
-    if kind != EntryKind.PAPER or key == title_key(title_norm):
+    if kind != EntryKind.PAPER or key == key_for_title_hash(hashed):
         return None
     return hashed
 
@@ -325,7 +325,7 @@ def upsert_source_entries(
                     "kind": r.kind,
                     "title": r.title,
                     "title_norm": r.title_norm,
-                    "title_hash": _indexed_title_hash(r.key, r.kind, r.title_norm, hashes[r.title_norm]),
+                    "title_hash": _indexed_title_hash(r.key, r.kind, hashes[r.title_norm]),
                     "authors": r.authors,
                     "published": r.published,
                     "summary": r.summary,
@@ -352,7 +352,7 @@ def upsert_source_entries(
                     "id": r.id,
                     "title": r.title,
                     "title_norm": r.title_norm,
-                    "title_hash": _indexed_title_hash(r.key, r.kind, r.title_norm, title_hash(r.title_norm)),
+                    "title_hash": _indexed_title_hash(r.key, r.kind, title_hash(r.title_norm)),
                     "authors": r.authors,
                     "published": r.published,
                     "summary": r.summary,

@@ -20,9 +20,11 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 import zoneinfo
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
@@ -31,10 +33,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.deliver import Outcome, SendResult, SmtpPool, backoff_seconds
-from bot.domain import Subscriber, SubscriberStatus
-from bot.message import Headers, build_message, envelope_for, message_id_for
+from bot.domain import DigestContent, Subscriber, SubscriberStatus
+from bot.message import Headers, build_message, envelope_address, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
 from bot.select import SelectionCache, local_send_time, select_for
+from bot.splice import MessageTemplate, Personal, templates_allow_splicing
 from bot.store.digests import (
     DigestKind,
     DigestRow,
@@ -45,8 +48,10 @@ from bot.store.digests import (
     count_bounce,
     create_digest,
     digest_content,
+    digest_contents,
     finish,
     get_digest,
+    get_digests,
     list_digests,
     release_entries,
     reset_bounces,
@@ -54,7 +59,7 @@ from bot.store.digests import (
     set_message_id,
 )
 from bot.store.engine import transaction
-from bot.store.subscribers import get_subscriber_by_id, list_subscribers
+from bot.store.subscribers import list_subscribers, subscriber_statuses
 from bot.tagging import TagRules
 from bot.tokens import make_token, signing_key
 
@@ -189,8 +194,26 @@ class DeliverReport:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
+@dataclass(frozen=True, slots=True)
+class Built:
+    """One digest's message, or why there is none."""
+
+    row: DigestRow
+    data: bytes = b""
+    sender: str = ""
+    recipient: str = ""
+    error: str | None = None
+
+
 class Mailer:
-    """Everything needed to turn a digest id into bytes on the wire."""
+    """Everything needed to turn a digest id into bytes on the wire.
+
+    Two ways to the same bytes: ``message_bytes`` renders and builds one message
+    from scratch (the simple path: previews, resends, and any body the splice
+    cannot reproduce); ``build`` makes a batch, each distinct body rendered once
+    into a ``MessageTemplate`` and filled per subscriber (``bot.splice``)."""
+
+    TEMPLATES = 256  # distinct bodies kept (~0.1-0.3 MB each); a day has one per filter and window
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -198,9 +221,16 @@ class Mailer:
             settings.paths.templates_dir, search_url=settings.digest.search_url, remote_images=settings.digest.remote_images
         )
         self.key = signing_key(settings)
+        self.envelope_sender = envelope_address(settings.sender.from_address)
+        self.templates: OrderedDict[tuple[object, ...], MessageTemplate | None] = OrderedDict()
+        self.splicing = templates_allow_splicing(self.renderer)
+        self.spliced = 0  # messages made from a template (for tests and benchmarks)
 
     def links(self, subscriber: Subscriber) -> tuple[Links, tuple[str, ...]]:
-        token = make_token(self.key, subscriber.id, subscriber.unsubscribe_secret)
+        return self.links_for_token(make_token(self.key, subscriber.id, subscriber.unsubscribe_secret))
+
+    def links_for_token(self, token: str) -> tuple[Links, tuple[str, ...]]:
+        """Footer links and List-Unsubscribe URIs (https first when there is a public URL)."""
         sender = self.settings.sender
         mailto = f"mailto:{sender.unsubscribe_address or sender.from_address}?subject=unsubscribe%20{token}"
         public = self.settings.web.public_url.rstrip("/")
@@ -210,8 +240,10 @@ class Mailer:
         return Links(mailto, None), (mailto,)
 
     def message_bytes(self, session: Session, row: DigestRow, now: datetime) -> tuple[bytes, str, str]:
-        """(message, envelope sender, envelope recipient) for one digest."""
-        content = digest_content(session, row.id)
+        """(message, envelope sender, envelope recipient) for one digest: the simple path."""
+        return self._simple(session, row, digest_content(session, row.id), now)
+
+    def _simple(self, session: Session, row: DigestRow, content: DigestContent, now: datetime) -> tuple[bytes, str, str]:
         resend_of = None
         if row.resend_of is not None:
             original = get_digest(session, row.resend_of)
@@ -229,6 +261,45 @@ class Mailer:
         message = build_message(rendered, headers, self.settings.sender)
         envelope = envelope_for(headers, self.settings.sender)
         return message.as_bytes(), envelope.sender, envelope.recipient
+
+    def build(self, session: Session, rows: Sequence[DigestRow], now: datetime) -> list[Built]:
+        """Messages for a batch of digests, same bytes as ``message_bytes`` (apart
+        from Date): bodies shared by several subscribers are rendered once."""
+        contents = digest_contents(session, [row.id for row in rows])
+        built = []
+        for row in rows:
+            try:
+                content = contents[row.id]
+                template = self._template(content) if self.splicing and content.resend_of is None else None
+                if template is None:
+                    built.append(Built(row, *self._simple(session, row, content, now)))
+                    continue
+                subscriber = content.subscriber
+                recipient = envelope_address(subscriber.email)
+                data = template.fill(Personal(
+                    email=subscriber.email, to_name=subscriber.name, to_address=recipient,
+                    token=make_token(self.key, subscriber.id, subscriber.unsubscribe_secret),
+                    message_id=row.message_id, date=now,
+                ))
+                self.spliced += 1
+                built.append(Built(row, data, self.envelope_sender, recipient))
+            except Exception as exc:  # a broken template or entry must not wedge the queue
+                log.exception("digest %d: cannot build the message", row.id)
+                built.append(Built(row, error=f"cannot build the message: {type(exc).__name__}: "
+                                              f"{' '.join(str(exc).split())[:300]}"))
+        return built
+
+    def _template(self, content: DigestContent) -> MessageTemplate | None:
+        # Everything the body depends on but the subscriber's own values (render.personal_context).
+        key = (content.kind, content.local_date, content.pending, content.subscriber.filter, content.items)
+        if key in self.templates:
+            self.templates.move_to_end(key)
+            return self.templates[key]
+        template = MessageTemplate.build(self.renderer, content, self.settings.sender, self.links_for_token)
+        self.templates[key] = template
+        if len(self.templates) > self.TEMPLATES:
+            self.templates.popitem(last=False)
+        return template
 
 
 async def deliver(
@@ -279,6 +350,13 @@ def due_count(factory: sessionmaker[Session], now: datetime) -> int:
         return count_due(session, now)
 
 
+# Outcomes are written in small groups: one transaction per message would cost
+# more than building it.  Until written, a sent digest is still ``sending``, so
+# a crash can send it again: the window is this many messages or this long.
+RECORD_EVERY = 64
+RECORD_SECONDS = 0.2
+
+
 async def _deliver_batch(
     factory: sessionmaker[Session],
     settings: Settings,
@@ -290,78 +368,91 @@ async def _deliver_batch(
     worker: str,
 ) -> DeliverReport:
     report = DeliverReport()
-    jobs: list[asyncio.Future[tuple[tuple[int, int, int], SendResult]]] = []
-    for digest_id in ids:
-        with transaction(factory) as session:
-            row = get_digest(session, digest_id)
-            assert row is not None
-            subscriber = get_subscriber_by_id(session, row.subscriber_id)
-            if subscriber is None or subscriber.status is not SubscriberStatus.ACTIVE:
-                finish(session, digest_id, worker=worker, state=DigestState.CANCELLED, now=clock(), code=None,
-                       error=f"subscriber {subscriber.status.value if subscriber else 'gone'}")
-                if row.kind is not DigestKind.RESEND:
-                    release_entries(session, digest_id)
-                report.cancelled += 1
+    now = clock()
+    with transaction(factory) as session:
+        rows = get_digests(session, ids)
+        statuses = subscriber_statuses(session, {row.subscriber_id for row in rows})
+        live = []
+        for row in rows:
+            status = statuses.get(row.subscriber_id)
+            if status is SubscriberStatus.ACTIVE:
+                live.append(row)
                 continue
-            try:
-                data, sender, recipient = mailer.message_bytes(session, row, clock())
-            except Exception as exc:  # a broken template or entry must not wedge the queue
-                log.exception("digest %d: cannot build the message", digest_id)
-                error = f"cannot build the message: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-                finish(session, digest_id, worker=worker, state=DigestState.FAILED, now=clock(), code=None, error=error)
-                report.failed += 1
-                continue
-        jobs.append(asyncio.ensure_future(_send(pool, (digest_id, row.subscriber_id, row.attempts), sender, recipient, data)))
-    # Recorded as each send finishes, not in batch order: what a crash can send
-    # twice is only what the server accepted and we had no moment to record.
-    for finished in asyncio.as_completed(jobs):
-        (digest_id, subscriber_id, attempts), result = await finished
-        _record(factory, settings, digest_id, subscriber_id, attempts, result, worker=worker, now=clock(), report=report)
+            finish(session, row.id, worker=worker, state=DigestState.CANCELLED, now=now, code=None,
+                   error=f"subscriber {status.value if status else 'gone'}")
+            if row.kind is not DigestKind.RESEND:
+                release_entries(session, row.id)
+            report.cancelled += 1
+        built = mailer.build(session, live, now)
+        for failed in (b for b in built if b.error is not None):
+            finish(session, failed.row.id, worker=worker, state=DigestState.FAILED, now=now, code=None,
+                   error=failed.error)
+            report.failed += 1
+    results: asyncio.Queue[tuple[DigestRow, SendResult]] = asyncio.Queue()
+
+    async def send(message: Built) -> None:
+        results.put_nowait((message.row, await pool.send(message.sender, message.recipient, message.data)))
+
+    jobs = [asyncio.ensure_future(send(b)) for b in built if b.error is None]
+    # Recorded as sends finish, not in batch order: what a crash can send twice
+    # is only what the server accepted and was not yet recorded.
+    done: list[tuple[DigestRow, SendResult]] = []
+    first_done_at = 0.0
+    for _ in range(len(jobs)):
+        wait = None if not done else max(0.0, first_done_at + RECORD_SECONDS - time.monotonic())
+        try:
+            outcome = await asyncio.wait_for(results.get(), wait)
+        except TimeoutError:
+            _record(factory, settings, done, worker=worker, now=clock(), report=report)
+            done = []
+            outcome = await results.get()
+        if not done:
+            first_done_at = time.monotonic()
+        done.append(outcome)
+        if len(done) >= RECORD_EVERY:
+            _record(factory, settings, done, worker=worker, now=clock(), report=report)
+            done = []
+    _record(factory, settings, done, worker=worker, now=clock(), report=report)
+    await asyncio.gather(*jobs)  # all finished: surfaces an unexpected error instead of losing it
     return report
-
-
-async def _send(
-    pool: SmtpPool, job: tuple[int, int, int], sender: str, recipient: str, data: bytes
-) -> tuple[tuple[int, int, int], SendResult]:
-    return job, await pool.send(sender, recipient, data)
 
 
 def _record(
     factory: sessionmaker[Session],
     settings: Settings,
-    digest_id: int,
-    subscriber_id: int,
-    attempts: int,
-    result: SendResult,
+    outcomes: list[tuple[DigestRow, SendResult]],
     *,
     worker: str,
     now: datetime,
     report: DeliverReport,
 ) -> None:
+    if not outcomes:
+        return
     smtp = settings.smtp
     with transaction(factory) as session:
-        if result.outcome is Outcome.SENT:
-            state, retry_at = DigestState.SENT, None
-        elif result.outcome is Outcome.TEMPORARY and attempts < smtp.max_attempts:
-            state, retry_at = DigestState.RETRY_WAIT, now + timedelta(seconds=backoff_seconds(attempts, smtp))
-        else:
-            state, retry_at = DigestState.FAILED, None
-        error = None if state is DigestState.SENT else f"attempt {attempts}: {result.detail}"
-        if not finish(session, digest_id, worker=worker, state=state, now=now, code=result.code, error=error,
-                      retry_at=retry_at):
-            report.lost_lease += 1  # someone reclaimed it after our lease ran out
-            return
-        if state is DigestState.SENT:
-            reset_bounces(session, subscriber_id)
-            report.sent += 1
-        elif state is DigestState.RETRY_WAIT:
-            report.retrying += 1
-        else:
-            report.failed += 1
-            if result.outcome is Outcome.PERMANENT and result.code in smtp.bounce_codes:
-                if count_bounce(session, subscriber_id, threshold=smtp.bounce_threshold, now=now):
-                    report.bounced += 1
-    log.info("digest %d: %s (%s)", digest_id, state.value, result.detail)
+        for row, result in outcomes:
+            if result.outcome is Outcome.SENT:
+                state, retry_at = DigestState.SENT, None
+            elif result.outcome is Outcome.TEMPORARY and row.attempts < smtp.max_attempts:
+                state, retry_at = DigestState.RETRY_WAIT, now + timedelta(seconds=backoff_seconds(row.attempts, smtp))
+            else:
+                state, retry_at = DigestState.FAILED, None
+            error = None if state is DigestState.SENT else f"attempt {row.attempts}: {result.detail}"
+            if not finish(session, row.id, worker=worker, state=state, now=now, code=result.code, error=error,
+                          retry_at=retry_at):
+                report.lost_lease += 1  # someone reclaimed it after our lease ran out
+                continue
+            if state is DigestState.SENT:
+                reset_bounces(session, row.subscriber_id)
+                report.sent += 1
+            elif state is DigestState.RETRY_WAIT:
+                report.retrying += 1
+            else:
+                report.failed += 1
+                if result.outcome is Outcome.PERMANENT and result.code in smtp.bounce_codes:
+                    if count_bounce(session, row.subscriber_id, threshold=smtp.bounce_threshold, now=now):
+                        report.bounced += 1
+            log.info("digest %d: %s (%s)", row.id, state.value, result.detail)
 
 
 # --- manual sends and resends ------------------------------------------------------

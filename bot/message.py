@@ -63,6 +63,9 @@ class Headers:
 # Header lines are not folded below RFC 5322's hard limit: a folded
 # List-Unsubscribe starts with whitespace that some parsers keep.
 POLICY = SMTP.clone(max_line_length=998)
+# Fixed, so that one message is the same bytes however it is built (bot.splice).
+# Safe because both parts are quoted-printable, where "=_" cannot occur.
+BOUNDARY = "=_digestbot_alternative"
 
 
 def build_message(rendered: RenderedDigest, headers: Headers, sender: SenderConfig) -> EmailMessage:
@@ -83,6 +86,7 @@ def build_message(rendered: RenderedDigest, headers: Headers, sender: SenderConf
         msg["X-Digestbot-Resend-Of"] = headers.resend_of
     msg.set_content(rendered.text, subtype="plain", charset="utf-8", cte="quoted-printable")
     msg.add_alternative(rendered.html, subtype="html", charset="utf-8", cte="quoted-printable")
+    msg.set_boundary(BOUNDARY)
     return msg
 
 

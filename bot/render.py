@@ -28,6 +28,7 @@ from bot.domain import DigestContent, DigestItem, EntryKind, EntryView, Rendered
 from bot.text import is_web_url, one_line
 
 MAX_AUTHORS = 6
+TEXT_FOOTER = "_footer.txt.j2"
 _LATEX = LatexNodes2Text(math_mode="text", strict_latex_spaces=False)
 _URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)  # in prose: stops at brackets
 # Characters LaTeX treats specially that plain prose uses literally.
@@ -214,6 +215,12 @@ class Links:
     manage_url: str | None
 
 
+def personal_context(email: str, links: Links) -> dict[str, object]:
+    """The only context values that differ between two subscribers of one digest
+    body (``bot.splice`` relies on it: everything else is rendered once)."""
+    return {"subscriber_email": email, "unsubscribe_url": links.unsubscribe_url, "manage_url": links.manage_url}
+
+
 class Renderer:
     """Templates and stylesheet loaded once; ``render`` is called per digest."""
 
@@ -231,6 +238,9 @@ class Renderer:
         self.env.filters["wrap"] = _wrap
         self.html_template = self.env.get_template("digest.html.j2")
         self.text_template = self.env.get_template("digest.txt.j2")
+        # The per-subscriber part of the text, rendered alone by the fast path (bot.splice).
+        footer_path = templates_dir / TEXT_FOOTER
+        self.text_footer_template = self.env.get_template(TEXT_FOOTER) if footer_path.is_file() else None
         css_path = templates_dir / "digest.css"
         css = css_path.read_text(encoding="utf-8") if css_path.is_file() else ""
         self.inliner = css_inline.CSSInliner(
@@ -262,17 +272,17 @@ class Renderer:
             "date_label": content.local_date.strftime("%A, %d %B %Y"),
             "count_label": f"{count} new {'entry' if count == 1 else 'entries'}",
             "subscriber_filter": content.subscriber.filter,
-            "subscriber_email": content.subscriber.email,
             "items": items,
             "pending": content.pending,
             "resend_of": content.resend_of,
             "links": url_refs,
-            "unsubscribe_url": links.unsubscribe_url,
-            "manage_url": links.manage_url,
+            **personal_context(content.subscriber.email, links),
         }
 
     def render(self, content: DigestContent, links: Links) -> RenderedDigest:
-        context = self.context(content, links)
+        return self.render_context(self.context(content, links))
+
+    def render_context(self, context: dict[str, object]) -> RenderedDigest:
         html_doc = self.inliner.inline(self.html_template.render(context))
         text = self.text_template.render(context)
         return RenderedDigest(subject=str(context["subject"]), text=text, html=html_doc)

@@ -216,6 +216,15 @@ def get_digest(session: Session, digest_id: int) -> DigestRow | None:
     return _row(*found) if found else None
 
 
+def get_digests(session: Session, digest_ids: Sequence[int]) -> list[DigestRow]:
+    """The digests that exist among *digest_ids*, in that order."""
+    found: dict[int, DigestRow] = {}
+    for part in chunks(list(digest_ids)):
+        query = select(Digest, SubscriberRow.email).join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
+        found.update((d.id, _row(d, email)) for d, email in session.execute(query.where(Digest.id.in_(part))))
+    return [found[i] for i in digest_ids if i in found]
+
+
 def list_digests(
     session: Session,
     *,
@@ -242,49 +251,79 @@ def list_digests(
 
 def digest_content(session: Session, digest_id: int) -> DigestContent:
     """What a digest carries, from the ledger (a resend reads its original's rows)."""
-    digest = session.get_one(Digest, digest_id)
-    subscriber = subscriber_view(session.get_one(SubscriberRow, digest.subscriber_id))
-    source_digest = digest.resend_of_id if digest.kind == DigestKind.RESEND.value and digest.resend_of_id else digest.id
-    pinned = func.coalesce(
-        select(Appearance.summary)
-        .where(Appearance.entry_id == Entry.id, Appearance.source_id == LedgerEntry.summary_source_id)
-        .scalar_subquery(),
-        Entry.summary,
-    )
-    rows = session.execute(
-        select(Entry, LedgerEntry.why, LedgerEntry.tags, LedgerEntry.url, pinned)
-        .join(LedgerEntry, LedgerEntry.entry_id == Entry.id)
-        .where(LedgerEntry.digest_id == source_digest)
-        .order_by(LedgerEntry.position)
-    ).all()
-    items = tuple(
-        DigestItem(
-            key=entry.key,
-            kind=EntryKind(entry.kind),
-            title=entry.title,
-            authors=tuple(entry.authors),
-            published=entry.published,
-            summary=summary,
-            summary_type=entry.summary_type,
-            tags=tuple(tags),
-            url=url,
-            why=why,
-            arxiv_id=entry.arxiv_id,
-            doi=entry.doi,
-            links=tuple(entry.links),
-            extra=tuple(sorted(entry.extra.items())),
+    return digest_contents(session, [digest_id])[digest_id]
+
+
+def digest_contents(session: Session, digest_ids: Sequence[int]) -> dict[int, DigestContent]:
+    """``digest_content`` for many digests in a few queries (the send path's batch).
+    One ``DigestItem`` object per distinct item, shared by the digests carrying it."""
+    heads = session.execute(
+        select(Digest, SubscriberRow).join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id).where(
+            Digest.id.in_(list(digest_ids))
         )
-        for entry, why, tags, url, summary in rows
-    )
-    return DigestContent(
-        digest_id=digest.id,
-        kind=digest.kind,
-        local_date=digest.local_date,
-        subscriber=subscriber,
-        items=items,
-        pending=digest.pending_count,
-        resend_of=digest.resend_of_id,
-    )
+    ).all()
+    source_of = {
+        d.id: d.resend_of_id if d.kind == DigestKind.RESEND.value and d.resend_of_id else d.id for d, _ in heads
+    }
+    rows: dict[int, list[tuple[int, int | None, str, tuple[str, ...], str]]] = {}
+    for part in chunks(sorted(set(source_of.values()))):
+        found = session.execute(
+            select(LedgerEntry.digest_id, LedgerEntry.entry_id, LedgerEntry.summary_source_id, LedgerEntry.why,
+                   LedgerEntry.tags, LedgerEntry.url)
+            .where(LedgerEntry.digest_id.in_(part))
+            .order_by(LedgerEntry.digest_id, LedgerEntry.position)
+        )
+        for digest_id, entry_id, source_id, why, tags, url in found:
+            rows.setdefault(digest_id, []).append((entry_id, source_id, why, tuple(tags), url))
+    entry_ids = sorted({row[0] for found in rows.values() for row in found})
+    entries: dict[int, Entry] = {}
+    pinned: dict[tuple[int, int], str] = {}
+    wanted = {(row[0], row[1]) for found in rows.values() for row in found if row[1] is not None}
+    for part in chunks(entry_ids):
+        entries.update((e.id, e) for e in session.scalars(select(Entry).where(Entry.id.in_(part))))
+        for entry_id, source_id, summary in session.execute(
+            select(Appearance.entry_id, Appearance.source_id, Appearance.summary).where(Appearance.entry_id.in_(part))
+        ):
+            if (entry_id, source_id) in wanted and summary is not None:  # NULL: the entry's current summary
+                pinned[(entry_id, source_id)] = summary
+    items: dict[tuple[int, int | None, str, tuple[str, ...], str], DigestItem] = {}
+
+    def item(row: tuple[int, int | None, str, tuple[str, ...], str]) -> DigestItem:
+        if row not in items:
+            entry_id, source_id, why, tags, url = row
+            entry = entries[entry_id]
+            # The summary variant pinned at planning time (COALESCE(appearance, entry) as elsewhere).
+            summary = pinned.get((entry_id, source_id), entry.summary) if source_id is not None else entry.summary
+            items[row] = DigestItem(
+                key=entry.key,
+                kind=EntryKind(entry.kind),
+                title=entry.title,
+                authors=tuple(entry.authors),
+                published=entry.published,
+                summary=summary,
+                summary_type=entry.summary_type,
+                tags=tags,
+                url=url,
+                why=why,
+                arxiv_id=entry.arxiv_id,
+                doi=entry.doi,
+                links=tuple(entry.links),
+                extra=tuple(sorted(entry.extra.items())),
+            )
+        return items[row]
+
+    return {
+        digest.id: DigestContent(
+            digest_id=digest.id,
+            kind=digest.kind,
+            local_date=digest.local_date,
+            subscriber=subscriber_view(subscriber),
+            items=tuple(item(row) for row in rows.get(source_of[digest.id], ())),
+            pending=digest.pending_count,
+            resend_of=digest.resend_of_id,
+        )
+        for digest, subscriber in heads
+    }
 
 
 def finish(

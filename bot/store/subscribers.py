@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from sqlalchemy import bindparam, delete, select, update
@@ -42,6 +42,15 @@ def get_subscriber(session: Session, email: str) -> Subscriber | None:
 def get_subscriber_by_id(session: Session, subscriber_id: int) -> Subscriber | None:
     row = session.get(SubscriberRow, subscriber_id)
     return _view(row) if row else None
+
+
+def subscriber_statuses(session: Session, subscriber_ids: Iterable[int]) -> dict[int, SubscriberStatus]:
+    """Status by id of those that still exist."""
+    found: dict[int, SubscriberStatus] = {}
+    for part in chunks(sorted(set(subscriber_ids))):
+        query = select(SubscriberRow.id, SubscriberRow.status).where(SubscriberRow.id.in_(part))
+        found.update((i, SubscriberStatus(status)) for i, status in session.execute(query))
+    return found
 
 
 def list_subscribers(session: Session, *, status: SubscriberStatus | None = None) -> list[Subscriber]:

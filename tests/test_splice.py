@@ -1,0 +1,206 @@
+"""The fast send path (bot.splice) against the simple one (message.build_message).
+
+The contract: for every digest, the message spliced from a shared template is
+the simple path's message byte for byte (same Date, same Message-ID given);
+where the splice cannot promise that, it is not used.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import css_inline
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from markupsafe import escape
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.digests import Mailer, plan
+from bot.ingest import ingest_file
+from bot.message import POLICY
+from bot.splice import MessageTemplate, Personal, folded, html_escape, plain_line, to_line
+from bot.store.digests import digest_content, get_digest
+from bot.subscribers import clean_fields, save
+from bot.tagging import load_rules
+from tests.conftest import ROOT
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
+
+# Several subscribers per filter (so templates are shared), and the values a
+# splice could get wrong: quotes, commas and non-ASCII in names, & and ' in
+# addresses, an internationalized domain, an empty name.
+PEOPLE = [
+    ("ada@example.org", "Ada Lovelace", "*"),
+    ("grace@example.org", 'Grace "Amazing" Hopper, RADM', "*"),
+    ("o'brien&co@example.org", "Flann O'Brien", "*"),
+    ("linus@bücher.example", "Linus Æsir-Ødegård", "*"),
+    ("noname@example.org", "", "*"),
+    ("carver@example.org", "Carver Mead", "snn or fpga"),
+    ("misha@example.org", "Михаил", "snn or fpga"),
+    ("edsger@example.org", "Edsger W. Dijkstra", '"sparse attention" or "kv cache"'),
+    ("barbara@example.org", "Barbara Liskov", "gpu and llm"),
+    ("long.name@example.org", "A " * 60 + "Long Name", "gpu and llm"),
+]
+
+
+def _settings(tmp_path: Path, *, public_url: str = "", templates: Path = ROOT / "templates") -> Settings:
+    return Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(templates)},
+            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
+            "web": {"public_url": public_url, "signing_key": "splice-test-signing-key-0123456789"},
+        }
+    )
+
+
+def _queued(factory: sessionmaker[Session], settings: Settings, seed_files: list[Path]) -> list[int]:
+    save(factory, settings, [clean_fields(e, name=n, filter=f) for e, n, f in PEOPLE], DAY - timedelta(days=1))
+    for path in seed_files[:3]:
+        ingest_file(factory, path, now=DAY - timedelta(hours=1), rules=RULES)
+    return plan(factory, settings, RULES, now=DAY, all_due=True).planned
+
+
+@pytest.mark.parametrize("public_url", ["", "https://digest.example.org/"])
+def test_spliced_messages_equal_the_simple_path_byte_for_byte(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], public_url: str
+) -> None:
+    settings = _settings(tmp_path, public_url=public_url)
+    ids = _queued(factory, settings, seed_files)
+    assert len(ids) == len(PEOPLE)
+    mailer = Mailer(settings)
+    now = DAY + timedelta(minutes=3)
+    with factory() as session:
+        rows = [get_digest(session, i) for i in ids]
+        built = mailer.build(session, rows, now)  # type: ignore[arg-type]
+        simple = [mailer.message_bytes(session, row, now) for row in rows]  # type: ignore[arg-type]
+    assert mailer.spliced == len(ids)  # the fast path was taken, not fallen back from
+    assert len(mailer.templates) == 4  # one body per filter
+    for fast, (data, sender, recipient) in zip(built, simple, strict=True):
+        assert fast.error is None
+        assert (fast.sender, fast.recipient) == (sender, recipient)
+        assert fast.data == data
+
+
+def test_a_template_with_subscriber_values_outside_the_footer_is_built_the_simple_way(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
+    templates = tmp_path / "templates"
+    shutil.copytree(ROOT / "templates", templates)
+    header = templates / "digest.txt.j2"
+    header.write_text(header.read_text().replace("Your filter:", "Hello {{ subscriber_email }}! Your filter:"))
+    settings = _settings(tmp_path, templates=templates)
+    ids = _queued(factory, settings, seed_files)
+    mailer = Mailer(settings)
+    with factory() as session:
+        rows = [get_digest(session, i) for i in ids]
+        built = mailer.build(session, rows, DAY)  # type: ignore[arg-type]
+        simple = [mailer.message_bytes(session, row, DAY)[0] for row in rows]  # type: ignore[arg-type]
+    assert mailer.spliced == 0 and set(mailer.templates.values()) == {None}
+    assert [b.data for b in built] == simple
+    assert b"Hello ada@example.org!" in simple[0]
+
+
+@pytest.mark.parametrize(
+    ("snippet", "allowed"),
+    [
+        ("<p>{{ subscriber_email }}</p>", True),
+        ('{% if manage_url %}<a href="{{ manage_url }}">m</a>{% endif %}', True),
+        ("{% if subscriber_email.endswith('.edu') %}hi{% endif %}", False),
+        ("{{ subscriber_email | upper }}", False),
+        ("{{ 'to ' ~ subscriber_email }}", False),
+        ("{% set who = subscriber_email %}{{ who }}", False),
+        ("{% if unsubscribe_url %}x{% endif %}", False),
+        ("{% include subscriber_email %}", False),
+    ],
+)
+def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, snippet: str, allowed: bool) -> None:
+    from bot.render import Renderer
+    from bot.splice import templates_allow_splicing
+
+    templates = tmp_path / "templates"
+    shutil.copytree(ROOT / "templates", templates)
+    header = templates / "_header.html.j2"
+    header.write_text(header.read_text() + snippet)
+    renderer = Renderer(templates, search_url="https://arxiv.org/search/?query={title}")
+    assert templates_allow_splicing(renderer) is allowed
+    assert templates_allow_splicing(Renderer(ROOT / "templates", search_url="x"))
+
+
+_names = st.one_of(
+    st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40),
+    st.from_regex(r"[A-Za-z0-9]{1,8}( [A-Za-z0-9]{1,8}){0,3}", fullmatch=True),  # the fast forms
+)
+_local = st.text("abcXYZ019._+-&'", min_size=1, max_size=20).filter(
+    lambda s: not s.startswith(".") and not s.endswith(".") and ".." not in s
+)
+
+
+@given(name=_names, local=_local, domain=st.sampled_from(["example.org", "a-b.example.co.uk", "xn--bcher-kva.example"]))
+def test_to_line_is_what_the_email_package_writes(name: str, local: str, domain: str) -> None:
+    from email.headerregistry import Address
+
+    from bot.text import one_line
+
+    address = f"{local}@{domain}"
+    assert to_line(name, address) == folded("To", Address(display_name=one_line(name), addr_spec=address))
+
+
+@given(
+    value=st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=1200),
+    ident=st.integers(1, 10**15),
+    domain=st.sampled_from(["bot.example", "xn--bcher-kva.example", "a-b.c.example"]),
+)
+def test_plain_header_lines_are_what_the_email_package_writes(value: str, ident: int, domain: str) -> None:
+    for name, text in (
+        ("List-Unsubscribe", value),
+        ("Message-ID", f"<digest.{ident}.{ident:012x}@{domain}>"),
+    ):
+        assert plain_line(name, text) == POLICY.fold_binary(*POLICY.header_store_parse(name, text)), name
+
+
+_INLINER = css_inline.CSSInliner(keep_style_tags=False, load_remote_stylesheets=False, extra_css="p { color: red }")
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=30))
+def test_html_escape_is_what_the_inliner_writes(value: str) -> None:
+    document = f'<html><body><p>x{escape(value)}x</p><a href="y{escape(value)}y">z</a></body></html>'
+    inlined = _INLINER.inline(document)
+    assert f"x{html_escape(value, attribute=False)}x" in inlined
+    assert f'href="y{html_escape(value, attribute=True)}y"' in inlined
+
+
+def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
+    settings = _settings(tmp_path, public_url="https://digest.example.org")
+    ids = _queued(factory, settings, seed_files)
+    mailer = Mailer(settings)
+    with factory() as session:
+        content = digest_content(session, ids[0])
+    template = MessageTemplate.build(mailer.renderer, content, settings.sender, mailer.links_for_token)
+    assert template is not None
+
+    @given(name=_names, local=_local, secret=st.text("0123456789abcdef", min_size=8, max_size=32),
+           ident=st.integers(1, 10**12))
+    def check(name: str, local: str, secret: str, ident: int) -> None:
+        from dataclasses import replace
+
+        from bot.message import Headers, build_message
+        from bot.tokens import make_token
+
+        subscriber = replace(content.subscriber, id=ident, name=name, email=f"{local}@example.org",
+                             unsubscribe_secret=secret)
+        token = make_token(mailer.key, ident, secret)
+        links, unsubscribe = mailer.links_for_token(token)
+        rendered = mailer.renderer.render(replace(content, subscriber=subscriber), links)
+        simple = build_message(rendered, Headers(name, subscriber.email, "<m.1@bot.example>", DAY, unsubscribe),
+                               settings.sender).as_bytes()
+        fast = template.fill(Personal(subscriber.email, name, subscriber.email, token, "<m.1@bot.example>", DAY))
+        assert fast == simple
+
+    check()

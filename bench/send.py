@@ -46,7 +46,7 @@ from bot.config import Settings  # noqa: E402
 from bot.digests import Mailer, deliver_now, plan  # noqa: E402
 from bot.ingest import ingest_bytes  # noqa: E402
 from bot.sink import free_port  # noqa: E402
-from bot.store.digests import get_digest  # noqa: E402
+from bot.store.digests import get_digest, get_digests  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
 from bot.store.entries import allocate_ids, bulk_insert  # noqa: E402
 from bot.store.schema import Digest, Subscriber  # noqa: E402
@@ -95,16 +95,17 @@ def queued_ids(factory) -> list[int]:  # type: ignore[no-untyped-def]
         return list(session.scalars(select(Digest.id).where(Digest.state == "queued").order_by(Digest.id)))
 
 
-def render_all(factory, settings: Settings, ids: list[int]) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    """(seconds, average bytes) to build every queued message without sending it."""
+def render_all(factory, settings: Settings, ids: list[int], batch: int = 500) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """(seconds, average bytes) to build every queued message without sending it,
+    batch by batch as delivery does (the message bytes are dropped after counting)."""
     mailer = Mailer(settings)
     total = 0
     started = time.perf_counter()
-    with factory() as session:
-        for digest_id in ids:
-            row = get_digest(session, digest_id)
-            assert row is not None
-            total += len(mailer.message_bytes(session, row, DAY)[0])
+    for start in range(0, len(ids), batch):
+        with factory() as session:
+            built = mailer.build(session, get_digests(session, ids[start : start + batch]), DAY)
+        assert all(b.error is None for b in built)
+        total += sum(len(b.data) for b in built)
     return time.perf_counter() - started, total / max(len(ids), 1)
 
 

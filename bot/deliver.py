@@ -89,6 +89,63 @@ class RateLimiter:
             self.next_at = max(now, self.next_at) + self.interval
 
 
+def wire_form(message: bytes) -> tuple[bytes, int] | None:
+    """(*message* dot-stuffed and terminated for DATA, its SIZE) when it already
+    has CRLF line ends everywhere (messages from ``bot.message`` do); else None."""
+    crlf = message.count(b"\r\n")
+    if message.count(b"\n") != crlf or message.count(b"\r") != crlf:
+        return None
+    if not message.endswith(b"\r\n"):
+        message += b"\r\n"
+    stuffed = message.replace(b"\r\n.", b"\r\n..")
+    if stuffed.startswith(b"."):
+        stuffed = b"." + stuffed
+    return stuffed + b".\r\n", len(message)
+
+
+def _can_send_prepared(protocol: object) -> bool:
+    return all(hasattr(protocol, name) for name in ("_command_lock", "_response_pending", "write", "read_response"))
+
+
+async def transmit(client: aiosmtplib.SMTP, sender: str, recipient: str, message: bytes) -> aiosmtplib.SMTPResponse:
+    """MAIL, RCPT and DATA for one recipient, as ``SMTP.sendmail`` does them.
+
+    ``sendmail`` runs three regular-expression passes over the whole message
+    (line-end normalization for SIZE and again for DATA, then dot-stuffing):
+    ~0.5 ms per 100 KB, more than building a spliced message.  Our messages
+    have CRLF line ends already, so here DATA gets the message dot-stuffed
+    with one ``bytes.replace``, written under aiosmtplib's own command lock
+    exactly as its ``execute_data_command`` writes it.  Anything else (other
+    line ends, an aiosmtplib whose protocol looks different) goes through
+    ``sendmail``; tests/test_digests.py checks the fast way is the one taken."""
+    prepared = wire_form(message) if (sender + recipient).isascii() else None
+    protocol = client.protocol
+    if prepared is None or not _can_send_prepared(protocol):
+        errors, response = await client.sendmail(sender, [recipient], message)
+        return response
+    wire, size = prepared
+    await client.mail(sender, options=[f"size={size}"] if client.supports_extension("size") else [])
+    try:
+        await client.rcpt(recipient)
+    except aiosmtplib.SMTPRecipientRefused as exc:
+        raise aiosmtplib.SMTPRecipientsRefused([exc]) from None  # as sendmail reports it
+    timeout = client.timeout
+    if protocol._command_lock is None:  # noqa: SLF001
+        raise aiosmtplib.SMTPServerDisconnected("Server not connected")
+    async with protocol._command_lock:  # noqa: SLF001 - see above
+        protocol._response_pending = True  # noqa: SLF001
+        protocol.write(b"DATA\r\n")
+        start = await protocol.read_response(timeout=timeout)
+        if start.code != aiosmtplib.SMTPStatus.start_input:
+            raise aiosmtplib.SMTPDataError(start.code, start.message)
+        protocol._response_pending = True  # noqa: SLF001
+        protocol.write(wire)
+        response = await protocol.read_response(timeout=timeout)
+    if response.code != aiosmtplib.SMTPStatus.completed:
+        raise aiosmtplib.SMTPDataError(response.code, response.message)
+    return response
+
+
 class SmtpPool:
     """Up to ``pool_size`` open connections, each used by one send at a time."""
 
@@ -148,7 +205,7 @@ class SmtpPool:
             try:
                 async with asyncio.timeout(self.config.timeout_seconds):
                     client = await self._connected()
-                    errors, response = await client.sendmail(sender, [recipient], data)
+                    response = await transmit(client, sender, recipient, data)
             except BaseException as exc:
                 await self._discard(client)
                 if isinstance(exc, asyncio.CancelledError):

@@ -310,23 +310,36 @@ async def deliver(
     *,
     clock: Clock,
     worker: str | None = None,
-    batch: int = 50,
+    batch: int = 200,
     stop: asyncio.Event | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> DeliverReport:
     """Send every digest due now, batch by batch, until none is left (or *stop* is set
-    between batches: sends in flight always finish and are recorded)."""
+    between batches: sends in flight always finish and are recorded).  The next
+    batch is claimed and built while the previous one is on the wire."""
     worker = worker or worker_name()
     total = DeliverReport()
-    while stop is None or not stop.is_set():
-        now = clock()
-        with transaction(factory) as session:
-            ids = claim_due(session, now=now, worker=worker, lease_seconds=settings.digest.lease_seconds, limit=batch)
-        if not ids:
-            break
-        total.add(await _deliver_batch(factory, settings, mailer, pool, ids, clock=clock, worker=worker))
-        if progress is not None:
-            progress(len(ids))
+    sending: asyncio.Future[DeliverReport] | None = None
+    sending_count = 0
+    try:
+        while stop is None or not stop.is_set():
+            now = clock()
+            with transaction(factory) as session:
+                ids = claim_due(session, now=now, worker=worker, lease_seconds=settings.digest.lease_seconds, limit=batch)
+            if not ids:
+                break
+            built = _prepare_batch(factory, mailer, ids, now=now, worker=worker, report=total)
+            if sending is not None:
+                total.add(await sending)
+                if progress is not None:
+                    progress(sending_count)
+            sending = asyncio.ensure_future(_send_batch(factory, settings, pool, built, clock=clock, worker=worker))
+            sending_count = len(ids)
+    finally:
+        if sending is not None:
+            total.add(await sending)
+            if progress is not None:
+                progress(sending_count)
     return total
 
 
@@ -357,18 +370,11 @@ RECORD_EVERY = 64
 RECORD_SECONDS = 0.2
 
 
-async def _deliver_batch(
-    factory: sessionmaker[Session],
-    settings: Settings,
-    mailer: Mailer,
-    pool: SmtpPool,
-    ids: list[int],
-    *,
-    clock: Clock,
-    worker: str,
-) -> DeliverReport:
-    report = DeliverReport()
-    now = clock()
+def _prepare_batch(
+    factory: sessionmaker[Session], mailer: Mailer, ids: list[int], *, now: datetime, worker: str, report: DeliverReport
+) -> list[Built]:
+    """Messages for the claimed digests; cancels those whose subscriber left and
+    fails those whose message cannot be built (recorded at once)."""
     with transaction(factory) as session:
         rows = get_digests(session, ids)
         statuses = subscriber_statuses(session, {row.subscriber_id for row in rows})
@@ -388,12 +394,25 @@ async def _deliver_batch(
             finish(session, failed.row.id, worker=worker, state=DigestState.FAILED, now=now, code=None,
                    error=failed.error)
             report.failed += 1
+    return [b for b in built if b.error is None]
+
+
+async def _send_batch(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    pool: SmtpPool,
+    built: list[Built],
+    *,
+    clock: Clock,
+    worker: str,
+) -> DeliverReport:
+    report = DeliverReport()
     results: asyncio.Queue[tuple[DigestRow, SendResult]] = asyncio.Queue()
 
     async def send(message: Built) -> None:
         results.put_nowait((message.row, await pool.send(message.sender, message.recipient, message.data)))
 
-    jobs = [asyncio.ensure_future(send(b)) for b in built if b.error is None]
+    jobs = [asyncio.ensure_future(send(b)) for b in built]
     # Recorded as sends finish, not in batch order: what a crash can send twice
     # is only what the server accepted and was not yet recorded.
     done: list[tuple[DigestRow, SendResult]] = []

@@ -1,0 +1,73 @@
+"""The deliver stage's own send (MAIL, RCPT, DATA without aiosmtplib's regex passes)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiosmtplib
+import pytest
+from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bot.config import SmtpConfig
+from bot.deliver import Outcome, SmtpPool, _can_send_prepared, transmit, wire_form
+from bot.sink import Fault, Sink, SinkHandler
+
+_lines = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"")), max_size=30)
+
+
+@given(_lines, st.booleans())
+def test_wire_form_is_what_aiosmtplib_would_send(lines: list[bytes], final_newline: bool) -> None:
+    message = b"\r\n".join(lines) + (b"\r\n" if final_newline else b"")
+    normalized = normalize_message_line_endings(message)
+    assert wire_form(message) == (PERIOD_REGEX.sub(b"..", normalized) + b".\r\n", len(normalized))
+
+
+def test_wire_form_refuses_bare_line_ends() -> None:
+    assert wire_form(b"a\nb\r\n") is None
+    assert wire_form(b"a\rb\r\n") is None
+
+
+def test_messages_arrive_unchanged_by_the_prepared_send() -> None:
+    message = b"Subject: dots\r\n\r\n.starts with a dot\r\n..two\r\nmiddle . dot\r\n.\r\nlast"
+    with Sink(SinkHandler()) as sink:
+
+        async def run() -> bool:
+            client = aiosmtplib.SMTP(hostname="127.0.0.1", port=sink.port, timeout=5)
+            await client.connect()
+            prepared = _can_send_prepared(client.protocol)
+            response = await transmit(client, "bot@example.org", "reader@example.org", message)
+            assert response.code == 250
+            await transmit(client, "bot@example.org", "reader@example.org", b"Subject: bare\n\nline ends\n")
+            await client.quit()
+            return prepared
+
+        # The installed aiosmtplib is one the fast way knows (else every send takes sendmail's).
+        assert asyncio.run(run()) is True
+    first, second = sink.received
+    assert first.data == message + b"\r\n"
+    assert (first.sender, first.recipients) == ("bot@example.org", ["reader@example.org"])
+    assert second.message["Subject"] == "bare"
+
+
+@pytest.mark.parametrize(
+    ("fault", "outcome", "detail"),
+    [
+        (Fault("rcpt", "550 5.1.1 no such user"), Outcome.PERMANENT, "recipient refused: 550"),
+        (Fault("rcpt", "451 4.3.0 try later"), Outcome.TEMPORARY, "recipient refused: 451"),
+        (Fault("data", "452 4.3.1 full"), Outcome.TEMPORARY, "452"),
+        (Fault("data", "554 5.6.0 rejected"), Outcome.PERMANENT, "554"),
+    ],
+)
+def test_refusals_are_classified_as_sendmail_reported_them(fault: Fault, outcome: Outcome, detail: str) -> None:
+    handler = SinkHandler(faults=lambda recipient, attempt: fault)
+    with Sink(handler) as sink:
+
+        async def run():  # type: ignore[no-untyped-def]
+            async with SmtpPool(SmtpConfig(port=sink.port, timeout_seconds=5), SmtpConfig().resolved_password()) as pool:
+                return await pool.send("bot@example.org", "reader@example.org", b"Subject: x\r\n\r\nbody\r\n")
+
+        result = asyncio.run(run())
+    assert result.outcome is outcome
+    assert result.detail.startswith(detail)

@@ -17,6 +17,7 @@ Never talks SMTP itself (``deliver``), never formats mail (``render``/``message`
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import socket
@@ -36,15 +37,16 @@ from bot.deliver import Outcome, SendResult, SmtpPool, backoff_seconds
 from bot.domain import DigestContent, Subscriber, SubscriberStatus
 from bot.message import Headers, build_message, envelope_address, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
-from bot.select import SelectionCache, local_send_time, select_for
+from bot.select import SelectionCache, local_send_time, select_for, window_start
 from bot.splice import MessageTemplate, Personal, templates_allow_splicing
 from bot.store.digests import (
     DigestKind,
     DigestRow,
     DigestState,
     Planned,
+    NewDigest,
     claim_due,
-    claimed_entry_ids,
+    claimed_from,
     count_bounce,
     create_digest,
     digest_content,
@@ -52,6 +54,7 @@ from bot.store.digests import (
     finish,
     get_digest,
     get_digests,
+    insert_digests,
     list_digests,
     release_entries,
     reset_bounces,
@@ -59,7 +62,7 @@ from bot.store.digests import (
     set_message_id,
 )
 from bot.store.engine import transaction
-from bot.store.subscribers import list_subscribers, subscriber_statuses
+from bot.store.subscribers import set_watermarks, subscriber_statuses, subscribers_after, watermarks
 from bot.tagging import TagRules
 from bot.tokens import make_token, signing_key
 
@@ -86,51 +89,23 @@ def local_today(subscriber: Subscriber, now: datetime) -> date:
     return now.astimezone(zoneinfo.ZoneInfo(subscriber.timezone)).date()
 
 
-def _plan_one(
-    session: Session,
-    settings: Settings,
-    rules: TagRules,
-    subscriber: Subscriber,
-    *,
-    now: datetime,
-    local_date: date,
-    kind: DigestKind,
-    cache: SelectionCache,
-) -> int | None:
-    candidates = select_for(
-        session, subscriber, rules, as_of=now, exclude=claimed_entry_ids(session, subscriber.id), cache=cache
-    )
-    chosen = candidates[: settings.digest.max_entries]
-    if not chosen and not settings.digest.send_empty:
-        if kind is DigestKind.SCHEDULED:
-            # Remember the day was handled, so the planner does not look again every minute.
-            create_digest(
-                session, subscriber_id=subscriber.id, local_date=local_date, kind=kind, state=DigestState.EMPTY,
-                now=now, entries=[], message_id="",
-            )
-        return None
-    digest_id = create_digest(
-        session,
-        subscriber_id=subscriber.id,
-        local_date=local_date,
-        kind=kind,
-        state=DigestState.QUEUED,
-        now=now,
-        entries=[
-            Planned(
-                c.entry.id,
-                c.entry.summary_source_id,
-                c.explanation.why(),
-                c.entry.tags,
-                primary_url(c.entry, settings.digest.search_url),
-            )
-            for c in chosen
-        ],
-        message_id="",
-        pending=len(candidates) - len(chosen),
-    )
-    set_message_id(session, digest_id, message_id_for(digest_id, subscriber.id, local_date, kind.value, settings.sender))
-    return digest_id
+PLAN_BATCH = 1000  # subscribers read, selected for and written per transaction
+# Entries first seen this long before a watermark are weighed again: an ingest
+# that began before a planning pass but committed after it is not skipped.
+WATERMARK_MARGIN = timedelta(days=1)
+
+
+def planned_key(subscriber: Subscriber, rules: TagRules) -> str:
+    """What a watermark is valid for: the subscriber's filter and backfill and the tag rules."""
+    text = f"{subscriber.filter}\x00{subscriber.backfill}\x00{rules.fingerprint}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
+
+
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    subscriber: Subscriber
+    day: date
+    digest: NewDigest
 
 
 def plan(
@@ -144,37 +119,137 @@ def plan(
     kind: DigestKind = DigestKind.SCHEDULED,
 ) -> PlanReport:
     """Queue a digest for every active subscriber whose send time has passed today
-    (or every one, with *all_due*) and who has none for today; one transaction each."""
+    (or every one, with *all_due*) and who has none for today.
+
+    Set-based: subscribers are read in batches of ``PLAN_BATCH`` by id; each
+    (filter, window) is ranked once per pass (``SelectionCache``); a batch's
+    digests and ledger rows are written in one transaction.  A subscriber's
+    window starts at their watermark (less a margin) when they have a valid one,
+    so planning reads about a day of entries and ledger rows per subscriber
+    however long the history; the result is what the whole window would give,
+    because every entry behind the watermark was claimed or did not match."""
     report = PlanReport()
-    if subscribers is None:
-        with factory() as session:
-            subscribers = list_subscribers(session, status=SubscriberStatus.ACTIVE)
-    subscribers = [s for s in subscribers if s.status is SubscriberStatus.ACTIVE]
-    due: list[tuple[Subscriber, date]] = []
-    for subscriber in subscribers:
-        day = local_today(subscriber, now)
-        if kind is DigestKind.SCHEDULED and not all_due and now < local_send_time(subscriber, day):
-            report.not_due += 1
-            continue
-        due.append((subscriber, day))
-    if kind is DigestKind.SCHEDULED:
-        with factory() as session:
-            done = scheduled_days(session, [s.id for s, _ in due], {d for _, d in due})
-        due = [(s, d) for s, d in due if (s.id, d) not in done]
     cache = SelectionCache()
-    for subscriber, day in due:
-        try:
-            with transaction(factory) as session:
-                digest_id = _plan_one(
-                    session, settings, rules, subscriber, now=now, local_date=day, kind=kind, cache=cache
-                )
-        except IntegrityError:
-            continue  # another planner took this subscriber's day (or entries) first
-        if digest_id is None:
+    if subscribers is not None:
+        chosen = [s for s in subscribers if s.status is SubscriberStatus.ACTIVE]
+        batches: Iterable[list[Subscriber]] = (chosen[i : i + PLAN_BATCH] for i in range(0, len(chosen), PLAN_BATCH))
+    else:
+        batches = _active_batches(factory)
+    for batch in batches:
+        due: list[tuple[Subscriber, date]] = []
+        for subscriber in batch:
+            day = local_today(subscriber, now)
+            if kind is DigestKind.SCHEDULED and not all_due and now < local_send_time(subscriber, day):
+                report.not_due += 1
+                continue
+            due.append((subscriber, day))
+        if due:
+            _plan_batch(factory, settings, rules, due, now=now, kind=kind, cache=cache, report=report)
+    return report
+
+
+def _active_batches(factory: sessionmaker[Session]) -> Iterable[list[Subscriber]]:
+    after = 0
+    while True:
+        with factory() as session:
+            batch = subscribers_after(session, after, PLAN_BATCH, status=SubscriberStatus.ACTIVE)
+        if not batch:
+            return
+        yield batch
+        after = batch[-1].id
+
+
+def _plan_batch(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    rules: TagRules,
+    due: list[tuple[Subscriber, date]],
+    *,
+    now: datetime,
+    kind: DigestKind,
+    cache: SelectionCache,
+    report: PlanReport,
+) -> None:
+    choices: list[_Choice] = []
+    marks: list[tuple[int, datetime, str]] = []
+    with factory() as session:
+        if kind is DigestKind.SCHEDULED:
+            done = scheduled_days(session, [s.id for s, _ in due], {d for _, d in due})
+            due = [(s, d) for s, d in due if (s.id, d) not in done]
+        known = watermarks(session, [s.id for s, _ in due])
+        starts: dict[int, datetime | None] = {}
+        for subscriber, _ in due:
+            key = planned_key(subscriber, rules)
+            mark = known.get(subscriber.id)
+            starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and mark[1] == key else None
+        # The ledger read per window: one index range per subscriber from the
+        # window's first entry (windows that share a start share the read).
+        by_first: dict[int, list[int]] = {}
+        for subscriber, _ in due:
+            window = cache.entries(session, _effective_start(subscriber, starts[subscriber.id]), now)
+            if window:
+                by_first.setdefault(window[0].id, []).append(subscriber.id)
+        claimed: dict[int, set[int]] = {}
+        for first_id, ids in by_first.items():
+            claimed.update(claimed_from(session, ids, first_id))
+        for subscriber, day in due:
+            candidates = select_for(session, subscriber, rules, as_of=now, cache=cache, start=starts[subscriber.id],
+                                    exclude=claimed.get(subscriber.id, frozenset()))
+            chosen = candidates[: settings.digest.max_entries]
+            pending = len(candidates) - len(chosen)
+            if pending == 0:
+                marks.append((subscriber.id, now, planned_key(subscriber, rules)))
+            if not chosen and not settings.digest.send_empty:
+                if kind is not DigestKind.SCHEDULED:
+                    report.empty += 1
+                    continue
+                # Remember the day was handled, so the planner does not look again every minute.
+                state = DigestState.EMPTY
+            else:
+                state = DigestState.QUEUED
+            entries = [
+                Planned(c.entry.id, c.entry.summary_source_id, c.explanation.why(), c.entry.tags,
+                        primary_url(c.entry, settings.digest.search_url))
+                for c in chosen
+            ]
+            choices.append(_Choice(subscriber, day, NewDigest(subscriber.id, day, kind, state, entries, pending)))
+    make_id = _message_id(settings)
+    written: list[tuple[int, _Choice]] = []
+    try:
+        with transaction(factory) as session:
+            ids = insert_digests(session, [c.digest for c in choices], now=now, message_id=make_id)
+            set_watermarks(session, marks)
+        written = list(zip(ids, choices, strict=True))
+    except IntegrityError:
+        # Another planner took some of these subscribers' days (or entries) first:
+        # write the others one by one and leave those alone.
+        for choice in choices:
+            try:
+                with transaction(factory) as session:
+                    (digest_id,) = insert_digests(session, [choice.digest], now=now, message_id=make_id)
+                    set_watermarks(session, [m for m in marks if m[0] == choice.subscriber.id])
+            except IntegrityError:
+                continue
+            written.append((digest_id, choice))
+    for digest_id, choice in written:
+        if choice.digest.state is DigestState.EMPTY:
             report.empty += 1
         else:
             report.planned.append(digest_id)
-    return report
+
+
+def _effective_start(subscriber: Subscriber, mark: datetime | None) -> datetime | None:
+    window = window_start(subscriber)
+    if mark is not None and (window is None or mark > window):
+        return mark
+    return window
+
+
+def _message_id(settings: Settings) -> Callable[[int, NewDigest], str]:
+    def make(digest_id: int, digest: NewDigest) -> str:
+        return message_id_for(digest_id, digest.subscriber_id, digest.local_date, digest.kind.value, settings.sender)
+
+    return make
 
 
 # --- delivery --------------------------------------------------------------------

@@ -13,6 +13,8 @@ never writes it, never renders or sends.
 from __future__ import annotations
 
 import zoneinfo
+from bisect import bisect_left
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -71,21 +73,35 @@ def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
 
 
 class SelectionCache:
-    """What one planning pass can share between subscribers: the entries of a
-    window (subscribers imported together share their window start) and each
-    filter's verdict on each entry.  Valid for one *as_of* and one pass only:
-    entries ingested meanwhile are picked up by the next pass."""
+    """What one planning pass shares between subscribers: the entries up to one
+    *as_of* (loaded once, from the earliest window start asked for), each
+    filter's verdict on each entry, and each (filter, window start)'s ranking.
+    Valid for one *as_of* and one pass only: entries ingested meanwhile are
+    picked up by the next pass."""
+
+    RANKINGS = 1024  # (filter, start) pairs kept; a watermarked day needs one per filter
 
     def __init__(self) -> None:
-        self.windows: dict[tuple[datetime | None, datetime], list[EntryView]] = {}
+        self.as_of: datetime | None = None
+        self.loaded_from: datetime | None = None
+        self.by_first_seen: list[EntryView] = []  # sorted by (first seen, id)
         self.filters: dict[str, Expr] = {}
         self.verdicts: dict[tuple[str, int], Explanation] = {}
+        self.rankings: OrderedDict[tuple[str, datetime | None], list[Candidate]] = OrderedDict()
 
     def entries(self, session: Session, start: datetime | None, as_of: datetime) -> list[EntryView]:
-        key = (start, as_of)
-        if key not in self.windows:
-            self.windows[key] = entries_first_seen_between(session, start, as_of)
-        return self.windows[key]
+        """Entries first seen in [start, as_of], in id order."""
+        if self.as_of != as_of or not self._covers(start):
+            self.by_first_seen = sorted(entries_first_seen_between(session, start, as_of), key=_first_seen_order)
+            self.as_of, self.loaded_from = as_of, start
+            self.rankings.clear()
+        at = 0 if start is None else bisect_left(self.by_first_seen, start, key=lambda e: e.first_seen_at)
+        return sorted(self.by_first_seen[at:], key=lambda e: e.id)
+
+    def _covers(self, start: datetime | None) -> bool:
+        if self.loaded_from is None:
+            return self.as_of is not None
+        return start is not None and start >= self.loaded_from
 
     def explain(self, filter_text: str, entry: EntryView, rules: TagRules) -> Explanation:
         key = (filter_text, entry.id)
@@ -94,6 +110,25 @@ class SelectionCache:
                 self.filters[filter_text] = parse_filter(filter_text)
             self.verdicts[key] = explain_entry(self.filters[filter_text], entry, rules)
         return self.verdicts[key]
+
+    def ranked(
+        self, session: Session, filter_text: str, start: datetime | None, as_of: datetime, rules: TagRules
+    ) -> list[Candidate]:
+        """Every entry of the window [start, as_of] the filter matches, best first."""
+        key = (filter_text, start)
+        if self.as_of == as_of and self._covers(start) and key in self.rankings:
+            self.rankings.move_to_end(key)
+            return self.rankings[key]
+        window = self.entries(session, start, as_of)
+        found = rank(Candidate(e, x) for e in window if (x := self.explain(filter_text, e, rules)).matched)
+        self.rankings[key] = found
+        if len(self.rankings) > self.RANKINGS:
+            self.rankings.popitem(last=False)
+        return found
+
+
+def _first_seen_order(entry: EntryView) -> tuple[datetime, int]:
+    return entry.first_seen_at, entry.id
 
 
 def select_for(
@@ -104,18 +139,17 @@ def select_for(
     as_of: datetime,
     exclude: set[int] | frozenset[int] = frozenset(),
     cache: SelectionCache | None = None,
+    start: datetime | None = None,
 ) -> list[Candidate]:
     """The entries *subscriber* would get at *as_of*, best first.  *exclude*
-    holds entry ids already sent to them."""
+    holds entry ids already sent to them.  *start* narrows their window (the
+    planner's watermark); the default is the window their backfill gives."""
     cache = cache or SelectionCache()
-    chosen = []
-    for entry in cache.entries(session, window_start(subscriber), as_of):
-        if entry.id in exclude:
-            continue
-        explanation = cache.explain(subscriber.filter, entry, rules)
-        if explanation.matched:
-            chosen.append(Candidate(entry, explanation))
-    return rank(chosen)
+    window = window_start(subscriber)
+    if start is not None and (window is None or start > window):
+        window = start
+    ranked = cache.ranked(session, subscriber.filter, window, as_of, rules)
+    return [c for c in ranked if c.entry.id not in exclude] if exclude else list(ranked)
 
 
 def matching(session: Session, expr: Expr, rules: TagRules, *, limit: int | None = None) -> list[Candidate]:

@@ -8,6 +8,8 @@ loading the rules file; never touches the store.
 
 from __future__ import annotations
 
+import hashlib
+
 import re
 import tomllib
 import unicodedata
@@ -101,6 +103,13 @@ class TagRules:
 
     def __len__(self) -> int:
         return len(self.rules)
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever what the rules match could change (the planner's
+        watermarks are only valid for the rules they were made with)."""
+        text = repr([(r.name, r.keywords, [(p.pattern, p.flags) for p in r.regexes], r.fields) for r in self.rules])
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
     def _keyword_hits(self, text: str) -> set[int]:
         if self._empty:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from enum import StrEnum
@@ -11,7 +11,7 @@ from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestContent, DigestItem, EntryKind
-from bot.store.entries import bulk_insert, chunks
+from bot.store.entries import allocate_ids, bulk_insert, chunks
 from bot.store.schema import Appearance, Digest, Entry, LedgerEntry
 from bot.store.subscribers import _view as subscriber_view
 from bot.store.schema import Subscriber as SubscriberRow
@@ -45,6 +45,62 @@ class Planned:
 def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
     """Entries already carried (or being carried) by a digest to this subscriber."""
     return set(session.scalars(select(LedgerEntry.entry_id).where(LedgerEntry.subscriber_id == subscriber_id)))
+
+
+def claimed_from(session: Session, subscriber_ids: Sequence[int], min_entry_id: int) -> dict[int, set[int]]:
+    """Per subscriber, the claimed entries with an id of at least *min_entry_id*:
+    one index range per subscriber, however long their history."""
+    found: dict[int, set[int]] = {}
+    for part in chunks(list(subscriber_ids)):
+        rows = session.execute(
+            select(LedgerEntry.subscriber_id, LedgerEntry.entry_id).where(
+                LedgerEntry.subscriber_id.in_(part), LedgerEntry.entry_id >= min_entry_id
+            )
+        )
+        for subscriber_id, entry_id in rows:
+            found.setdefault(subscriber_id, set()).add(entry_id)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class NewDigest:
+    """A digest the planner decided on (``insert_digests`` writes it)."""
+
+    subscriber_id: int
+    local_date: date
+    kind: DigestKind
+    state: DigestState
+    entries: Sequence[Planned]
+    pending: int
+
+
+def insert_digests(
+    session: Session, digests: Sequence[NewDigest], *, now: datetime, message_id: Callable[[int, NewDigest], str]
+) -> list[int]:
+    """Insert planned digests and their ledger rows in bulk; their ids, in order.
+    *message_id* makes each Message-ID from the digest's new id."""
+    ids = list(allocate_ids(session, Digest.__table__, len(digests)))
+    bulk_insert(session, Digest.__table__, [
+        {
+            "id": digest_id, "subscriber_id": d.subscriber_id, "local_date": d.local_date, "kind": d.kind.value,
+            "resend_of_id": None, "state": d.state.value, "attempts": 0, "next_attempt_at": now, "lease_owner": None,
+            "lease_expires_at": None, "message_id": message_id(digest_id, d) if d.state is not DigestState.EMPTY else "",
+            "entry_count": len(d.entries), "pending_count": d.pending, "smtp_code": None, "last_error": None,
+            "planned_at": now, "sent_at": None,
+        }
+        for digest_id, d in zip(ids, digests, strict=True)
+    ])
+    ledger = [
+        {
+            "subscriber_id": d.subscriber_id, "entry_id": p.entry_id, "digest_id": digest_id, "position": n,
+            "summary_source_id": p.summary_source_id, "why": p.why, "tags": list(p.tags), "url": p.url,
+        }
+        for digest_id, d in zip(ids, digests, strict=True)
+        for n, p in enumerate(d.entries)
+    ]
+    for part in chunks(ledger, 20_000):
+        bulk_insert(session, LedgerEntry.__table__, list(part))
+    return ids
 
 
 def scheduled_days(session: Session, subscriber_ids: Sequence[int], days: Iterable[date]) -> set[tuple[int, date]]:
@@ -353,8 +409,14 @@ def finish(
 
 
 def release_entries(session: Session, digest_id: int) -> None:
-    """Give a cancelled digest's entries back, so a later digest can carry them."""
+    """Give a cancelled digest's entries back, so a later digest can carry them
+    (and drop the subscriber's planner watermark: those entries are behind it)."""
     session.execute(delete(LedgerEntry).where(LedgerEntry.digest_id == digest_id))
+    session.execute(
+        update(SubscriberRow)
+        .where(SubscriberRow.id == select(Digest.subscriber_id).where(Digest.id == digest_id).scalar_subquery())
+        .values(planned_through=None, planned_key=None)
+    )
 
 
 def count_bounce(session: Session, subscriber_id: int, *, threshold: int, now: datetime) -> bool:

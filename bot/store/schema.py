@@ -207,6 +207,10 @@ class Subscriber(Base):
     bounces: Mapped[int] = mapped_column(Integer, default=0)  # permanent failures since last success
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The planner's watermark (migration 0005): entries first seen up to
+    # planned_through were all weighed, valid while planned_key still matches.
+    planned_through: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    planned_key: Mapped[str | None] = mapped_column(String(64))
 
 
 class Digest(Base):

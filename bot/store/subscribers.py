@@ -53,6 +53,39 @@ def subscriber_statuses(session: Session, subscriber_ids: Iterable[int]) -> dict
     return found
 
 
+def subscribers_after(session: Session, after_id: int, limit: int, *, status: SubscriberStatus) -> list[Subscriber]:
+    """Up to *limit* subscribers with that status and an id above *after_id*, by id
+    (the planner walks them in batches instead of holding them all)."""
+    query = (
+        select(SubscriberRow)
+        .where(SubscriberRow.id > after_id, SubscriberRow.status == status.value)
+        .order_by(SubscriberRow.id)
+        .limit(limit)
+    )
+    return [_view(row) for row in session.scalars(query)]
+
+
+def watermarks(session: Session, subscriber_ids: Iterable[int]) -> dict[int, tuple[datetime, str]]:
+    """The planner's (planned_through, planned_key) of those that have one."""
+    found: dict[int, tuple[datetime, str]] = {}
+    for part in chunks(sorted(set(subscriber_ids))):
+        query = select(SubscriberRow.id, SubscriberRow.planned_through, SubscriberRow.planned_key).where(
+            SubscriberRow.id.in_(part), SubscriberRow.planned_through.is_not(None)
+        )
+        found.update((i, (through, key)) for i, through, key in session.execute(query))
+    return found
+
+
+def set_watermarks(session: Session, marks: Sequence[tuple[int, datetime, str]]) -> None:
+    if marks:
+        session.connection().execute(
+            update(SubscriberRow.__table__)
+            .where(SubscriberRow.__table__.c.id == bindparam("sid"))
+            .values(planned_through=bindparam("through"), planned_key=bindparam("key")),
+            [{"sid": i, "through": through, "key": key} for i, through, key in marks],
+        )
+
+
 def list_subscribers(session: Session, *, status: SubscriberStatus | None = None) -> list[Subscriber]:
     query = select(SubscriberRow).order_by(SubscriberRow.email_key)
     if status is not None:

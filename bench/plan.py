@@ -26,12 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.gen import dump_text  # noqa: E402
 from bench.send import DAY, RULES, add_subscribers, filter_expressions, zipf_choices  # noqa: E402
 from bot.config import Settings  # noqa: E402
-from bot.digests import plan  # noqa: E402
+from bot.digests import plan, planned_key  # noqa: E402
 from bot.ingest import ingest_bytes  # noqa: E402
 from bot.select import SelectionCache  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
 from bot.store.entries import allocate_ids, bulk_insert, entries_first_seen_between  # noqa: E402
 from bot.store.schema import Digest, LedgerEntry  # noqa: E402
+from bot.store.subscribers import list_subscribers, set_watermarks  # noqa: E402
 
 
 def store(folder: Path, name: str, filters: list[str], days: int):  # type: ignore[no-untyped-def]
@@ -47,6 +48,8 @@ def write_history(factory, filters: list[str], days: int, entries: int) -> int: 
     by_filter: dict[str, list[int]] = defaultdict(list)  # filter -> subscriber ids
     for subscriber_id, text in enumerate(filters, start=1):
         by_filter[text].append(subscriber_id)
+    with factory() as session:
+        keys = {s.filter: planned_key(s, RULES) for s in list_subscribers(session)}
     rows = 0
     for back in range(days, 0, -1):
         day = DAY - timedelta(days=back)
@@ -77,6 +80,9 @@ def write_history(factory, filters: list[str], days: int, entries: int) -> int: 
             bulk_insert(session, Digest.__table__, digests)
             for start in range(0, len(ledger), 50_000):
                 bulk_insert(session, LedgerEntry.__table__, ledger[start : start + 50_000])
+            # The watermark the real planner leaves after a day with nothing pending.
+            set_watermarks(session, [(subscriber_id, day, keys[text])
+                                     for text, subscriber_ids in by_filter.items() for subscriber_id in subscriber_ids])
             rows += len(ledger)
         print(f"    history: day -{back}: {len(ledger):,} ledger rows", file=sys.stderr)
     return rows

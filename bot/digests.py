@@ -37,7 +37,7 @@ from bot.deliver import Outcome, SendResult, SmtpPool, backoff_seconds
 from bot.domain import DigestContent, Subscriber, SubscriberStatus
 from bot.message import Headers, build_message, envelope_address, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
-from bot.select import SelectionCache, local_send_time, select_for, window_start
+from bot.select import Candidate, SelectionCache, local_send_time, select_for, window_start
 from bot.splice import MessageTemplate, Personal, templates_allow_splicing
 from bot.store.digests import (
     DigestKind,
@@ -92,7 +92,7 @@ def local_today(subscriber: Subscriber, now: datetime) -> date:
 PLAN_BATCH = 1000  # subscribers read, selected for and written per transaction
 # Entries first seen this long before a watermark are weighed again: an ingest
 # that began before a planning pass but committed after it is not skipped.
-WATERMARK_MARGIN = timedelta(days=1)
+WATERMARK_MARGIN = timedelta(hours=1)
 
 
 def planned_key(subscriber: Subscriber, rules: TagRules) -> str:
@@ -207,11 +207,7 @@ def _plan_batch(
                 state = DigestState.EMPTY
             else:
                 state = DigestState.QUEUED
-            entries = [
-                Planned(c.entry.id, c.entry.summary_source_id, c.explanation.why(), c.entry.tags,
-                        primary_url(c.entry, settings.digest.search_url))
-                for c in chosen
-            ]
+            entries = [_planned_entry(c, settings, cache) for c in chosen]
             choices.append(_Choice(subscriber, day, NewDigest(subscriber.id, day, kind, state, entries, pending)))
     make_id = _message_id(settings)
     written: list[tuple[int, _Choice]] = []
@@ -236,6 +232,16 @@ def _plan_batch(
             report.empty += 1
         else:
             report.planned.append(digest_id)
+
+
+def _planned_entry(candidate: Candidate, settings: Settings, cache: SelectionCache) -> Planned:
+    """The ledger row's content; the same for every subscriber of one filter, so made once a pass."""
+    key = (id(candidate.explanation), candidate.entry.id)  # explanations live as long as the cache
+    if key not in cache.planned:
+        entry = candidate.entry
+        cache.planned[key] = Planned(entry.id, entry.summary_source_id, candidate.explanation.why(), entry.tags,
+                                     primary_url(entry, settings.digest.search_url))
+    return cache.planned[key]  # type: ignore[return-value]
 
 
 def _effective_start(subscriber: Subscriber, mark: datetime | None) -> datetime | None:

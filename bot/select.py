@@ -76,8 +76,8 @@ class SelectionCache:
     """What one planning pass shares between subscribers: the entries up to one
     *as_of* (loaded once, from the earliest window start asked for), each
     filter's verdict on each entry, and each (filter, window start)'s ranking.
-    Valid for one *as_of* and one pass only: entries ingested meanwhile are
-    picked up by the next pass."""
+    Valid for one *as_of*, one set of tag rules and one pass only: entries
+    ingested meanwhile are picked up by the next pass."""
 
     RANKINGS = 1024  # (filter, start) pairs kept; a watermarked day needs one per filter
 
@@ -88,6 +88,10 @@ class SelectionCache:
         self.filters: dict[str, Expr] = {}
         self.verdicts: dict[tuple[str, int], Explanation] = {}
         self.rankings: OrderedDict[tuple[str, datetime | None], list[Candidate]] = OrderedDict()
+        self.windows: OrderedDict[datetime | None, list[EntryView]] = OrderedDict()
+        # Per entry, what every filter's verdict starts from: its text and where the tag rules hit.
+        self.docs: dict[int, tuple[Doc, dict[str, tuple[str, ...]]]] = {}
+        self.planned: dict[tuple[int, int], object] = {}  # the planner's memo (bot.digests)
 
     def entries(self, session: Session, start: datetime | None, as_of: datetime) -> list[EntryView]:
         """Entries first seen in [start, as_of], in id order."""
@@ -95,8 +99,15 @@ class SelectionCache:
             self.by_first_seen = sorted(entries_first_seen_between(session, start, as_of), key=_first_seen_order)
             self.as_of, self.loaded_from = as_of, start
             self.rankings.clear()
+            self.windows.clear()
+        if start in self.windows:
+            self.windows.move_to_end(start)
+            return self.windows[start]
         at = 0 if start is None else bisect_left(self.by_first_seen, start, key=lambda e: e.first_seen_at)
-        return sorted(self.by_first_seen[at:], key=lambda e: e.id)
+        window = self.windows[start] = sorted(self.by_first_seen[at:], key=lambda e: e.id)
+        if len(self.windows) > 64:  # subscribers without a watermark each have their own start
+            self.windows.popitem(last=False)
+        return window
 
     def _covers(self, start: datetime | None) -> bool:
         if self.loaded_from is None:
@@ -108,7 +119,10 @@ class SelectionCache:
         if key not in self.verdicts:
             if filter_text not in self.filters:
                 self.filters[filter_text] = parse_filter(filter_text)
-            self.verdicts[key] = explain_entry(self.filters[filter_text], entry, rules)
+            if entry.id not in self.docs:
+                doc = doc_of(entry)
+                self.docs[entry.id] = doc, rules.match(doc.title, doc.summary) if len(rules) else {}
+            self.verdicts[key] = explain(self.filters[filter_text], *self.docs[entry.id])
         return self.verdicts[key]
 
     def ranked(

@@ -94,7 +94,7 @@ def test_planner_chooses_what_the_whole_window_would(tmp_path_factory, days, max
         if event["late_ingest"] and last_pass is not None:
             # first_seen before the last pass, though the pass could not see it then.
             ingest_bytes(factory, dump_text(3, seed=900 + n, start=100_000 + number).encode(), name=f"late-{n}",
-                         now=last_pass - timedelta(hours=12), rules=RULES)
+                         now=last_pass - timedelta(minutes=30), rules=RULES)
             number += 3
         ingest_bytes(factory, dump_text(event["entries"], seed=n, start=number).encode(), name=f"day-{n}",
                      now=now - timedelta(hours=1), rules=RULES)

@@ -21,6 +21,7 @@ import aiosmtplib
 from pydantic import SecretStr
 
 from bot.config import SmtpConfig
+from bot.message import Prepared, prepared
 
 
 class Outcome(StrEnum):
@@ -89,25 +90,13 @@ class RateLimiter:
             self.next_at = max(now, self.next_at) + self.interval
 
 
-def wire_form(message: bytes) -> tuple[bytes, int] | None:
-    """(*message* dot-stuffed and terminated for DATA, its SIZE) when it already
-    has CRLF line ends everywhere (messages from ``bot.message`` do); else None."""
-    crlf = message.count(b"\r\n")
-    if message.count(b"\n") != crlf or message.count(b"\r") != crlf:
-        return None
-    if not message.endswith(b"\r\n"):
-        message += b"\r\n"
-    stuffed = message.replace(b"\r\n.", b"\r\n..")
-    if stuffed.startswith(b"."):
-        stuffed = b"." + stuffed
-    return stuffed + b".\r\n", len(message)
-
-
 def _can_send_prepared(protocol: object) -> bool:
     return all(hasattr(protocol, name) for name in ("_command_lock", "_response_pending", "write", "read_response"))
 
 
-async def transmit(client: aiosmtplib.SMTP, sender: str, recipient: str, message: bytes) -> aiosmtplib.SMTPResponse:
+async def transmit(
+    client: aiosmtplib.SMTP, sender: str, recipient: str, message: bytes | Prepared
+) -> aiosmtplib.SMTPResponse:
     """MAIL, RCPT and DATA for one recipient, as ``SMTP.sendmail`` does them.
 
     ``sendmail`` runs three regular-expression passes over the whole message
@@ -115,16 +104,17 @@ async def transmit(client: aiosmtplib.SMTP, sender: str, recipient: str, message
     ~0.5 ms per 100 KB, more than building a spliced message.  Our messages
     have CRLF line ends already, so here DATA gets the message dot-stuffed
     with one ``bytes.replace``, written under aiosmtplib's own command lock
-    exactly as its ``execute_data_command`` writes it.  Anything else (other
-    line ends, an aiosmtplib whose protocol looks different) goes through
-    ``sendmail``; tests/test_digests.py checks the fast way is the one taken."""
-    prepared = wire_form(message) if (sender + recipient).isascii() else None
+    exactly as its ``execute_data_command`` writes it (a spliced message comes
+    ``Prepared`` already).  Anything else (other line ends, an aiosmtplib whose
+    protocol looks different) goes through ``sendmail``; tests/test_deliver.py
+    checks the fast way is the one taken."""
+    ready = message if isinstance(message, Prepared) else prepared(message)
     protocol = client.protocol
-    if prepared is None or not _can_send_prepared(protocol):
-        errors, response = await client.sendmail(sender, [recipient], message)
+    if ready is None or not (sender + recipient).isascii() or not _can_send_prepared(protocol):
+        data = message if isinstance(message, bytes) else _unstuffed(message)
+        errors, response = await client.sendmail(sender, [recipient], data)
         return response
-    wire, size = prepared
-    await client.mail(sender, options=[f"size={size}"] if client.supports_extension("size") else [])
+    await client.mail(sender, options=[f"size={ready.size}"] if client.supports_extension("size") else [])
     try:
         await client.rcpt(recipient)
     except aiosmtplib.SMTPRecipientRefused as exc:
@@ -139,11 +129,17 @@ async def transmit(client: aiosmtplib.SMTP, sender: str, recipient: str, message
         if start.code != aiosmtplib.SMTPStatus.start_input:
             raise aiosmtplib.SMTPDataError(start.code, start.message)
         protocol._response_pending = True  # noqa: SLF001
-        protocol.write(wire)
+        protocol.write(ready.wire)
         response = await protocol.read_response(timeout=timeout)
     if response.code != aiosmtplib.SMTPStatus.completed:
         raise aiosmtplib.SMTPDataError(response.code, response.message)
     return response
+
+
+def _unstuffed(message: Prepared) -> bytes:
+    body = message.wire[: -len(b".\r\n")]
+    body = body[1:] if body.startswith(b".") else body
+    return body.replace(b"\r\n..", b"\r\n.")
 
 
 class SmtpPool:
@@ -197,7 +193,7 @@ class SmtpPool:
         except Exception:  # closing a broken connection must not mask the real error
             pass
 
-    async def send(self, sender: str, recipient: str, data: bytes) -> SendResult:
+    async def send(self, sender: str, recipient: str, data: bytes | Prepared) -> SendResult:
         """One message, one recipient, within ``timeout_seconds`` from connect to the 250 after DATA."""
         await self._limiter.wait()
         async with self._slots:

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.deliver import Outcome, SendResult, SmtpPool, backoff_seconds
 from bot.domain import DigestContent, Subscriber, SubscriberStatus
-from bot.message import Headers, build_message, envelope_address, envelope_for, message_id_for
+from bot.message import Headers, Prepared, build_message, envelope_address, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
 from bot.select import Candidate, SelectionCache, local_send_time, select_for, window_start
 from bot.splice import MessageTemplate, Personal, templates_allow_splicing
@@ -43,8 +43,9 @@ from bot.store.digests import (
     DigestKind,
     DigestRow,
     DigestState,
-    Planned,
+    Finished,
     NewDigest,
+    Planned,
     claim_due,
     claimed_from,
     count_bounce,
@@ -52,6 +53,7 @@ from bot.store.digests import (
     digest_content,
     digest_contents,
     finish,
+    finish_many,
     get_digest,
     get_digests,
     insert_digests,
@@ -62,7 +64,12 @@ from bot.store.digests import (
     set_message_id,
 )
 from bot.store.engine import transaction
-from bot.store.subscribers import set_watermarks, subscriber_statuses, subscribers_after, watermarks
+from bot.store.subscribers import (
+    set_watermarks,
+    subscriber_statuses,
+    subscribers_after,
+    watermarks,
+)
 from bot.tagging import TagRules
 from bot.tokens import make_token, signing_key
 
@@ -280,7 +287,7 @@ class Built:
     """One digest's message, or why there is none."""
 
     row: DigestRow
-    data: bytes = b""
+    data: bytes | Prepared = b""
     sender: str = ""
     recipient: str = ""
     error: str | None = None
@@ -343,25 +350,35 @@ class Mailer:
         envelope = envelope_for(headers, self.settings.sender)
         return message.as_bytes(), envelope.sender, envelope.recipient
 
-    def build(self, session: Session, rows: Sequence[DigestRow], now: datetime) -> list[Built]:
+    def build(self, session: Session, rows: Sequence[DigestRow], now: datetime, *, for_wire: bool = False) -> list[Built]:
         """Messages for a batch of digests, same bytes as ``message_bytes`` (apart
-        from Date): bodies shared by several subscribers are rendered once."""
+        from Date): bodies shared by several subscribers are rendered once.
+        *for_wire*: spliced messages come ``Prepared`` for DATA (what delivery sends)."""
         contents = digest_contents(session, [row.id for row in rows])
         built = []
+        # Digests of one batch share item objects: a cheap key finds their template once.
+        in_batch: dict[tuple[object, ...], MessageTemplate | None] = {}
         for row in rows:
             try:
                 content = contents[row.id]
-                template = self._template(content) if self.splicing and content.resend_of is None else None
+                template = None
+                if self.splicing and content.resend_of is None:
+                    quick = (content.kind, content.local_date, content.pending, content.subscriber.filter,
+                             tuple(map(id, content.items)))
+                    if quick not in in_batch:
+                        in_batch[quick] = self._template(content)
+                    template = in_batch[quick]
                 if template is None:
                     built.append(Built(row, *self._simple(session, row, content, now)))
                     continue
                 subscriber = content.subscriber
                 recipient = envelope_address(subscriber.email)
-                data = template.fill(Personal(
+                personal = Personal(
                     email=subscriber.email, to_name=subscriber.name, to_address=recipient,
                     token=make_token(self.key, subscriber.id, subscriber.unsubscribe_secret),
                     message_id=row.message_id, date=now,
-                ))
+                )
+                data = template.fill_wire(personal) if for_wire else template.fill(personal)
                 self.spliced += 1
                 built.append(Built(row, data, self.envelope_sender, recipient))
             except Exception as exc:  # a broken template or entry must not wedge the queue
@@ -470,7 +487,7 @@ def _prepare_batch(
             if row.kind is not DigestKind.RESEND:
                 release_entries(session, row.id)
             report.cancelled += 1
-        built = mailer.build(session, live, now)
+        built = mailer.build(session, live, now, for_wire=True)
         for failed in (b for b in built if b.error is not None):
             finish(session, failed.row.id, worker=worker, state=DigestState.FAILED, now=now, code=None,
                    error=failed.error)
@@ -529,30 +546,34 @@ def _record(
     if not outcomes:
         return
     smtp = settings.smtp
+    finished = []
+    for row, result in outcomes:
+        if result.outcome is Outcome.SENT:
+            state, retry_at = DigestState.SENT, None
+        elif result.outcome is Outcome.TEMPORARY and row.attempts < smtp.max_attempts:
+            state, retry_at = DigestState.RETRY_WAIT, now + timedelta(seconds=backoff_seconds(row.attempts, smtp))
+        else:
+            state, retry_at = DigestState.FAILED, None
+        error = None if state is DigestState.SENT else f"attempt {row.attempts}: {result.detail}"
+        finished.append(Finished(row.id, state, result.code, error, retry_at))
     with transaction(factory) as session:
-        for row, result in outcomes:
-            if result.outcome is Outcome.SENT:
-                state, retry_at = DigestState.SENT, None
-            elif result.outcome is Outcome.TEMPORARY and row.attempts < smtp.max_attempts:
-                state, retry_at = DigestState.RETRY_WAIT, now + timedelta(seconds=backoff_seconds(row.attempts, smtp))
-            else:
-                state, retry_at = DigestState.FAILED, None
-            error = None if state is DigestState.SENT else f"attempt {row.attempts}: {result.detail}"
-            if not finish(session, row.id, worker=worker, state=state, now=now, code=result.code, error=error,
-                          retry_at=retry_at):
-                report.lost_lease += 1  # someone reclaimed it after our lease ran out
+        recorded = finish_many(session, finished, worker=worker, now=now)
+        report.lost_lease += len(finished) - len(recorded)  # reclaimed by someone after our lease ran out
+        reset_bounces(session, [row.subscriber_id for (row, _), f in zip(outcomes, finished, strict=True)
+                                if f.state is DigestState.SENT and row.id in recorded])
+        for (row, result), outcome in zip(outcomes, finished, strict=True):
+            if row.id not in recorded:
                 continue
-            if state is DigestState.SENT:
-                reset_bounces(session, row.subscriber_id)
+            if outcome.state is DigestState.SENT:
                 report.sent += 1
-            elif state is DigestState.RETRY_WAIT:
+            elif outcome.state is DigestState.RETRY_WAIT:
                 report.retrying += 1
             else:
                 report.failed += 1
                 if result.outcome is Outcome.PERMANENT and result.code in smtp.bounce_codes:
                     if count_bounce(session, row.subscriber_id, threshold=smtp.bounce_threshold, now=now):
                         report.bounced += 1
-            log.info("digest %d: %s (%s)", row.id, state.value, result.detail)
+            log.info("digest %d: %s (%s)", row.id, outcome.state.value, result.detail)
 
 
 # --- manual sends and resends ------------------------------------------------------

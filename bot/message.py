@@ -90,5 +90,32 @@ def build_message(rendered: RenderedDigest, headers: Headers, sender: SenderConf
     return msg
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A message in the form SMTP's DATA carries it: CRLF line ends, lines that
+    begin with a dot doubled, ``.\r\n`` at the end.  ``size`` is the message's
+    own length, as the SIZE extension counts it."""
+
+    wire: bytes
+    size: int
+
+
+def dot_stuff(lines: bytes) -> bytes:
+    """Whole CRLF-ended lines with each leading dot doubled (RFC 5321 4.5.2)."""
+    stuffed = lines.replace(b"\r\n.", b"\r\n..")
+    return b"." + stuffed if stuffed.startswith(b".") else stuffed
+
+
+def prepared(message: bytes) -> Prepared | None:
+    """*message* for DATA when it has CRLF line ends everywhere (every message
+    this module builds does); None for anything else."""
+    crlf = message.count(b"\r\n")
+    if message.count(b"\n") != crlf or message.count(b"\r") != crlf:
+        return None
+    if not message.endswith(b"\r\n"):
+        message += b"\r\n"
+    return Prepared(dot_stuff(message) + b".\r\n", len(message))
+
+
 def envelope_for(headers: Headers, sender: SenderConfig) -> Envelope:
     return Envelope(sender=envelope_address(sender.from_address), recipient=envelope_address(headers.to_address))

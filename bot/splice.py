@@ -37,7 +37,7 @@ from jinja2 import nodes
 
 from bot.config import SenderConfig
 from bot.domain import DigestContent
-from bot.message import POLICY, Headers, build_message
+from bot.message import POLICY, Headers, Prepared, build_message, dot_stuff, prepared
 from bot.render import TEXT_FOOTER, Links, Renderer, personal_context
 from bot.text import one_line
 
@@ -187,10 +187,30 @@ class MessageTemplate:
     def __init__(self, pieces: list[Piece], links_for: LinksFor) -> None:
         self.pieces = pieces
         self.links_for = links_for
+        # Every piece starts and ends on a line boundary, so each can be
+        # dot-stuffed for DATA by itself: the constant ones once, here.
+        self.wire_pieces = [dot_stuff(p) if isinstance(p, bytes) else p for p in pieces]
+        self.constant_size = sum(len(p) for p in pieces if isinstance(p, bytes))
 
     def fill(self, personal: Personal) -> bytes:
         links = self.links_for(personal.token)[0]
         return b"".join(p if isinstance(p, bytes) else p(personal, links) for p in self.pieces)
+
+    def fill_wire(self, personal: Personal) -> Prepared:
+        """``fill`` as DATA carries it (``message.prepared(fill(personal))``), without
+        a pass over the whole message."""
+        links = self.links_for(personal.token)[0]
+        size = self.constant_size
+        parts = []
+        for piece in self.wire_pieces:
+            if isinstance(piece, bytes):
+                parts.append(piece)
+            else:
+                made = piece(personal, links)
+                size += len(made)
+                parts.append(dot_stuff(made))
+        parts.append(b".\r\n")
+        return Prepared(b"".join(parts), size)
 
     @classmethod
     def build(
@@ -259,7 +279,9 @@ class MessageTemplate:
         if any(isinstance(p, bytes) and marker in p for p in merged):
             return None  # a per-subscriber value somewhere the splice does not fill
         template = cls(merged, links_for)
-        return template if template.fill(probe) == message else None
+        if template.fill(probe) != message or template.fill_wire(probe) != prepared(message):
+            return None
+        return template
 
     @staticmethod
     def _text_pieces(

@@ -11,22 +11,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.config import SmtpConfig
-from bot.deliver import Outcome, SmtpPool, _can_send_prepared, transmit, wire_form
+from bot.deliver import Outcome, SmtpPool, _can_send_prepared, _unstuffed, transmit
+from bot.message import Prepared, prepared
 from bot.sink import Fault, Sink, SinkHandler
 
 _lines = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"")), max_size=30)
 
 
 @given(_lines, st.booleans())
-def test_wire_form_is_what_aiosmtplib_would_send(lines: list[bytes], final_newline: bool) -> None:
+def test_prepared_is_what_aiosmtplib_would_send(lines: list[bytes], final_newline: bool) -> None:
     message = b"\r\n".join(lines) + (b"\r\n" if final_newline else b"")
     normalized = normalize_message_line_endings(message)
-    assert wire_form(message) == (PERIOD_REGEX.sub(b"..", normalized) + b".\r\n", len(normalized))
+    ready = prepared(message)
+    assert ready == Prepared(PERIOD_REGEX.sub(b"..", normalized) + b".\r\n", len(normalized))
+    assert _unstuffed(ready) == normalized
 
 
-def test_wire_form_refuses_bare_line_ends() -> None:
-    assert wire_form(b"a\nb\r\n") is None
-    assert wire_form(b"a\rb\r\n") is None
+def test_prepared_refuses_bare_line_ends() -> None:
+    assert prepared(b"a\nb\r\n") is None
+    assert prepared(b"a\rb\r\n") is None
 
 
 def test_messages_arrive_unchanged_by_the_prepared_send() -> None:

@@ -14,7 +14,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiosmtplib
-import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.digests import Mailer, plan
 from bot.ingest import ingest_file
-from bot.message import POLICY
+from bot.message import POLICY, prepared
 from bot.splice import MessageTemplate, Personal, folded, html_escape, plain_line, to_line
 from bot.store.digests import digest_content, get_digest
 from bot.subscribers import clean_fields, save
@@ -78,12 +78,14 @@ def test_spliced_messages_equal_the_simple_path_byte_for_byte(
         rows = [get_digest(session, i) for i in ids]
         built = mailer.build(session, rows, now)  # type: ignore[arg-type]
         simple = [mailer.message_bytes(session, row, now) for row in rows]  # type: ignore[arg-type]
-    assert mailer.spliced == len(ids)  # the fast path was taken, not fallen back from
+        wired = mailer.build(session, rows, now, for_wire=True)  # type: ignore[arg-type]
+    assert mailer.spliced == 2 * len(ids)  # the fast path was taken, not fallen back from
     assert len(mailer.templates) == 4  # one body per filter
-    for fast, (data, sender, recipient) in zip(built, simple, strict=True):
+    for fast, wire, (data, sender, recipient) in zip(built, wired, simple, strict=True):
         assert fast.error is None
         assert (fast.sender, fast.recipient) == (sender, recipient)
         assert fast.data == data
+        assert wire.data == prepared(data)
 
 
 def test_a_template_with_subscriber_values_outside_the_footer_is_built_the_simple_way(

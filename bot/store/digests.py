@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from enum import StrEnum
+from functools import lru_cache
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import Text, and_, bindparam, delete, func, or_, select, type_coerce, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.store.entries import allocate_ids, bulk_insert, chunks
-from bot.store.schema import Appearance, Digest, Entry, LedgerEntry
+from bot.store.schema import Appearance, Digest, Entry, LedgerEntry, UTCDateTime
 from bot.store.subscribers import _view as subscriber_view
 from bot.store.schema import Subscriber as SubscriberRow
 
@@ -313,24 +315,28 @@ def digest_content(session: Session, digest_id: int) -> DigestContent:
 def digest_contents(session: Session, digest_ids: Sequence[int]) -> dict[int, DigestContent]:
     """``digest_content`` for many digests in a few queries (the send path's batch).
     One ``DigestItem`` object per distinct item, shared by the digests carrying it."""
-    heads = session.execute(
-        select(Digest, SubscriberRow).join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id).where(
-            Digest.id.in_(list(digest_ids))
-        )
-    ).all()
+    heads = []
+    for part in chunks(list(digest_ids)):
+        heads += session.execute(
+            select(Digest.id.label("digest_id"), Digest.kind, Digest.local_date, Digest.resend_of_id,
+                   Digest.pending_count, *SubscriberRow.__table__.c)
+            .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
+            .where(Digest.id.in_(part))
+        ).all()
     source_of = {
-        d.id: d.resend_of_id if d.kind == DigestKind.RESEND.value and d.resend_of_id else d.id for d, _ in heads
+        d.digest_id: d.resend_of_id if d.kind == DigestKind.RESEND.value and d.resend_of_id else d.digest_id
+        for d in heads
     }
     rows: dict[int, list[tuple[int, int | None, str, tuple[str, ...], str]]] = {}
     for part in chunks(sorted(set(source_of.values()))):
         found = session.execute(
             select(LedgerEntry.digest_id, LedgerEntry.entry_id, LedgerEntry.summary_source_id, LedgerEntry.why,
-                   LedgerEntry.tags, LedgerEntry.url)
+                   type_coerce(LedgerEntry.tags, Text), LedgerEntry.url)
             .where(LedgerEntry.digest_id.in_(part))
             .order_by(LedgerEntry.digest_id, LedgerEntry.position)
         )
         for digest_id, entry_id, source_id, why, tags, url in found:
-            rows.setdefault(digest_id, []).append((entry_id, source_id, why, tuple(tags), url))
+            rows.setdefault(digest_id, []).append((entry_id, source_id, why, _tags(tags), url))
     entry_ids = sorted({row[0] for found in rows.values() for row in found})
     entries: dict[int, Entry] = {}
     pinned: dict[tuple[int, int], str] = {}
@@ -369,17 +375,83 @@ def digest_contents(session: Session, digest_ids: Sequence[int]) -> dict[int, Di
         return items[row]
 
     return {
-        digest.id: DigestContent(
-            digest_id=digest.id,
-            kind=digest.kind,
-            local_date=digest.local_date,
-            subscriber=subscriber_view(subscriber),
-            items=tuple(item(row) for row in rows.get(source_of[digest.id], ())),
-            pending=digest.pending_count,
-            resend_of=digest.resend_of_id,
+        head.digest_id: DigestContent(
+            digest_id=head.digest_id,
+            kind=head.kind,
+            local_date=head.local_date,
+            subscriber=subscriber_view(head),  # type: ignore[arg-type]
+            items=tuple(item(row) for row in rows.get(source_of[head.digest_id], ())),
+            pending=head.pending_count,
+            resend_of=head.resend_of_id,
         )
-        for digest, subscriber in heads
+        for head in heads
     }
+
+
+@lru_cache(maxsize=4096)
+def _tags_of_json(text: str) -> tuple[str, ...]:
+    return tuple(json.loads(text))
+
+
+def _tags(value: str | list[str]) -> tuple[str, ...]:
+    """A ledger row's tags: JSON text read raw and decoded once per distinct value
+    (PostgreSQL's driver hands json columns over decoded already)."""
+    return _tags_of_json(value) if isinstance(value, str) else tuple(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """One attempt's outcome, for ``finish_many``."""
+
+    digest_id: int
+    state: DigestState
+    code: int | None
+    error: str | None
+    retry_at: datetime | None = None
+
+
+_FINISH = (
+    update(Digest.__table__)
+    .where(
+        Digest.__table__.c.id == bindparam("digest_id"),
+        Digest.__table__.c.lease_owner == bindparam("worker"),
+        Digest.__table__.c.state == DigestState.SENDING.value,
+    )
+    .values(
+        state=bindparam("state"),
+        smtp_code=bindparam("code"),
+        last_error=bindparam("error"),
+        lease_owner=None,
+        lease_expires_at=None,
+        sent_at=func.coalesce(bindparam("sent_at", type_=UTCDateTime()), Digest.__table__.c.sent_at),
+        next_attempt_at=func.coalesce(bindparam("retry_at", type_=UTCDateTime()), Digest.__table__.c.next_attempt_at),
+    )
+)
+
+
+def finish_many(session: Session, outcomes: Sequence[Finished], *, worker: str, now: datetime) -> set[int]:
+    """Record outcomes of digests *worker* still holds the lease on (one statement,
+    executed for many rows); the ids recorded.  The others were reclaimed by
+    someone after the lease ran out and are left to them."""
+    if not outcomes:
+        return set()
+    query = select(Digest.id).where(
+        Digest.id.in_([o.digest_id for o in outcomes]),
+        Digest.lease_owner == worker,
+        Digest.state == DigestState.SENDING.value,
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update()
+    held = set(session.scalars(query))
+    rows = [
+        {"digest_id": o.digest_id, "worker": worker, "state": o.state.value, "code": o.code, "error": o.error,
+         "sent_at": now if o.state is DigestState.SENT else None, "retry_at": o.retry_at}
+        for o in outcomes
+        if o.digest_id in held
+    ]
+    if rows:
+        session.execute(_FINISH, rows)
+    return held
 
 
 def finish(
@@ -394,18 +466,7 @@ def finish(
     retry_at: datetime | None = None,
 ) -> bool:
     """Record an attempt's outcome if *worker* still holds the lease; False if it lost it."""
-    values: dict[str, object] = {"state": state.value, "smtp_code": code, "last_error": error, "lease_owner": None,
-                                 "lease_expires_at": None}
-    if state is DigestState.SENT:
-        values["sent_at"] = now
-    if retry_at is not None:
-        values["next_attempt_at"] = retry_at
-    result = session.execute(
-        update(Digest)
-        .where(Digest.id == digest_id, Digest.lease_owner == worker, Digest.state == DigestState.SENDING.value)
-        .values(**values)
-    )
-    return bool(result.rowcount)
+    return bool(finish_many(session, [Finished(digest_id, state, code, error, retry_at)], worker=worker, now=now))
 
 
 def release_entries(session: Session, digest_id: int) -> None:
@@ -430,8 +491,14 @@ def count_bounce(session: Session, subscriber_id: int, *, threshold: int, now: d
     return False
 
 
-def reset_bounces(session: Session, subscriber_id: int) -> None:
-    session.execute(update(SubscriberRow).where(SubscriberRow.id == subscriber_id, SubscriberRow.bounces != 0).values(bounces=0))
+def reset_bounces(session: Session, subscriber_ids: Iterable[int]) -> None:
+    """A delivery succeeded: their count of bounces starts again."""
+    for part in chunks(sorted(set(subscriber_ids))):
+        session.execute(
+            update(SubscriberRow.__table__)
+            .where(SubscriberRow.__table__.c.id.in_(part), SubscriberRow.__table__.c.bounces != 0)
+            .values(bounces=0)
+        )
 
 
 def stats_by_day(session: Session) -> list[tuple[date, dict[str, int]]]:

@@ -140,6 +140,10 @@ def naive_rate(factory, settings: Settings, ids: list[int], port: int) -> float:
     return asyncio.run(run())
 
 
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--subscribers", type=int, default=100_000)
@@ -167,17 +171,20 @@ def main() -> None:
                      rules=RULES)
         filters = zipf_choices(filter_expressions(), args.subscribers)
         add_subscribers(factory, filters)
-        print(f"{args.subscribers:,} subscribers, {len(set(filters))} distinct filters; {args.entries} new entries")
+        print(f"{args.subscribers:,} subscribers, {len(set(filters))} distinct filters; {args.entries} new entries "
+              f"(peak RSS {peak_rss_mb():.0f} MB)")
 
         started = time.perf_counter()
         planned = plan(factory, settings, RULES, now=DAY, all_due=True)
         plan_s = time.perf_counter() - started
         ids = queued_ids(factory)
-        print(f"plan:   {plan_s:8.2f} s  ({len(planned.planned):,} digests, {planned.empty:,} empty)")
+        print(f"plan:   {plan_s:8.2f} s  ({len(planned.planned):,} digests, {planned.empty:,} empty; "
+              f"peak RSS {peak_rss_mb():.0f} MB)")
         render_s, size = render_all(factory, settings, ids)
-        print(f"render: {render_s:8.2f} s  ({len(ids) / render_s:,.0f} messages/s, average {size / 1000:.1f} KB)")
+        print(f"render: {render_s:8.2f} s  ({len(ids) / render_s:,.0f} messages/s, average {size / 1000:.1f} KB; "
+              f"peak RSS {peak_rss_mb():.0f} MB)")
         if args.no_send:
-            print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+            print(f"peak RSS: {peak_rss_mb():.0f} MB")
             return
 
         sink = subprocess.Popen(["smtp-sink", "-u", "nobody", f"127.0.0.1:{port}", "1000"],
@@ -202,7 +209,7 @@ def main() -> None:
             sink.wait(5)
         print(f"end to end: {end_to_end:,.0f} digests/s = {end_to_end / source:.3f} x smtp-source "
               f"(target >= 0.5), {end_to_end / naive:.2f} x naive")
-        print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+        print(f"peak RSS: {peak_rss_mb():.0f} MB")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 Postfix's smtp-sink on 127.0.0.1, against what the machine and a naive sender do.
 
 Usage: python bench/send.py [--subscribers 100000] [--entries 300] [--sessions 8]
-                            [--baseline 1000] [--no-send]
+                            [--baseline 1000] [--build-processes 1] [--no-send]
 
 Needs smtp-sink and smtp-source (Debian: apt-get install postfix); installs nothing.
 Generates --entries new entries for the day (realistic tags: three dump header tags,
@@ -11,7 +11,8 @@ distinct expressions with a Zipf-like popularity, then prints:
 
   * plan: seconds to queue every subscriber's digest (the real planner);
   * render: seconds to build every queued message (the real Mailer, nothing sent);
-  * send: seconds for the real delivery path (render + SMTP, smtp.pool_size = --sessions);
+  * send: seconds for the real delivery path (build + SMTP, smtp.pool_size = --sessions,
+    digest.build_processes = --build-processes);
   * digests/s end to end (plan + send), and its ratio to smtp-source pushing as many
     messages of the same average size over the same number of sessions, and to a naive
     sender (per subscriber: Jinja render + EmailMessage + send on one aiosmtplib
@@ -45,6 +46,7 @@ from bench.gen import TAGS, dump_text  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from bot.digests import Mailer, deliver_now, plan  # noqa: E402
 from bot.ingest import ingest_bytes  # noqa: E402
+from bot.message import Prepared  # noqa: E402
 from bot.sink import free_port  # noqa: E402
 from bot.store.digests import get_digest, get_digests  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
@@ -103,9 +105,9 @@ def render_all(factory, settings: Settings, ids: list[int], batch: int = 500) ->
     started = time.perf_counter()
     for start in range(0, len(ids), batch):
         with factory() as session:
-            built = mailer.build(session, get_digests(session, ids[start : start + batch]), DAY)
+            built = mailer.build(session, get_digests(session, ids[start : start + batch]), DAY, for_wire=True)
         assert all(b.error is None for b in built)
-        total += sum(len(b.data) for b in built)
+        total += sum(b.data.size if isinstance(b.data, Prepared) else len(b.data) for b in built)
     return time.perf_counter() - started, total / max(len(ids), 1)
 
 
@@ -150,6 +152,7 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=300)
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--baseline", type=int, default=1000, help="subscribers for the naive sender's rate")
+    parser.add_argument("--build-processes", type=int, default=1, help="digest.build_processes for the send phase")
     parser.add_argument("--no-send", action="store_true")
     args = parser.parse_args()
     if not args.no_send and not (shutil.which("smtp-sink") and shutil.which("smtp-source")):
@@ -164,6 +167,7 @@ def main() -> None:
         settings = Settings.model_validate(
             {"paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
              "smtp": {"port": port, "pool_size": args.sessions, "timeout_seconds": 60},
+             "digest": {"build_processes": args.build_processes},
              "sender": {"from_address": "digest@bench.example", "from_name": "Bench Digest"},
              "web": {"public_url": "https://digest.bench.example", "signing_key": "bench-signing-key-0123456789"}}
         )

@@ -135,6 +135,8 @@ class DigestConfig(BaseModel):
     lease_seconds: int = Field(300, ge=10)  # a "sending" row older than this is retried
     # Feed HTML may carry <img>; off by default (remote images track readers), https only when on.
     remote_images: bool = False
+    # Processes that build messages while this one sends (0: build here, between sends).
+    build_processes: int = Field(0, ge=0, le=16)
 
 
 class WebConfig(BaseModel):

@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import multiprocessing
 import os
 import socket
 import time
 import uuid
 import zoneinfo
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -301,7 +303,8 @@ class Mailer:
     cannot reproduce); ``build`` makes a batch, each distinct body rendered once
     into a ``MessageTemplate`` and filled per subscriber (``bot.splice``)."""
 
-    TEMPLATES = 256  # distinct bodies kept (~0.1-0.3 MB each); a day has one per filter and window
+    TEMPLATES = 512  # distinct bodies kept; a day has about one per filter and window ...
+    TEMPLATE_BYTES = 48 << 20  # ... and no more than this in all (~0.1 MB each at 30 entries)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -312,10 +315,34 @@ class Mailer:
         self.envelope_sender = envelope_address(settings.sender.from_address)
         self.templates: OrderedDict[tuple[object, ...], MessageTemplate | None] = OrderedDict()
         self.splicing = templates_allow_splicing(self.renderer)
+        self.template_bytes = 0
         self.spliced = 0  # messages made from a template (for tests and benchmarks)
+        self._builders: ProcessPoolExecutor | None = None
 
     def links(self, subscriber: Subscriber) -> tuple[Links, tuple[str, ...]]:
         return self.links_for_token(make_token(self.key, subscriber.id, subscriber.unsubscribe_secret))
+
+    async def prepare(
+        self, factory: sessionmaker[Session], ids: list[int], *, now: datetime, worker: str
+    ) -> tuple[list[Built], DeliverReport]:
+        """``_prepare_batch`` here, or with ``digest.build_processes`` in a worker
+        process (its own connection and templates), so that building the next
+        batch overlaps sending this one on another core."""
+        processes = self.settings.digest.build_processes
+        if not processes:
+            report = DeliverReport()
+            return _prepare_batch(factory, self, ids, now=now, worker=worker, report=report), report
+        if self._builders is None:
+            self._builders = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+        url = factory.kw["bind"].url.render_as_string(hide_password=False)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._builders, _prepare_remote, url, self.settings, ids, now, worker
+        )
+
+    def close(self) -> None:
+        if self._builders is not None:
+            self._builders.shutdown(wait=True, cancel_futures=True)
+            self._builders = None
 
     def links_for_token(self, token: str) -> tuple[Links, tuple[str, ...]]:
         """Footer links and List-Unsubscribe URIs (https first when there is a public URL)."""
@@ -329,13 +356,11 @@ class Mailer:
 
     def message_bytes(self, session: Session, row: DigestRow, now: datetime) -> tuple[bytes, str, str]:
         """(message, envelope sender, envelope recipient) for one digest: the simple path."""
-        return self._simple(session, row, digest_content(session, row.id), now)
+        return self._simple(row, digest_content(session, row.id), _resent_message_id(session, row), now)
 
-    def _simple(self, session: Session, row: DigestRow, content: DigestContent, now: datetime) -> tuple[bytes, str, str]:
-        resend_of = None
-        if row.resend_of is not None:
-            original = get_digest(session, row.resend_of)
-            resend_of = original.message_id if original else None
+    def _simple(
+        self, row: DigestRow, content: DigestContent, resend_of: str | None, now: datetime
+    ) -> tuple[bytes, str, str]:
         links, list_unsubscribe = self.links(content.subscriber)
         rendered = self.renderer.render(content, links)
         headers = Headers(
@@ -354,13 +379,21 @@ class Mailer:
         """Messages for a batch of digests, same bytes as ``message_bytes`` (apart
         from Date): bodies shared by several subscribers are rendered once.
         *for_wire*: spliced messages come ``Prepared`` for DATA (what delivery sends)."""
+        return self.build_loaded(self.load(session, rows), now, for_wire=for_wire)
+
+    def load(self, session: Session, rows: Sequence[DigestRow]) -> list[tuple[DigestRow, DigestContent, str | None]]:
+        """What building needs from the store (``build_loaded`` then needs no session)."""
         contents = digest_contents(session, [row.id for row in rows])
+        return [(row, contents[row.id], _resent_message_id(session, row)) for row in rows]
+
+    def build_loaded(
+        self, loaded: Sequence[tuple[DigestRow, DigestContent, str | None]], now: datetime, *, for_wire: bool = False
+    ) -> list[Built]:
         built = []
         # Digests of one batch share item objects: a cheap key finds their template once.
         in_batch: dict[tuple[object, ...], MessageTemplate | None] = {}
-        for row in rows:
+        for row, content, resend_of in loaded:
             try:
-                content = contents[row.id]
                 template = None
                 if self.splicing and content.resend_of is None:
                     quick = (content.kind, content.local_date, content.pending, content.subscriber.filter,
@@ -369,7 +402,7 @@ class Mailer:
                         in_batch[quick] = self._template(content)
                     template = in_batch[quick]
                 if template is None:
-                    built.append(Built(row, *self._simple(session, row, content, now)))
+                    built.append(Built(row, *self._simple(row, content, resend_of, now)))
                     continue
                 subscriber = content.subscriber
                 recipient = envelope_address(subscriber.email)
@@ -395,8 +428,10 @@ class Mailer:
             return self.templates[key]
         template = MessageTemplate.build(self.renderer, content, self.settings.sender, self.links_for_token)
         self.templates[key] = template
-        if len(self.templates) > self.TEMPLATES:
-            self.templates.popitem(last=False)
+        self.template_bytes += template.nbytes if template else 0
+        while len(self.templates) > self.TEMPLATES or self.template_bytes > self.TEMPLATE_BYTES:
+            _, evicted = self.templates.popitem(last=False)
+            self.template_bytes -= evicted.nbytes if evicted else 0
         return template
 
 
@@ -417,27 +452,48 @@ async def deliver(
     batch is claimed and built while the previous one is on the wire."""
     worker = worker or worker_name()
     total = DeliverReport()
+    ahead = max(1, settings.digest.build_processes)  # batches being built while one is sent
+    building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
     sending: asyncio.Future[DeliverReport] | None = None
     sending_count = 0
-    try:
-        while stop is None or not stop.is_set():
-            now = clock()
-            with transaction(factory) as session:
-                ids = claim_due(session, now=now, worker=worker, lease_seconds=settings.digest.lease_seconds, limit=batch)
-            if not ids:
-                break
-            built = _prepare_batch(factory, mailer, ids, now=now, worker=worker, report=total)
-            if sending is not None:
-                total.add(await sending)
-                if progress is not None:
-                    progress(sending_count)
-            sending = asyncio.ensure_future(_send_batch(factory, settings, pool, built, clock=clock, worker=worker))
-            sending_count = len(ids)
-    finally:
+
+    async def sent() -> None:
+        nonlocal sending
         if sending is not None:
             total.add(await sending)
+            sending = None
             if progress is not None:
                 progress(sending_count)
+
+    try:
+        while True:
+            while len(building) < ahead and (stop is None or not stop.is_set()):
+                now = clock()
+                with transaction(factory) as session:
+                    ids = claim_due(session, now=now, worker=worker, lease_seconds=settings.digest.lease_seconds,
+                                    limit=batch)
+                if not ids:
+                    break
+                building.append((asyncio.ensure_future(mailer.prepare(factory, ids, now=now, worker=worker)), len(ids)))
+            if not building:
+                break
+            future, count = building.popleft()
+            built, report = await future
+            total.add(report)
+            await sent()
+            sending = asyncio.ensure_future(_send_batch(factory, settings, pool, built, clock=clock, worker=worker))
+            sending_count = count
+    finally:
+        # Claimed batches are still built and sent when *stop* is set (their leases
+        # would otherwise hold them back until they expire).
+        while building:
+            future, count = building.popleft()
+            built, report = await future
+            total.add(report)
+            await sent()
+            sending = asyncio.ensure_future(_send_batch(factory, settings, pool, built, clock=clock, worker=worker))
+            sending_count = count
+        await sent()
     return total
 
 
@@ -450,8 +506,11 @@ async def deliver_now(
 ) -> DeliverReport:
     """Open a pool, deliver everything due, close the pool (the CLI's one-shot path)."""
     mailer = Mailer(settings)
-    async with SmtpPool(settings.smtp, settings.smtp.resolved_password()) as pool:
-        return await deliver(factory, settings, mailer, pool, clock=clock, progress=progress)
+    try:
+        async with SmtpPool(settings.smtp, settings.smtp.resolved_password()) as pool:
+            return await deliver(factory, settings, mailer, pool, clock=clock, progress=progress)
+    finally:
+        mailer.close()
 
 
 def due_count(factory: sessionmaker[Session], now: datetime) -> int:
@@ -468,11 +527,36 @@ RECORD_EVERY = 64
 RECORD_SECONDS = 0.2
 
 
+_REMOTE: dict[str, tuple[sessionmaker[Session], Mailer]] = {}  # per build process: its store and templates
+
+
+def _prepare_remote(
+    url: str, settings: Settings, ids: list[int], now: datetime, worker: str
+) -> tuple[list[Built], DeliverReport]:
+    """``_prepare_batch`` in a build process (``Mailer.prepare``)."""
+    if url not in _REMOTE:
+        from bot.store.engine import make_engine, sessions
+
+        _REMOTE[url] = sessions(make_engine(url)), Mailer(settings)
+    factory, mailer = _REMOTE[url]
+    report = DeliverReport()
+    return _prepare_batch(factory, mailer, ids, now=now, worker=worker, report=report), report
+
+
+def _resent_message_id(session: Session, row: DigestRow) -> str | None:
+    if row.resend_of is None:
+        return None
+    original = get_digest(session, row.resend_of)
+    return original.message_id if original else None
+
+
 def _prepare_batch(
     factory: sessionmaker[Session], mailer: Mailer, ids: list[int], *, now: datetime, worker: str, report: DeliverReport
 ) -> list[Built]:
     """Messages for the claimed digests; cancels those whose subscriber left and
-    fails those whose message cannot be built (recorded at once)."""
+    fails those whose message cannot be built (recorded at once).  The store is
+    read in one short transaction and messages are built after it: on SQLite
+    every transaction holds the write lock, which senders need to record."""
     with transaction(factory) as session:
         rows = get_digests(session, ids)
         statuses = subscriber_statuses(session, {row.subscriber_id for row in rows})
@@ -487,11 +571,15 @@ def _prepare_batch(
             if row.kind is not DigestKind.RESEND:
                 release_entries(session, row.id)
             report.cancelled += 1
-        built = mailer.build(session, live, now, for_wire=True)
-        for failed in (b for b in built if b.error is not None):
-            finish(session, failed.row.id, worker=worker, state=DigestState.FAILED, now=now, code=None,
-                   error=failed.error)
-            report.failed += 1
+        loaded = mailer.load(session, live)
+    built = mailer.build_loaded(loaded, now, for_wire=True)
+    failed = [b for b in built if b.error is not None]
+    if failed:
+        with transaction(factory) as session:
+            for message in failed:
+                finish(session, message.row.id, worker=worker, state=DigestState.FAILED, now=now, code=None,
+                       error=message.error)
+        report.failed += len(failed)
     return [b for b in built if b.error is None]
 
 

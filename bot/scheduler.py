@@ -149,6 +149,7 @@ class Daemon:
             if self._delivering is not None:
                 await asyncio.gather(self._delivering, return_exceptions=True)  # in-flight sends finish
             await self.pool.close()
+            self.mailer.close()
             self.leadership.release()
             if self.worker_lock is not None:
                 self.worker_lock.release()

@@ -185,16 +185,18 @@ class MessageTemplate:
     """One digest body's message with holes for one subscriber's values."""
 
     def __init__(self, pieces: list[Piece], links_for: LinksFor) -> None:
-        self.pieces = pieces
         self.links_for = links_for
         # Every piece starts and ends on a line boundary, so each can be
-        # dot-stuffed for DATA by itself: the constant ones once, here.
+        # dot-stuffed for DATA by itself: the constant ones once, here, and
+        # kept only in that form (a day's templates are most of the sender's memory).
         self.wire_pieces = [dot_stuff(p) if isinstance(p, bytes) else p for p in pieces]
         self.constant_size = sum(len(p) for p in pieces if isinstance(p, bytes))
+        self.nbytes = sum(len(p) for p in self.wire_pieces if isinstance(p, bytes))
 
     def fill(self, personal: Personal) -> bytes:
+        """One subscriber's message (what ``message.build_message`` gives them)."""
         links = self.links_for(personal.token)[0]
-        return b"".join(p if isinstance(p, bytes) else p(personal, links) for p in self.pieces)
+        return b"".join(_unstuff(p) if isinstance(p, bytes) else p(personal, links) for p in self.wire_pieces)
 
     def fill_wire(self, personal: Personal) -> Prepared:
         """``fill`` as DATA carries it (``message.prepared(fill(personal))``), without
@@ -348,6 +350,11 @@ class MessageTemplate:
             constant_from = line_end
         pieces.append(qp_lines(html[constant_from:]))
         return pieces
+
+
+def _unstuff(lines: bytes) -> bytes:
+    """``message.dot_stuff`` undone."""
+    return (lines[1:] if lines.startswith(b".") else lines).replace(b"\r\n..", b"\r\n.")
 
 
 def _html_line(segments: tuple[bytes | str, ...]) -> Callable[[Personal, Links], bytes]:

@@ -372,3 +372,26 @@ def test_a_message_that_cannot_be_built_fails_alone(
     assert failed.subscriber_email == "bad@example.org"
     assert "cannot build the message: UndefinedError" in (failed.last_error or "")
     assert [r.recipients[0] for r in sink.received] == ["ada@example.org"]
+
+
+def test_messages_built_in_a_separate_process_are_the_same(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    """digest.build_processes: batches built in a worker process while this one
+    sends give the same messages as building them here."""
+    subscribe_examples(factory, settings)
+    for path in seed_files[:3]:
+        ingest_file(factory, path, now=DAY1 - timedelta(hours=1), rules=RULES)
+    plan(factory, settings, RULES, now=DAY1, all_due=True)
+    remote = settings.model_copy(update={"digest": settings.digest.model_copy(update={"build_processes": 1})})
+    report = asyncio.run(deliver_now(factory, remote, clock=lambda: DAY1))
+    assert report.sent == len(sink.received) > 3
+    # The same digests again, built here, are the same bytes.
+    from bot.digests import Mailer
+    from bot.store.digests import get_digests
+
+    with factory() as session:
+        rows = get_digests(session, [d.id for d in list_digests(session)][::-1])
+        local = {b.row.id: b.data for b in Mailer(settings).build(session, rows, DAY1)}
+    by_id = {parsed(r)["Message-ID"]: r.data for r in sink.received}
+    assert sorted(by_id.values()) == sorted(local[row.id] for row in rows if row.message_id in by_id)

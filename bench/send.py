@@ -2,7 +2,8 @@
 Postfix's smtp-sink on 127.0.0.1, against what the machine and a naive sender do.
 
 Usage: python bench/send.py [--subscribers 100000] [--entries 300] [--sessions 8]
-                            [--baseline 1000] [--build-processes 1] [--no-send]
+                            [--baseline 1000] [--build-processes 1] [--sqlite-cache-mb 64]
+                            [--no-send]
 
 Needs smtp-sink and smtp-source (Debian: apt-get install postfix); installs nothing.
 Generates --entries new entries for the day (realistic tags: three dump header tags,
@@ -97,7 +98,7 @@ def queued_ids(factory) -> list[int]:  # type: ignore[no-untyped-def]
         return list(session.scalars(select(Digest.id).where(Digest.state == "queued").order_by(Digest.id)))
 
 
-def render_all(factory, settings: Settings, ids: list[int], batch: int = 500) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def render_all(factory, settings: Settings, ids: list[int], batch: int = 200) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     """(seconds, average bytes) to build every queued message without sending it,
     batch by batch as delivery does (the message bytes are dropped after counting)."""
     mailer = Mailer(settings)
@@ -153,6 +154,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--baseline", type=int, default=1000, help="subscribers for the naive sender's rate")
     parser.add_argument("--build-processes", type=int, default=1, help="digest.build_processes for the send phase")
+    parser.add_argument("--sqlite-cache-mb", type=int, default=64, help="database.sqlite_cache_mb")
     parser.add_argument("--no-send", action="store_true")
     args = parser.parse_args()
     if not args.no_send and not (shutil.which("smtp-sink") and shutil.which("smtp-source")):
@@ -160,7 +162,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="digestbot-send-") as tmp:
         folder = Path(tmp)
-        engine = make_engine(f"sqlite:///{folder / 'send.sqlite3'}")
+        engine = make_engine(f"sqlite:///{folder / 'send.sqlite3'}", sqlite_cache_mb=args.sqlite_cache_mb)
         upgrade(engine)
         factory = sessions(engine)
         port = free_port()
@@ -168,6 +170,7 @@ def main() -> None:
             {"paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
              "smtp": {"port": port, "pool_size": args.sessions, "timeout_seconds": 60},
              "digest": {"build_processes": args.build_processes},
+             "database": {"sqlite_cache_mb": args.sqlite_cache_mb},
              "sender": {"from_address": "digest@bench.example", "from_name": "Bench Digest"},
              "web": {"public_url": "https://digest.bench.example", "signing_key": "bench-signing-key-0123456789"}}
         )

@@ -87,8 +87,10 @@ class Context:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
+            database = self.settings.database
             self._engine = store_engine.make_engine(
-                self.settings.database_url, busy_timeout_ms=self.settings.database.busy_timeout_ms
+                self.settings.database_url, busy_timeout_ms=database.busy_timeout_ms,
+                sqlite_cache_mb=database.sqlite_cache_mb,
             )
         return self._engine
 

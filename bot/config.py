@@ -45,6 +45,7 @@ class DatabaseConfig(BaseModel):
     # Empty means "SQLite file digestbot.sqlite3 inside paths.var_dir".
     url: str = ""
     busy_timeout_ms: int = Field(5000, ge=0)
+    sqlite_cache_mb: int = Field(64, ge=1)  # page cache per SQLite connection
 
 
 class FeedsConfig(BaseModel):

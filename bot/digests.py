@@ -39,7 +39,7 @@ from bot.deliver import Outcome, SendResult, SmtpPool, backoff_seconds
 from bot.domain import DigestContent, Subscriber, SubscriberStatus
 from bot.message import Headers, Prepared, build_message, envelope_address, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
-from bot.select import Candidate, SelectionCache, local_send_time, select_for, window_start
+from bot.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
 from bot.splice import MessageTemplate, Personal, templates_allow_splicing
 from bot.store.digests import (
     DigestKind,
@@ -110,13 +110,6 @@ def planned_key(subscriber: Subscriber, rules: TagRules) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
 
 
-@dataclass(frozen=True, slots=True)
-class _Choice:
-    subscriber: Subscriber
-    day: date
-    digest: NewDigest
-
-
 def plan(
     factory: sessionmaker[Session],
     settings: Settings,
@@ -139,6 +132,7 @@ def plan(
     because every entry behind the watermark was claimed or did not match."""
     report = PlanReport()
     cache = SelectionCache()
+    memo: dict[tuple[int, int], Planned] = {}
     if subscribers is not None:
         chosen = [s for s in subscribers if s.status is SubscriberStatus.ACTIVE]
         batches: Iterable[list[Subscriber]] = (chosen[i : i + PLAN_BATCH] for i in range(0, len(chosen), PLAN_BATCH))
@@ -153,7 +147,7 @@ def plan(
                 continue
             due.append((subscriber, day))
         if due:
-            _plan_batch(factory, settings, rules, due, now=now, kind=kind, cache=cache, report=report)
+            _plan_batch(factory, settings, rules, due, now=now, kind=kind, cache=cache, memo=memo, report=report)
     return report
 
 
@@ -177,25 +171,26 @@ def _plan_batch(
     now: datetime,
     kind: DigestKind,
     cache: SelectionCache,
+    memo: dict[tuple[int, int], Planned],
     report: PlanReport,
 ) -> None:
-    choices: list[_Choice] = []
+    choices: list[NewDigest] = []
     marks: list[tuple[int, datetime, str]] = []
     with factory() as session:
         if kind is DigestKind.SCHEDULED:
             done = scheduled_days(session, [s.id for s, _ in due], {d for _, d in due})
             due = [(s, d) for s, d in due if (s.id, d) not in done]
         known = watermarks(session, [s.id for s, _ in due])
+        keys = {s.id: planned_key(s, rules) for s, _ in due}
         starts: dict[int, datetime | None] = {}
         for subscriber, _ in due:
-            key = planned_key(subscriber, rules)
             mark = known.get(subscriber.id)
-            starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and mark[1] == key else None
+            starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and mark[1] == keys[subscriber.id] else None
         # The ledger read per window: one index range per subscriber from the
         # window's first entry (windows that share a start share the read).
         by_first: dict[int, list[int]] = {}
         for subscriber, _ in due:
-            window = cache.entries(session, _effective_start(subscriber, starts[subscriber.id]), now)
+            window = cache.entries(session, effective_start(subscriber, starts[subscriber.id]), now)
             if window:
                 by_first.setdefault(window[0].id, []).append(subscriber.id)
         claimed: dict[int, set[int]] = {}
@@ -207,7 +202,7 @@ def _plan_batch(
             chosen = candidates[: settings.digest.max_entries]
             pending = len(candidates) - len(chosen)
             if pending == 0:
-                marks.append((subscriber.id, now, planned_key(subscriber, rules)))
+                marks.append((subscriber.id, now, keys[subscriber.id]))
             if not chosen and not settings.digest.send_empty:
                 if kind is not DigestKind.SCHEDULED:
                     report.empty += 1
@@ -216,13 +211,13 @@ def _plan_batch(
                 state = DigestState.EMPTY
             else:
                 state = DigestState.QUEUED
-            entries = [_planned_entry(c, settings, cache) for c in chosen]
-            choices.append(_Choice(subscriber, day, NewDigest(subscriber.id, day, kind, state, entries, pending)))
+            entries = [_planned_entry(c, settings, memo) for c in chosen]
+            choices.append(NewDigest(subscriber.id, day, kind, state, entries, pending))
     make_id = _message_id(settings)
-    written: list[tuple[int, _Choice]] = []
+    written: list[tuple[int, NewDigest]] = []
     try:
         with transaction(factory) as session:
-            ids = insert_digests(session, [c.digest for c in choices], now=now, message_id=make_id)
+            ids = insert_digests(session, choices, now=now, message_id=make_id)
             set_watermarks(session, marks)
         written = list(zip(ids, choices, strict=True))
     except IntegrityError:
@@ -231,33 +226,26 @@ def _plan_batch(
         for choice in choices:
             try:
                 with transaction(factory) as session:
-                    (digest_id,) = insert_digests(session, [choice.digest], now=now, message_id=make_id)
-                    set_watermarks(session, [m for m in marks if m[0] == choice.subscriber.id])
+                    (digest_id,) = insert_digests(session, [choice], now=now, message_id=make_id)
+                    set_watermarks(session, [m for m in marks if m[0] == choice.subscriber_id])
             except IntegrityError:
                 continue
             written.append((digest_id, choice))
     for digest_id, choice in written:
-        if choice.digest.state is DigestState.EMPTY:
+        if choice.state is DigestState.EMPTY:
             report.empty += 1
         else:
             report.planned.append(digest_id)
 
 
-def _planned_entry(candidate: Candidate, settings: Settings, cache: SelectionCache) -> Planned:
+def _planned_entry(candidate: Candidate, settings: Settings, memo: dict[tuple[int, int], Planned]) -> Planned:
     """The ledger row's content; the same for every subscriber of one filter, so made once a pass."""
-    key = (id(candidate.explanation), candidate.entry.id)  # explanations live as long as the cache
-    if key not in cache.planned:
+    key = (id(candidate.explanation), candidate.entry.id)  # explanations live as long as the pass's cache
+    if key not in memo:
         entry = candidate.entry
-        cache.planned[key] = Planned(entry.id, entry.summary_source_id, candidate.explanation.why(), entry.tags,
-                                     primary_url(entry, settings.digest.search_url))
-    return cache.planned[key]  # type: ignore[return-value]
-
-
-def _effective_start(subscriber: Subscriber, mark: datetime | None) -> datetime | None:
-    window = window_start(subscriber)
-    if mark is not None and (window is None or mark > window):
-        return mark
-    return window
+        memo[key] = Planned(entry.id, entry.summary_source_id, candidate.explanation.why(), entry.tags,
+                            primary_url(entry, settings.digest.search_url))
+    return memo[key]
 
 
 def _message_id(settings: Settings) -> Callable[[int, NewDigest], str]:
@@ -537,7 +525,9 @@ def _prepare_remote(
     if url not in _REMOTE:
         from bot.store.engine import make_engine, sessions
 
-        _REMOTE[url] = sessions(make_engine(url)), Mailer(settings)
+        database = settings.database
+        _REMOTE[url] = sessions(make_engine(url, busy_timeout_ms=database.busy_timeout_ms,
+                                            sqlite_cache_mb=database.sqlite_cache_mb)), Mailer(settings)
     factory, mailer = _REMOTE[url]
     report = DeliverReport()
     return _prepare_batch(factory, mailer, ids, now=now, worker=worker, report=report), report

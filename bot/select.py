@@ -41,6 +41,14 @@ def window_start(subscriber: Subscriber) -> datetime | None:
     return subscriber.created_at - timedelta(days=days)
 
 
+def effective_start(subscriber: Subscriber, start: datetime | None) -> datetime | None:
+    """The later of their backfill window's start and *start* (None: no bound)."""
+    window = window_start(subscriber)
+    if start is not None and (window is None or start > window):
+        return start
+    return window
+
+
 def local_send_time(subscriber: Subscriber, day: date) -> datetime:
     """*day* at the subscriber's send hour in their zone, as UTC (DST-correct)."""
     zone = zoneinfo.ZoneInfo(subscriber.timezone)
@@ -91,7 +99,6 @@ class SelectionCache:
         self.windows: OrderedDict[datetime | None, list[EntryView]] = OrderedDict()
         # Per entry, what every filter's verdict starts from: its text and where the tag rules hit.
         self.docs: dict[int, tuple[Doc, dict[str, tuple[str, ...]]]] = {}
-        self.planned: dict[tuple[int, int], object] = {}  # the planner's memo (bot.digests)
 
     def entries(self, session: Session, start: datetime | None, as_of: datetime) -> list[EntryView]:
         """Entries first seen in [start, as_of], in id order."""
@@ -159,10 +166,7 @@ def select_for(
     holds entry ids already sent to them.  *start* narrows their window (the
     planner's watermark); the default is the window their backfill gives."""
     cache = cache or SelectionCache()
-    window = window_start(subscriber)
-    if start is not None and (window is None or start > window):
-        window = start
-    ranked = cache.ranked(session, subscriber.filter, window, as_of, rules)
+    ranked = cache.ranked(session, subscriber.filter, effective_start(subscriber, start), as_of, rules)
     return [c for c in ranked if c.entry.id not in exclude] if exclude else list(ranked)
 
 

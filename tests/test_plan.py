@@ -123,3 +123,39 @@ def test_planner_chooses_what_the_whole_window_would(tmp_path_factory, days, max
     with factory() as session:  # the watermarks were in use, not merely stored
         assert session.scalar(select(SubscriberRow.id).where(SubscriberRow.planned_through.is_not(None))) is not None
     engine.dispose()
+
+
+def test_a_day_another_planner_took_meanwhile_is_left_to_it(factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """Between this planner's reads and its batch insert another one plans a
+    subscriber's day: the batch insert fails on the unique index, the others
+    are written one by one, that subscriber is left alone, and no watermark is
+    set for them."""
+    from sqlalchemy import event, insert
+
+    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(5)], START - timedelta(days=1))
+    ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
+    with factory() as session:
+        taken = session.scalar(select(SubscriberRow.id).where(SubscriberRow.email == "r2@example.org"))
+    ended = []
+
+    def other_planner(session: Session, transaction) -> None:  # type: ignore[no-untyped-def]
+        ended.append(transaction)
+        if len(ended) == 2:  # the subscriber batch was read, then this planner's selection
+            with factory.kw["bind"].begin() as connection:
+                connection.execute(insert(Digest.__table__).values(
+                    subscriber_id=taken, local_date=START.date(), kind="scheduled", state="queued", attempts=0,
+                    next_attempt_at=START, message_id="<other@planner>", entry_count=0, pending_count=0,
+                    planned_at=START))
+
+    event.listen(factory, "after_transaction_end", other_planner)
+    try:
+        report = plan(factory, cfg, RULES, now=START, all_due=True)
+    finally:
+        event.remove(factory, "after_transaction_end", other_planner)
+    assert len(report.planned) == 4
+    with factory() as session:
+        owners = {d.subscriber_id: d.message_id for d in session.scalars(select(Digest))}
+        marked = set(session.scalars(select(SubscriberRow.id).where(SubscriberRow.planned_through.is_not(None))))
+    assert owners[taken] == "<other@planner>" and len(owners) == 5
+    assert taken not in marked and len(marked) == 4

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 
-def make_engine(url: str, *, busy_timeout_ms: int = 5000) -> Engine:
+def make_engine(url: str, *, busy_timeout_ms: int = 5000, sqlite_cache_mb: int = 64) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
@@ -44,8 +44,9 @@ def make_engine(url: str, *, busy_timeout_ms: int = 5000) -> Engine:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         # The 2 MB default page cache makes index inserts into a large store
-        # go to the OS for every page; 64 MB keeps the hot index levels.
-        cursor.execute("PRAGMA cache_size=-65536")
+        # go to the OS for every page; 64 MB keeps the hot index levels.  It
+        # is per connection and counts in the process's memory.
+        cursor.execute(f"PRAGMA cache_size=-{int(sqlite_cache_mb) * 1024}")
         cursor.execute("PRAGMA temp_store=MEMORY")
         cursor.close()
 

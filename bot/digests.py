@@ -453,6 +453,16 @@ async def deliver(
             if progress is not None:
                 progress(sending_count)
 
+    async def send_next() -> None:
+        """The oldest batch being built, once built, goes on the wire after the one there."""
+        nonlocal sending, sending_count
+        future, count = building.popleft()
+        built, report = await future
+        total.add(report)
+        await sent()
+        sending = asyncio.ensure_future(_send_batch(factory, settings, pool, built, clock=clock, worker=worker))
+        sending_count = count
+
     try:
         while True:
             while len(building) < ahead and (stop is None or not stop.is_set()):
@@ -465,22 +475,12 @@ async def deliver(
                 building.append((asyncio.ensure_future(mailer.prepare(factory, ids, now=now, worker=worker)), len(ids)))
             if not building:
                 break
-            future, count = building.popleft()
-            built, report = await future
-            total.add(report)
-            await sent()
-            sending = asyncio.ensure_future(_send_batch(factory, settings, pool, built, clock=clock, worker=worker))
-            sending_count = count
+            await send_next()
     finally:
         # Claimed batches are still built and sent when *stop* is set (their leases
         # would otherwise hold them back until they expire).
         while building:
-            future, count = building.popleft()
-            built, report = await future
-            total.add(report)
-            await sent()
-            sending = asyncio.ensure_future(_send_batch(factory, settings, pool, built, clock=clock, worker=worker))
-            sending_count = count
+            await send_next()
         await sent()
     return total
 

@@ -133,24 +133,27 @@ def templates_allow_splicing(renderer: Renderer) -> bool:
     set is always rendered in full.  Checked on the templates' syntax tree."""
     personal = set(personal_context("", Links("", None)))
     env = renderer.env
+    # Blocks whose output is captured or transformed before it is written.
+    capturing = (nodes.FilterBlock, nodes.AssignBlock, nodes.Macro, nodes.CallBlock)
 
-    def fine(node: nodes.Node) -> bool:
+    def fine(node: nodes.Node, captured: bool) -> bool:
+        captured = captured or isinstance(node, capturing)
         for child in node.iter_child_nodes():
             if isinstance(child, nodes.Name) and child.name in personal:
-                printed = isinstance(node, nodes.Output)
+                printed = isinstance(node, nodes.Output) and not captured
                 tested = isinstance(node, nodes.If) and node.test is child and child.name == "manage_url"
                 if not (printed or tested):
                     return False
             if isinstance(child, nodes.Include) and not isinstance(child.template, nodes.Const):
                 return False  # which template it includes depends on data
-            if not fine(child):
+            if not fine(child, captured):
                 return False
         return True
 
     names = env.list_templates(filter_func=lambda name: name.endswith(".j2") and name != TEXT_FOOTER
                                and not name.startswith("web/"))
     try:
-        return all(fine(env.parse(env.loader.get_source(env, name)[0])) for name in names)  # type: ignore[union-attr]
+        return all(fine(env.parse(env.loader.get_source(env, name)[0]), False) for name in names)  # type: ignore[union-attr]
     except Exception:  # unreadable or invalid: the renderer will say so; do not splice
         return False
 

@@ -118,6 +118,10 @@ def test_a_template_with_subscriber_values_outside_the_footer_is_built_the_simpl
         ("{% set who = subscriber_email %}{{ who }}", False),
         ("{% if unsubscribe_url %}x{% endif %}", False),
         ("{% include subscriber_email %}", False),
+        ("{% filter upper %}{{ subscriber_email }}{% endfilter %}", False),
+        ("{% set who %}{{ subscriber_email }}{% endset %}{{ who | reverse }}", False),
+        ("{% macro m() %}{{ subscriber_email }}{% endmacro %}{{ m() | upper }}", False),
+        ("{% for n in [1, 2] %}{% if n %}<i>{{ subscriber_email }}</i>{% endif %}{% endfor %}", True),
     ],
 )
 def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, snippet: str, allowed: bool) -> None:

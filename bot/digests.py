@@ -478,10 +478,13 @@ async def deliver(
             await send_next()
     finally:
         # Claimed batches are still built and sent when *stop* is set (their leases
-        # would otherwise hold them back until they expire).
-        while building:
-            await send_next()
-        await sent()
+        # would otherwise hold them back until they expire); whatever happens to
+        # them, the batch on the wire is waited for and recorded.
+        try:
+            while building:
+                await send_next()
+        finally:
+            await sent()
     return total
 
 

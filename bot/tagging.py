@@ -9,12 +9,12 @@ loading the rules file; never touches the store.
 from __future__ import annotations
 
 import hashlib
-
 import re
 import tomllib
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import ahocorasick
@@ -104,7 +104,7 @@ class TagRules:
     def __len__(self) -> int:
         return len(self.rules)
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         """Changes whenever what the rules match could change (the planner's
         watermarks are only valid for the rules they were made with)."""

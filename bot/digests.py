@@ -26,10 +26,11 @@ import time
 import uuid
 import zoneinfo
 from collections import OrderedDict, deque
-from concurrent.futures import ProcessPoolExecutor
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from functools import lru_cache
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -54,7 +55,6 @@ from bot.store.digests import (
     create_digest,
     digest_content,
     digest_contents,
-    finish,
     finish_many,
     get_digest,
     get_digests,
@@ -66,12 +66,7 @@ from bot.store.digests import (
     set_message_id,
 )
 from bot.store.engine import transaction
-from bot.store.subscribers import (
-    set_watermarks,
-    subscriber_statuses,
-    subscribers_after,
-    watermarks,
-)
+from bot.store.subscribers import set_watermarks, subscriber_statuses, subscribers_after, watermarks
 from bot.tagging import TagRules
 from bot.tokens import make_token, signing_key
 
@@ -106,7 +101,12 @@ WATERMARK_MARGIN = timedelta(hours=1)
 
 def planned_key(subscriber: Subscriber, rules: TagRules) -> str:
     """What a watermark is valid for: the subscriber's filter and backfill and the tag rules."""
-    text = f"{subscriber.filter}\x00{subscriber.backfill}\x00{rules.fingerprint}"
+    return _planned_key(subscriber.filter, subscriber.backfill, rules.fingerprint)
+
+
+@lru_cache(maxsize=4096)  # subscribers share a few hundred filters
+def _planned_key(filter_text: str, backfill: str, rules_fingerprint: str) -> str:
+    text = f"{filter_text}\x00{backfill}\x00{rules_fingerprint}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
 
 
@@ -553,26 +553,22 @@ def _prepare_batch(
     with transaction(factory) as session:
         rows = get_digests(session, ids)
         statuses = subscriber_statuses(session, {row.subscriber_id for row in rows})
-        live = []
+        live, gone = [], []
         for row in rows:
             status = statuses.get(row.subscriber_id)
             if status is SubscriberStatus.ACTIVE:
                 live.append(row)
                 continue
-            finish(session, row.id, worker=worker, state=DigestState.CANCELLED, now=now, code=None,
-                   error=f"subscriber {status.value if status else 'gone'}")
+            gone.append(Finished(row.id, DigestState.CANCELLED, None, f"subscriber {status.value if status else 'gone'}"))
             if row.kind is not DigestKind.RESEND:
                 release_entries(session, row.id)
-            report.cancelled += 1
+        report.cancelled += len(finish_many(session, gone, worker=worker, now=now))
         loaded = mailer.load(session, live)
     built = mailer.build_loaded(loaded, now, for_wire=True)
-    failed = [b for b in built if b.error is not None]
+    failed = [Finished(b.row.id, DigestState.FAILED, None, b.error) for b in built if b.error is not None]
     if failed:
         with transaction(factory) as session:
-            for message in failed:
-                finish(session, message.row.id, worker=worker, state=DigestState.FAILED, now=now, code=None,
-                       error=message.error)
-        report.failed += len(failed)
+            report.failed += len(finish_many(session, failed, worker=worker, now=now))
     return [b for b in built if b.error is None]
 
 
@@ -586,10 +582,13 @@ async def _send_batch(
     worker: str,
 ) -> DeliverReport:
     report = DeliverReport()
-    results: asyncio.Queue[tuple[DigestRow, SendResult]] = asyncio.Queue()
+    results: asyncio.Queue[tuple[DigestRow, SendResult | BaseException]] = asyncio.Queue()
 
     async def send(message: Built) -> None:
-        results.put_nowait((message.row, await pool.send(message.sender, message.recipient, message.data)))
+        try:
+            results.put_nowait((message.row, await pool.send(message.sender, message.recipient, message.data)))
+        except Exception as exc:  # a bug, not an SMTP outcome: the loop below raises it
+            results.put_nowait((message.row, exc))
 
     jobs = [asyncio.ensure_future(send(b)) for b in built]
     # Recorded as sends finish, not in batch order: what a crash can send twice
@@ -604,9 +603,12 @@ async def _send_batch(
             _record(factory, settings, done, worker=worker, now=clock(), report=report)
             done = []
             outcome = await results.get()
+        if isinstance(outcome[1], BaseException):
+            _record(factory, settings, done, worker=worker, now=clock(), report=report)
+            raise outcome[1]
         if not done:
             first_done_at = time.monotonic()
-        done.append(outcome)
+        done.append((outcome[0], outcome[1]))
         if len(done) >= RECORD_EVERY:
             _record(factory, settings, done, worker=worker, now=clock(), report=report)
             done = []

@@ -6,6 +6,7 @@ import os
 from datetime import date
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import func, select
@@ -139,3 +140,26 @@ def test_ingesting_twice_equals_ingesting_once(tmp_path_factory, dumps) -> None:
         total_new = s.scalar(select(func.sum(Source.new_count)))
     assert total_new == len(once["entries"])
     engine.dispose()
+
+
+def test_the_garbage_collector_is_on_again_after_every_ingest(
+    factory: sessionmaker[Session], seed_files: list[Path]
+) -> None:
+    """Ingest pauses the cyclic collector for its own allocations only: after a good
+    file, a bad file and an internal error the process collects garbage as before."""
+    import gc
+
+    assert gc.isenabled()
+    ingest_file(factory, seed_files[0])
+    assert gc.isenabled()
+    assert ingest_bytes(factory, b"\xff\xfe not a dump", name="bad.txt").status is SourceStatus.FAILED
+    assert gc.isenabled()
+    with pytest.raises(TypeError):
+        ingest_bytes(factory, "text, not bytes", name="wrong-type.txt")  # type: ignore[arg-type]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        ingest_file(factory, seed_files[1])
+        assert not gc.isenabled(), "a caller's own pause is left alone"
+    finally:
+        gc.enable()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import ssl
 import time
 from dataclasses import dataclass
@@ -90,6 +91,10 @@ class RateLimiter:
             self.next_at = max(now, self.next_at) + self.interval
 
 
+# An addr-spec of dot-atom text only (RFC 5321 4.1.2): nothing to parse or quote.
+_PLAIN_ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
+
+
 def _can_send_prepared(protocol: object) -> bool:
     return all(hasattr(protocol, name) for name in ("_command_lock", "_response_pending", "write", "read_response"))
 
@@ -114,11 +119,25 @@ async def transmit(
         data = message if isinstance(message, bytes) else _unstuffed(message)
         errors, response = await client.sendmail(sender, [recipient], data)
         return response
-    await client.mail(sender, options=[f"size={ready.size}"] if client.supports_extension("size") else [])
-    try:
-        await client.rcpt(recipient)
-    except aiosmtplib.SMTPRecipientRefused as exc:
-        raise aiosmtplib.SMTPRecipientsRefused([exc]) from None  # as sendmail reports it
+    options = [f"size={ready.size}"] if client.supports_extension("size") else []
+    if client.is_ehlo_or_helo_needed or not (_PLAIN_ADDRESS.fullmatch(sender) and _PLAIN_ADDRESS.fullmatch(recipient)):
+        await client.mail(sender, options=options)
+        try:
+            await client.rcpt(recipient)
+        except aiosmtplib.SMTPRecipientRefused as exc:
+            raise aiosmtplib.SMTPRecipientsRefused([exc]) from None  # as sendmail reports it
+    else:
+        # What mail() and rcpt() send for a plain address, without their address
+        # parsing (email.utils.parseaddr twice a message, ~60 us); a test checks
+        # aiosmtplib quotes every such address the same way.
+        response = await client.execute_command(b"MAIL", b"FROM:<%s>" % sender.encode("ascii"),
+                                                *(option.encode("ascii") for option in options))
+        if response.code != aiosmtplib.SMTPStatus.completed:
+            raise aiosmtplib.SMTPSenderRefused(response.code, response.message, sender)
+        response = await client.execute_command(b"RCPT", b"TO:<%s>" % recipient.encode("ascii"))
+        if response.code not in (aiosmtplib.SMTPStatus.completed, aiosmtplib.SMTPStatus.will_forward):
+            error = aiosmtplib.SMTPRecipientRefused(response.code, response.message, recipient)
+            raise aiosmtplib.SMTPRecipientsRefused([error])
     timeout = client.timeout
     if protocol._command_lock is None:  # noqa: SLF001
         raise aiosmtplib.SMTPServerDisconnected("Server not connected")

@@ -74,3 +74,52 @@ def test_refusals_are_classified_as_sendmail_reported_them(fault: Fault, outcome
         result = asyncio.run(run())
     assert result.outcome is outcome
     assert result.detail.startswith(detail)
+
+
+def _envelope_by_validation(address: str) -> str:
+    from email_validator import EmailNotValidError, validate_email
+
+    try:
+        checked = validate_email(address, check_deliverability=False)
+    except EmailNotValidError:
+        return address
+    return checked.ascii_email or checked.normalized
+
+
+_ASCII_ADDRESS = st.text(st.sampled_from("aZ09.-_+!#'@\"\\ []xn"), min_size=1, max_size=20).map(
+    lambda s: s if "@" in s else s + "@example.org"
+)
+
+
+@given(st.one_of(st.emails(), _ASCII_ADDRESS, st.emails().map(str.upper), st.text(max_size=30)))
+def test_envelope_address_fast_path_agrees_with_validation(address: str) -> None:
+    """The envelope's recipient skips email_validator for plain ASCII addresses with a
+    lower-case domain; for every address it must give what validation gives."""
+    from bot.message import envelope_address
+
+    assert envelope_address(address) == _envelope_by_validation(address)
+
+
+def test_envelope_address_keeps_idn_handling() -> None:
+    from bot.message import envelope_address
+
+    assert envelope_address("linus@bücher.example") == "linus@xn--bcher-kva.example"
+    assert envelope_address("Ada@Example.ORG") == "Ada@example.org"
+    assert envelope_address("ada@xn--bcher-kva.example") == "ada@xn--bcher-kva.example"
+
+
+def test_plain_addresses_are_quoted_as_aiosmtplib_quotes_them() -> None:
+    """transmit writes MAIL FROM:<a> and RCPT TO:<b> itself for plain addresses;
+    aiosmtplib's own quoting must give the same bytes for every one of them."""
+    from aiosmtplib.email import quote_address
+
+    from bot.deliver import _PLAIN_ADDRESS
+
+    @given(st.from_regex(_PLAIN_ADDRESS, fullmatch=True))
+    def check(address: str) -> None:
+        assert quote_address(address) == f"<{address}>"
+
+    check()
+    for odd in ('"quoted local"@example.org', "a b@example.org", "a<b@example.org", "a@b@example.org",
+                "linus@bücher.example", "a@[127.0.0.1]", "a..b@example.org", ".a@example.org"):
+        assert not _PLAIN_ADDRESS.fullmatch(odd), odd

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.deliver import SmtpPool
-from bot.digests import Mailer, deliver, plan, worker_name
+from bot.digests import DeliverReport, Mailer, deliver, plan, worker_name
 from bot.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import transaction
@@ -42,6 +42,15 @@ JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _log_delivery(task: asyncio.Task[DeliverReport]) -> None:
+    if task.cancelled():
+        return
+    if (exc := task.exception()) is not None:
+        log.error("delivery stopped by an unexpected error", exc_info=exc)
+    elif any(vars(report := task.result()).values()):
+        log.info("delivery: %s", report)
 
 
 class Daemon:
@@ -71,7 +80,7 @@ class Daemon:
         self.worker = worker_name()
         self.mailer = Mailer(settings)
         self.pool = SmtpPool(settings.smtp, settings.smtp.resolved_password())
-        self._delivering: asyncio.Task[object] | None = None
+        self._delivering: asyncio.Task[DeliverReport] | None = None
 
     async def elect(self) -> None:
         """Become the scheduler if nobody is; plan at once when we just did."""
@@ -103,16 +112,18 @@ class Daemon:
                 await self.deliver()
 
     async def deliver(self) -> None:
+        """Start delivering what is due, unless a delivery is still running.
+
+        Returns at once: a delivery of a big day takes minutes, and a job that
+        waited for it would make APScheduler log every tick as skipped.  The
+        delivery is a task of its own, so shutting the scheduler down never
+        cancels sends in flight; run() waits for them instead."""
         if not self.deliver_jobs or self.stop.is_set() or (self._delivering is not None and not self._delivering.done()):
             return
         self._delivering = asyncio.ensure_future(
             deliver(self.factory, self.settings, self.mailer, self.pool, clock=self.clock, worker=self.worker, stop=self.stop)
         )
-        # Shielded: APScheduler cancels running jobs on shutdown, and the cancel
-        # would reach the sends in flight; run() waits for them to finish instead.
-        report = await asyncio.shield(self._delivering)
-        if any(vars(report).values()):
-            log.info("delivery: %s", report)
+        self._delivering.add_done_callback(_log_delivery)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

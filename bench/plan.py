@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=300)
     parser.add_argument("--days", type=int, default=30)
     args = parser.parse_args()
-    filters = zipf_choices(filter_expressions(), args.subscribers)
+    filters = list(zipf_choices(filter_expressions(), args.subscribers))
     with tempfile.TemporaryDirectory(prefix="digestbot-plan-") as tmp:
         folder = Path(tmp)
         settings = Settings.model_validate({"paths": {"var_dir": str(folder / "var")}})

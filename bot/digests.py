@@ -25,6 +25,7 @@ import socket
 import time
 import uuid
 import zoneinfo
+from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -43,6 +44,7 @@ from bot.render import Links, Renderer, primary_url
 from bot.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
 from bot.splice import MessageTemplate, Personal, templates_allow_splicing
 from bot.store.digests import (
+    ContentCache,
     DigestKind,
     DigestRow,
     DigestState,
@@ -84,7 +86,9 @@ def worker_name() -> str:
 
 @dataclass
 class PlanReport:
-    planned: list[int] = field(default_factory=list)  # digest ids queued
+    # Digest ids queued: 8 bytes each in an array, not 36 in a list of ints,
+    # because a pass may queue a million.
+    planned: array[int] = field(default_factory=lambda: array("q"))
     empty: int = 0  # due subscribers with nothing new
     not_due: int = 0
 
@@ -283,6 +287,9 @@ class Built:
     error: str | None = None
 
 
+_UNSEEN = object()
+
+
 class Mailer:
     """Everything needed to turn a digest id into bytes on the wire.
 
@@ -306,6 +313,13 @@ class Mailer:
         self.template_bytes = 0
         self.spliced = 0  # messages made from a template (for tests and benchmarks)
         self._builders: ProcessPoolExecutor | None = None
+        self.new_run()
+
+    def new_run(self, run: str | None = None) -> None:
+        """Forget the entries read for earlier batches (``ContentCache``): one delivery
+        run (*run*, or a new one) reuses them from batch to batch, the next one reads them again."""
+        self.contents = ContentCache()
+        self.run = run or uuid.uuid4().hex
 
     def links(self, subscriber: Subscriber) -> tuple[Links, tuple[str, ...]]:
         return self.links_for_token(make_token(self.key, subscriber.id, subscriber.unsubscribe_secret))
@@ -324,7 +338,7 @@ class Mailer:
             self._builders = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
         url = factory.kw["bind"].url.render_as_string(hide_password=False)
         return await asyncio.get_running_loop().run_in_executor(
-            self._builders, _prepare_remote, url, self.settings, ids, now, worker
+            self._builders, _prepare_remote, url, self.settings, ids, now, worker, self.run
         )
 
     def close(self) -> None:
@@ -371,7 +385,7 @@ class Mailer:
 
     def load(self, session: Session, rows: Sequence[DigestRow]) -> list[tuple[DigestRow, DigestContent, str | None]]:
         """What building needs from the store (``build_loaded`` then needs no session)."""
-        contents = digest_contents(session, [row.id for row in rows])
+        contents = digest_contents(session, [row.id for row in rows], self.contents)
         return [(row, contents[row.id], _resent_message_id(session, row)) for row in rows]
 
     def build_loaded(
@@ -411,9 +425,10 @@ class Mailer:
     def _template(self, content: DigestContent) -> MessageTemplate | None:
         # Everything the body depends on but the subscriber's own values (render.personal_context).
         key = (content.kind, content.local_date, content.pending, content.subscriber.filter, content.items)
-        if key in self.templates:
+        found = self.templates.get(key, _UNSEEN)  # one hash of 30 items, not three
+        if found is not _UNSEEN:
             self.templates.move_to_end(key)
-            return self.templates[key]
+            return found
         template = MessageTemplate.build(self.renderer, content, self.settings.sender, self.links_for_token)
         self.templates[key] = template
         self.template_bytes += template.nbytes if template else 0
@@ -439,6 +454,7 @@ async def deliver(
     between batches: sends in flight always finish and are recorded).  The next
     batch is claimed and built while the previous one is on the wire."""
     worker = worker or worker_name()
+    mailer.new_run()
     total = DeliverReport()
     ahead = max(1, settings.digest.build_processes)  # batches being built while one is sent
     building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
@@ -522,9 +538,10 @@ _REMOTE: dict[str, tuple[sessionmaker[Session], Mailer]] = {}  # per build proce
 
 
 def _prepare_remote(
-    url: str, settings: Settings, ids: list[int], now: datetime, worker: str
+    url: str, settings: Settings, ids: list[int], now: datetime, worker: str, run: str
 ) -> tuple[list[Built], DeliverReport]:
-    """``_prepare_batch`` in a build process (``Mailer.prepare``)."""
+    """``_prepare_batch`` in a build process (``Mailer.prepare``), for the sending
+    Mailer's delivery run *run*."""
     if url not in _REMOTE:
         from bot.store.engine import make_engine, sessions
 
@@ -532,6 +549,8 @@ def _prepare_remote(
         _REMOTE[url] = sessions(make_engine(url, busy_timeout_ms=database.busy_timeout_ms,
                                             sqlite_cache_mb=database.sqlite_cache_mb)), Mailer(settings)
     factory, mailer = _REMOTE[url]
+    if mailer.run != run:
+        mailer.new_run(run)
     report = DeliverReport()
     return _prepare_batch(factory, mailer, ids, now=now, worker=worker, report=report), report
 

@@ -210,3 +210,93 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
         assert fast == simple
 
     check()
+
+
+def test_an_entry_changed_during_a_delivery_run_is_read_again(
+    factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """Entries are kept from batch to batch of one run (ContentCache); an ingest that
+    changes one in between must show in the batches after it: a digest planned
+    before the change keeps its pinned summary, one planned after gets the new one,
+    each exactly as the simple path builds it."""
+    from datetime import date
+
+    from bot.ingest import ingest_bytes
+    from tests.test_dump_parser import render_dump
+
+    settings = _settings(tmp_path)
+    papers = [(f"Sparse attention kernels part {n}", ["A. Author"], date(2026, 6, 13), f"First text {n}.")
+              for n in range(3)]
+    save(factory, settings, [clean_fields("ada@example.org", filter="*")], DAY - timedelta(days=1))
+    ingest_bytes(factory, render_dump(papers).encode(), name="one", now=DAY - timedelta(hours=2), rules=RULES)
+    (before,) = plan(factory, settings, RULES, now=DAY, all_due=True).planned
+    mailer = Mailer(settings)
+    mailer.new_run()
+    with factory() as session:
+        first = mailer.build(session, [get_digest(session, before)], DAY)  # type: ignore[list-item]
+    assert b"First text 0." in first[0].data  # type: ignore[operator]
+
+    changed = [(title, authors, day, summary.replace("First", "Second")) for title, authors, day, summary in papers]
+    ingest_bytes(factory, render_dump(changed).encode(), name="two", now=DAY + timedelta(hours=1), rules=RULES)
+    save(factory, settings, [clean_fields("grace@example.org", filter="*")], DAY + timedelta(hours=1))
+    (after,) = plan(factory, settings, RULES, now=DAY + timedelta(hours=2), all_due=True).planned
+    with factory() as session:  # the same run: the entries read for the first batch are cached
+        rows = [get_digest(session, before), get_digest(session, after)]
+        built = mailer.build(session, rows, DAY)  # type: ignore[arg-type]
+        simple = [mailer.message_bytes(session, row, DAY)[0] for row in rows]  # type: ignore[arg-type]
+    assert [b.data for b in built] == simple
+    assert b"First text 0." in simple[0] and b"Second text 0." in simple[1]
+
+
+def test_body_keys_name_the_ledger_rows_and_spare_reading_them_again(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
+    """The planner's body key is the hash of exactly the ledger rows the send path
+    would read; digests that share it share one read, and build the same bytes."""
+    from sqlalchemy import select
+
+    from bot.store.digests import ContentCache, LedgerRow, body_key, digest_contents
+    from bot.store.schema import Digest, LedgerEntry
+
+    settings = _settings(tmp_path)
+    ids = _queued(factory, settings, seed_files)
+    with factory() as session:
+        keys = dict(session.execute(select(Digest.id, Digest.body_key).where(Digest.id.in_(ids))).all())
+        for digest_id in ids:
+            stored = session.execute(
+                select(LedgerEntry.entry_id, LedgerEntry.summary_source_id, LedgerEntry.why, LedgerEntry.tags,
+                       LedgerEntry.url).where(LedgerEntry.digest_id == digest_id).order_by(LedgerEntry.position)
+            ).all()
+            rows: list[LedgerRow] = [(e, s, w, tuple(t), u) for e, s, w, t, u in stored]
+            assert keys[digest_id] == body_key(rows)
+        assert len(set(keys.values())) == 4  # one per filter
+        cache = ContentCache()
+        first = digest_contents(session, ids[:3], cache)  # three of the "*" subscribers
+        assert len(cache.bodies) == 1
+        later = digest_contents(session, ids, cache)
+        fresh = digest_contents(session, ids)
+    assert len(cache.bodies) == 4
+    assert first[ids[0]].items is not None and first[ids[0]].items == later[ids[1]].items
+    for digest_id in ids:
+        assert later[digest_id] == fresh[digest_id]
+
+
+def test_a_released_digest_does_not_lend_its_empty_rows_to_its_body(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
+    """A cancel releases a digest's ledger rows (and its body key); read in one batch
+    with another digest of the same body, in whatever order the database returns
+    them, neither lends the other its rows."""
+    from bot.store.digests import ContentCache, digest_contents, release_entries
+    from bot.store.engine import transaction
+
+    settings = _settings(tmp_path)
+    ids = _queued(factory, settings, seed_files)
+    with transaction(factory) as session:  # what delivery does for a subscriber who left
+        release_entries(session, ids[0])
+    with factory() as session:
+        cache = ContentCache()
+        contents = digest_contents(session, ids[:2], cache)
+        fresh = digest_contents(session, [ids[1]])
+    assert contents[ids[0]].items == ()
+    assert contents[ids[1]].items and contents[ids[1]] == fresh[ids[1]]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
+from typing import Any
 
 from sqlalchemy import Text, and_, bindparam, delete, func, or_, select, type_coerce, update
 from sqlalchemy.orm import Session
@@ -76,32 +79,58 @@ class NewDigest:
     pending: int
 
 
+LedgerRow = tuple[int, int | None, str, tuple[str, ...], str]  # entry, pinned source, why, tags, url
+
+
+def body_key(rows: Iterable[LedgerRow]) -> str:
+    """What identifies a digest's items: its ledger rows' content, in order."""
+    return hashlib.blake2b(repr(tuple(rows)).encode("utf-8"), digest_size=16).hexdigest()
+
+
+class _BodyKeys:
+    """``body_key`` per digest of one planner batch, hashed once per distinct
+    list: the subscribers of a filter share their ``Planned`` objects."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[int, ...], tuple[str, Sequence[Planned]]] = {}
+
+    def body(self, entries: Sequence[Planned]) -> str:
+        same = tuple(map(id, entries))
+        if same not in self.known:  # the entries are kept in the value, so their ids stay theirs
+            self.known[same] = body_key((p.entry_id, p.summary_source_id, p.why, p.tags, p.url) for p in entries), entries
+        return self.known[same][0]
+
+
 def insert_digests(
     session: Session, digests: Sequence[NewDigest], *, now: datetime, message_id: Callable[[int, NewDigest], str]
 ) -> list[int]:
     """Insert planned digests and their ledger rows in bulk; their ids, in order.
     *message_id* makes each Message-ID from the digest's new id."""
     ids = list(allocate_ids(session, Digest.__table__, len(digests)))
+    keys = _BodyKeys()
     bulk_insert(session, Digest.__table__, [
         {
             "id": digest_id, "subscriber_id": d.subscriber_id, "local_date": d.local_date, "kind": d.kind.value,
             "resend_of_id": None, "state": d.state.value, "attempts": 0, "next_attempt_at": now, "lease_owner": None,
             "lease_expires_at": None, "message_id": message_id(digest_id, d) if d.state is not DigestState.EMPTY else "",
             "entry_count": len(d.entries), "pending_count": d.pending, "smtp_code": None, "last_error": None,
-            "planned_at": now, "sent_at": None,
+            "planned_at": now, "sent_at": None, "body_key": keys.body(d.entries) if d.entries else None,
         }
         for digest_id, d in zip(ids, digests, strict=True)
     ])
-    ledger = [
+    # Built and written a chunk at a time: a batch of 1,000 subscribers has ~30,000
+    # rows, and as dicts at once they were the planner's peak memory.
+    ledger = (
         {
             "subscriber_id": d.subscriber_id, "entry_id": p.entry_id, "digest_id": digest_id, "position": n,
-            "summary_source_id": p.summary_source_id, "why": p.why, "tags": list(p.tags), "url": p.url,
+            # The same tuple for every subscriber of a filter: encoded to JSON once (bulk_insert).
+            "summary_source_id": p.summary_source_id, "why": p.why, "tags": p.tags, "url": p.url,
         }
         for digest_id, d in zip(ids, digests, strict=True)
         for n, p in enumerate(d.entries)
-    ]
-    for part in chunks(ledger, 20_000):
-        bulk_insert(session, LedgerEntry.__table__, list(part))
+    )
+    while part := list(itertools.islice(ledger, 5_000)):
+        bulk_insert(session, LedgerEntry.__table__, part)
     return ids
 
 
@@ -312,51 +341,68 @@ def digest_content(session: Session, digest_id: int) -> DigestContent:
     return digest_contents(session, [digest_id])[digest_id]
 
 
-def digest_contents(session: Session, digest_ids: Sequence[int]) -> dict[int, DigestContent]:
-    """``digest_content`` for many digests in a few queries (the send path's batch).
-    One ``DigestItem`` object per distinct item, shared by the digests carrying it."""
-    heads = []
-    for part in chunks(list(digest_ids)):
-        heads += session.execute(
-            select(Digest.id.label("digest_id"), Digest.kind, Digest.local_date, Digest.resend_of_id,
-                   Digest.pending_count, *SubscriberRow.__table__.c)
-            .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
-            .where(Digest.id.in_(part))
-        ).all()
-    source_of = {
-        d.digest_id: d.resend_of_id if d.kind == DigestKind.RESEND.value and d.resend_of_id else d.digest_id
-        for d in heads
-    }
-    rows: dict[int, list[tuple[int, int | None, str, tuple[str, ...], str]]] = {}
-    for part in chunks(sorted(set(source_of.values()))):
-        found = session.execute(
-            select(LedgerEntry.digest_id, LedgerEntry.entry_id, LedgerEntry.summary_source_id, LedgerEntry.why,
-                   type_coerce(LedgerEntry.tags, Text), LedgerEntry.url)
-            .where(LedgerEntry.digest_id.in_(part))
-            .order_by(LedgerEntry.digest_id, LedgerEntry.position)
-        )
-        for digest_id, entry_id, source_id, why, tags, url in found:
-            rows.setdefault(digest_id, []).append((entry_id, source_id, why, _tags(tags), url))
-    entry_ids = sorted({row[0] for found in rows.values() for row in found})
-    entries: dict[int, Entry] = {}
-    pinned: dict[tuple[int, int], str] = {}
-    wanted = {(row[0], row[1]) for found in rows.values() for row in found if row[1] is not None}
-    for part in chunks(entry_ids):
-        entries.update((e.id, e) for e in session.scalars(select(Entry).where(Entry.id.in_(part))))
-        for entry_id, source_id, summary in session.execute(
-            select(Appearance.entry_id, Appearance.source_id, Appearance.summary).where(Appearance.entry_id.in_(part))
-        ):
-            if (entry_id, source_id) in wanted and summary is not None:  # NULL: the entry's current summary
-                pinned[(entry_id, source_id)] = summary
-    items: dict[tuple[int, int | None, str, tuple[str, ...], str], DigestItem] = {}
+_ENTRY_COLUMNS = (
+    Entry.id, Entry.updated_at, Entry.key, Entry.kind, Entry.title, Entry.authors, Entry.published, Entry.summary,
+    Entry.summary_type, Entry.arxiv_id, Entry.doi, Entry.links, Entry.extra,
+)
 
-    def item(row: tuple[int, int | None, str, tuple[str, ...], str]) -> DigestItem:
-        if row not in items:
-            entry_id, source_id, why, tags, url = row
-            entry = entries[entry_id]
+
+class ContentCache:
+    """Entries and digest items kept from one batch of a delivery to the next.
+
+    A day's digests carry a few hundred entries between them, and reading each
+    entry again for every batch of 200 messages was half the cost of building
+    them.  An entry is reused while its ``updated_at`` is unchanged: ingest
+    sets it in the same transaction that changes any of its fields or the
+    summary variants pinned to it.  Use one cache for one delivery run; it
+    forgets everything when it holds more than ``LIMIT`` items."""
+
+    LIMIT = 20_000
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[datetime, Any]] = {}  # id -> (updated_at, row of _ENTRY_COLUMNS)
+        self.pinned: dict[tuple[int, int], str] = {}  # (entry, source) -> that source's summary variant
+        self.items: dict[tuple[LedgerRow, datetime], DigestItem] = {}
+        # body_key -> those ledger rows: digests of one body read them once.
+        self.bodies: dict[str, list[LedgerRow]] = {}
+
+    def load(self, session: Session, entry_ids: list[int]) -> None:
+        """Make sure every entry of *entry_ids* and its pinned summary variants are current.
+
+        All of an entry's variants are read with it: a variant is only ever
+        added or filled in by the ingest that changes the entry (see
+        ``upsert_source_entries``), so they are as current as the entry."""
+        if len(self.items) + len(self.bodies) > self.LIMIT:
+            self.entries.clear()
+            self.pinned.clear()
+            self.items.clear()
+            self.bodies.clear()
+        stale = []
+        for part in chunks(entry_ids):
+            for entry_id, updated_at in session.execute(select(Entry.id, Entry.updated_at).where(Entry.id.in_(part))):
+                known = self.entries.get(entry_id)
+                if known is None or known[0] != updated_at:
+                    stale.append(entry_id)
+        for part in chunks(stale):
+            for entry in session.execute(select(*_ENTRY_COLUMNS).where(Entry.id.in_(part))):
+                self.entries[entry.id] = (entry.updated_at, entry)
+            for entry_id, source_id, summary in session.execute(
+                select(Appearance.entry_id, Appearance.source_id, Appearance.summary).where(Appearance.entry_id.in_(part))
+            ):
+                if summary is None:  # NULL: the entry's current summary
+                    self.pinned.pop((entry_id, source_id), None)
+                else:
+                    self.pinned[(entry_id, source_id)] = summary
+
+    def item(self, row: LedgerRow) -> DigestItem:
+        entry_id, source_id, why, tags, url = row
+        updated_at, entry = self.entries[entry_id]
+        key = (row, updated_at)
+        found = self.items.get(key)
+        if found is None:
             # The summary variant pinned at planning time (COALESCE(appearance, entry) as elsewhere).
-            summary = pinned.get((entry_id, source_id), entry.summary) if source_id is not None else entry.summary
-            items[row] = DigestItem(
+            summary = self.pinned.get((entry_id, source_id), entry.summary) if source_id is not None else entry.summary
+            found = self.items[key] = DigestItem(
                 key=entry.key,
                 kind=EntryKind(entry.kind),
                 title=entry.title,
@@ -372,15 +418,59 @@ def digest_contents(session: Session, digest_ids: Sequence[int]) -> dict[int, Di
                 links=tuple(entry.links),
                 extra=tuple(sorted(entry.extra.items())),
             )
-        return items[row]
+        return found
 
+
+def digest_contents(
+    session: Session, digest_ids: Sequence[int], cache: ContentCache | None = None
+) -> dict[int, DigestContent]:
+    """``digest_content`` for many digests in a few queries (the send path's batch).
+    One ``DigestItem`` object per distinct item, shared by the digests carrying it
+    (and by later batches, through *cache*)."""
+    cache = cache if cache is not None else ContentCache()
+    heads = []
+    for part in chunks(list(digest_ids)):
+        heads += session.execute(
+            select(Digest.id.label("digest_id"), Digest.kind, Digest.local_date, Digest.resend_of_id,
+                   Digest.pending_count, Digest.body_key, *SubscriberRow.__table__.c)
+            .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
+            .where(Digest.id.in_(part))
+        ).all()
+    source_of = {
+        d.digest_id: d.resend_of_id if d.kind == DigestKind.RESEND.value and d.resend_of_id else d.digest_id
+        for d in heads
+    }
+    # A digest's own ledger rows never change once planned, so one read serves
+    # every digest with the same body key (a resend reads its original's).
+    keyed = {d.digest_id: d.body_key for d in heads if d.body_key is not None and source_of[d.digest_id] == d.digest_id}
+    first_of: dict[str, int] = {}  # per body not read yet, the one digest whose rows are read
+    for digest_id, key in keyed.items():
+        if key not in cache.bodies:
+            first_of.setdefault(key, digest_id)
+    unread = {source_of[d.digest_id] for d in heads if d.digest_id not in keyed} | set(first_of.values())
+    rows: dict[int, list[LedgerRow]] = {}
+    for part in chunks(sorted(unread)):
+        found = session.execute(
+            select(LedgerEntry.digest_id, LedgerEntry.entry_id, LedgerEntry.summary_source_id, LedgerEntry.why,
+                   type_coerce(LedgerEntry.tags, Text), LedgerEntry.url)
+            .where(LedgerEntry.digest_id.in_(part))
+            .order_by(LedgerEntry.digest_id, LedgerEntry.position)
+        )
+        for digest_id, entry_id, source_id, why, tags, url in found:
+            rows.setdefault(digest_id, []).append((entry_id, source_id, why, _tags(tags), url))
+    for key, digest_id in first_of.items():
+        cache.bodies[key] = rows.get(digest_id, [])  # a keyed digest has rows: release_entries drops the key
+    for digest_id, key in keyed.items():
+        rows[digest_id] = cache.bodies[key]
+    entry_ids = sorted({row[0] for found in rows.values() for row in found})
+    cache.load(session, entry_ids)
     return {
         head.digest_id: DigestContent(
             digest_id=head.digest_id,
             kind=head.kind,
             local_date=head.local_date,
             subscriber=subscriber_view(head),  # type: ignore[arg-type]
-            items=tuple(item(row) for row in rows.get(source_of[head.digest_id], ())),
+            items=tuple(map(cache.item, rows.get(source_of[head.digest_id], ()))),
             pending=head.pending_count,
             resend_of=head.resend_of_id,
         )
@@ -471,8 +561,10 @@ def finish(
 
 def release_entries(session: Session, digest_id: int) -> None:
     """Give a cancelled digest's entries back, so a later digest can carry them
-    (and drop the subscriber's planner watermark: those entries are behind it)."""
+    (and drop the subscriber's planner watermark: those entries are behind it).
+    The digest's body key goes too: it named the rows deleted here."""
     session.execute(delete(LedgerEntry).where(LedgerEntry.digest_id == digest_id))
+    session.execute(update(Digest).where(Digest.id == digest_id).values(body_key=None))
     session.execute(
         update(SubscriberRow)
         .where(SubscriberRow.id == select(Digest.subscriber_id).where(Digest.id == digest_id).scalar_subquery())

@@ -8,7 +8,7 @@ already holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -58,14 +58,24 @@ def bulk_insert(session: Session, table: Any, rows: list[dict[str, Any]], *, ign
         values = [row[name] for row in rows]
         processor = processors.get(name)
         if processor is not None:
-            first = values[0]
-            if all(v is first for v in values):  # e.g. one timestamp for the whole batch
-                values = [processor(first)] * len(values)
-            else:
-                values = list(map(processor, values))
+            values = _processed(processor, values)
         columns.append(values)
     params: list[Any] = list(zip(*columns)) if compiled.positional else [dict(zip(names, r)) for r in zip(*columns)]
     connection.exec_driver_sql(str(compiled), params)
+
+
+def _processed(processor: Callable[[Any], Any], values: list[Any]) -> list[Any]:
+    """*processor* applied to each value, once per distinct object: rows often share
+    one (a batch's timestamp, a ledger row's tags shared by every subscriber of a
+    filter), and JSON encoding is the dearest part of a row."""
+    done: dict[int, Any] = {}  # by id(): *values* keeps every object alive meanwhile
+    out = []
+    for value in values:
+        key = id(value)
+        if key not in done:
+            done[key] = processor(value)
+        out.append(done[key])
+    return out
 
 
 def allocate_ids(session: Session, table: Any, count: int) -> range | list[int]:

@@ -239,6 +239,8 @@ class Digest(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     planned_at: Mapped[datetime] = mapped_column(UTCDateTime)
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # store.digests.body_key of the ledger rows (NULL: not known, read them).
+    body_key: Mapped[str | None] = mapped_column(String(32))
 
     __table_args__ = (
         Index(

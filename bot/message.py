@@ -97,14 +97,28 @@ def build_message(rendered: RenderedDigest, headers: Headers, sender: SenderConf
     return msg
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Prepared:
     """A message in the form SMTP's DATA carries it: CRLF line ends, lines that
     begin with a dot doubled, ``.\r\n`` at the end.  ``size`` is the message's
-    own length, as the SIZE extension counts it."""
+    own length, as the SIZE extension counts it.
 
-    wire: bytes
+    The bytes are kept in *parts*, joined only when written: a spliced message's
+    constant parts are its template's own objects, so a batch of messages holds
+    (and pickles, from a build process) each body once, not once per subscriber."""
+
+    parts: tuple[bytes, ...]
     size: int
+
+    @property
+    def wire(self) -> bytes:
+        return b"".join(self.parts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Prepared) and self.size == other.size and self.wire == other.wire
+
+    def __hash__(self) -> int:
+        return hash((self.wire, self.size))
 
 
 def dot_stuff(lines: bytes) -> bytes:
@@ -121,7 +135,7 @@ def prepared(message: bytes) -> Prepared | None:
         return None
     if not message.endswith(b"\r\n"):
         message += b"\r\n"
-    return Prepared(dot_stuff(message) + b".\r\n", len(message))
+    return Prepared((dot_stuff(message), b".\r\n"), len(message))
 
 
 def envelope_for(headers: Headers, sender: SenderConfig) -> Envelope:

@@ -215,7 +215,7 @@ class MessageTemplate:
                 size += len(made)
                 parts.append(dot_stuff(made))
         parts.append(b".\r\n")
-        return Prepared(b"".join(parts), size)
+        return Prepared(tuple(parts), size)
 
     @classmethod
     def build(

@@ -23,7 +23,7 @@ def test_prepared_is_what_aiosmtplib_would_send(lines: list[bytes], final_newlin
     message = b"\r\n".join(lines) + (b"\r\n" if final_newline else b"")
     normalized = normalize_message_line_endings(message)
     ready = prepared(message)
-    assert ready == Prepared(PERIOD_REGEX.sub(b"..", normalized) + b".\r\n", len(normalized))
+    assert ready == Prepared((PERIOD_REGEX.sub(b"..", normalized) + b".\r\n",), len(normalized))
     assert _unstuffed(ready) == normalized
 
 

@@ -42,7 +42,7 @@ from bot.domain import DigestContent, Subscriber, SubscriberStatus
 from bot.message import Headers, Prepared, build_message, envelope_address, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
 from bot.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
-from bot.splice import MessageTemplate, Personal, templates_allow_splicing
+from bot.splice import MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
 from bot.store.digests import (
     ContentCache,
     DigestKind,
@@ -310,6 +310,7 @@ class Mailer:
         self.envelope_sender = envelope_address(settings.sender.from_address)
         self.templates: OrderedDict[tuple[object, ...], MessageTemplate | None] = OrderedDict()
         self.splicing = templates_allow_splicing(self.renderer)
+        self.footer_substituted = footer_allows_substitution(self.renderer)
         self.template_bytes = 0
         self.spliced = 0  # messages made from a template (for tests and benchmarks)
         self._builders: ProcessPoolExecutor | None = None
@@ -429,7 +430,8 @@ class Mailer:
         if found is not _UNSEEN:
             self.templates.move_to_end(key)
             return found
-        template = MessageTemplate.build(self.renderer, content, self.settings.sender, self.links_for_token)
+        template = MessageTemplate.build(self.renderer, content, self.settings.sender, self.links_for_token,
+                                         footer_substituted=self.footer_substituted)
         self.templates[key] = template
         self.template_bytes += template.nbytes if template else 0
         while len(self.templates) > self.TEMPLATES or self.template_bytes > self.TEMPLATE_BYTES:

@@ -13,10 +13,12 @@ encoding only the lines that hold their values (quoted-printable encodes a
 line by itself, so every other line is encoded once).
 
 The bytes are the simple path's, and that is checked where it could fail:
-every marker must sit where the splice reproduces it (inside the text
-footer, which is rendered per subscriber, or in HTML text or an attribute
-whose escaping is recognised), and filling the template with the probe's
-own values must give back the probe's message byte for byte.  A template
+the templates may only print a subscriber's values (checked on their syntax
+tree; a text footer that wraps or filters them is rendered again for each
+subscriber instead), every marker must sit where the splice reproduces it
+(plain text, HTML text or an HTML attribute whose escaping is recognised),
+and filling the template with the probe's own values must give back the
+probe's message byte for byte.  A template
 that fails a check is not made (``build`` returns None) and the caller uses
 the simple path.  Never reads the store, never sends.
 """
@@ -124,6 +126,24 @@ def to_line(name: str, address: str) -> bytes:
 Piece = bytes | Callable[[Personal, Links], bytes]
 
 
+@dataclass(frozen=True, slots=True)
+class _Holes:
+    """The probe's marker strings: its token, the address between two marks, and
+    the nonce none of the constant bytes may still contain."""
+
+    token: bytes
+    email_mark: bytes
+    email_end: bytes
+    marker: bytes
+
+
+# How HTML prints the probe's specials in text and in attributes.
+_HTML_FORMS = {
+    html_escape(_HTML_SPECIALS, attribute=False).encode("utf-8"): "email_text",
+    html_escape(_HTML_SPECIALS, attribute=True).encode("utf-8"): "email_attribute",
+}
+
+
 def templates_allow_splicing(renderer: Renderer) -> bool:
     """True when no digest template but the text footer does more with a
     subscriber's own values than print them (``{{ subscriber_email }}``) or test
@@ -131,6 +151,19 @@ def templates_allow_splicing(renderer: Renderer) -> bool:
     subscriber).  A template that branches on them, filters or joins them could
     differ between subscribers where the probe cannot show it: such a template
     set is always rendered in full.  Checked on the templates' syntax tree."""
+    names = renderer.env.list_templates(filter_func=lambda name: name.endswith(".j2") and name != TEXT_FOOTER
+                                        and not name.startswith("web/"))
+    return _print_values_only(renderer, names)
+
+
+def footer_allows_substitution(renderer: Renderer) -> bool:
+    """True when the text footer, too, only prints a subscriber's values: then
+    its lines are spliced like the HTML part's instead of rendering the footer
+    again for every subscriber (which it needs when it wraps or filters them)."""
+    return _print_values_only(renderer, [TEXT_FOOTER])
+
+
+def _print_values_only(renderer: Renderer, names: list[str]) -> bool:
     personal = set(personal_context("", Links("", None)))
     env = renderer.env
     # Blocks whose output is captured or transformed before it is written.
@@ -150,8 +183,6 @@ def templates_allow_splicing(renderer: Renderer) -> bool:
                 return False
         return True
 
-    names = env.list_templates(filter_func=lambda name: name.endswith(".j2") and name != TEXT_FOOTER
-                               and not name.startswith("web/"))
     try:
         return all(fine(env.parse(env.loader.get_source(env, name)[0]), False) for name in names)  # type: ignore[union-attr]
     except Exception:  # unreadable or invalid: the renderer will say so; do not splice
@@ -219,10 +250,12 @@ class MessageTemplate:
 
     @classmethod
     def build(
-        cls, renderer: Renderer, content: DigestContent, sender: SenderConfig, links_for: LinksFor
+        cls, renderer: Renderer, content: DigestContent, sender: SenderConfig, links_for: LinksFor, *,
+        footer_substituted: bool = False,
     ) -> MessageTemplate | None:
         """The template for *content*'s body, or None where the splice could not
-        reproduce the simple path exactly (then build each message in full)."""
+        reproduce the simple path exactly (then build each message in full).
+        *footer_substituted*: ``footer_allows_substitution`` holds for *renderer*."""
         if content.resend_of is not None or renderer.text_footer_template is None:
             return None
         nonce = secrets.token_hex(8)
@@ -265,9 +298,12 @@ class MessageTemplate:
             return None
         text_at, html_at = body.find(text_qp), body.find(html_qp)
         pieces.append(body[:text_at])
-        text_pieces = cls._text_pieces(text, footer, context, renderer, marker)
-        html_pieces = cls._html_pieces(html, token.encode("ascii"), email_mark.encode("ascii"),
-                                       email_end.encode("ascii"), marker)
+        holes = _Holes(token.encode("ascii"), email_mark.encode("ascii"), email_end.encode("ascii"), marker)
+        if footer_substituted:
+            text_pieces = cls._line_pieces(text, holes, {_HTML_SPECIALS.encode("utf-8"): "email_raw"})
+        else:
+            text_pieces = cls._text_pieces(text, footer, context, renderer, marker)
+        html_pieces = cls._line_pieces(html, holes, _HTML_FORMS)
         if text_pieces is None or html_pieces is None:
             return None
         pieces += text_pieces
@@ -313,22 +349,20 @@ class MessageTemplate:
         return [qp_lines(text[:line_start]), footer_lines, qp_lines(text[line_end:])]
 
     @staticmethod
-    def _html_pieces(html: bytes, token: bytes, email_mark: bytes, email_end: bytes, marker: bytes) -> list[Piece] | None:
-        """HTML part: lines without the address or token are constant; in the others
-        the values are put back with the escaping their place shows."""
-        text_form = html_escape(_HTML_SPECIALS, attribute=False).encode("utf-8")
-        attribute_form = html_escape(_HTML_SPECIALS, attribute=True).encode("utf-8")
+    def _line_pieces(data: bytes, marks: _Holes, forms: dict[bytes, str]) -> list[Piece] | None:
+        """A part whose subscriber values are printed as they are: lines without the
+        address or token are constant; in the others the values are put back in
+        the form their place shows (*forms*: the probe's specials as printed there
+        -> which form of the address)."""
         holes: list[tuple[int, int, str]] = []  # start, end, what goes there
-        for found in re.finditer(re.escape(email_mark) + b"(.*?)" + re.escape(email_end), html, re.DOTALL):
-            if found.group(1) == text_form:
-                holes.append((found.start(), found.end(), "email_text"))
-            elif found.group(1) == attribute_form:
-                holes.append((found.start(), found.end(), "email_attribute"))
-            else:
+        for found in re.finditer(re.escape(marks.email_mark) + b"(.*?)" + re.escape(marks.email_end), data, re.DOTALL):
+            if found.group(1) not in forms:
                 return None
-        holes += [(m.start(), m.end(), "token") for m in re.finditer(re.escape(token), html)]
+            holes.append((found.start(), found.end(), forms[found.group(1)]))
+        holes += [(m.start(), m.end(), "token") for m in re.finditer(re.escape(marks.token), data)]
         holes.sort()
-        spans = _line_spans(html)
+        marker = marks.marker
+        spans = _line_spans(data)
         by_line: dict[int, list[tuple[int, int, str]]] = {}
         for hole in holes:
             first, last = _lines_around(spans, hole[0], hole[1])
@@ -340,18 +374,18 @@ class MessageTemplate:
         constant_from = 0
         for number in sorted(by_line):
             line_start, line_end = spans[number]
-            pieces.append(qp_lines(html[constant_from:line_start]))
+            pieces.append(qp_lines(data[constant_from:line_start]))
             segments: list[bytes | str] = []
             at = line_start
             for start, end, what in by_line[number]:
-                segments += [html[at:start], what]
+                segments += [data[at:start], what]
                 at = end
-            segments.append(html[at:line_end])
+            segments.append(data[at:line_end])
             if any(isinstance(s, bytes) and marker in s for s in segments):
                 return None
-            pieces.append(_html_line(tuple(segments)))
+            pieces.append(_spliced_line(tuple(segments)))
             constant_from = line_end
-        pieces.append(qp_lines(html[constant_from:]))
+        pieces.append(qp_lines(data[constant_from:]))
         return pieces
 
 
@@ -360,9 +394,10 @@ def _unstuff(lines: bytes) -> bytes:
     return (lines[1:] if lines.startswith(b".") else lines).replace(b"\r\n..", b"\r\n.")
 
 
-def _html_line(segments: tuple[bytes | str, ...]) -> Callable[[Personal, Links], bytes]:
+def _spliced_line(segments: tuple[bytes | str, ...]) -> Callable[[Personal, Links], bytes]:
     def line(personal: Personal, _links: Links) -> bytes:
         values = {
+            "email_raw": personal.email.encode("utf-8"),
             "email_text": html_escape(personal.email, attribute=False).encode("utf-8"),
             "email_attribute": html_escape(personal.email, attribute=True).encode("utf-8"),
             "token": personal.token.encode("ascii"),

@@ -65,14 +65,36 @@ def _queued(factory: sessionmaker[Session], settings: Settings, seed_files: list
     return plan(factory, settings, RULES, now=DAY, all_due=True).planned
 
 
+# A text footer that wraps the address with the rest of its sentence: it cannot
+# be spliced line by line, so it is rendered again for each subscriber.
+WRAPPING_FOOTER = (
+    '{{ ("You receive this daily digest because " ~ subscriber_email ~ " is subscribed with the filter above.")'
+    " | wrap(78) }}"
+)
+
+
+def _wrapping_templates(tmp_path: Path) -> Path:
+    templates = tmp_path / "wrapping-templates"
+    shutil.copytree(ROOT / "templates", templates)
+    footer = templates / "_footer.txt.j2"
+    text = footer.read_text()
+    sentence = "You receive this daily digest because {{ subscriber_email }}\nis subscribed with the filter above."
+    assert sentence in text
+    footer.write_text(text.replace(sentence, WRAPPING_FOOTER))
+    return templates
+
+
+@pytest.mark.parametrize("footer", ["shipped", "wrapping"])
 @pytest.mark.parametrize("public_url", ["", "https://digest.example.org/"])
 def test_spliced_messages_equal_the_simple_path_byte_for_byte(
-    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], public_url: str
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], public_url: str, footer: str
 ) -> None:
-    settings = _settings(tmp_path, public_url=public_url)
+    templates = ROOT / "templates" if footer == "shipped" else _wrapping_templates(tmp_path)
+    settings = _settings(tmp_path, public_url=public_url, templates=templates)
     ids = _queued(factory, settings, seed_files)
     assert len(ids) == len(PEOPLE)
     mailer = Mailer(settings)
+    assert mailer.footer_substituted is (footer == "shipped")
     now = DAY + timedelta(minutes=3)
     with factory() as session:
         rows = [get_digest(session, i) for i in ids]
@@ -88,21 +110,30 @@ def test_spliced_messages_equal_the_simple_path_byte_for_byte(
         assert wire.data == prepared(data)
 
 
-def test_a_template_with_subscriber_values_outside_the_footer_is_built_the_simple_way(
-    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+@pytest.mark.parametrize("footer", ["shipped", "wrapping"])
+def test_an_address_printed_outside_the_footer_is_spliced_only_with_a_spliced_footer(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], footer: str
 ) -> None:
-    templates = tmp_path / "templates"
-    shutil.copytree(ROOT / "templates", templates)
-    header = templates / "digest.txt.j2"
+    """With the shipped footer every line of the text part is spliced alike, so the
+    address may be printed anywhere; a footer rendered per subscriber only
+    covers its own lines, and an address above it makes the simple way the
+    only exact one."""
+    templates = ROOT / "templates" if footer == "shipped" else _wrapping_templates(tmp_path)
+    edited = tmp_path / "edited-templates"
+    shutil.copytree(templates, edited)
+    header = edited / "digest.txt.j2"
     header.write_text(header.read_text().replace("Your filter:", "Hello {{ subscriber_email }}! Your filter:"))
-    settings = _settings(tmp_path, templates=templates)
+    settings = _settings(tmp_path, templates=edited)
     ids = _queued(factory, settings, seed_files)
     mailer = Mailer(settings)
     with factory() as session:
         rows = [get_digest(session, i) for i in ids]
         built = mailer.build(session, rows, DAY)  # type: ignore[arg-type]
         simple = [mailer.message_bytes(session, row, DAY)[0] for row in rows]  # type: ignore[arg-type]
-    assert mailer.spliced == 0 and set(mailer.templates.values()) == {None}
+    if footer == "shipped":
+        assert mailer.spliced == len(ids) and None not in mailer.templates.values()
+    else:
+        assert mailer.spliced == 0 and set(mailer.templates.values()) == {None}
     assert [b.data for b in built] == simple
     assert b"Hello ada@example.org!" in simple[0]
 
@@ -137,11 +168,20 @@ def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, s
     assert templates_allow_splicing(Renderer(ROOT / "templates", search_url="x"))
 
 
+def test_only_a_footer_that_prints_personal_values_is_spliced(tmp_path: Path) -> None:
+    from bot.render import Renderer
+    from bot.splice import footer_allows_substitution, templates_allow_splicing
+
+    assert footer_allows_substitution(Renderer(ROOT / "templates", search_url="x"))
+    wrapping = Renderer(_wrapping_templates(tmp_path), search_url="x")
+    assert templates_allow_splicing(wrapping) and not footer_allows_substitution(wrapping)
+
+
 _names = st.one_of(
     st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40),
     st.from_regex(r"[A-Za-z0-9]{1,8}( [A-Za-z0-9]{1,8}){0,3}", fullmatch=True),  # the fast forms
 )
-_local = st.text("abcXYZ019._+-&'", min_size=1, max_size=20).filter(
+_local = st.text("abcXYZ019._+-&'", min_size=1, max_size=64).filter(
     lambda s: not s.startswith(".") and not s.endswith(".") and ".." not in s
 )
 
@@ -180,16 +220,26 @@ def test_html_escape_is_what_the_inliner_writes(value: str) -> None:
     assert f'href="y{html_escape(value, attribute=True)}y"' in inlined
 
 
+@pytest.mark.parametrize("footer", ["shipped", "wrapping"])
 def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
-    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], footer: str
 ) -> None:
-    settings = _settings(tmp_path, public_url="https://digest.example.org")
+    templates = ROOT / "templates" if footer == "shipped" else _wrapping_templates(tmp_path)
+    settings = _settings(tmp_path, public_url="https://digest.example.org", templates=templates)
     ids = _queued(factory, settings, seed_files)
     mailer = Mailer(settings)
     with factory() as session:
         content = digest_content(session, ids[0])
-    template = MessageTemplate.build(mailer.renderer, content, settings.sender, mailer.links_for_token)
+    template = MessageTemplate.build(mailer.renderer, content, settings.sender, mailer.links_for_token,
+                                     footer_substituted=mailer.footer_substituted)
     assert template is not None
+    # Made per subscriber: 4 header lines, the HTML footer's 2 lines and, from the
+    # shipped text footer, only its 3 lines with the address or a link (a footer
+    # that wraps them is rendered whole, its list of links included).
+    per_subscriber = [p.__qualname__ for p in template.wire_pieces if not isinstance(p, bytes)]
+    footer_lines = "MessageTemplate._text_pieces.<locals>.footer_lines"
+    assert len(per_subscriber) == (9 if footer == "shipped" else 7), per_subscriber
+    assert (footer_lines in per_subscriber) is (footer == "wrapping")
 
     @given(name=_names, local=_local, secret=st.text("0123456789abcdef", min_size=8, max_size=32),
            ident=st.integers(1, 10**12))

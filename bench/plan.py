@@ -58,7 +58,7 @@ def write_history(factory, filters: list[str], days: int, entries: int) -> int: 
         cache = SelectionCache()
         with factory() as session:
             todays = entries_first_seen_between(session, day - timedelta(hours=3), day)
-        matched = {f: [e for e in todays if cache.explain(f, e, RULES).matched] for f in by_filter}
+        matched = {f: [e for e in todays if cache.verdict(f, e, RULES) is not None] for f in by_filter}
         with transaction(factory) as session:
             digests, ledger = [], []
             ids = iter(allocate_ids(session, Digest.__table__, len(filters)))

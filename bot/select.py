@@ -22,7 +22,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from sqlalchemy.orm import Session
 
 from bot.domain import EntryView, Subscriber, match_text
-from bot.filters import Doc, Explanation, Expr, explain, parse_filter
+from bot.filters import Doc, Explanation, Expr, explain, matches, parse_filter
 from bot.store.entries import entries_first_seen_between
 from bot.tagging import TagRules, nfkc
 
@@ -94,7 +94,10 @@ class SelectionCache:
         self.loaded_from: datetime | None = None
         self.by_first_seen: list[EntryView] = []  # sorted by (first seen, id)
         self.filters: dict[str, Expr] = {}
-        self.verdicts: dict[tuple[str, int], Explanation] = {}
+        # Per filter, per entry id: the explanation of a match, None for no match.
+        # Most entries match few filters, and a kept explanation of a miss was
+        # most of the planner's memory.
+        self.verdicts: dict[str, dict[int, Explanation | None]] = {}
         self.rankings: OrderedDict[tuple[str, datetime | None], list[Candidate]] = OrderedDict()
         self.windows: OrderedDict[datetime | None, list[EntryView]] = OrderedDict()
         # Per entry, what every filter's verdict starts from: its text and where the tag rules hit.
@@ -121,16 +124,19 @@ class SelectionCache:
             return self.as_of is not None
         return start is not None and start >= self.loaded_from
 
-    def explain(self, filter_text: str, entry: EntryView, rules: TagRules) -> Explanation:
-        key = (filter_text, entry.id)
-        if key not in self.verdicts:
-            if filter_text not in self.filters:
-                self.filters[filter_text] = parse_filter(filter_text)
+    def verdict(self, filter_text: str, entry: EntryView, rules: TagRules) -> Explanation | None:
+        """Why the filter matches the entry, or None when it does not."""
+        if filter_text not in self.verdicts:
+            self.filters[filter_text] = parse_filter(filter_text)
+            self.verdicts[filter_text] = {}
+        verdicts = self.verdicts[filter_text]
+        if entry.id not in verdicts:
             if entry.id not in self.docs:
                 doc = doc_of(entry)
                 self.docs[entry.id] = doc, rules.match(doc.title, doc.summary) if len(rules) else {}
-            self.verdicts[key] = explain(self.filters[filter_text], *self.docs[entry.id])
-        return self.verdicts[key]
+            expr, (doc, rule_fields) = self.filters[filter_text], self.docs[entry.id]
+            verdicts[entry.id] = explain(expr, doc, rule_fields) if matches(expr, doc) else None
+        return verdicts[entry.id]
 
     def ranked(
         self, session: Session, filter_text: str, start: datetime | None, as_of: datetime, rules: TagRules
@@ -141,7 +147,7 @@ class SelectionCache:
             self.rankings.move_to_end(key)
             return self.rankings[key]
         window = self.entries(session, start, as_of)
-        found = rank(Candidate(e, x) for e in window if (x := self.explain(filter_text, e, rules)).matched)
+        found = rank(Candidate(e, x) for e in window if (x := self.verdict(filter_text, e, rules)) is not None)
         self.rankings[key] = found
         if len(self.rankings) > self.RANKINGS:
             self.rankings.popitem(last=False)

@@ -435,3 +435,50 @@ def test_stopping_the_daemon_mid_delivery_is_clean_and_loses_nothing(
     assert DigestState.SENDING not in states
     assert states.count(DigestState.SENT) == len(sink.received) >= 1
     assert states.count(DigestState.SENT) + states.count(DigestState.QUEUED) == queued
+
+
+def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, factory: sessionmaker[Session]) -> None:  # type: ignore[no-untyped-def]
+    """claim_due reads each state's due digests off the index and merges them; batch
+    after batch it must hand out what one query over every due digest, sorted by
+    (next_attempt_at, id), gives: queued and retry_wait rows whose time has come
+    and sending rows whose lease ran out, ties broken by id, nothing else."""
+    import random
+
+    from bench.digest_queue import queue_digests
+    from bot.store.digests import _due_queries, claim_due
+    from bot.store.engine import transaction
+    from bot.store.schema import Digest
+
+    queue_digests(factory, 80)
+    now = datetime(2026, 6, 14, 12, tzinfo=UTC)
+    rng = random.Random(5)
+    with transaction(factory) as s:
+        for d in s.scalars(select(Digest)):
+            d.state = rng.choice(["queued", "retry_wait", "sending", "sent", "failed"])
+            d.next_attempt_at = now + timedelta(minutes=rng.randint(-20, 20))  # 41 values for 80 rows: ties
+            d.lease_expires_at = now + timedelta(minutes=rng.randint(-5, 5)) if d.state == "sending" else None
+    with factory() as s:
+        rows = sorted(s.scalars(select(Digest)), key=lambda d: (d.next_attempt_at, d.id))
+        expected = [d.id for d in rows
+                    if (d.state in ("queued", "retry_wait") and d.next_attempt_at <= now)
+                    or (d.state == "sending" and d.lease_expires_at < now)]
+    assert len(expected) >= 25 and {"queued", "retry_wait", "sending"} <= {d.state for d in rows if d.id in expected}
+    claimed: list[int] = []
+    while batch := _claim(factory, claim_due, transaction, now):
+        assert len(batch) <= 7
+        claimed += batch
+    assert claimed == expected
+    if engine.dialect.name == "sqlite":
+        # Each state's rows come off the index in order: no sort of every due digest per claim.
+        with engine.connect() as connection:
+            for query in _due_queries(now):
+                sql = query.order_by(Digest.next_attempt_at, Digest.id).limit(7).compile(
+                    engine, compile_kwargs={"literal_binds": True})
+                plan_rows = [r[-1] for r in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
+                if "state = 'sending'" not in str(sql):  # in-flight rows are few: those may be sorted
+                    assert not any("TEMP B-TREE" in r for r in plan_rows), plan_rows
+
+
+def _claim(factory, claim_due, transaction, now: datetime) -> list[int]:  # type: ignore[no-untyped-def]
+    with transaction(factory) as s:
+        return claim_due(s, now=now, worker="w", lease_seconds=300, limit=7)

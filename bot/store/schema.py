@@ -251,7 +251,8 @@ class Digest(Base):
             sqlite_where=text("kind = 'scheduled'"),
             postgresql_where=text("kind = 'scheduled'"),
         ),
-        Index("ix_digests_due", "state", "next_attempt_at"),
+        # id last: claim_due reads due digests in (next_attempt_at, id) order from it.
+        Index("ix_digests_due", "state", "next_attempt_at", "id"),
     )
 
 

@@ -15,7 +15,8 @@ distinct expressions with a Zipf-like popularity, then prints:
   * send: seconds for the real delivery path (build + SMTP, smtp.pool_size = --sessions,
     digest.build_processes = --build-processes);
   * digests/s end to end (plan, then send), and its ratio to smtp-source pushing as many
-    messages of the same average size over the same number of sessions, and to a naive
+    messages of the same average size over the same number of sessions (half just before
+    the delivery, half just after, so that a drift of the machine's speed evens out), and to a naive
     sender (per subscriber: Jinja render + EmailMessage + send on one aiosmtplib
     connection) measured on --baseline subscribers;
   * peak RSS of the process that runs the daily cycle (plan, render, send), started fresh
@@ -107,11 +108,14 @@ def add_subscribers(factory, filters: Iterable[str], *, created: datetime = DAY 
 
 def queued_batches(factory, batch: int = 200) -> Iterator[list[int]]:  # type: ignore[no-untyped-def]
     """The queued digest ids in batches of *batch*, read page by page (a million ids in
-    one list would be 36 MB of the memory run's budget)."""
+    one list would be 36 MB of the memory run's budget).  The planner queued them all
+    at DAY: with next_attempt_at pinned, each page is a range of ix_digests_due (state,
+    next_attempt_at, id) instead of a sort of every queued digest."""
     after = 0
     while True:
         with factory() as session:
-            ids = list(session.scalars(select(Digest.id).where(Digest.state == "queued", Digest.id > after)
+            ids = list(session.scalars(select(Digest.id)
+                                       .where(Digest.state == "queued", Digest.next_attempt_at == DAY, Digest.id > after)
                                        .order_by(Digest.id).limit(batch)))
         if not ids:
             return
@@ -201,14 +205,20 @@ def daily_cycle(path: str, settings: Settings, args: argparse.Namespace, setup_r
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
+        # smtp-source sends as many messages as the delivery, half just before it and half
+        # just after: the machine's speed drifts, and the ratio should not catch a drift.
+        half = max(queued, 1000) // 2
+        before = smtp_source_rate(port, half, int(size), args.sessions)
         started = time.perf_counter()
         report = asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
         send_s = time.perf_counter() - started
         assert report.sent == queued, report
         end_to_end = queued / (plan_s + send_s)
         print(f"send:   {send_s:8.2f} s  ({report.sent / send_s:,.0f} messages/s, {args.sessions} connections)")
-        source = smtp_source_rate(port, max(queued, 1000), int(size), args.sessions)
-        print(f"smtp-source, {args.sessions} sessions, {size / 1000:.1f} KB: {source:,.0f} messages/s")
+        after = smtp_source_rate(port, half, int(size), args.sessions)
+        source = 2 / (1 / before + 1 / after)  # both halves' messages over both halves' time
+        print(f"smtp-source, {args.sessions} sessions, {size / 1000:.1f} KB: {source:,.0f} messages/s "
+              f"({before:,.0f} before the delivery, {after:,.0f} after)")
         with transaction(factory) as session:  # requeue a sample for the naive sender
             sample = list(session.scalars(select(Digest.id).where(Digest.state == "sent")
                                           .order_by(Digest.id).limit(args.baseline)))

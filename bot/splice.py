@@ -394,14 +394,17 @@ def _unstuff(lines: bytes) -> bytes:
     return (lines[1:] if lines.startswith(b".") else lines).replace(b"\r\n..", b"\r\n.")
 
 
+# A hole's kind -> the subscriber's value as that place prints it.
+_HOLE_VALUES: dict[str, Callable[[Personal], bytes]] = {
+    "email_raw": lambda p: p.email.encode("utf-8"),
+    "email_text": lambda p: html_escape(p.email, attribute=False).encode("utf-8"),
+    "email_attribute": lambda p: html_escape(p.email, attribute=True).encode("utf-8"),
+    "token": lambda p: p.token.encode("ascii"),
+}
+
+
 def _spliced_line(segments: tuple[bytes | str, ...]) -> Callable[[Personal, Links], bytes]:
     def line(personal: Personal, _links: Links) -> bytes:
-        values = {
-            "email_raw": personal.email.encode("utf-8"),
-            "email_text": html_escape(personal.email, attribute=False).encode("utf-8"),
-            "email_attribute": html_escape(personal.email, attribute=True).encode("utf-8"),
-            "token": personal.token.encode("ascii"),
-        }
-        return qp_lines(b"".join(s if isinstance(s, bytes) else values[s] for s in segments))
+        return qp_lines(b"".join(s if isinstance(s, bytes) else _HOLE_VALUES[s](personal) for s in segments))
 
     return line

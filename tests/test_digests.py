@@ -445,9 +445,13 @@ def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, 
     import random
 
     from bench.digest_queue import queue_digests
-    from bot.store.digests import _due_queries, claim_due
+    from bot.store.digests import _due_queries, claim_due, count_due
     from bot.store.engine import transaction
     from bot.store.schema import Digest
+
+    def claim() -> list[int]:
+        with transaction(factory) as s:
+            return claim_due(s, now=now, worker="w", lease_seconds=300, limit=7)
 
     queue_digests(factory, 80)
     now = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -463,8 +467,10 @@ def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, 
                     if (d.state in ("queued", "retry_wait") and d.next_attempt_at <= now)
                     or (d.state == "sending" and d.lease_expires_at < now)]
     assert len(expected) >= 25 and {"queued", "retry_wait", "sending"} <= {d.state for d in rows if d.id in expected}
+    with factory() as s:
+        assert count_due(s, now) == len(expected)
     claimed: list[int] = []
-    while batch := _claim(factory, claim_due, transaction, now):
+    while batch := claim():
         assert len(batch) <= 7
         claimed += batch
     assert claimed == expected
@@ -477,8 +483,3 @@ def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, 
                 plan_rows = [r[-1] for r in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
                 if "state = 'sending'" not in str(sql):  # in-flight rows are few: those may be sorted
                     assert not any("TEMP B-TREE" in r for r in plan_rows), plan_rows
-
-
-def _claim(factory, claim_due, transaction, now: datetime) -> list[int]:  # type: ignore[no-untyped-def]
-    with transaction(factory) as s:
-        return claim_due(s, now=now, worker="w", lease_seconds=300, limit=7)

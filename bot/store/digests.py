@@ -12,7 +12,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Text, and_, bindparam, delete, func, or_, select, type_coerce, update
+from sqlalchemy import Text, bindparam, delete, func, select, type_coerce, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestContent, DigestItem, EntryKind
@@ -210,13 +210,6 @@ def set_message_id(session: Session, digest_id: int, message_id: str) -> None:
     session.execute(update(Digest).where(Digest.id == digest_id).values(message_id=message_id))
 
 
-def _due(now: datetime):  # type: ignore[no-untyped-def]
-    return or_(
-        and_(Digest.state.in_([DigestState.QUEUED.value, DigestState.RETRY_WAIT.value]), Digest.next_attempt_at <= now),
-        and_(Digest.state == DigestState.SENDING.value, Digest.lease_expires_at < now),
-    )
-
-
 def expire_leases(session: Session, now: datetime) -> int:
     """End every lease at once (the digests in ``sending`` become due again).
     Only for a worker that knows it is the only one: on SQLite, after a crash."""
@@ -227,7 +220,8 @@ def expire_leases(session: Session, now: datetime) -> int:
 
 
 def _due_queries(now: datetime) -> list[Any]:
-    """``_due`` as one query per state: (next_attempt_at, id) of each due digest."""
+    """(next_attempt_at, id) of each due digest, one query per state: queued or
+    retry_wait whose time has come, and sending whose lease ran out."""
     columns = (Digest.next_attempt_at, Digest.id)
     waiting = [
         select(*columns).where(Digest.state == state.value, Digest.next_attempt_at <= now)
@@ -238,7 +232,7 @@ def _due_queries(now: datetime) -> list[Any]:
 
 
 def count_due(session: Session, now: datetime) -> int:
-    return session.scalar(select(func.count()).select_from(Digest).where(_due(now))) or 0
+    return sum(session.scalar(select(func.count()).select_from(query.subquery())) or 0 for query in _due_queries(now))
 
 
 def claim_due(session: Session, *, now: datetime, worker: str, lease_seconds: int, limit: int) -> list[int]:

@@ -95,11 +95,14 @@ class TagRules:
         self._automaton = ahocorasick.Automaton()
         for form, indices in forms.items():
             # The form is stored with its surrounding spaces: a match is then
-            # always a whole run of words.
-            self._automaton.add_word(form, frozenset(indices))
+            # always a whole run of words.  Its value is the set of its rules
+            # as a bit mask (bit i: rule i), merged with one integer OR a hit.
+            self._automaton.add_word(form, sum(1 << i for i in indices))
         if forms:
             self._automaton.make_automaton()
         self._empty = not forms
+        # Per field, the rules that look at it.
+        self._field_masks = {f: sum(1 << i for i, r in enumerate(self.rules) if f in r.fields) for f in FIELDS}
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -111,13 +114,13 @@ class TagRules:
         text = repr([(r.name, r.keywords, [(p.pattern, p.flags) for p in r.regexes], r.fields) for r in self.rules])
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def _keyword_hits(self, text: str) -> set[int]:
+    def _keyword_hits(self, text: str) -> int:
+        """The rules whose keywords occur in *text*, as a bit mask."""
         if self._empty:
-            return set()
-        joined = " " + " ".join(_words(text)) + " "
-        hits: set[int] = set()
-        for _, indices in self._automaton.iter(joined):
-            hits |= indices
+            return 0
+        hits = 0
+        for _, mask in self._automaton.iter(" " + " ".join(_words(text)) + " "):
+            hits |= mask
         return hits
 
     def match(self, title: str, summary: str) -> dict[str, tuple[str, ...]]:
@@ -128,12 +131,13 @@ class TagRules:
                 continue
             hits = self._keyword_hits(text)
             for index in self._regex_rules:
-                if index not in hits and any(p.search(text) for p in self.rules[index].regexes):
-                    hits.add(index)
-            for index in sorted(hits):
-                rule = self.rules[index]
-                if field in rule.fields:
-                    found.setdefault(rule.name, []).append(field)
+                if not hits >> index & 1 and any(p.search(text) for p in self.rules[index].regexes):
+                    hits |= 1 << index
+            hits &= self._field_masks[field]
+            while hits:  # rules in file order, lowest bit first
+                lowest = hits & -hits
+                found.setdefault(self.rules[lowest.bit_length() - 1].name, []).append(field)
+                hits ^= lowest
         return {name: tuple(fields) for name, fields in found.items()}
 
 

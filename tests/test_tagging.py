@@ -5,12 +5,17 @@ from __future__ import annotations
 from datetime import date
 from pathlib import Path
 
+import re
+import unicodedata
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.ingest import ingest_bytes, ingest_file, retag_all
 from bot.store.entries import find_entry, list_entries, tag_origins_of
-from bot.tagging import TagRulesError, load_rules
+from bot.tagging import TagRule, TagRules, TagRulesError, load_rules
 from tests.conftest import ROOT
 from tests.test_dump_parser import render_dump
 
@@ -59,6 +64,49 @@ def rules(tmp_path: Path):  # type: ignore[no-untyped-def]
 )
 def test_keywords_match_whole_words_unicode_aware(rules, text: str, expected: set[str]) -> None:  # type: ignore[no-untyped-def]
     assert set(rules.match("", text)) == expected
+
+
+def _reference_match(rules: TagRules, title: str, summary: str) -> dict[str, tuple[str, ...]]:
+    """What the rules file promises, checked the slow way: a keyword's words appear
+    as consecutive words of the text (its last one may take "s" or "es")."""
+
+    def words(text: str) -> list[str]:
+        return re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text).casefold())
+
+    def has(text_words: list[str], keyword: str) -> bool:
+        wanted = words(keyword)
+        for start in range(len(text_words) - len(wanted) + 1):
+            *head, last = text_words[start : start + len(wanted)]
+            if head == wanted[:-1] and last in (wanted[-1], wanted[-1] + "s", wanted[-1] + "es"):
+                return True
+        return False
+
+    found: dict[str, list[str]] = {}
+    for field, text in (("title", title), ("summary", summary)):
+        for rule in rules.rules:
+            if text and field in rule.fields and (
+                any(has(words(text), k) for k in rule.keywords if words(k)) or any(p.search(text) for p in rule.regexes)
+            ):
+                found.setdefault(rule.name, []).append(field)
+    return {name: tuple(fields) for name, fields in found.items()}
+
+
+_KEYWORDS = ["AI", "GPU", "KV cache", "large language model", "MoE", "Künstliche Intelligenz", "test-time", "a"]
+_piece = st.sampled_from([*_KEYWORDS, *(k + "es" for k in _KEYWORDS), "s", "es", "said", "gpus", "kv", "cache", "Ｇ", "PU", " ", "-", "_", ",", "\n", "é"])
+
+
+@settings(max_examples=300)  # cheap: no store
+@given(
+    title=st.lists(_piece, max_size=12).map("".join),
+    summary=st.lists(_piece | st.text(max_size=3), max_size=20).map("".join),
+    fields=st.lists(st.sampled_from([("title",), ("summary",), ("title", "summary")]), min_size=8, max_size=8),
+)
+def test_rules_match_what_the_slow_reference_finds(title: str, summary: str, fields: list[tuple[str, ...]]) -> None:
+    rules = TagRules(
+        TagRule(f"r{n}", f"R{n}", "", (keyword,), (re.compile(r"\bH[0-9]00\b", re.I),) if n == 1 else (), f)
+        for n, (keyword, f) in enumerate(zip(_KEYWORDS, fields, strict=True))
+    )
+    assert rules.match(title, summary) == _reference_match(rules, title, summary)
 
 
 def test_fields_restrict_where_a_rule_looks(rules) -> None:  # type: ignore[no-untyped-def]

@@ -98,6 +98,9 @@ class SelectionCache:
         # Most entries match few filters, and a kept explanation of a miss was
         # most of the planner's memory.
         self.verdicts: dict[str, dict[int, Explanation | None]] = {}
+        # Equal explanations held once: a filter explains most of its matches the
+        # same way ("gpu: tag (rule: summary)"), and a pass holds tens of thousands.
+        self.explanations: dict[Explanation, Explanation] = {}
         self.rankings: OrderedDict[tuple[str, datetime | None], list[Candidate]] = OrderedDict()
         self.windows: OrderedDict[datetime | None, list[EntryView]] = OrderedDict()
         # Per entry, what every filter's verdict starts from: its text and where the tag rules hit.
@@ -135,7 +138,11 @@ class SelectionCache:
                 doc = doc_of(entry)
                 self.docs[entry.id] = doc, rules.match(doc.title, doc.summary) if len(rules) else {}
             expr, (doc, rule_fields) = self.filters[filter_text], self.docs[entry.id]
-            verdicts[entry.id] = explain(expr, doc, rule_fields) if matches(expr, doc) else None
+            if matches(expr, doc):
+                explanation = explain(expr, doc, rule_fields)
+                verdicts[entry.id] = self.explanations.setdefault(explanation, explanation)
+            else:
+                verdicts[entry.id] = None
         return verdicts[entry.id]
 
     def ranked(

@@ -27,7 +27,7 @@ import uuid
 import zoneinfo
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -84,11 +84,47 @@ def worker_name() -> str:
 # --- planning -------------------------------------------------------------------
 
 
+class IdRuns:
+    """Ids in the order they were added, kept as runs of consecutive numbers.
+
+    A planning pass may queue a million digests: as a list of ints that is
+    36 MB, as an array 8 MB, and as runs about 2 MB, because a batch's digests
+    get consecutive ids (only its empty digests break a run)."""
+
+    __slots__ = ("_starts", "_lengths", "_count")
+
+    def __init__(self, ids: Iterable[int] = ()) -> None:
+        self._starts = array("q")
+        self._lengths = array("q")
+        self._count = 0
+        for value in ids:
+            self.append(value)
+
+    def append(self, value: int) -> None:
+        if self._starts and self._starts[-1] + self._lengths[-1] == value:
+            self._lengths[-1] += 1
+        else:
+            self._starts.append(value)
+            self._lengths.append(1)
+        self._count += 1
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[int]:
+        for start, length in zip(self._starts, self._lengths):
+            yield from range(start, start + length)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IdRuns) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"IdRuns({list(self)!r})"
+
+
 @dataclass
 class PlanReport:
-    # Digest ids queued: 8 bytes each in an array, not 36 in a list of ints,
-    # because a pass may queue a million.
-    planned: array[int] = field(default_factory=lambda: array("q"))
+    planned: IdRuns = field(default_factory=IdRuns)  # digest ids queued, in order
     empty: int = 0  # due subscribers with nothing new
     not_due: int = 0
 

@@ -13,6 +13,7 @@ same order.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bench.gen import dump_text
 from bench.send import filter_expressions
 from bot.config import Settings
-from bot.digests import plan
+from bot.digests import IdRuns, plan
 from bot.domain import SubscriberStatus
 from bot.ingest import ingest_bytes
 from bot.select import select_for
@@ -53,12 +54,21 @@ def _expected(factory: sessionmaker[Session], cfg: Settings, now: datetime) -> d
         return out
 
 
-def _planned(factory: sessionmaker[Session], digest_ids: list[int]) -> dict[int, list[int]]:
+@given(st.lists(st.integers(-(2**62), 2**62) | st.integers(0, 20), max_size=60))
+def test_id_runs_keep_every_id_in_order(ids: list[int]) -> None:
+    runs = IdRuns()
+    for value in ids:
+        runs.append(value)
+    assert list(runs) == ids and len(runs) == len(ids) and bool(runs) is bool(ids)
+    assert IdRuns(ids) == runs
+
+
+def _planned(factory: sessionmaker[Session], digest_ids: Iterable[int]) -> dict[int, list[int]]:
     with factory() as session:
         rows = session.execute(
             select(Digest.subscriber_id, LedgerEntry.entry_id)
             .join(LedgerEntry, LedgerEntry.digest_id == Digest.id)
-            .where(Digest.id.in_(digest_ids))
+            .where(Digest.id.in_(list(digest_ids)))
             .order_by(Digest.subscriber_id, LedgerEntry.position)
         )
         out: dict[int, list[int]] = {}

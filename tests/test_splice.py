@@ -62,7 +62,7 @@ def _queued(factory: sessionmaker[Session], settings: Settings, seed_files: list
     save(factory, settings, [clean_fields(e, name=n, filter=f) for e, n, f in PEOPLE], DAY - timedelta(days=1))
     for path in seed_files[:3]:
         ingest_file(factory, path, now=DAY - timedelta(hours=1), rules=RULES)
-    return plan(factory, settings, RULES, now=DAY, all_due=True).planned
+    return list(plan(factory, settings, RULES, now=DAY, all_due=True).planned)
 
 
 # A text footer that wraps the address with the rest of its sentence: it cannot

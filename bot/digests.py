@@ -42,7 +42,7 @@ from bot.domain import DigestContent, Subscriber, SubscriberStatus
 from bot.message import Headers, Prepared, build_message, envelope_address, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
 from bot.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
-from bot.splice import MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
+from bot.splice import ChunkPool, MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
 from bot.store.digests import (
     ContentCache,
     DigestKind,
@@ -335,7 +335,7 @@ class Mailer:
     into a ``MessageTemplate`` and filled per subscriber (``bot.splice``)."""
 
     TEMPLATES = 512  # distinct bodies kept; a day has about one per filter and window ...
-    TEMPLATE_BYTES = 48 << 20  # ... and no more than this in all (~0.1 MB each at 30 entries)
+    TEMPLATE_BYTES = 48 << 20  # ... and no more distinct bytes than this (bodies share most of theirs)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -347,7 +347,7 @@ class Mailer:
         self.templates: OrderedDict[tuple[object, ...], MessageTemplate | None] = OrderedDict()
         self.splicing = templates_allow_splicing(self.renderer)
         self.footer_substituted = footer_allows_substitution(self.renderer)
-        self.template_bytes = 0
+        self.chunks = ChunkPool()  # the templates' constant bytes
         self.spliced = 0  # messages made from a template (for tests and benchmarks)
         self._builders: ProcessPoolExecutor | None = None
         self.new_run()
@@ -467,12 +467,12 @@ class Mailer:
             self.templates.move_to_end(key)
             return found
         template = MessageTemplate.build(self.renderer, content, self.settings.sender, self.links_for_token,
-                                         footer_substituted=self.footer_substituted)
+                                         footer_substituted=self.footer_substituted, pool=self.chunks)
         self.templates[key] = template
-        self.template_bytes += template.nbytes if template else 0
-        while len(self.templates) > self.TEMPLATES or self.template_bytes > self.TEMPLATE_BYTES:
+        while len(self.templates) > self.TEMPLATES or self.chunks.nbytes > self.TEMPLATE_BYTES:
             _, evicted = self.templates.popitem(last=False)
-            self.template_bytes -= evicted.nbytes if evicted else 0
+            if evicted is not None:
+                evicted.release()
         return template
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -215,32 +216,98 @@ def _lines_around(spans: list[tuple[int, int]], start: int, end: int) -> tuple[i
     return first, last
 
 
+class ChunkPool:
+    """Constant template bytes, held once however many templates contain them.
+
+    A day's bodies repeat each other: two filters that match the same entry
+    print its title, summary and links in the same lines (200 bodies of 108 KB,
+    17 MB in all, have 2 MB of distinct lines).  Templates keep their constant
+    bytes as chunks of about two lines interned here.  A chunk ends after a line
+    whose CRC-32 is even, so the cut depends on the line alone: a run of lines
+    shared by two bodies is cut the same way in both, wherever it starts.
+    Chunks are counted per template that holds them and dropped with the last.
+    """
+
+    def __init__(self) -> None:
+        self._uses: dict[bytes, list] = {}  # chunk -> [the interned object, number of uses]
+        self.nbytes = 0  # distinct bytes held
+
+    def __len__(self) -> int:
+        return len(self._uses)
+
+    def intern(self, data: bytes) -> tuple[bytes, ...]:
+        """*data* (whole CRLF-ended lines) as interned chunks that join back to it."""
+        chunks = []
+        *lines, rest = data.split(b"\r\n")
+        run: list[bytes] = []
+        for line in lines:
+            run.append(line)
+            if zlib.crc32(line) & 1 == 0:
+                chunks.append(self._use(b"\r\n".join(run) + b"\r\n"))
+                run = []
+        last = b"\r\n".join(run) + b"\r\n" if run else b""
+        if last + rest:  # *rest*: a piece that does not end a line (none is made; kept whole)
+            chunks.append(self._use(last + rest))
+        return tuple(chunks)
+
+    def _use(self, chunk: bytes) -> bytes:
+        entry = self._uses.get(chunk)
+        if entry is None:
+            entry = self._uses[chunk] = [chunk, 0]
+            self.nbytes += len(chunk)
+        entry[1] += 1
+        return entry[0]
+
+    def release(self, chunks: tuple[bytes, ...]) -> None:
+        for chunk in chunks:
+            entry = self._uses[chunk]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._uses[chunk]
+                self.nbytes -= len(chunk)
+
+
 class MessageTemplate:
     """One digest body's message with holes for one subscriber's values."""
 
-    def __init__(self, pieces: list[Piece], links_for: LinksFor) -> None:
+    def __init__(self, pieces: list[Piece], links_for: LinksFor, pool: ChunkPool | None = None) -> None:
         self.links_for = links_for
+        self.pool = pool if pool is not None else ChunkPool()
         # Every piece starts and ends on a line boundary, so each can be
         # dot-stuffed for DATA by itself: the constant ones once, here, and
-        # kept only in that form (a day's templates are most of the sender's memory).
-        self.wire_pieces = [dot_stuff(p) if isinstance(p, bytes) else p for p in pieces]
+        # kept only in that form, in the pool's chunks (a day's templates are
+        # most of the sender's memory).
+        self.wire_pieces: list[tuple[bytes, ...] | Callable[[Personal, Links], bytes]] = [
+            self.pool.intern(dot_stuff(p)) if isinstance(p, bytes) else p for p in pieces
+        ]
         self.constant_size = sum(len(p) for p in pieces if isinstance(p, bytes))
-        self.nbytes = sum(len(p) for p in self.wire_pieces if isinstance(p, bytes))
+        self.released = False
+
+    def release(self) -> None:
+        """Tell the pool this template no longer counts (dropped from a cache).  It
+        still works for whoever holds it: its chunks live as long as it does."""
+        if not self.released:
+            self.released = True
+            for piece in self.wire_pieces:
+                if isinstance(piece, tuple):
+                    self.pool.release(piece)
 
     def fill(self, personal: Personal) -> bytes:
         """One subscriber's message (what ``message.build_message`` gives them)."""
         links = self.links_for(personal.token)[0]
-        return b"".join(_unstuff(p) if isinstance(p, bytes) else p(personal, links) for p in self.wire_pieces)
+        return b"".join(
+            _unstuff(b"".join(p)) if isinstance(p, tuple) else p(personal, links) for p in self.wire_pieces
+        )
 
     def fill_wire(self, personal: Personal) -> Prepared:
         """``fill`` as DATA carries it (``message.prepared(fill(personal))``), without
         a pass over the whole message."""
         links = self.links_for(personal.token)[0]
         size = self.constant_size
-        parts = []
+        parts: list[bytes] = []
         for piece in self.wire_pieces:
-            if isinstance(piece, bytes):
-                parts.append(piece)
+            if isinstance(piece, tuple):
+                parts += piece
             else:
                 made = piece(personal, links)
                 size += len(made)
@@ -251,11 +318,12 @@ class MessageTemplate:
     @classmethod
     def build(
         cls, renderer: Renderer, content: DigestContent, sender: SenderConfig, links_for: LinksFor, *,
-        footer_substituted: bool = False,
+        footer_substituted: bool = False, pool: ChunkPool | None = None,
     ) -> MessageTemplate | None:
         """The template for *content*'s body, or None where the splice could not
         reproduce the simple path exactly (then build each message in full).
-        *footer_substituted*: ``footer_allows_substitution`` holds for *renderer*."""
+        *footer_substituted*: ``footer_allows_substitution`` holds for *renderer*;
+        *pool*: where its constant bytes are kept (shared with other templates)."""
         if content.resend_of is not None or renderer.text_footer_template is None:
             return None
         nonce = secrets.token_hex(8)
@@ -319,8 +387,9 @@ class MessageTemplate:
                 merged.append(piece)
         if any(isinstance(p, bytes) and marker in p for p in merged):
             return None  # a per-subscriber value somewhere the splice does not fill
-        template = cls(merged, links_for)
+        template = cls(merged, links_for, pool)
         if template.fill(probe) != message or template.fill_wire(probe) != prepared(message):
+            template.release()
             return None
         return template
 

@@ -8,6 +8,7 @@ where the splice cannot promise that, it is not used.
 from __future__ import annotations
 
 import shutil
+import zlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from bot.config import Settings
 from bot.digests import Mailer, plan
 from bot.ingest import ingest_file
 from bot.message import POLICY, prepared
-from bot.splice import MessageTemplate, Personal, folded, html_escape, plain_line, to_line
+from bot.splice import ChunkPool, MessageTemplate, Personal, folded, html_escape, plain_line, to_line
 from bot.store.digests import digest_content, get_digest
 from bot.subscribers import clean_fields, save
 from bot.tagging import load_rules
@@ -103,6 +104,9 @@ def test_spliced_messages_equal_the_simple_path_byte_for_byte(
         wired = mailer.build(session, rows, now, for_wire=True)  # type: ignore[arg-type]
     assert mailer.spliced == 2 * len(ids)  # the fast path was taken, not fallen back from
     assert len(mailer.templates) == 4  # one body per filter
+    # The four bodies share their entries' lines: the pool holds them once.
+    held = sum(t.constant_size for t in mailer.templates.values() if t is not None)
+    assert mailer.chunks.nbytes < 0.8 * held, (mailer.chunks.nbytes, held)
     for fast, wire, (data, sender, recipient) in zip(built, wired, simple, strict=True):
         assert fast.error is None
         assert (fast.sender, fast.recipient) == (sender, recipient)
@@ -220,6 +224,56 @@ def test_html_escape_is_what_the_inliner_writes(value: str) -> None:
     assert f'href="y{html_escape(value, attribute=True)}y"' in inlined
 
 
+_lines = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"")), max_size=30)
+
+
+@given(first=_lines, second=_lines, shared=_lines, tail=st.binary(max_size=5))
+def test_the_chunk_pool_gives_back_the_bytes_and_holds_shared_lines_once(
+    first: list[bytes], second: list[bytes], shared: list[bytes], tail: bytes
+) -> None:
+    pool = ChunkPool()
+    one = b"".join(line + b"\r\n" for line in first + shared)
+    two = b"".join(line + b"\r\n" for line in second + shared) + tail
+    chunks_one, chunks_two = pool.intern(one), pool.intern(two)
+    assert b"".join(chunks_one) == one and b"".join(chunks_two) == two
+    assert pool.nbytes <= len(one) + len(two)
+    # A run of lines is cut the same way wherever it starts: after the first cut
+    # inside the shared lines, both hold the very same chunk objects.
+    cut = next((n for n, line in enumerate(shared) if zlib.crc32(line) & 1 == 0), None)
+    if cut is not None and not tail:
+        suffix = b"".join(line + b"\r\n" for line in shared[cut + 1 :])
+        count = covered = 0
+        while covered < len(suffix):
+            count += 1
+            covered += len(chunks_one[-count])
+        assert covered == len(suffix)
+        assert [id(c) for c in chunks_one[len(chunks_one) - count :]] == [
+            id(c) for c in chunks_two[len(chunks_two) - count :]
+        ]
+        assert pool.nbytes <= len(one) + len(two) - len(suffix)
+    pool.release(chunks_one)
+    assert b"".join(chunks_two) == two and pool.nbytes <= len(two)
+    pool.release(chunks_two)
+    assert pool.nbytes == 0 and len(pool) == 0
+
+
+def test_a_template_dropped_from_the_cache_still_fills(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
+    settings = _settings(tmp_path, public_url="https://digest.example.org")
+    ids = _queued(factory, settings, seed_files)
+    mailer = Mailer(settings)
+    mailer.TEMPLATE_BYTES = 1  # every template is evicted as soon as it is made
+    now = DAY + timedelta(minutes=3)
+    with factory() as session:
+        rows = [get_digest(session, i) for i in ids]
+        built = mailer.build(session, rows, now)  # type: ignore[arg-type]
+        simple = [mailer.message_bytes(session, row, now)[0] for row in rows]  # type: ignore[arg-type]
+    assert mailer.spliced == len(ids) and not mailer.templates
+    assert mailer.chunks.nbytes == 0 and len(mailer.chunks) == 0
+    assert [b.data for b in built] == simple
+
+
 @pytest.mark.parametrize("footer", ["shipped", "wrapping"])
 def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], footer: str
@@ -236,7 +290,7 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
     # Made per subscriber: 4 header lines, the HTML footer's 2 lines and, from the
     # shipped text footer, only its 3 lines with the address or a link (a footer
     # that wraps them is rendered whole, its list of links included).
-    per_subscriber = [p.__qualname__ for p in template.wire_pieces if not isinstance(p, bytes)]
+    per_subscriber = [p.__qualname__ for p in template.wire_pieces if callable(p)]
     footer_lines = "MessageTemplate._text_pieces.<locals>.footer_lines"
     assert len(per_subscriber) == (9 if footer == "shipped" else 7), per_subscriber
     assert (footer_lines in per_subscriber) is (footer == "wrapping")

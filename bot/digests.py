@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.deliver import Outcome, SendResult, SmtpPool, backoff_seconds
-from bot.domain import DigestContent, Subscriber, SubscriberStatus
+from bot.domain import DigestContent, EntryView, Subscriber, SubscriberStatus
 from bot.message import Headers, Prepared, build_message, envelope_address, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
 from bot.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
@@ -226,16 +226,17 @@ def _plan_batch(
         for subscriber, _ in due:
             mark = known.get(subscriber.id)
             starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and mark[1] == keys[subscriber.id] else None
-        # The ledger read per window: one index range per subscriber from the
-        # window's first entry (windows that share a start share the read).
-        by_first: dict[int, list[int]] = {}
+        # The ledger read per window: the batch's rows of the window's entries
+        # (subscribers whose windows start together share the read).
+        by_window: dict[datetime | None, tuple[list[EntryView], list[int]]] = {}
         for subscriber, _ in due:
-            window = cache.entries(session, effective_start(subscriber, starts[subscriber.id]), now)
+            start = effective_start(subscriber, starts[subscriber.id])
+            window = cache.entries(session, start, now)
             if window:
-                by_first.setdefault(window[0].id, []).append(subscriber.id)
+                by_window.setdefault(start, (window, []))[1].append(subscriber.id)
         claimed: dict[int, set[int]] = {}
-        for first_id, ids in by_first.items():
-            claimed.update(claimed_from(session, ids, first_id))
+        for window, ids in by_window.values():
+            claimed.update(claimed_from(session, ids, [entry.id for entry in window]))
         for subscriber, day in due:
             candidates = select_for(session, subscriber, rules, as_of=now, cache=cache, start=starts[subscriber.id],
                                     exclude=claimed.get(subscriber.id, frozenset()))

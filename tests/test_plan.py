@@ -172,3 +172,25 @@ def test_a_day_another_planner_took_meanwhile_is_left_to_it(factory: sessionmake
         marked = set(session.scalars(select(SubscriberRow.id).where(SubscriberRow.planned_through.is_not(None))))
     assert owners[taken] == "<other@planner>" and len(owners) == 5
     assert taken not in marked and len(marked) == 4
+
+
+def test_purging_a_subscriber_removes_their_ledger_rows_and_no_one_elses(
+    factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """The ledger's subscriber_id has no foreign key of its own (its key is entry
+    first): the rows go with the digests that carried them."""
+    from bot.subscribers import remove
+
+    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(3)], START - timedelta(days=1))
+    ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
+    assert len(plan(factory, cfg, RULES, now=START, all_due=True).planned) == 3
+    with factory() as session:
+        ids = {s.email: s.id for s in list_subscribers(session)}
+        before = {sid: claimed_entry_ids(session, sid) for sid in ids.values()}
+    assert all(len(entries) == 5 for entries in before.values())
+    remove(factory, "r1@example.org", purge=True, now=START)
+    with factory() as session:
+        rows = session.execute(select(LedgerEntry.subscriber_id, LedgerEntry.entry_id)).all()
+    assert {sid for sid, _ in rows} == {ids["r0@example.org"], ids["r2@example.org"]}
+    assert len(rows) == 10

@@ -49,21 +49,26 @@ class Planned:
 
 def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
     """Entries already carried (or being carried) by a digest to this subscriber."""
-    return set(session.scalars(select(LedgerEntry.entry_id).where(LedgerEntry.subscriber_id == subscriber_id)))
+    return set(session.scalars(
+        select(LedgerEntry.entry_id).join(Digest, Digest.id == LedgerEntry.digest_id).where(Digest.subscriber_id == subscriber_id)
+    ))
 
 
-def claimed_from(session: Session, subscriber_ids: Sequence[int], min_entry_id: int) -> dict[int, set[int]]:
-    """Per subscriber, the claimed entries with an id of at least *min_entry_id*:
-    one index range per subscriber, however long their history."""
+def claimed_from(session: Session, subscriber_ids: Sequence[int], entry_ids: Sequence[int]) -> dict[int, set[int]]:
+    """Per subscriber, which of *entry_ids* (a window's entries) are claimed: per
+    entry, one range of the ledger's (entry, subscriber) key, however long the history."""
+    wanted = set(subscriber_ids)
+    low, high = min(wanted), max(wanted)
     found: dict[int, set[int]] = {}
-    for part in chunks(list(subscriber_ids)):
+    for part in chunks(list(entry_ids)):
         rows = session.execute(
             select(LedgerEntry.subscriber_id, LedgerEntry.entry_id).where(
-                LedgerEntry.subscriber_id.in_(part), LedgerEntry.entry_id >= min_entry_id
+                LedgerEntry.entry_id.in_(part), LedgerEntry.subscriber_id.between(low, high)
             )
         )
         for subscriber_id, entry_id in rows:
-            found.setdefault(subscriber_id, set()).add(entry_id)
+            if subscriber_id in wanted:
+                found.setdefault(subscriber_id, set()).add(entry_id)
     return found
 
 

@@ -29,7 +29,7 @@ from bot.digests import IdRuns, plan
 from bot.domain import SubscriberStatus
 from bot.ingest import ingest_bytes
 from bot.select import select_for
-from bot.store.digests import claimed_entry_ids, release_entries
+from bot.store.digests import claimed_entry_ids, claimed_from, release_entries
 from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.schema import Digest, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
@@ -194,3 +194,28 @@ def test_purging_a_subscriber_removes_their_ledger_rows_and_no_one_elses(
         rows = session.execute(select(LedgerEntry.subscriber_id, LedgerEntry.entry_id)).all()
     assert {sid for sid, _ in rows} == {ids["r0@example.org"], ids["r2@example.org"]}
     assert len(rows) == 10
+
+
+def test_claimed_rows_read_per_entry_or_through_digests_agree(factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """``claimed_from`` reads a short window per entry and a long one through the
+    subscribers' digests; both must find what the ledger holds for the window."""
+    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 3}})
+    save(factory, cfg, [clean_fields(f"r{i}@example.org", filter=f) for i, f in
+                        enumerate(["*", "gpu", "llm or snn", "*"])], START - timedelta(days=1))
+    for day in range(3):
+        now = START + timedelta(days=day)
+        ingest_bytes(factory, dump_text(6, seed=day, start=day * 100).encode(), name=f"d{day}",
+                     now=now - timedelta(hours=1), rules=RULES)
+        plan(factory, cfg, RULES, now=now, all_due=True)
+    with factory() as session:
+        subscribers = [s.id for s in list_subscribers(session)]
+        entry_ids = sorted(session.scalars(select(LedgerEntry.entry_id).distinct()))
+        expected = {sid: claimed_entry_ids(session, sid) for sid in subscribers}
+        for window in (entry_ids, entry_ids[len(entry_ids) // 2 :]):
+            want = {sid: got & set(window) for sid, got in expected.items() if got & set(window)}
+            padding = list(range(10**6, 10**6 + 1000))  # ids no entry has: a long window
+            assert claimed_from(session, subscribers, window) == want
+            assert claimed_from(session, subscribers, window + padding) == want
+            assert claimed_from(session, subscribers[1:3], window + padding) == {
+                sid: e for sid, e in want.items() if sid in subscribers[1:3]}
+    assert sum(len(e) for e in expected.values()) > 10

@@ -16,7 +16,7 @@ from sqlalchemy import Text, bindparam, delete, func, select, type_coerce, updat
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestContent, DigestItem, EntryKind
-from bot.store.entries import allocate_ids, bulk_insert, chunks
+from bot.store.entries import CHUNK, allocate_ids, bulk_insert, chunks
 from bot.store.schema import Appearance, Digest, Entry, LedgerEntry, UTCDateTime
 from bot.store.subscribers import _view as subscriber_view
 from bot.store.schema import Subscriber as SubscriberRow
@@ -55,20 +55,41 @@ def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
 
 
 def claimed_from(session: Session, subscriber_ids: Sequence[int], entry_ids: Sequence[int]) -> dict[int, set[int]]:
-    """Per subscriber, which of *entry_ids* (a window's entries) are claimed: per
-    entry, one range of the ledger's (entry, subscriber) key, however long the history."""
+    """Per subscriber, which of *entry_ids* (their window's entries) are claimed.
+
+    A watermarked window is about a day of entries shared by a batch of
+    subscribers: then one range of the ledger's (entry, subscriber) key per
+    entry, however long the history.  A window longer than the subscribers are
+    many (no watermark yet, a changed filter or tag rules) is read through the
+    subscribers' digests instead: their own rows, not one look-up per entry of
+    their whole backfill."""
     wanted = set(subscriber_ids)
-    low, high = min(wanted), max(wanted)
-    found: dict[int, set[int]] = {}
-    for part in chunks(list(entry_ids)):
-        rows = session.execute(
-            select(LedgerEntry.subscriber_id, LedgerEntry.entry_id).where(
-                LedgerEntry.entry_id.in_(part), LedgerEntry.subscriber_id.between(low, high)
+    if len(entry_ids) > max(CHUNK, len(wanted)):
+        rows: Iterable[tuple[int, int]] = (
+            row
+            for part in chunks(sorted(wanted))
+            for row in session.execute(
+                select(Digest.subscriber_id, LedgerEntry.entry_id)
+                .join(LedgerEntry, LedgerEntry.digest_id == Digest.id)
+                .where(Digest.subscriber_id.in_(part), LedgerEntry.entry_id >= min(entry_ids))
             )
         )
-        for subscriber_id, entry_id in rows:
-            if subscriber_id in wanted:
-                found.setdefault(subscriber_id, set()).add(entry_id)
+    else:
+        low, high = min(wanted), max(wanted)
+        rows = (
+            row
+            for part in chunks(list(entry_ids))
+            for row in session.execute(
+                select(LedgerEntry.subscriber_id, LedgerEntry.entry_id).where(
+                    LedgerEntry.entry_id.in_(part), LedgerEntry.subscriber_id.between(low, high)
+                )
+            )
+        )
+    window = set(entry_ids)
+    found: dict[int, set[int]] = {}
+    for subscriber_id, entry_id in rows:
+        if subscriber_id in wanted and entry_id in window:
+            found.setdefault(subscriber_id, set()).add(entry_id)
     return found
 
 

@@ -65,31 +65,25 @@ def claimed_from(session: Session, subscriber_ids: Sequence[int], entry_ids: Seq
     their whole backfill."""
     wanted = set(subscriber_ids)
     if len(entry_ids) > max(CHUNK, len(wanted)):
-        rows: Iterable[tuple[int, int]] = (
-            row
+        statements = [
+            select(Digest.subscriber_id, LedgerEntry.entry_id)
+            .join(LedgerEntry, LedgerEntry.digest_id == Digest.id)
+            .where(Digest.subscriber_id.in_(part), LedgerEntry.entry_id >= min(entry_ids))
             for part in chunks(sorted(wanted))
-            for row in session.execute(
-                select(Digest.subscriber_id, LedgerEntry.entry_id)
-                .join(LedgerEntry, LedgerEntry.digest_id == Digest.id)
-                .where(Digest.subscriber_id.in_(part), LedgerEntry.entry_id >= min(entry_ids))
-            )
-        )
+        ]
     else:
-        low, high = min(wanted), max(wanted)
-        rows = (
-            row
-            for part in chunks(list(entry_ids))
-            for row in session.execute(
-                select(LedgerEntry.subscriber_id, LedgerEntry.entry_id).where(
-                    LedgerEntry.entry_id.in_(part), LedgerEntry.subscriber_id.between(low, high)
-                )
+        statements = [
+            select(LedgerEntry.subscriber_id, LedgerEntry.entry_id).where(
+                LedgerEntry.entry_id.in_(part), LedgerEntry.subscriber_id.between(min(wanted), max(wanted))
             )
-        )
+            for part in chunks(list(entry_ids))
+        ]
     window = set(entry_ids)
     found: dict[int, set[int]] = {}
-    for subscriber_id, entry_id in rows:
-        if subscriber_id in wanted and entry_id in window:
-            found.setdefault(subscriber_id, set()).add(entry_id)
+    for statement in statements:
+        for subscriber_id, entry_id in session.execute(statement):
+            if subscriber_id in wanted and entry_id in window:
+                found.setdefault(subscriber_id, set()).add(entry_id)
     return found
 
 

@@ -15,14 +15,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import WatchConfig
 from bot.domain import FileStamp, IngestResult, ParsedSource, SourceStatus
 from bot.sources import SourceFormatError, parse_any
 from bot.store.engine import transaction
-from bot.store.entries import entry_texts, set_rule_tags, upsert_source_entries
+from bot.store.entries import entry_texts, refresh_statistics, set_rule_tags, upsert_source_entries
 from bot.store.sources import add_source, ingested_with_sha, set_counts
 from bot.tagging import TagRules
 
@@ -92,7 +92,8 @@ def _ingest(
     for attempt in (1, 2):
         try:
             with transaction(factory) as session:
-                return _record(session, parsed, error, common, rules)
+                result = _record(session, parsed, error, common, rules)
+            break
         except IntegrityError:
             # Another process ingested the same bytes between our check and
             # insert; the second pass sees its row and records a duplicate.
@@ -107,7 +108,19 @@ def _ingest(
             reason = " ".join(str(exc).split())[:300]
             error = f"{name}: internal error: {type(exc).__name__}: {reason}"
             return IngestResult(name, SourceStatus.FAILED, source_id, error=error)
-    raise AssertionError("unreachable")
+    _refresh_statistics(factory, result.new)
+    return result
+
+
+def _refresh_statistics(factory: sessionmaker[Session], new_entries: int) -> None:
+    """After the commit, in a transaction of its own: the source is stored whatever happens
+    here.  (A plain session: on SQLite nothing is executed, so no write lock is taken.)"""
+    try:
+        with factory() as session:
+            if refresh_statistics(session, new_entries):
+                session.commit()
+    except SQLAlchemyError as exc:  # slower look-ups until autovacuum catches up, nothing lost
+        log.warning("could not refresh the store's statistics: %s", " ".join(str(exc).split())[:300])
 
 
 def _record(

@@ -1,4 +1,4 @@
-"""Ingest service against a real SQLite file: the seed scenario, duplicates, bad files."""
+"""Ingest service against a real store: the seed scenario, duplicates, bad files, look-up plans."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import func, select
+from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from bench.gen import dump_text
 from bot.domain import SourceStatus
 from bot.ingest import ingest_bytes, ingest_file
-from bot.store.entries import appearances_of, find_entry, list_entries
+from bot.store.engine import sessions
+from bot.store.entries import appearances_of, find_entry, list_entries, refresh_statistics
 from bot.store.schema import Entry, Source
 from bot.store.sources import list_sources
 from tests.conftest import copy_aged
@@ -163,3 +165,29 @@ def test_the_garbage_collector_is_on_again_after_every_ingest(
         assert not gc.isenabled(), "a caller's own pause is left alone"
     finally:
         gc.enable()
+
+
+def test_title_look_ups_search_their_index_after_a_large_first_ingest(engine: Engine) -> None:
+    """Right after 2,000 entries went into an empty store, the next ingest finds titles
+    through ``ix_entries_title_hash``, not by reading the whole table.  PostgreSQL plans
+    that from statistics which autovacuum would only gather a minute or more later, so
+    the ingest refreshes them itself (``refresh_statistics``)."""
+    factory = sessions(engine)
+    assert ingest_bytes(factory, dump_text(2000, seed=1).encode(), name="history").new == 2000
+    plans: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def explain(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if statement.startswith("SELECT") and "WHERE entries.title_hash IN" in statement:
+            explained = cursor.connection.cursor()
+            prefix = "EXPLAIN QUERY PLAN " if engine.dialect.name == "sqlite" else "EXPLAIN "
+            explained.execute(prefix + statement, parameters)
+            plans.append(" ".join(str(row[-1]) for row in explained.fetchall()))
+
+    assert ingest_bytes(factory, dump_text(100, seed=2, start=2000).encode(), name="next").new == 100
+    event.remove(engine, "before_cursor_execute", explain)
+    assert plans and all("ix_entries_title_hash" in plan for plan in plans), plans
+    # Not again for a batch under a tenth of the store (daily ingests into a big one).
+    with factory() as session:
+        assert not refresh_statistics(session, 100)
+        assert refresh_statistics(session, 300) is (engine.dialect.name == "postgresql")

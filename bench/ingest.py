@@ -1,6 +1,6 @@
 """Ingest benchmark: entries/s for a 10,000-entry dump, and whether ingest cost grows with history.
 
-Usage: python bench/ingest.py [--entries 10000] [--history 1000000] [--batch 1000]
+Usage: python bench/ingest.py [--entries 10000] [--history 1000000] [--batch 1000] [--pg URL]
 
 Prints:
   * parse-only and parse+store rates (shipped tag rules applied) for one dump of --entries new
@@ -11,11 +11,15 @@ Prints:
     --history entries (median of 3, fresh entries each time), and their ratio (target <= 1.3);
     each round starts from a checkpointed WAL, and the time including the checkpoint that
     writes the round's pages into the database file is printed beside it.
+
+With --pg (a PostgreSQL URL such as $DIGESTBOT_TEST_PG) every store is a throw-away schema
+in that database instead of a SQLite file, and the checkpoint is PostgreSQL's CHECKPOINT.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -25,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gen import dump_text  # noqa: E402
+from bench.pg import postgres_schema  # noqa: E402
 from bot.ingest import ingest_bytes  # noqa: E402
 from bot.sources import parse_dump  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
@@ -34,10 +39,28 @@ from bot.tagging import load_rules  # noqa: E402
 RULES = load_rules(Path(__file__).resolve().parent.parent / "config" / "tags.toml")
 
 
-def fresh_store(folder: Path, name: str):  # type: ignore[no-untyped-def]
-    engine = make_engine(f"sqlite:///{folder / name}")
-    upgrade(engine)
-    return engine, sessions(engine)
+class Stores:
+    """Fresh stores: SQLite files in *folder*, or schemas of the PostgreSQL database at *pg_url*."""
+
+    def __init__(self, folder: Path, pg_url: str | None, cleanup: contextlib.ExitStack) -> None:
+        self.folder, self.pg_url, self.cleanup = folder, pg_url, cleanup
+
+    def fresh(self, name: str):  # type: ignore[no-untyped-def]
+        url = self.cleanup.enter_context(postgres_schema(self.pg_url)) if self.pg_url else f"sqlite:///{self.folder / name}"
+        engine = make_engine(url)
+        self.cleanup.callback(engine.dispose)  # before its schema is dropped (the stack unwinds in reverse)
+        upgrade(engine)
+        return engine, sessions(engine)
+
+    def size_mb(self, engine, name: str) -> float:  # type: ignore[no-untyped-def]
+        if not self.pg_url:
+            return (self.folder / name).stat().st_size / 1e6
+        with engine.connect() as conn:
+            return conn.exec_driver_sql(
+                "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            ).scalar_one() / 1e6
 
 
 def fill(factory, count: int, *, chunk: int = 20_000) -> int:  # type: ignore[no-untyped-def]
@@ -74,6 +97,10 @@ def time_batches(engine, factory, start: int, batch: int, rounds: int = 3) -> tu
 
 
 def checkpoint(engine) -> None:  # type: ignore[no-untyped-def]
+    if engine.dialect.name == "postgresql":
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("CHECKPOINT")
+        return
     raw = engine.raw_connection()  # outside any transaction: a checkpoint cannot run inside one
     try:
         raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -81,15 +108,51 @@ def checkpoint(engine) -> None:  # type: ignore[no-untyped-def]
         raw.close()
 
 
+def sqlite_alone(folder: Path, rows: int, batch: int, rounds: int = 3) -> float:
+    """Median ms (with the checkpoint) for SQLite alone to insert *batch* rows into a table of
+    *rows*: a random 22-character unique key, as identity keys are, and 700 bytes of text, as
+    an entry is.  The floor under digestbot's own figure: no parsing, no other table or index."""
+    import random
+
+    rng = random.Random(rows)
+    engine = make_engine(f"sqlite:///{folder / f'alone-{rows}.sqlite3'}")  # the store's own pragmas
+    raw = engine.raw_connection()
+
+    def insert(n: int) -> None:
+        raw.execute("BEGIN IMMEDIATE")
+        raw.executemany(
+            "INSERT INTO t (key, body) VALUES (?, ?)",
+            [(f"paper:{rng.getrandbits(64):016x}", rng.randbytes(350).hex()) for _ in range(n)],
+        )
+        raw.execute("COMMIT")
+
+    try:
+        raw.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, key TEXT NOT NULL UNIQUE, body TEXT NOT NULL)")
+        for done in range(0, rows, 20_000):
+            insert(min(20_000, rows - done))
+        times = []
+        for _ in range(rounds):
+            checkpoint(engine)
+            t0 = time.perf_counter()
+            insert(batch)
+            checkpoint(engine)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1000
+    finally:
+        raw.close()
+        engine.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--history", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=1_000)
+    parser.add_argument("--pg", metavar="URL", help="PostgreSQL database for the stores (default: SQLite files)")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="digestbot-bench-") as tmp:
-        folder = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="digestbot-bench-") as tmp, contextlib.ExitStack() as cleanup:
+        stores = Stores(Path(tmp), args.pg, cleanup)
         data = dump_text(args.entries, seed=1).encode()
         print(f"dump: {args.entries:,} entries, {len(data) / 1e6:.1f} MB")
 
@@ -105,7 +168,7 @@ def main() -> None:
             ("parse + store + tag rules", RULES),
         )
         for n, (label, rules) in enumerate(runs):
-            engine, factory = fresh_store(folder, f"one-{n}.sqlite3")
+            engine, factory = stores.fresh(f"one-{n}.sqlite3")
             t0 = time.perf_counter()
             result = ingest_bytes(factory, data, name="bench", rules=rules)
             total_s = time.perf_counter() - t0
@@ -113,17 +176,17 @@ def main() -> None:
             engine.dispose()
             print(f"{label}: {total_s:6.3f} s  ({args.entries / total_s:,.0f} entries/s)  target <= 1 s")
 
-        small_engine, small = fresh_store(folder, "small.sqlite3")
+        small_engine, small = stores.fresh("small.sqlite3")
         start = fill(small, args.batch)
         small_s, small_durable = time_batches(small_engine, small, start, args.batch)
         small_engine.dispose()
 
         print(f"filling a store with {args.history:,} entries ...", file=sys.stderr)
-        big_engine, big = fresh_store(folder, "big.sqlite3")
+        big_engine, big = stores.fresh("big.sqlite3")
         start = fill(big, args.history)
         big_s, big_durable = time_batches(big_engine, big, start, args.batch)
+        size_mb = stores.size_mb(big_engine, "big.sqlite3")
         big_engine.dispose()
-        size_mb = (folder / "big.sqlite3").stat().st_size / 1e6
 
         print(f"{args.batch:,} new into {args.batch:,}:       {small_s * 1000:7.1f} ms  ({small_durable * 1000:.1f} ms with its checkpoint)")
         print(
@@ -131,6 +194,14 @@ def main() -> None:
             f" store file {size_mb:,.0f} MB)"
         )
         print(f"ratio history/small: {big_s / small_s:.2f}  target <= 1.3  (with checkpoints: {big_durable / small_durable:.2f})")
+        if not args.pg:
+            alone_small = sqlite_alone(stores.folder, args.batch, args.batch)
+            alone_big = sqlite_alone(stores.folder, args.history, args.batch)
+            print(
+                f"SQLite alone, {args.batch:,} random keys into {args.batch:,} vs {args.history:,} rows (with checkpoints):"
+                f" {alone_small:.1f} vs {alone_big:.1f} ms, +{alone_big - alone_small:.1f} ms;"
+                f" digestbot: +{(big_durable - small_durable) * 1000:.1f} ms"
+            )
 
 
 if __name__ == "__main__":

@@ -56,11 +56,11 @@ class Stores:
         if not self.pg_url:
             return (self.folder / name).stat().st_size / 1e6
         with engine.connect() as conn:
-            return conn.exec_driver_sql(
+            return float(conn.exec_driver_sql(
                 "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
                 " JOIN pg_namespace n ON n.oid = c.relnamespace"
                 " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-            ).scalar_one() / 1e6
+            ).scalar_one()) / 1e6
 
 
 def fill(factory, count: int, *, chunk: int = 20_000) -> int:  # type: ignore[no-untyped-def]

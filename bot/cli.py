@@ -99,7 +99,7 @@ class Context:
         databases must have been migrated with ``digestbot db upgrade``."""
         if migrate:
             current = store_engine.current_revision(self.engine)
-            if current != store_engine.head_revision():
+            if current != store_engine.HEAD_REVISION:
                 if store_engine.is_sqlite(self.engine):
                     store_engine.upgrade(self.engine)
                 else:

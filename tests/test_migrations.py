@@ -11,13 +11,13 @@ from sqlalchemy import Engine, inspect, select
 
 from bot.identity import key_for_title_hash
 from bot.ingest import ingest_bytes, ingest_file
-from bot.store.engine import current_revision, downgrade, head_revision, sessions, upgrade
+from bot.store.engine import HEAD_REVISION, current_revision, downgrade, head_revision, make_engine, sessions, upgrade
 from bot.store.schema import Base, Entry
 from tests.conftest import FIXTURES
 
 
 def test_upgraded_database_matches_models(engine: Engine) -> None:
-    assert current_revision(engine) == head_revision()
+    assert current_revision(engine) == head_revision() == HEAD_REVISION
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
     assert diff == []
@@ -59,3 +59,11 @@ def test_title_hash_migration_round_trips_and_look_ups_still_match(engine: Engin
     again = [ingest_bytes(factory, path.read_bytes() + b"\n", name=f"again-{path.name}") for path in seed_files]
     assert [r.new for r in again] == [0, 0, 0, 0]
 
+
+
+def test_a_database_never_migrated_has_no_revision(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'empty.sqlite3'}")
+    assert current_revision(engine) is None
+    upgrade(engine, "0007")
+    assert current_revision(engine) == "0007"
+    engine.dispose()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import random
 import statistics
 import sys
 import tempfile
@@ -112,8 +113,6 @@ def sqlite_alone(folder: Path, rows: int, batch: int, rounds: int = 3) -> float:
     """Median ms (with the checkpoint) for SQLite alone to insert *batch* rows into a table of
     *rows*: a random 22-character unique key, as identity keys are, and 700 bytes of text, as
     an entry is.  The floor under digestbot's own figure: no parsing, no other table or index."""
-    import random
-
     rng = random.Random(rows)
     engine = make_engine(f"sqlite:///{folder / f'alone-{rows}.sqlite3'}")  # the store's own pragmas
     raw = engine.raw_connection()

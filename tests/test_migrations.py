@@ -60,7 +60,6 @@ def test_title_hash_migration_round_trips_and_look_ups_still_match(engine: Engin
     assert [r.new for r in again] == [0, 0, 0, 0]
 
 
-
 def test_a_database_never_migrated_has_no_revision(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'empty.sqlite3'}")
     assert current_revision(engine) is None

@@ -83,7 +83,7 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 
 # The newest migration.  Every CLI command compares the database with it, and
-# asking Alembic would import it: a sixth of a command's time.  A test keeps it
+# asking Alembic would import it: about a fifth of a command's time.  A test keeps it
 # equal to what Alembic finds (head_revision).
 HEAD_REVISION = "0008"
 

@@ -15,7 +15,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from bench.gen import dump_text
 from bot.domain import SourceStatus
 from bot.ingest import ingest_bytes, ingest_file
-from bot.store.engine import sessions
 from bot.store.entries import appearances_of, find_entry, list_entries, refresh_statistics
 from bot.store.schema import Entry, Source
 from bot.store.sources import list_sources
@@ -167,12 +166,13 @@ def test_the_garbage_collector_is_on_again_after_every_ingest(
         gc.enable()
 
 
-def test_title_look_ups_search_their_index_after_a_large_first_ingest(engine: Engine) -> None:
+def test_title_look_ups_search_their_index_after_a_large_first_ingest(
+    engine: Engine, factory: sessionmaker[Session]
+) -> None:
     """Right after 2,000 entries went into an empty store, the next ingest finds titles
     through ``ix_entries_title_hash``, not by reading the whole table.  PostgreSQL plans
     that from statistics which autovacuum would only gather a minute or more later, so
     the ingest refreshes them itself (``refresh_statistics``)."""
-    factory = sessions(engine)
     assert ingest_bytes(factory, dump_text(2000, seed=1).encode(), name="history").new == 2000
     plans: list[str] = []
 

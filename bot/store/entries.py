@@ -429,7 +429,9 @@ def refresh_statistics(session: Session, new_entries: int) -> bool:
     """
     if new_entries <= 0 or session.get_bind().dialect.name != "postgresql":
         return False
-    believed = session.execute(text("SELECT reltuples FROM pg_class WHERE oid = 'entries'::regclass")).scalar_one()
+    believed = session.execute(
+        text("SELECT reltuples FROM pg_class WHERE oid = CAST(:name AS regclass)"), {"name": Entry.__tablename__}
+    ).scalar_one()
     if believed > 0 and new_entries < STATISTICS_GROWTH * believed:  # -1: never analyzed
         return False
     # Only the columns queries select on: statistics of the summaries and JSON

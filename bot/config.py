@@ -20,7 +20,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from bot.text import CONTROL_CHARACTERS
+from bot.text import CONTROL_CHARACTERS, hides_control_characters
 
 ENV_PREFIX = "DIGESTBOT_"
 DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
@@ -116,15 +116,15 @@ class SenderConfig(BaseModel):
     @field_validator("from_name")
     @classmethod
     def _one_line_name(cls, value: str) -> str:
-        if CONTROL_CHARACTERS.search(value):
-            raise ValueError("contains control characters (line breaks included)")
+        if CONTROL_CHARACTERS.search(value) or hides_control_characters(value):
+            raise ValueError("contains control characters (line breaks included, RFC 2047 encoded or not)")
         return value
 
     @field_validator("from_address", "list_id", "unsubscribe_address")
     @classmethod
     def _no_spaces_or_controls(cls, value: str) -> str:
-        if CONTROL_CHARACTERS.search(value) or any(c.isspace() or c in "<>\"," for c in value):
-            raise ValueError("must not contain spaces, control characters, quotes, commas or angle brackets")
+        if "=?" in value or CONTROL_CHARACTERS.search(value) or any(c.isspace() or c in "<>\"," for c in value):
+            raise ValueError("must not contain spaces, control characters, quotes, commas, angle brackets or '=?'")
         return value
 
 

@@ -11,6 +11,7 @@ password.
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 import re
 import ssl
@@ -48,8 +49,19 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())[:500]
 
 
+class LoginRefused(aiosmtplib.SMTPException):
+    """The server refused our login.  Its reply is dropped: a server may quote the
+    AUTH argument back (``535 ... AGJvdABwYXNzd29yZA==``), which is the password."""
+
+    def __init__(self, code: int | None) -> None:
+        super().__init__(f"SMTP login refused ({code or 'no code'}); the server's reply is not kept")
+        self.code = code
+
+
 def classify(exc: BaseException) -> SendResult:
     """Turn an aiosmtplib/network exception into an outcome."""
+    if isinstance(exc, LoginRefused):
+        return SendResult(Outcome.TEMPORARY, exc.code, str(exc))
     if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
         first = exc.recipients[0] if exc.recipients else None
         code = getattr(first, "code", None)
@@ -199,7 +211,11 @@ class SmtpPool:
         client = self._client()
         await client.connect()
         if self.config.username:
-            await client.login(self.config.username, self._password.get_secret_value())
+            try:
+                await client.login(self.config.username, self._password.get_secret_value())
+            except aiosmtplib.SMTPResponseException as exc:
+                client.close()
+                raise LoginRefused(exc.code) from None
         self._open.add(client)
         return client
 
@@ -225,9 +241,24 @@ class SmtpPool:
                 await self._discard(client)
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                return classify(exc)
+                return self._redacted(classify(exc))
             self._idle.put_nowait(client)
-            return SendResult(Outcome.SENT, 250, _one_line(response))
+            return self._redacted(SendResult(Outcome.SENT, 250, _one_line(response)))
+
+    def _redacted(self, result: SendResult) -> SendResult:
+        """*result* without the password in any form AUTH sends it, whatever a reply quoted."""
+        secret = self._password.get_secret_value()
+        if not secret:
+            return result
+        user = self.config.username
+        detail = result.detail
+        for form in (
+            secret,
+            base64.b64encode(secret.encode()).decode(),
+            base64.b64encode(f"\0{user}\0{secret}".encode()).decode(),
+        ):
+            detail = detail.replace(form, "***")
+        return result if detail == result.detail else SendResult(result.outcome, result.code, detail)
 
     async def close(self) -> None:
         while not self._idle.empty():

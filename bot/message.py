@@ -1,8 +1,10 @@
 """Message stage: a rendered digest into an RFC 5322 multipart/alternative email.
 
 Text part first, then HTML; display names and subjects are encoded by the
-email package (RFC 2047), never concatenated into raw header lines, and any
-control character is stripped from them first, so no header can be injected.
+email package (RFC 2047), never concatenated into raw header lines.  Every
+value goes through ``header_text`` first: control characters folded and any
+encoded word already decoded, so no value can become a line break, a new
+header or a new MIME part, however it decodes.
 Never renders, never sends.
 """
 
@@ -20,7 +22,18 @@ from email_validator import EmailNotValidError, validate_email
 
 from bot.config import SenderConfig
 from bot.domain import RenderedDigest
-from bot.text import one_line
+from bot.text import header_text
+
+
+# Python's folder drops the quotes of a display name it has to fold (a name of
+# "Bcc: x@y.z ..." near 998 characters became a group and an address): names are
+# cut well below any folding, as clean_name() does at input.
+MAX_DISPLAY_NAME = 200
+
+
+def display_name(text: str | None) -> str:
+    """*text* as the display name of an address header: one line, decoded, short."""
+    return header_text(text)[:MAX_DISPLAY_NAME].rstrip()
 
 
 def domain_of(address: str) -> str:
@@ -77,12 +90,12 @@ BOUNDARY = "=_digestbot_alternative"
 
 def build_message(rendered: RenderedDigest, headers: Headers, sender: SenderConfig) -> EmailMessage:
     msg = EmailMessage(policy=POLICY)
-    msg["Subject"] = one_line(rendered.subject)
-    msg["From"] = Address(display_name=one_line(sender.from_name), addr_spec=sender.from_address)
-    msg["To"] = Address(display_name=one_line(headers.to_name), addr_spec=envelope_address(headers.to_address))
+    msg["Subject"] = header_text(rendered.subject)
+    msg["From"] = Address(display_name=display_name(sender.from_name), addr_spec=sender.from_address)
+    msg["To"] = Address(display_name=display_name(headers.to_name), addr_spec=envelope_address(headers.to_address))
     msg["Date"] = format_datetime(headers.date)
     msg["Message-ID"] = headers.message_id
-    msg["List-Id"] = f"{one_line(sender.from_name)} <{sender.list_id}>"
+    msg["List-Id"] = f"{display_name(sender.from_name)} <{sender.list_id}>"
     msg["List-Unsubscribe"] = ", ".join(f"<{uri}>" for uri in headers.list_unsubscribe)
     if any(uri.startswith("https://") for uri in headers.list_unsubscribe):
         # RFC 8058 one-click needs an https URI that accepts the POST.

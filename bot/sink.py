@@ -199,14 +199,18 @@ class _Controller(Controller):
 class Sink:
     """Start/stop an aiosmtpd server in its own thread on 127.0.0.1."""
 
-    def __init__(self, handler: SinkHandler, port: int | None = None, *, logins: dict[str, str] | None = None) -> None:
-        """*logins*: require SMTP AUTH (PLAIN/LOGIN, no TLS on loopback) with these user -> password pairs."""
+    def __init__(
+        self, handler: SinkHandler, port: int | None = None, *, logins: dict[str, str] | None = None,
+        authenticator: Any = None,
+    ) -> None:
+        """*logins*: require SMTP AUTH (PLAIN/LOGIN, no TLS on loopback) with these user -> password
+        pairs; *authenticator*: an aiosmtpd authenticator to use instead (a server that misbehaves)."""
         self.handler = handler
         self.port = port or free_port()
         auth: dict[str, Any] = {}
         if logins is not None:
             # Plain AUTH without TLS is fine on loopback; aiosmtpd warns about it, so say so once here.
-            auth = {"authenticator": _Logins(logins), "auth_required": True, "auth_require_tls": False}
+            auth = {"authenticator": authenticator or _Logins(logins), "auth_required": True, "auth_require_tls": False}
         self.controller = _Controller(
             handler, hostname="127.0.0.1", port=self.port, ready_timeout=10, decode_data=False,
             data_size_limit=50_000_000, **auth,

@@ -40,9 +40,8 @@ from jinja2 import nodes
 
 from bot.config import SenderConfig
 from bot.domain import DigestContent
-from bot.message import POLICY, Headers, Prepared, build_message, dot_stuff, prepared
+from bot.message import POLICY, Headers, Prepared, build_message, display_name, dot_stuff, prepared
 from bot.render import TEXT_FOOTER, Links, Renderer, personal_context
-from bot.text import one_line
 
 LinksFor = Callable[[str], tuple[Links, tuple[str, ...]]]  # token -> (footer links, List-Unsubscribe URIs)
 
@@ -115,7 +114,7 @@ def date_line(value: str) -> bytes:
 
 
 def to_line(name: str, address: str) -> bytes:
-    name = one_line(name)
+    name = display_name(name)
     if len(name) + len(address) < _SHORT and _SIMPLE_ADDRESS.fullmatch(address):
         if not name:
             return f"To: {address}\r\n".encode("ascii")

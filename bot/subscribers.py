@@ -31,7 +31,7 @@ from bot.store.subscribers import (
     set_status,
     upsert_subscribers,
 )
-from bot.text import CONTROL_CHARACTERS
+from bot.text import CONTROL_CHARACTERS, header_text, hides_control_characters
 from bot.tokens import token_is_valid, token_subscriber_id
 
 CSV_COLUMNS = ("email", "name", "filter", "timezone", "send_hour", "status", "backfill")
@@ -54,9 +54,11 @@ def clean_email(raw: str) -> str:
 
 
 def clean_name(raw: str) -> str:
-    if CONTROL_CHARACTERS.search(raw):
-        raise SubscriberInputError("name: contains control characters (line breaks included)")
-    name = " ".join(raw.split())
+    if CONTROL_CHARACTERS.search(raw) or hides_control_characters(raw):
+        raise SubscriberInputError("name: contains control characters (line breaks included, RFC 2047 encoded or not)")
+    # A name goes into the To header: stored as what a mail reader would show,
+    # never as encoded words.
+    name = header_text(raw)
     if len(name) > 200:
         raise SubscriberInputError("name: longer than 200 characters")
     return name

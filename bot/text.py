@@ -5,6 +5,7 @@ value and a web link.  Pure functions; never reads or writes anything.
 from __future__ import annotations
 
 import re
+from email.policy import default as _default_policy
 
 # C0/C1 controls and the Unicode line/paragraph separators: never part of a name,
 # title, tag or address, and a way to smuggle line breaks into a mail header.
@@ -17,6 +18,64 @@ _WEB_URL = re.compile(r"https?://[^\s<>\"'\x00-\x1f\x7f]+", re.IGNORECASE)
 def one_line(text: str | None) -> str:
     """*text* with control characters and runs of whitespace folded to single spaces."""
     return " ".join(CONTROL_CHARACTERS.sub(" ", text or "").split())
+
+
+# A decoded encoded word can spell another one ("=?utf-8?q?=3D=3Futf-8...?="): decoding
+# repeats until nothing changes, and a value still changing after this many rounds is
+# refused its word openers instead.
+_MAX_DECODE_ROUNDS = 8
+
+
+def header_text(text: str | None) -> str:
+    """*text* as a header may carry it: one line, with every RFC 2047 encoded word decoded.
+
+    Python's ``email`` package decodes encoded words in the header values it is
+    given and writes what they decode to back out raw, so ``=?utf-8?q?x=0D=0ABcc:...?=``
+    would become a line break and a new header.  The value is decoded here with that
+    same parser until it no longer changes, folding control characters and line
+    breaks each time, so what the package decodes is exactly what this returns.
+    """
+    value = one_line(text)
+    for _ in range(_MAX_DECODE_ROUNDS):
+        if "=?" not in value:
+            return value
+        decoded = one_line(_decoded_words(value))
+        if decoded == value:
+            return value
+        value = decoded
+    return value.replace("=?", "= ?")
+
+
+# The store's tag columns; the case-folded name must fit too ("ß" folds to "ss").
+MAX_TAG_LENGTH = 100
+
+
+def tag_label(text: str | None) -> str:
+    """A tag as a source gave it, ready to store and to print in a Subject."""
+    label = header_text(text)[:MAX_TAG_LENGTH]
+    while len(label.casefold()) > MAX_TAG_LENGTH:
+        label = label[:-1]
+    return label.rstrip()
+
+
+def hides_control_characters(text: str) -> bool:
+    """Whether an encoded word in *text* decodes, at any depth, to a control character."""
+    value = text
+    for _ in range(_MAX_DECODE_ROUNDS):
+        if "=?" not in value:
+            return False
+        decoded = _decoded_words(value)
+        if CONTROL_CHARACTERS.search(decoded):
+            return True
+        if decoded == value:
+            return False
+        value = decoded
+    return True
+
+
+def _decoded_words(value: str) -> str:
+    """*value* as the email package reads a header: its encoded words decoded."""
+    return str(_default_policy.header_factory("X-Value", value))
 
 
 def is_web_url(url: str | None) -> bool:

@@ -14,7 +14,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from aiosmtpd.smtp import AuthResult
 from pydantic import SecretStr
+from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import ConfigError, Settings, load_settings
@@ -81,6 +83,35 @@ def test_a_refused_login_logs_and_stores_no_password(
         assert asyncio.run(deliver_now(factory, right, clock=lambda: later)).sent == 1  # the login works at all
         assert len(sink.received) == 1
     assert_absent(caplog.text + sink.received[0].data.decode("ascii", "replace"), PASSWORD, SIGNING_KEY)
+
+
+def echoing_authenticator(server: object, session: object, envelope: object, mechanism: str, auth_data: object) -> AuthResult:
+    """A server that quotes the AUTH argument back in its 535 reply, as some do."""
+    login = getattr(auth_data, "login", b"") or b""
+    password = getattr(auth_data, "password", b"") or b""
+    echoed = base64.b64encode(b"\0" + login + b"\0" + password).decode()
+    return AuthResult(success=False, handled=False,
+                      message=f"535 5.7.8 {echoed} {password.decode()} is not a valid login for {login.decode()}")
+
+
+def test_a_server_that_echoes_the_credentials_is_not_quoted(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with Sink(SinkHandler(), logins={}, authenticator=echoing_authenticator) as sink:
+        settings = _settings(tmp_path, sink.port, PASSWORD)
+        save(factory, settings, [clean_fields("ada@example.org")], DAY - timedelta(days=1))
+        ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
+        plan(factory, settings, RULES, now=DAY, all_due=True)
+        report = asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
+    assert (report.sent, report.retrying) == (0, 1)
+    with factory() as session:
+        (digest,) = list_digests(session)
+        stored = "\n".join(str(v) for row in session.execute(text("SELECT * FROM digests")) for v in row)
+    assert "login refused (535)" in (digest.last_error or "")
+    ours = "\n".join(r.getMessage() for r in caplog.records if not r.name.startswith("mail.log"))  # not the server's
+    assert "535" in ours  # aiosmtplib's and our own records are there to be searched
+    assert_absent(f"{digest.last_error}\n{stored}\n{ours}", PASSWORD)
 
 
 def test_cli_output_and_history_carry_no_secrets(tmp_path: Path) -> None:

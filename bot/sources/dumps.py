@@ -17,6 +17,7 @@ from typing import NamedTuple
 from bot.domain import EntryKind, ParsedEntry, ParsedSource
 from bot.identity import is_repo_name
 from bot.sources.errors import SourceFormatError, quoted
+from bot.text import tag_label
 
 LINK_LABELS = frozenset({"PDF", "Code"})
 TAG_SEPARATOR = "\u00d7"  # "×"
@@ -89,7 +90,7 @@ def _header_tags(block: _Block) -> tuple[str, ...] | None:
     raw = " ".join(line.strip() for line in block.lines)[len(_HEADER_PREFIX):]
     tags = []
     for part in raw.split(TAG_SEPARATOR):
-        tag = " ".join(part.split())
+        tag = tag_label(part)
         if tag and tag.casefold() != _CLEAR_ALL and tag not in tags:
             tags.append(tag)
     return tuple(tags)

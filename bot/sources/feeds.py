@@ -20,7 +20,7 @@ import feedparser
 from bot.domain import Announce, EntryKind, ParsedEntry, ParsedSource
 from bot.identity import arxiv_id_in, doi_in
 from bot.sources.errors import SourceFormatError
-from bot.text import is_web_url
+from bot.text import is_web_url, tag_label
 from bot.text import one_line as _one_line
 
 _ARXIV_ABSTRACT_PREFIX = re.compile(
@@ -135,7 +135,7 @@ def _parse_xml(data: bytes, name: str) -> ParsedSource:
         detail = content[0] if content else item.get("summary_detail") or {}
         summary = detail.get("value", item.get("summary", "")) or ""
         names = [a.get("name", "") for a in item.get("authors", []) if isinstance(a, dict)]
-        tags = tuple(_one_line(t.get("term") or t.get("label")) for t in item.get("tags", []))
+        tags = tuple(tag_label(t.get("term") or t.get("label")) for t in item.get("tags", []))
         entries.append(
             _entry(
                 title=title,
@@ -193,7 +193,7 @@ def _parse_json(data: bytes, name: str) -> ParsedSource:
             summary, summary_type = str(item.get("content_text") or item.get("summary") or ""), "text/plain"
         people = item.get("authors") or ([item["author"]] if isinstance(item.get("author"), dict) else [])
         names = [str(p.get("name", "")) for p in people if isinstance(p, dict)]
-        tags = tuple(_one_line(str(t)) for t in item.get("tags") or [] if isinstance(t, (str, int)))
+        tags = tuple(tag_label(str(t)) for t in item.get("tags") or [] if isinstance(t, (str, int)))
         link = str(item.get("url") or item.get("external_url") or "")
         entries.append(
             _entry(

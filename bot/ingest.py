@@ -10,6 +10,8 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
+import os
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -25,6 +27,7 @@ from bot.store.engine import transaction
 from bot.store.entries import entry_texts, refresh_statistics, set_rule_tags, upsert_source_entries
 from bot.store.sources import add_source, ingested_with_sha, set_counts
 from bot.tagging import TagRules
+from bot.text import is_utf8_name, path_text
 
 log = logging.getLogger(__name__)
 
@@ -156,38 +159,48 @@ def ingest_file(
     rules: TagRules | None = None,
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> IngestResult:
-    """Ingest one file by path; an unreadable or oversized file is recorded as
-    failed too (without reading it), so the watcher does not retry it until it changes."""
-    path = path.resolve()
-    too_big = (
-        f"{path}: more than watch.max_file_bytes ({max_bytes / 1e6:.1f} MB); split the dump or raise the limit"
-    )
+    """Ingest one file by path; an unreadable or oversized file, or one whose name is
+    not UTF-8, is recorded as failed too (without reading it), so the watcher does not
+    retry it until it changes.  Names are stored and shown escaped (``path_text``)."""
     try:
-        if path.exists() and not path.is_file():  # a device or FIFO would never end
-            return IngestResult(str(path), SourceStatus.FAILED, error=f"{path}: not a regular file")
-        stamp = stamp_of(path)
-        if stamp.size > max_bytes:
-            return _record_unread(factory, path, stamp.size, stamp.mtime_ns, too_big, now)
-        with path.open("rb") as handle:
+        path = path.resolve()
+    except (OSError, RuntimeError) as exc:  # Python 3.11 raises RuntimeError for a symlink loop
+        shown = path_text(path)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "symlink loop"
+        return IngestResult(shown, SourceStatus.FAILED, error=f"{shown}: cannot resolve: {reason}")
+    name = path_text(path)
+    too_big = f"{name}: more than watch.max_file_bytes ({max_bytes / 1e6:.1f} MB); split the dump or raise the limit"
+    try:
+        # O_NOFOLLOW: the resolved path is no link, unless one was put there since;
+        # O_NONBLOCK: a FIFO put there since must not hang the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode):  # a device or FIFO would never end
+                return IngestResult(name, SourceStatus.FAILED, error=f"{name}: not a regular file")
+            if not is_utf8_name(path):
+                return _record_unread(factory, name, st.st_size, st.st_mtime_ns, f"{name}: file name is not UTF-8; rename the file", now)
+            if st.st_size > max_bytes:
+                return _record_unread(factory, name, st.st_size, st.st_mtime_ns, too_big, now)
             data = handle.read(max_bytes + 1)  # the file may grow after the stat
         if len(data) > max_bytes:
-            return _record_unread(factory, path, len(data), stamp.mtime_ns, too_big, now)
+            return _record_unread(factory, name, len(data), st.st_mtime_ns, too_big, now)
     except OSError as exc:
-        error = f"{path}: cannot read: {exc.strerror or exc}"
+        error = f"{name}: cannot read: {exc.strerror or exc}"
         if not path.exists():
-            return IngestResult(str(path), SourceStatus.FAILED, error=error)
-        return _record_unread(factory, path, 0, None, error, now)
-    return ingest_bytes(factory, data, name=str(path), origin="file", mtime_ns=stamp.mtime_ns, now=now, rules=rules)
+            return IngestResult(name, SourceStatus.FAILED, error=error)
+        return _record_unread(factory, name, 0, None, error, now)
+    return ingest_bytes(factory, data, name=name, origin="file", mtime_ns=st.st_mtime_ns, now=now, rules=rules)
 
 
 def _record_unread(
-    factory: sessionmaker[Session], path: Path, size: int, mtime_ns: int | None, error: str, now: datetime | None
+    factory: sessionmaker[Session], name: str, size: int, mtime_ns: int | None, error: str, now: datetime | None
 ) -> IngestResult:
     with transaction(factory) as session:
         source_id = add_source(
             session,
             origin="file",
-            path=str(path),
+            path=name,
             sha256="",
             size=size,
             mtime_ns=mtime_ns,
@@ -195,7 +208,7 @@ def _record_unread(
             error=error,
             now=now or utcnow(),
         )
-    return IngestResult(str(path), SourceStatus.FAILED, source_id, error=error)
+    return IngestResult(name, SourceStatus.FAILED, source_id, error=error)
 
 
 def retag_all(

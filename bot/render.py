@@ -34,6 +34,9 @@ _URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)  # in prose: 
 # Characters LaTeX treats specially that plain prose uses literally.
 _BARE_SPECIALS = re.compile(r"(?<!\\)([%&#])")
 _PLACEHOLDER = "zzlatexurl{}zz"
+# A tag that ends a line of text.  Its attributes stop at the next "<" as well as at
+# ">": with [^>]* an unclosed "<br<br<br..." rescanned the rest of the summary per tag.
+_BLOCK_END = re.compile(r"<\s*(?:br|/p|/li|/blockquote)\b[^<>]*>", re.IGNORECASE)
 
 ALLOWED_TAGS = {"p", "br", "b", "strong", "i", "em", "a", "ul", "ol", "li", "code", "pre", "sub", "sup", "blockquote"}
 ALLOWED_ATTRIBUTES = {"a": {"href", "title"}}
@@ -101,7 +104,7 @@ def _https_images_only(tag: str, attribute: str, value: str) -> str | None:
 
 @lru_cache(maxsize=8192)
 def html_to_text(fragment: str) -> str:
-    blocky = re.sub(r"(?i)<\s*(br|/p|/li|/blockquote)\b[^>]*>", "\n", fragment)
+    blocky = _BLOCK_END.sub("\n", fragment)
     stripped = nh3.clean(blocky, tags=set(), clean_content_tags={"script", "style"})
     return "\n".join(" ".join(line.split()) for line in html.unescape(stripped).splitlines()).strip()
 

@@ -4,6 +4,7 @@ value and a web link.  Pure functions; never reads or writes anything.
 
 from __future__ import annotations
 
+import os
 import re
 from email.policy import default as _default_policy
 
@@ -76,6 +77,21 @@ def hides_control_characters(text: str) -> bool:
 def _decoded_words(value: str) -> str:
     """*value* as the email package reads a header: its encoded words decoded."""
     return str(_default_policy.header_factory("X-Value", value))
+
+
+def path_text(path: str | os.PathLike[str]) -> str:
+    """A file path as it is stored and shown: bytes that are not UTF-8 as ``\\xff`` and
+    control characters as ``\\n``, so any name is one printable line."""
+    text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return CONTROL_CHARACTERS.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def is_utf8_name(path: str | os.PathLike[str]) -> bool:
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def is_web_url(url: str | None) -> bool:

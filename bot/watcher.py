@@ -12,6 +12,7 @@ changes, and never blocks the files after it.  Never parses or stores itself.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -32,18 +33,30 @@ log = logging.getLogger(__name__)
 IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".swp", "~")
 
 
-def is_candidate(path: Path) -> bool:
-    return path.is_file() and not path.name.startswith(".") and not path.name.endswith(IGNORED_SUFFIXES)
+def is_candidate(entry: os.DirEntry[str]) -> bool:
+    """A regular file of the folder itself: a symlink, even to a regular file, is
+    never read (it could point anywhere, /etc/passwd included)."""
+    name = entry.name
+    return (
+        not name.startswith(".") and not name.endswith(IGNORED_SUFFIXES)
+        and entry.is_file(follow_symlinks=False)
+    )
 
 
 def expand(paths: Iterable[Path]) -> list[Path]:
-    """Files named, and the candidate files inside folders named, in name order."""
+    """Files named (links followed: the operator named them), and the candidate files
+    inside folders named, in name order."""
     out: list[Path] = []
     for path in paths:
-        if path.is_dir():
-            out.extend(sorted((p for p in path.iterdir() if is_candidate(p)), key=lambda p: p.name))
-        else:
+        try:
+            is_dir = path.is_dir()
+        except OSError:  # a link loop or a name too long: ingest_file says so
+            is_dir = False
+        if not is_dir:
             out.append(path)
+            continue
+        with os.scandir(path) as entries:
+            out.extend(sorted((Path(e.path) for e in entries if is_candidate(e)), key=lambda p: os.fsencode(p.name)))
     return out
 
 

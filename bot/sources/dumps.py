@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 from datetime import date
+from collections import deque
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from bot.domain import EntryKind, ParsedEntry, ParsedSource
@@ -25,10 +27,15 @@ _CLEAR_ALL = "clear all"
 _HEADER_PREFIX = "filtered by:"
 
 _DATE = r"(?P<date>\d{4}-\d{2}-\d{2})"
-_PAPER_META_RE = re.compile(rf"^(?P<authors>.*?)\s*{_DATE}$")
+_DATE_RE = re.compile(_DATE)
 _REPO_META_RE = re.compile(rf"^(?P<owner>\S+)\s+{_DATE}(?:\s+(?P<stars>[\d,]+))?(?:\s+(?P<language>.+))?$")
 _COUNTS_RE = re.compile(r"^(?P<stars>[\d,]+)\s+(?P<forks>[\d,]+)$")
 _URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)
+
+
+# A 10,000-entry dump has about 45,000 blocks; watch.max_file_bytes allows about five
+# times that.  Past this a file is not a dump, and its entries would outgrow memory.
+MAX_BLOCKS = 400_000
 
 
 class DumpFormatError(SourceFormatError):
@@ -65,22 +72,52 @@ def decode_text(data: bytes, name: str, error: type[SourceFormatError] = DumpFor
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def _blocks(text: str) -> list[_Block]:
-    """Split on blank (or whitespace-only) lines, keeping each block's first line number."""
-    blocks: list[_Block] = []
-    current: list[str] = []
-    start = 0
-    for number, line in enumerate(text.split("\n"), start=1):
-        if line and not line.isspace():
-            if not current:
-                start = number
-            current.append(line.rstrip())
-        elif current:
-            blocks.append(_Block(start, tuple(current)))
-            current = []
-    if current:
-        blocks.append(_Block(start, tuple(current)))
-    return blocks
+# The line end before a run of blank (or whitespace-only) lines, with those lines: what
+# separates two blocks.  Linear: each alternative ends at the next line end.
+_BLANK_RUN = re.compile(r"\n(?:[^\S\n]*\n)+")
+
+
+def _blocks(text: str) -> Iterator[_Block]:
+    """Blocks one at a time, each with its first line number (a dump is never held as a
+    list of blocks: ten million one-letter blocks would be gigabytes of objects)."""
+    padded = "\n" + text + "\n\n"  # every block ends at a separator, line numbers count from the first "\n"
+    pos, line, counted = 1, 1, 1
+    for separator in _BLANK_RUN.finditer(padded):
+        start = separator.start()
+        if start > pos:
+            line += padded.count("\n", counted, pos)
+            counted = pos
+            yield _Block(line, tuple(part.rstrip() for part in padded[pos:start].split("\n")))
+        pos = max(pos, separator.end())
+
+
+class _Lookahead:
+    """An iterator of blocks that can look a few blocks ahead."""
+
+    def __init__(self, blocks: Iterator[_Block], name: str) -> None:
+        self._blocks = blocks
+        self._ahead: deque[_Block] = deque()
+        self._name = name
+        self.taken = 0
+
+    def peek(self, offset: int = 0) -> _Block | None:
+        while len(self._ahead) <= offset:
+            block = next(self._blocks, None)
+            if block is None:
+                return None
+            self._ahead.append(block)
+        return self._ahead[offset]
+
+    def take(self) -> _Block:
+        block = self.peek()
+        assert block is not None
+        self._ahead.popleft()
+        self.taken += 1
+        if self.taken > MAX_BLOCKS:
+            raise DumpFormatError(
+                self._name, block.line, f"more than {MAX_BLOCKS:,} blocks; too big to be one dump (split it)"
+            )
+        return block
 
 
 def _header_tags(block: _Block) -> tuple[str, ...] | None:
@@ -96,8 +133,16 @@ def _header_tags(block: _Block) -> tuple[str, ...] | None:
     return tuple(tags)
 
 
+def _paper_meta(line: str) -> tuple[str, str] | None:
+    """(authors, date) of ``<authors> YYYY-MM-DD``; by slicing, not by a regex whose
+    lazy authors and spaces before the date backtrack quadratically."""
+    if len(line) < 10 or not _DATE_RE.fullmatch(line, len(line) - 10):
+        return None
+    return line[:-10].rstrip(), line[-10:]
+
+
 def _is_meta(block: _Block) -> bool:
-    return bool(_PAPER_META_RE.match(block.lines[0]) or _REPO_META_RE.match(block.lines[0]))
+    return _paper_meta(block.lines[0]) is not None or _REPO_META_RE.match(block.lines[0]) is not None
 
 
 def _parse_date(value: str, name: str, line: int) -> date:
@@ -143,9 +188,9 @@ def _repo_meta(title: str, meta: _Block, name: str) -> tuple[date, dict[str, str
     return _parse_date(first["date"], name, meta.line), extra
 
 
-def _entry(blocks: list[_Block], i: int, name: str) -> tuple[ParsedEntry, int]:
-    """Parse the entry starting at ``blocks[i]``; return it and the next index."""
-    title_block = blocks[i]
+def _entry(blocks: _Lookahead, name: str) -> ParsedEntry:
+    """Parse the entry whose title is the next block."""
+    title_block = blocks.take()
     if title_block.is_link_label:
         raise DumpFormatError(
             name, title_block.line, f"expected an entry title, found link label {quoted(title_block.lines[0])}"
@@ -153,48 +198,49 @@ def _entry(blocks: list[_Block], i: int, name: str) -> tuple[ParsedEntry, int]:
     title = title_block.lines[0].strip() if len(title_block.lines) == 1 else " ".join(
         line.strip() for line in title_block.lines
     )
-    if i + 1 >= len(blocks):
+    if blocks.peek() is None:
         raise DumpFormatError(
             name, title_block.line, f"entry {quoted(title)} is truncated: expected '<authors> YYYY-MM-DD' after the title"
         )
-    meta = blocks[i + 1]
+    meta = blocks.take()
     if is_repo_name(title) and _REPO_META_RE.match(meta.lines[0]):
         published, extra = _repo_meta(title, meta, name)
         kind = EntryKind.REPO
         authors: tuple[str, ...] = (extra["owner"],)
     else:
-        paper = _PAPER_META_RE.match(meta.lines[0])
+        paper = _paper_meta(meta.lines[0])
         if paper is None or len(meta.lines) != 1:
             raise DumpFormatError(
                 name, meta.line, f"expected '<authors, comma separated> YYYY-MM-DD' after title {quoted(title)}"
             )
-        published = _parse_date(paper["date"], name, meta.line)
-        authors = tuple(a.strip() for a in paper["authors"].split(",") if a.strip())
+        published = _parse_date(paper[1], name, meta.line)
+        authors = tuple(a.strip() for a in paper[0].split(",") if a.strip())
         kind, extra = EntryKind.PAPER, {}
 
-    summary_blocks: list[_Block] = []
-    j = i + 2
+    paragraphs: list[str] = []
+    last = meta
     while True:
-        if j >= len(blocks):
-            last = summary_blocks[-1] if summary_blocks else meta
+        block = blocks.peek()
+        if block is None:
             raise DumpFormatError(
                 name,
                 last.line + len(last.lines) - 1,
                 f"entry {quoted(title)} is truncated: expected link label PDF or Code after its summary",
             )
-        block = blocks[j]
         if block.is_link_label:
+            blocks.take()
             break
         # A one-line block followed by a meta block is the next entry's title:
         # this entry lost its link label.  Refuse rather than merge two entries.
-        if summary_blocks and len(block.lines) == 1 and j + 1 < len(blocks) and _is_meta(blocks[j + 1]):
+        following = blocks.peek(1)
+        if paragraphs and len(block.lines) == 1 and following is not None and _is_meta(following):
             raise DumpFormatError(
                 name, block.line, f"expected link label PDF or Code to end entry {quoted(title)}, found another entry"
             )
-        summary_blocks.append(block)
-        j += 1
+        last = blocks.take()
+        paragraphs.append(last.text)
 
-    summary = "\n\n".join(b.text for b in summary_blocks)
+    summary = "\n\n".join(paragraphs)
     links: tuple[str, ...] = ()
     repo = None
     if kind is EntryKind.REPO:
@@ -212,24 +258,21 @@ def _entry(blocks: list[_Block], i: int, name: str) -> tuple[ParsedEntry, int]:
         repo=repo,
         extra=tuple(sorted(extra.items())),
     )
-    return entry, j + 1
+    return entry
 
 
 def parse_dump(data: bytes, name: str) -> ParsedSource:
     """Parse a text dump; raise ``DumpFormatError`` naming the line on any deviation."""
-    text = decode_text(data, name)
-    blocks = _blocks(text)
-    if not blocks:
+    blocks = _Lookahead(_blocks(decode_text(data, name)), name)
+    first = blocks.peek()
+    if first is None:
         raise DumpFormatError(name, 0, "empty file: expected at least one entry")
-    header: tuple[str, ...] = ()
-    i = 0
-    tags = _header_tags(blocks[0])
-    if tags is not None:
-        header, i = tags, 1
-        if i >= len(blocks):
-            raise DumpFormatError(name, blocks[0].line, "only a 'Filtered by:' header: expected at least one entry")
+    header = _header_tags(first)
+    if header is not None:
+        blocks.take()
+        if blocks.peek() is None:
+            raise DumpFormatError(name, first.line, "only a 'Filtered by:' header: expected at least one entry")
     entries = []
-    while i < len(blocks):
-        entry, i = _entry(blocks, i, name)
-        entries.append(entry)
-    return ParsedSource(format="dump", entries=tuple(entries), header_tags=header)
+    while blocks.peek() is not None:
+        entries.append(_entry(blocks, name))
+    return ParsedSource(format="dump", entries=tuple(entries), header_tags=header or ())

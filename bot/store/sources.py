@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from bot.domain import FileStamp, SourceStatus
 from bot.store.entries import chunks
 from bot.store.schema import Feed, Source
+from bot.text import path_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ def set_counts(session: Session, source_id: int, *, entries: int, new: int, upda
 
 def seen_stamps(session: Session, stamps: Iterable[FileStamp]) -> set[FileStamp]:
     """Which of *stamps* (path, size, mtime) already have a source row, any status."""
-    wanted = {(str(s.path), s.size, s.mtime_ns): s for s in stamps}
+    wanted = {(path_text(s.path), s.size, s.mtime_ns): s for s in stamps}
     seen: set[FileStamp] = set()
     paths = sorted({p for p, _, _ in wanted})
     for part in chunks(paths):

@@ -81,6 +81,9 @@ class Daemon:
         self.mailer = Mailer(settings)
         self.pool = SmtpPool(settings.smtp, settings.smtp.resolved_password())
         self._delivering: asyncio.Task[DeliverReport] | None = None
+        # A tick that finds the last scan or planning pass still running skips.
+        self._watching = asyncio.Lock()
+        self._planning = asyncio.Lock()
 
     async def elect(self) -> None:
         """Become the scheduler if nobody is; plan at once when we just did."""
@@ -92,20 +95,27 @@ class Daemon:
             await self.watch()
             await self.plan()
 
+    # Ingest and planning are CPU and database work of seconds: they run in a thread,
+    # so the loop keeps delivering, answering signals and electing meanwhile.
     async def watch(self) -> None:
-        if self.stop.is_set() or not self.leadership.holds():
+        if self.stop.is_set() or not self.leadership.holds() or self._watching.locked():
             return
-        scan_folder(
-            self.factory, self.settings.paths.dump_dir, quiet_seconds=self.settings.watch.quiet_seconds, rules=self.rules,
-            max_bytes=self.settings.watch.max_file_bytes,
+        async with self._watching:
+            await self._watch()
+
+    async def _watch(self) -> None:
+        await asyncio.to_thread(
+            scan_folder, self.factory, self.settings.paths.dump_dir, quiet_seconds=self.settings.watch.quiet_seconds,
+            rules=self.rules, max_bytes=self.settings.watch.max_file_bytes, stop=self.stop.is_set,
         )
-        if self.settings.feeds.urls:
+        if self.settings.feeds.urls and not self.stop.is_set():
             await asyncio.to_thread(fetch_feeds, self.factory, self.settings, rules=self.rules)
 
     async def plan(self) -> None:
-        if self.stop.is_set() or not self.leadership.holds():
+        if self.stop.is_set() or not self.leadership.holds() or self._planning.locked():
             return
-        report = plan(self.factory, self.settings, self.rules, now=self.clock())
+        async with self._planning:
+            report = await asyncio.to_thread(plan, self.factory, self.settings, self.rules, now=self.clock())
         if report.planned:
             log.info("planned %d digests (%d empty)", len(report.planned), report.empty)
             if self.deliver_jobs:
@@ -132,12 +142,6 @@ class Daemon:
         scheduler = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
         now = utcnow()
         if self.plan_jobs:
-            # Winning the election ingests what is waiting and plans at once (in
-            # that order: a day planned a moment before its dumps are read would
-            # be recorded as empty).  Standbys keep trying every few seconds.
-            await self.elect()
-            if not self.leadership.is_leader:
-                log.info("another scheduler is the leader; standing by")
             scheduler.add_job(self.elect, IntervalTrigger(seconds=ELECTION_EVERY_SECONDS), id="elect")
             interval = self.settings.watch.interval_seconds
             scheduler.add_job(self.watch, IntervalTrigger(seconds=interval), id="watch", next_run_time=now + timedelta(seconds=interval))
@@ -154,6 +158,14 @@ class Daemon:
         scheduler.start()
         log.info("digestbot running (worker %s); SIGTERM or Ctrl-C to stop", self.worker)
         try:
+            if self.plan_jobs:
+                # Winning the election ingests what is waiting and plans at once (in
+                # that order: a day planned a moment before its dumps are read would
+                # be recorded as empty), while digests already due go out.  Standbys
+                # keep trying every few seconds.
+                await self.elect()
+                if not self.leadership.is_leader:
+                    log.info("another scheduler is the leader; standing by")
             await self.stop.wait()
         finally:
             scheduler.shutdown(wait=False)

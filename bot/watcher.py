@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -89,9 +89,14 @@ def scan_folder(
     now: datetime | None = None,
     rules: TagRules | None = None,
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    stop: Callable[[], bool] = lambda: False,
 ) -> list[IngestResult]:
+    """Ingest the pending files one by one; *stop* is asked between files (the daemon
+    shutting down), so a full folder never holds a SIGTERM for longer than one file."""
     results = []
     for stamp in pending_files(factory, folder, quiet_seconds=quiet_seconds, now=now):
+        if stop():
+            break
         result = ingest_file(factory, stamp.path, now=now, rules=rules, max_bytes=max_bytes)
         _log_result(result)
         results.append(result)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
+from pathlib import Path
+
 _ENTRY = (
     "A study of kernel fusion number {i} for serving large language models on GPUs\n\n"
     "Ada Lovelace, Grace Hopper, Edsger Dijkstra 2026-06-14\n\n"
@@ -23,3 +27,7 @@ def dump_of_size(size: int) -> bytes:
         total += len(part)
         i += 1
     return "".join(parts).encode()
+
+
+# The installed console script next to this interpreter: the command a user runs.
+DIGESTBOT = shutil.which("digestbot", path=str(Path(sys.executable).parent)) or "digestbot"

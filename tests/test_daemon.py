@@ -1,0 +1,110 @@
+"""The daemon's event loop delivers and answers signals while dumps are ingested
+and digests planned: that work runs in a thread, and a scan stops between files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.scheduler import Daemon
+from bot.store.sources import list_sources
+from bot.tagging import load_rules
+from tests.conftest import ROOT
+from tests.helpers import DIGESTBOT, dump_of_size
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+MB = 1_000_000
+
+
+def big_dumps(folder: Path, count: int, size: int) -> None:
+    folder.mkdir(exist_ok=True)
+    for i in range(count):
+        path = folder / f"{i:03d}.txt"
+        path.write_bytes(dump_of_size(size).replace(b"A study of", f"Dump {i}: a study of".encode()))
+        os.utime(path, (1, 1))
+
+
+def test_the_loop_keeps_beating_while_a_big_dump_is_ingested(
+    engine: Engine, factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    big_dumps(tmp_path / "dumps", 1, 8 * MB)
+    settings = Settings.model_validate({
+        "paths": {"var_dir": str(tmp_path / "var"), "dump_dir": str(tmp_path / "dumps"),
+                  "templates_dir": str(ROOT / "templates")},
+        "watch": {"quiet_seconds": 0},
+    })
+
+    async def run() -> tuple[float, float]:
+        daemon = Daemon(factory, settings, RULES, engine=engine, deliver_jobs=False)
+        assert daemon.leadership.try_acquire()
+        loop = asyncio.get_running_loop()
+        gaps: list[float] = []
+        busy = True
+
+        async def beat() -> None:
+            last = loop.time()
+            while busy:
+                await asyncio.sleep(0.01)
+                gaps.append(loop.time() - last)
+                last = loop.time()
+
+        beating = asyncio.ensure_future(beat())
+        start = loop.time()
+        await daemon.watch()
+        await daemon.plan()
+        spent = loop.time() - start
+        busy = False
+        await beating
+        daemon.leadership.release()
+        return spent, max(gaps)
+
+    spent, longest_gap = asyncio.run(run())
+    with factory() as session:
+        assert [s.status.value for s in list_sources(session)] == ["ingested"]
+    assert spent > 0.5  # the work was long enough to matter...
+    assert longest_gap < 0.25, (spent, longest_gap)  # ...and the loop never waited for it
+
+
+def test_sigterm_stops_the_daemon_between_files(tmp_path: Path) -> None:
+    big_dumps(tmp_path / "dumps", 12, 4 * MB)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env |= {
+        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 's.sqlite3'}",
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+        "DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "dumps"),
+        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
+        "DIGESTBOT_SMTP__PORT": "9",
+    }
+    proc = subprocess.Popen([DIGESTBOT, "-v", "run"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _sources_stored(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the first file is in
+        proc.send_signal(signal.SIGTERM)
+        sent_at = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+        waited = time.monotonic() - sent_at
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert waited < 4, waited  # one 4 MB file at most, not the other ten
+
+
+def _sources_stored(tmp_path: Path) -> int:
+    """How far the daemon got, from its store (its stderr is read only at the end)."""
+    try:
+        with sqlite3.connect(tmp_path / "s.sqlite3", timeout=0.1) as db:
+            return int(db.execute("SELECT count(*) FROM sources").fetchone()[0])
+    except sqlite3.Error:
+        return 0

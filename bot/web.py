@@ -12,12 +12,16 @@ digests, never writes SQL itself, never logs tokens or keys.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from urllib.parse import parse_qs
+from email import policy
+from email.parser import BytesParser
+from urllib.parse import parse_qs, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from sqlalchemy.orm import Session, sessionmaker
@@ -59,24 +63,21 @@ def create_app(
     page = pages.get_template("page.html.j2")
 
     def render(view: str, status_code: int = 200, *, token: str = "", **context: object) -> HTMLResponse:
-        html = page.render(view=view, list_name=settings.sender.from_name, token=token, **context)
+        html = page.render(view=view, list_name=settings.sender.from_name, token=token,
+                           form_token=form_token(key, token) if token else "", **context)
         return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
 
     def not_found() -> HTMLResponse:
         return render("not_found", 404)
 
     async def form_of(request: Request) -> dict[str, str] | None:
-        """The urlencoded body (first value per field), or None when it is too big."""
+        """The form's fields (first value each), or None when the body is too big."""
         body = b""
         async for chunk in request.stream():
             body += chunk
             if len(body) > MAX_FORM_BYTES:
                 return None
-        try:
-            fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=20)
-        except ValueError:  # more fields than any of our forms has: treated as an empty form
-            return {}
-        return {name: values[0] for name, values in fields.items()}
+        return parse_form(request.headers.get("content-type", ""), body)
 
     # The store calls are blocking: they run in Starlette's thread pool, not on the event loop.
     async def subscriber_of(request: Request) -> Subscriber | None:
@@ -123,16 +124,24 @@ def create_app(
             return not_found()
         if request.method in ("GET", "HEAD"):
             return manage_page(request, subscriber)
+        if not same_origin(request, settings.web.public_url):
+            return render("forbidden", 403)
         form = await form_of(request)
         if form is None:
             return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
+        if not hmac.compare_digest(form.get("form", ""), form_token(key, request.path_params["token"])):
+            return render("forbidden", 403)
         action = form.get("action", "")
         if action == "pause" and subscriber.status is SubscriberStatus.ACTIVE:
             subscriber = await set_status(subscriber, SubscriberStatus.PAUSED)
             return manage_page(request, subscriber, message="Paused: no digests until you resume.")
-        if action == "resume" and subscriber.status in (SubscriberStatus.PAUSED, SubscriberStatus.UNSUBSCRIBED):
+        if action == "resume" and subscriber.status is SubscriberStatus.PAUSED:
             subscriber = await set_status(subscriber, SubscriberStatus.ACTIVE)
             return manage_page(request, subscriber, message="Resumed: your next digest comes as usual.")
+        if action == "resubscribe" and subscriber.status is SubscriberStatus.UNSUBSCRIBED:
+            subscriber = await set_status(subscriber, SubscriberStatus.ACTIVE)
+            log.info("subscriber %d subscribed again through their manage page", subscriber.id)
+            return manage_page(request, subscriber, message="Subscribed again: your next digest comes as usual.")
         if action == "filter":
             raw = form.get("filter", "")
             try:
@@ -148,15 +157,65 @@ def create_app(
     async def anything_else(_request: Request, _exc: Exception) -> Response:
         return not_found()  # unknown paths and methods look like unknown tokens
 
+    async def server_error(_request: Request, exc: Exception) -> Response:
+        log.error("request failed: %s", type(exc).__name__)  # no traceback: it could hold the token
+        return render("error", 500)
+
     app = Starlette(
         routes=[
             Route("/u/{token}", unsubscribe, methods=["GET", "POST"]),
             Route("/m/{token}", manage, methods=["GET", "POST"]),
             Route("/healthz", health, methods=["GET"]),
         ],
-        exception_handlers={404: anything_else, 405: anything_else},
+        exception_handlers={404: anything_else, 405: anything_else, Exception: server_error},
     )
+    # "/u/TOKEN/" must not answer with a redirect built from the Host header: every
+    # path that is not exactly ours gets the same 404.
+    app.router.redirect_slashes = False
     return app
+
+
+def form_token(key: bytes, token: str) -> str:
+    """What the manage page's forms carry: a page from elsewhere cannot know it."""
+    return hmac.new(key, b"manage-form\0" + token.encode("utf-8", "replace"), hashlib.sha256).hexdigest()[:32]
+
+
+def same_origin(request: Request, public_url: str) -> bool:
+    """Whether a browser says this POST comes from our own page.  A request with
+    neither header (curl, old browsers) passes here; the form token still guards it."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    ours = {f"{request.url.scheme}://{request.url.netloc}"}
+    if public_url:
+        parts = urlsplit(public_url)
+        ours.add(f"{parts.scheme}://{parts.netloc}")
+    return origin in ours
+
+
+def parse_form(content_type: str, body: bytes) -> dict[str, str]:
+    """Fields of an ``application/x-www-form-urlencoded``, ``multipart/form-data``
+    (RFC 8058 allows it for one-click) or ``text/plain`` body: first value each."""
+    if content_type.split(";", 1)[0].strip().lower() == "multipart/form-data":
+        message = BytesParser(policy=policy.HTTP).parsebytes(
+            b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body
+        )
+        fields: dict[str, str] = {}
+        if message.is_multipart():
+            for part in list(message.iter_parts())[:20]:
+                name = part.get_param("name", header="content-disposition")
+                if isinstance(name, str) and name not in fields:
+                    payload = part.get_payload(decode=True)
+                    fields[name] = payload.decode("utf-8", "replace").strip() if isinstance(payload, bytes) else ""
+        return fields
+    try:
+        parsed = parse_qs(body.decode("utf-8", "replace").strip(), keep_blank_values=True, max_num_fields=20)
+    except ValueError:  # more fields than any of our forms has: treated as an empty form
+        return {}
+    return {name: values[0] for name, values in parsed.items()}
 
 
 def serve(settings: Settings, factory: sessionmaker[Session], *, host: str, port: int) -> None:

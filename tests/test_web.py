@@ -170,25 +170,103 @@ def test_manage_page_pauses_resumes_and_edits_the_filter(web: httpx.Client, peop
     url = f"/m/{people['ada@example.org']}"
     page = web.get(url)
     assert page.status_code == 200 and 'value="gpu"' in page.text and "Pause digests" in page.text
-    assert web.post(url, data={"action": "pause"}).status_code == 200
+    form = form_token_of(page.text)
+    assert web.post(url, data={"form": form, "action": "pause"}).status_code == 200
     assert status_of(factory, "ada@example.org") is SubscriberStatus.PAUSED
-    assert web.post(url, data={"action": "pause"}).status_code == 400  # already paused
-    assert web.post(url, data={"action": "resume"}).status_code == 200
+    assert web.post(url, data={"form": form, "action": "pause"}).status_code == 400  # already paused
+    assert web.post(url, data={"form": form, "action": "resume"}).status_code == 200
     assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
 
-    saved = web.post(url, data={"action": "filter", "filter": "(GPU or fpga) and not  \"sparse attention\""})
+    saved = web.post(url, data={"form": form, "action": "filter", "filter": "(GPU or fpga) and not  \"sparse attention\""})
     assert saved.status_code == 200 and "Filter saved" in saved.text
     with factory() as session:
         ada = get_subscriber(session, "ada@example.org")
         assert ada is not None and ada.filter == '(gpu or fpga) and not "sparse attention"'
 
     for bad in ("gpu and", "gpu\r\nBcc: x@y.z", "(" * 300, "<script>alert(1)</script>"):
-        refused = web.post(url, data={"action": "filter", "filter": bad})
+        refused = web.post(url, data={"form": form, "action": "filter", "filter": bad})
         assert refused.status_code == 400, bad
         assert "filter:" in refused.text and "<script>" not in refused.text
     with factory() as session:
         ada = get_subscriber(session, "ada@example.org")
         assert ada is not None and ada.filter == '(gpu or fpga) and not "sparse attention"'
+
+
+def form_token_of(page: str) -> str:
+    found = re.search(r'name="form" value="([0-9a-f]+)"', page)
+    assert found is not None, page
+    return found.group(1)
+
+
+CROSS_SITE = [
+    ({"Origin": "https://evil.example"}, "urlencoded"),
+    ({"Origin": "null", "Content-Type": "text/plain"}, "text"),
+    ({"Sec-Fetch-Site": "cross-site"}, "urlencoded"),
+    ({"Sec-Fetch-Site": "same-site", "Origin": "https://digest.example.org.evil.example"}, "urlencoded"),
+    ({}, "no token"),
+]
+
+
+@pytest.mark.parametrize(("headers", "body"), CROSS_SITE)
+def test_a_cross_site_form_changes_nothing(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session], headers: dict[str, str], body: str
+) -> None:
+    url = f"/m/{people['ada@example.org']}"
+    form = form_token_of(web.get(url).text)
+    for action in ("pause", "filter"):
+        fields = {"action": action, "filter": "evil"} | ({} if body == "no token" else {"form": form})
+        content = ("\r\n".join(f"{k}={v}" for k, v in fields.items()) if body == "text"
+                   else "&".join(f"{k}={v}" for k, v in fields.items()))
+        sent = {"Content-Type": "application/x-www-form-urlencoded"} | headers
+        response = web.post(url, content=content.encode(), headers=sent)
+        assert response.status_code == 403, (headers, action, response.status_code)
+        assert response.headers["content-security-policy"].startswith("default-src 'none'")
+    with factory() as session:
+        ada = get_subscriber(session, "ada@example.org")
+        assert ada is not None and ada.status is SubscriberStatus.ACTIVE and ada.filter == "gpu"
+    same = web.post(url, data={"form": form, "action": "pause"},
+                    headers={"Origin": "https://digest.example.org", "Sec-Fetch-Site": "same-origin"})
+    assert same.status_code == 200 and status_of(factory, "ada@example.org") is SubscriberStatus.PAUSED
+
+
+def test_resuming_after_an_unsubscribe_takes_an_explicit_subscribe_again(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]
+) -> None:
+    token = people["ada@example.org"]
+    assert web.post(f"/u/{token}", content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK).status_code == 200
+    page = web.get(f"/m/{token}")
+    assert "Subscribe again" in page.text and "Resume digests" not in page.text
+    form = form_token_of(page.text)
+    assert web.post(f"/m/{token}", data={"form": form, "action": "resume"}).status_code == 400
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.UNSUBSCRIBED
+    assert web.post(f"/m/{token}", data={"form": form, "action": "resubscribe"}).status_code == 200
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
+
+
+def test_no_redirects_and_one_404_for_every_unknown_path(web: httpx.Client, people: dict[str, str]) -> None:
+    token = people["ada@example.org"]
+    reference = web.get(f"/u/999999.{'B' * 24}")
+    for path in (f"/u/{token}/", f"/m/{token}/", "/u/garbage/", "/healthz/", "//u/x", "/u/", "/m"):
+        response = web.get(path, headers={"Host": "evil.example"})
+        assert response.status_code == 404 and "location" not in response.headers, path
+        assert response.text == reference.text, path
+        assert response.headers["referrer-policy"] == "no-referrer", path
+
+
+@pytest.mark.parametrize("boundary", ["----x", "b0undary; charset=utf-8"])
+def test_one_click_as_multipart_form_data_unsubscribes(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session], boundary: str
+) -> None:
+    name = boundary.split(";")[0]
+    body = (f"--{name}\r\nContent-Disposition: form-data; name=\"List-Unsubscribe\"\r\n\r\n"
+            f"One-Click\r\n--{name}--\r\n").encode()
+    response = web.post(f"/u/{people['ada@example.org']}", content=body,
+                        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    assert response.status_code == 200
+    assert status_of(factory, "ada@example.org") is SubscriberStatus.UNSUBSCRIBED
+    assert status_of(factory, "bob@example.org") is SubscriberStatus.ACTIVE
+    files = web.post(f"/u/{people['bob@example.org']}", files={"List-Unsubscribe": (None, "One-Click")})
+    assert files.status_code == 200 and status_of(factory, "bob@example.org") is SubscriberStatus.UNSUBSCRIBED
 
 
 def test_oversized_bodies_and_stuffed_forms_are_refused(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:

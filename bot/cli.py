@@ -29,6 +29,7 @@ from bot.config import ConfigError, Settings, load_settings
 from bot.domain import IngestResult, SourceStatus
 from bot.store import engine as store_engine
 from bot.tagging import TagRules, TagRulesError, load_rules
+from bot.text import is_utf8_name
 
 app = typer.Typer(
     help="digestbot: research-feed digest dumps in, personal daily emails out.",
@@ -51,9 +52,11 @@ app.add_typer(config_app, name="config")
 app.add_typer(subscribers_app, name="subscribers")
 app.add_typer(tags_app, name="tags")
 
-out = Console(highlight=False, soft_wrap=False)
+# Data is printed as it is: no Rich markup ("[bold]" in a title), no emoji codes
+# (":x:" in "root:x:0"), no highlighting.
+out = Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
 # soft_wrap: an error stays one line, whatever the terminal width.
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 EXIT_OK, EXIT_INPUT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -619,12 +622,16 @@ def subscribers_import(
 def subscribers_export(
     ctx: typer.Context,
     status: Annotated[SubscriberStatusOption | None, typer.Option(help="Only subscribers with this status.")] = None,
+    spreadsheet: Annotated[bool, typer.Option(
+        "--spreadsheet", help="Prefix cells that start with = + - @ with a ' so a spreadsheet shows them as text "
+        "(the file then no longer round-trips through 'import').")] = False,
 ) -> None:
-    """Print all subscribers as CSV (the format 'import' reads)."""
+    """Print all subscribers as CSV, exactly as stored: the format 'import' reads."""
     from bot.domain import SubscriberStatus
     from bot.subscribers import export_csv
 
-    sys.stdout.write(export_csv(ctx_of(ctx).sessions(), SubscriberStatus(status.value) if status else None))
+    sys.stdout.write(export_csv(ctx_of(ctx).sessions(), SubscriberStatus(status.value) if status else None,
+                                spreadsheet=spreadsheet))
 
 
 @subscribers_app.command("list")
@@ -1070,6 +1077,11 @@ def demo(ctx: typer.Context) -> None:
 
 
 def main() -> None:
+    for position, argument in enumerate(sys.argv[1:], start=1):
+        if not is_utf8_name(argument):  # the shell passed bytes that are not UTF-8
+            shown = argument.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            err.print(f"error: argument {position} is not valid UTF-8: {shown!r}", markup=False)
+            raise SystemExit(EXIT_USAGE)
     app()
 
 

@@ -24,6 +24,10 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 MAX_FILTER_LENGTH = 2000
+# Parsing, canonicalizing and matching recurse once per level: "not " x 499 + "gpu"
+# fits in 2,000 characters but not in Python's stack.  No real filter nests this deep.
+MAX_FILTER_DEPTH = 32
+_DEPTH_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"?|[()]|[^\s()"]+')
 
 _GRAMMAR = r"""
 ?start: or_expr
@@ -169,6 +173,9 @@ def parse_filter(text: str) -> Expr:
         raise FilterError(text, bad + 1, "control characters (line breaks included) are not allowed")
     if not text.strip():
         raise FilterError(text, 1, "empty filter (use * for everything)")
+    too_deep = _too_deep_at(text)
+    if too_deep is not None:
+        raise FilterError(text, too_deep, f"nested more than {MAX_FILTER_DEPTH} levels deep (parentheses and 'not')")
     try:
         tree = _PARSER.parse(text)
         return _TO_AST.transform(tree)  # type: ignore[no-any-return]
@@ -178,10 +185,35 @@ def parse_filter(text: str) -> Expr:
         if at_end or not isinstance(position, int) or position < 1:
             position = len(text.rstrip()) + 1
         raise FilterError(text, position, _describe(exc)) from None
+    except RecursionError:  # a safety net: _too_deep_at() refuses such filters first
+        raise FilterError(text, 1, f"nested more than {MAX_FILTER_DEPTH} levels deep") from None
     except LarkError as exc:  # a transformer error, e.g. an empty phrase
         inner = getattr(exc, "orig_exc", exc)
         position = text.find('""') + 1 or 1
         raise FilterError(text, position, str(inner)) from None
+
+
+def _too_deep_at(text: str) -> int | None:
+    """The 1-based position where *text* nests deeper than MAX_FILTER_DEPTH, if it does.
+    Each open parenthesis and each 'not' in a row before an operand is a level."""
+    levels: list[int] = []  # per open parenthesis: the levels it and the nots before it add
+    nots = 0
+    for token in _DEPTH_TOKENS.finditer(text):
+        word = token.group()
+        if word.lower() == "not":
+            nots += 1
+        elif word == "(":
+            levels.append(nots + 1)
+            nots = 0
+        elif word == ")":
+            if levels:
+                levels.pop()
+            nots = 0
+        else:
+            nots = 0
+        if sum(levels) + nots > MAX_FILTER_DEPTH:
+            return token.start() + 1
+    return None
 
 
 def to_text(expr: Expr) -> str:

@@ -161,27 +161,50 @@ class ImportReport:
     errors: tuple[RowError, ...]
 
 
+# Longer than any valid row (an address, a 200-character name, a 2,000-character filter).
+MAX_CSV_LINE = 8192
+
+
+def _csv_cells(line: str) -> list[str]:
+    """One physical line's cells.  No field of ours may hold a line break, so each
+    line is parsed alone: an unbalanced quote or a huge cell is that line's error,
+    never a reason to swallow or drop the lines after it."""
+    if len(line) > MAX_CSV_LINE:
+        raise SubscriberInputError(f"line longer than {MAX_CSV_LINE:,} characters")
+    try:
+        rows = list(csv.reader([line], strict=True))
+    except csv.Error as exc:
+        reason = "unbalanced quote" if "end of data" in str(exc) or "quotechar" in str(exc) else str(exc)
+        raise SubscriberInputError(f"not a CSV row: {reason}") from None
+    return rows[0] if rows else []
+
+
 def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
     """Rows of a subscriber CSV (header required; only ``email`` is mandatory)."""
     good: list[SubscriberFields] = []
     bad: list[RowError] = []
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip().lower() for h in reader.fieldnames or []]
-    if "email" not in header:
+    lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    if not lines:
         return [], [RowError(1, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
+    header_line, header_text = lines[0]
+    try:
+        header = [h.strip().lower() for h in _csv_cells(header_text)]
+    except SubscriberInputError as exc:
+        return [], [RowError(header_line, f"header: {exc}")]
+    if "email" not in header:
+        return [], [RowError(header_line, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
     unknown = [h for h in header if h not in CSV_COLUMNS]
     if unknown:
-        return [], [RowError(1, f"unknown column(s) {', '.join(unknown)} (columns: {', '.join(CSV_COLUMNS)})")]
-    reader.fieldnames = header
-    for row in reader:
-        line = reader.line_num
-        if None in row:
-            bad.append(RowError(line, "more cells than header columns"))
-            continue
-        if not any((v or "").strip() for v in row.values()):
-            continue  # blank line
+        return [], [RowError(header_line, f"unknown column(s) {', '.join(unknown)} (columns: {', '.join(CSV_COLUMNS)})")]
+    for line, raw in lines[1:]:
         try:
-            good.append(clean_fields(**{k: (v if v is not None else None) for k, v in row.items()}))  # type: ignore[arg-type]
+            cells = _csv_cells(raw)
+            if len(cells) > len(header):
+                raise SubscriberInputError("more cells than header columns")
+            if not any(cell.strip() for cell in cells):
+                continue
+            row = {column: cells[i] if i < len(cells) else "" for i, column in enumerate(header)}
+            good.append(clean_fields(**row))  # type: ignore[arg-type]
         except SubscriberInputError as exc:
             bad.append(RowError(line, str(exc)))
     return good, bad
@@ -200,12 +223,24 @@ def export_rows(subscribers: Iterable[Subscriber]) -> Iterator[list[str]]:
         yield [s.email, s.name, s.filter, s.timezone, str(s.send_hour), s.status.value, s.backfill]
 
 
-def export_csv(factory: sessionmaker[Session], status: SubscriberStatus | None = None) -> str:
+# What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(value: str) -> str:
+    """*value* as text to a spreadsheet: a leading ' stops it from being a formula."""
+    return "'" + value if value.startswith(_FORMULA_START) else value
+
+
+def export_csv(factory: sessionmaker[Session], status: SubscriberStatus | None = None, *, spreadsheet: bool = False) -> str:
+    """Every subscriber as the CSV ``import`` reads: exact, so it round-trips, unless
+    *spreadsheet* neutralizes cells a spreadsheet would run as formulas."""
     with factory() as session:
         subscribers = list_subscribers(session, status=status)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerows(export_rows(subscribers))
+    for row in export_rows(subscribers):
+        writer.writerow([spreadsheet_cell(cell) for cell in row] if spreadsheet else row)
     return out.getvalue()
 
 

@@ -9,8 +9,9 @@ import re
 from email.policy import default as _default_policy
 
 # C0/C1 controls and the Unicode line/paragraph separators: never part of a name,
-# title, tag or address, and a way to smuggle line breaks into a mail header.
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# title, tag or address, and a way to smuggle line breaks into a mail header.  Lone
+# surrogates too: they stand for bytes that were not UTF-8 and cannot be stored.
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 # A whole http(s) link: no whitespace, quotes, angle brackets or control characters
 # (brackets are fine: DOI URLs have them).
 _WEB_URL = re.compile(r"https?://[^\s<>\"'\x00-\x1f\x7f]+", re.IGNORECASE)

@@ -1,0 +1,118 @@
+"""What an operator types or imports, at its worst: deep filters, broken CSV rows,
+bytes that are not UTF-8, data that looks like Rich markup, cells that look like
+spreadsheet formulas.  Each gets a one-line error (or is printed literally), the
+right exit code, and never a traceback; the good rows around a bad one still count.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.helpers import DIGESTBOT
+
+DEEP = "not " * 499 + "gpu"
+
+
+class Cli:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+        self.env |= {
+            "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'cli.sqlite3'}",
+            "DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "dumps"),
+            "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
+            "COLUMNS": "250",
+        }
+
+    def __call__(self, *args: str | bytes, code: int = 0) -> subprocess.CompletedProcess[str]:
+        argv = [os.fsencode(a) if isinstance(a, str) else a for a in (DIGESTBOT, *args)]
+        proc = subprocess.run(argv, cwd=self.tmp_path, env=self.env, capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
+
+
+def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def test_a_deeply_nested_filter_is_one_clear_error(cli: Cli) -> None:
+    assert "nested more than" in one_error_line(cli("subscribers", "add", "a@example.org", "--filter", DEEP, code=2))
+    assert "nested more than" in one_error_line(cli("tags", "test", DEEP, code=2))
+    assert "nested more than" in one_error_line(cli("tags", "test", "(" * 900 + "gpu" + ")" * 900, code=2))
+    cli("subscribers", "add", "b@example.org", "--filter", "not (not gpu)")
+
+
+def test_a_csv_import_reports_each_bad_row_and_imports_the_rest(cli: Cli, tmp_path: Path) -> None:
+    rows = [
+        "email,name,filter",
+        "one@example.org,One,gpu",
+        f'deep@example.org,Deep,"{DEEP}"',
+        "two@example.org,Two,llm",
+        "huge@example.org," + "x" * 140_000 + ",gpu",
+        "three@example.org,Three,*",
+        'quote@example.org,"Unbalanced,gpu',
+        "four@example.org,Four,*",
+        "nul@example.org,N\x00ul,*",
+        "five@example.org",
+    ]
+    csv_file = tmp_path / "people.csv"
+    csv_file.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    proc = cli("subscribers", "import", str(csv_file), "--json", code=1)
+    assert '"created": 5' in proc.stdout and '"bad_rows": 4' in proc.stdout
+    for line in (3, 5, 7, 9):
+        assert f'"line": {line}' in proc.stdout
+    assert "unbalanced quote" in proc.stdout and "nested more than" in proc.stdout
+    listed = cli("subscribers", "list", "--json").stdout
+    assert all(f"{n}@example.org" in listed for n in ("one", "two", "three", "four", "five"))
+
+
+@pytest.mark.parametrize("args", [
+    [b"subscribers", b"add", b"n@example.org", b"--name", b"x\xff"],
+    [b"subscribers", b"add", b"n@example.org", b"--filter", b"gpu\xff"],
+    [b"tags", b"test", b"gpu\xff"],
+    [b"subscribers", b"show", b"\xffn@example.org"],
+])
+def test_arguments_that_are_not_utf8_are_refused(cli: Cli, args: list[bytes]) -> None:
+    assert "not valid UTF-8" in one_error_line(cli(*args, code=2))
+
+
+def test_data_is_printed_literally_never_as_rich_markup(cli: Cli, tmp_path: Path) -> None:
+    title = ":warning: and :x: [bold]B[/bold] root:x:0 [link=https://evil.example]click[/link]"
+    dump = tmp_path / "dumps" / "d.txt"
+    dump.parent.mkdir()
+    dump.write_text(f"Filtered by: [red]tag[/red] × Clear all\n\n{title}\n\nAda 2026-06-14\n\ns\n\nPDF\n", encoding="utf-8")
+    cli("dumps", "ingest", str(dump))
+    listed = cli("entries", "list").stdout
+    assert ":warning: and :x: [bold]B[/bold] root:x:0" in " ".join(listed.split()) or ":warning:" in listed
+    assert "⚠" not in listed and "❌" not in listed
+    shown = cli("entries", "show", "1").stdout
+    assert "[bold]B[/bold]" in shown and "[red]tag[/red]" in shown
+    cli("subscribers", "add", "m@example.org", "--name", "[bold]Mallory[/bold] :x:")
+    assert "[bold]Mallory[/bold] :x:" in cli("subscribers", "list").stdout
+
+
+def test_export_round_trips_exactly_and_can_be_made_spreadsheet_safe(cli: Cli, tmp_path: Path) -> None:
+    formula = '=HYPERLINK("https://evil.example","click")'
+    cli("subscribers", "add", "f@example.org", "--name", formula)
+    cli("subscribers", "add", "g@example.org", "--name", "+1 Grace")
+    exact = cli("subscribers", "export").stdout
+    assert '"=HYPERLINK(""https://evil.example"",""click"")"' in exact
+    (tmp_path / "again.csv").write_text(exact, encoding="utf-8")
+    cli("subscribers", "import", str(tmp_path / "again.csv"))
+    assert cli("subscribers", "export").stdout == exact
+    safe = cli("subscribers", "export", "--spreadsheet").stdout
+    assert "'=HYPERLINK(" in safe and ",'+1 Grace," in safe
+    assert all(not cell.startswith(("=", "+", "-", "@")) for line in safe.splitlines() for cell in line.split(","))

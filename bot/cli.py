@@ -957,14 +957,17 @@ def resend_command(
 ) -> None:
     """Send a digest again: same entries and summaries, marked as a resend; the
     ledger does not change."""
-    from bot.digests import DigestNotFound, failed_digests, find_scheduled, resend
+    from bot.digests import DigestNotFound, ResendPending, find_scheduled, resend, resend_failed
 
     c = ctx_of(ctx)
     factory = c.sessions()
     targets: list[int] = []
     if failed:
-        targets = [d.id for d in failed_digests(factory)]
-    elif digest_id is not None:
+        queued = resend_failed(factory, c.settings, now=_now())
+        out.print(f"queued {len(queued)} resends: {', '.join(f'#{q}' for q in queued) or 'none'}")
+        _report_delivery(_deliver_with_progress(c, factory))
+        return
+    if digest_id is not None:
         targets = [digest_id]
     elif subscriber and date_:
         day = _parse_date(date_, "--date")
@@ -978,7 +981,7 @@ def resend_command(
         fail("give DIGEST_ID, --subscriber EMAIL --date D, or --failed", EXIT_USAGE)
     try:
         queued = [resend(factory, c.settings, t, now=_now()) for t in targets]
-    except DigestNotFound as exc:
+    except (DigestNotFound, ResendPending) as exc:
         fail(str(exc))
         return
     out.print(f"queued {len(queued)} resends: {', '.join(f'#{q}' for q in queued) or 'none'}")
@@ -1006,7 +1009,8 @@ def _digest_json(d: Any) -> dict[str, Any]:
 def _digest_table(digests: list[Any], title: str) -> Table:
     table = Table("id", "subscriber", "day", "kind", "state", "entries", "tries", "error", title=title)
     for d in digests:
-        table.add_row(str(d.id), d.subscriber_email, d.local_date.isoformat(), d.kind.value, d.state.value,
+        kind = f"resend of #{d.resend_of}" if d.resend_of else d.kind.value
+        table.add_row(str(d.id), d.subscriber_email, d.local_date.isoformat(), kind, d.state.value,
                       str(d.entry_count), str(d.attempts), d.last_error or "")
     return table
 
@@ -1037,7 +1041,8 @@ def history(
 
 @app.command("stats")
 def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """Per local day: digests planned, sent, failed, bounced (and the rest)."""
+    """Per local day: digests planned, sent, failed, bounced (and the rest).  A failed
+    digest whose resend was delivered counts as sent; 'resent' counts delivered resends."""
     from bot.store.digests import bounced_by_day, stats_by_day
 
     with ctx_of(ctx).sessions()() as session:
@@ -1045,16 +1050,16 @@ def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
         bounced = bounced_by_day(session)
     rows = []
     for day, states in days:
-        planned = sum(n for s, n in states.items() if s != "empty")
+        planned = sum(n for s, n in states.items() if s not in ("empty", "resent"))
         rows.append({"day": day, "planned": planned, "sent": states.get("sent", 0), "failed": states.get("failed", 0),
                      "bounced": bounced.get(day, 0), "pending": sum(states.get(s, 0) for s in ("queued", "sending", "retry_wait")),
-                     "empty": states.get("empty", 0)})
+                     "empty": states.get("empty", 0), "resent": states.get("resent", 0)})
     if as_json:
         print_json_lines(rows)
         return
-    table = Table("day", "planned", "sent", "failed", "bounced", "pending", "empty", title="Digests per day")
+    table = Table("day", "planned", "sent", "failed", "bounced", "pending", "empty", "resent", title="Digests per day")
     for r in rows:
-        table.add_row(r["day"].isoformat(), *(str(r[k]) for k in ("planned", "sent", "failed", "bounced", "pending", "empty")))
+        table.add_row(r["day"].isoformat(), *(str(r[k]) for k in ("planned", "sent", "failed", "bounced", "pending", "empty", "resent")))
     out.print(table)
 
 

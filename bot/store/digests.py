@@ -12,8 +12,8 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Text, bindparam, delete, func, select, type_coerce, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Text, and_, bindparam, case, delete, exists, func, or_, select, type_coerce, update
+from sqlalchemy.orm import Session, aliased
 
 from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.store.entries import CHUNK, allocate_ids, bulk_insert, chunks
@@ -629,13 +629,62 @@ def reset_bounces(session: Session, subscriber_ids: Iterable[int]) -> None:
         )
 
 
+# A resend that went out, or may still go out: its original needs no other.
+RESEND_DELIVERED = (DigestState.SENT.value,)
+RESEND_PENDING = (DigestState.QUEUED.value, DigestState.SENDING.value, DigestState.RETRY_WAIT.value)
+
+
+def _resends_of(original: Any, states: Sequence[str]) -> Any:
+    resend = aliased(Digest)
+    return exists().where(
+        resend.resend_of_id == original.id, resend.kind == DigestKind.RESEND.value, resend.state.in_(states)
+    )
+
+
+def failed_without_resend(session: Session) -> list[int]:
+    """Failed digests (resends aside) that no resend has delivered or is delivering."""
+    return list(session.scalars(
+        select(Digest.id).where(
+            Digest.state == DigestState.FAILED.value,
+            Digest.kind != DigestKind.RESEND.value,
+            ~_resends_of(Digest, RESEND_DELIVERED + RESEND_PENDING),
+        ).order_by(Digest.id)
+    ))
+
+
+def pending_resend_of(session: Session, digest_id: int) -> int | None:
+    """A resend of *digest_id* that is still on its way, if there is one."""
+    return session.scalar(
+        select(Digest.id).where(
+            Digest.resend_of_id == digest_id, Digest.kind == DigestKind.RESEND.value, Digest.state.in_(RESEND_PENDING)
+        ).limit(1)
+    )
+
+
+def lock_digest(session: Session, digest_id: int) -> None:
+    """Hold *digest_id*'s row until the transaction ends (PostgreSQL; SQLite writes one at a time)."""
+    session.execute(select(Digest.id).where(Digest.id == digest_id).with_for_update())
+
+
 def stats_by_day(session: Session) -> list[tuple[date, dict[str, int]]]:
+    """Digests per local day and state, each counted once by its outcome: a failed
+    digest whose resend was delivered counts as sent, one whose resend is on its way
+    as pending (``retry_wait``); resends themselves are counted apart, as ``resent``."""
+    state = case(
+        (and_(Digest.state == DigestState.FAILED.value, _resends_of(Digest, RESEND_DELIVERED)), DigestState.SENT.value),
+        (and_(Digest.state == DigestState.FAILED.value, _resends_of(Digest, RESEND_PENDING)),
+         DigestState.RETRY_WAIT.value),
+        else_=Digest.state,
+    )
+    kind = case((Digest.kind == DigestKind.RESEND.value, "resent"), else_=state)
     rows = session.execute(
-        select(Digest.local_date, Digest.state, func.count()).group_by(Digest.local_date, Digest.state)
+        select(Digest.local_date, kind, func.count())
+        .where(or_(Digest.kind != DigestKind.RESEND.value, Digest.state == DigestState.SENT.value))
+        .group_by(Digest.local_date, kind)
     )
     days: dict[date, dict[str, int]] = {}
-    for day, state, count in rows:
-        days.setdefault(day, {})[state] = count
+    for day, outcome, count in rows:
+        days.setdefault(day, {})[outcome] = count
     return sorted(days.items(), reverse=True)
 
 

@@ -1,0 +1,82 @@
+"""`resend --failed` sends each failed digest at most once: a delivered resend ends
+its original's failure (in `stats` too), a failed resend is never resent itself,
+and a resend on its way is never doubled."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.digests import ResendPending, deliver_now, plan, resend, resend_failed
+from bot.ingest import ingest_file
+from bot.sink import Fault, Sink, SinkHandler
+from bot.store.digests import DigestKind, DigestState, list_digests, stats_by_day
+from bot.subscribers import clean_fields, save
+from bot.tagging import load_rules
+from tests.conftest import ROOT
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
+
+
+def test_resend_failed_twice_sends_each_failed_digest_once(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
+    handler = SinkHandler()
+    refuse = {"on": True}
+    handler.faults = lambda rcpt, attempt: Fault("data", "554 5.6.0 rejected") if refuse["on"] else None
+    with Sink(handler) as sink:
+        settings = Settings.model_validate({
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+            "smtp": {"port": sink.port, "timeout_seconds": 5, "max_attempts": 1},
+        })
+        save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob", "cy")], DAY - timedelta(days=1))
+        ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
+        plan(factory, settings, RULES, now=DAY, all_due=True)
+
+        def deliver(at: datetime) -> None:
+            asyncio.run(deliver_now(factory, settings, clock=lambda: at))
+
+        deliver(DAY)
+        with factory() as session:
+            assert len(list_digests(session, state=DigestState.FAILED)) == 3
+
+        # Still refused: three resends fail; the next run resends the originals, not the failed resends.
+        assert len(resend_failed(factory, settings, now=DAY)) == 3
+        deliver(DAY)
+        refuse["on"] = False
+        later = DAY + timedelta(hours=1)
+        queued = resend_failed(factory, settings, now=later)
+        assert len(queued) == 3
+        with factory() as session:
+            originals = {d.id for d in list_digests(session) if d.kind is not DigestKind.RESEND}
+            assert {d.resend_of for d in list_digests(session) if d.id in queued} == originals
+        assert resend_failed(factory, settings, now=later) == []  # queued, not yet sent: nothing doubled
+        deliver(later)
+        assert resend_failed(factory, settings, now=later) == []  # delivered: nothing to resend
+        assert len(sink.received) == 3
+        assert sorted(r.recipients[0] for r in sink.received) == ["ada@example.org", "bob@example.org", "cy@example.org"]
+
+    with factory() as session:
+        ((_, day),) = stats_by_day(session)
+        history = list_digests(session)
+    assert day.get("failed", 0) == 0 and day["sent"] == 3 and day["resent"] == 3
+    assert sum(d.kind is DigestKind.RESEND for d in history) == 6  # the history keeps every attempt
+    assert all(d.resend_of in originals for d in history if d.kind is DigestKind.RESEND)
+
+
+def test_a_resend_on_its_way_is_not_doubled(factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]) -> None:
+    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    save(factory, settings, [clean_fields("ada@example.org")], DAY - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
+    (digest,) = plan(factory, settings, RULES, now=DAY, all_due=True).planned
+    first = resend(factory, settings, digest, now=DAY)
+    with pytest.raises(ResendPending, match=f"#{first}"):
+        resend(factory, settings, digest, now=DAY)
+    with pytest.raises(ResendPending):
+        resend(factory, settings, first, now=DAY)  # a resend of the resend is one of the original

@@ -71,6 +71,7 @@ class ParsedSource:
     entries: tuple[ParsedEntry, ...]
     header_tags: tuple[str, ...] = ()  # tags every entry of the source carries
     title: str = ""
+    skipped: tuple[str, ...] = ()  # one line per item left out (a feed item with no title and no text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,8 @@ def _ingest(
     error: str | None = None
     try:
         parsed = parse_any(data, name)
+        for skipped in parsed.skipped:
+            log.warning("%s", skipped)
     except SourceFormatError as exc:
         error = str(exc)
     common = {"origin": origin, "path": name, "sha256": sha256, "size": len(data), "mtime_ns": mtime_ns, "now": now}

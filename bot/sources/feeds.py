@@ -9,6 +9,8 @@ the store or the network.
 
 from __future__ import annotations
 
+import codecs
+import html
 import json
 import re
 import time
@@ -16,10 +18,11 @@ from datetime import date, datetime
 from typing import Any
 
 import feedparser
+import nh3
 
 from bot.domain import Announce, EntryKind, ParsedEntry, ParsedSource
 from bot.identity import arxiv_id_in, doi_in
-from bot.sources.errors import SourceFormatError
+from bot.sources.errors import SourceFormatError, quoted
 from bot.text import is_web_url, tag_label
 from bot.text import one_line as _one_line
 
@@ -34,14 +37,40 @@ class FeedFormatError(SourceFormatError):
     """A feed document we cannot read."""
 
 
-_FEED_START = re.compile(rb"^(?:<\?xml|<rss[\s>]|<feed[\s>]|<rdf:RDF[\s>]|<!--|<!DOCTYPE\s|\{\s*\")", re.IGNORECASE)
+_FEED_START = re.compile(r"^(?:<\?xml|<rss[\s>]|<feed[\s>]|<rdf:RDF[\s>]|<!--|<!DOCTYPE\s|\{\s*\")", re.IGNORECASE)
+# UTF-32 before UTF-16: a UTF-32-LE byte order mark starts like a UTF-16-LE one.
+_WIDE_ENCODINGS = (
+    (codecs.BOM_UTF32_LE, b"<\x00\x00\x00", "utf-32-le"),
+    (codecs.BOM_UTF32_BE, b"\x00\x00\x00<", "utf-32-be"),
+    (codecs.BOM_UTF16_LE, b"<\x00", "utf-16-le"),
+    (codecs.BOM_UTF16_BE, b"\x00<", "utf-16-be"),
+)
+_JSON_WIDE = {"utf-32-le": b"{\x00\x00\x00", "utf-32-be": b"\x00\x00\x00{", "utf-16-le": b"{\x00", "utf-16-be": b"\x00{"}
+
+
+def wide_encoding(data: bytes) -> tuple[str, int] | None:
+    """(codec, byte-order-mark length) of a UTF-16 or UTF-32 document, by its BOM or by
+    the NUL bytes around its first "<" or "{"; None for anything else."""
+    for bom, xml_start, codec in _WIDE_ENCODINGS:
+        if data.startswith(bom):
+            return codec, len(bom)
+        if data.startswith(xml_start) or data.startswith(_JSON_WIDE[codec]):
+            return codec, 0
+    return None
+
+
+def _head(data: bytes) -> str:
+    wide = wide_encoding(data)
+    if wide is not None:
+        codec, bom = wide
+        return data[bom:bom + 2048].decode(codec, "ignore").lstrip(" \t\r\n")
+    return data[:512].lstrip(b"\xef\xbb\xbf \t\r\n").decode("latin-1")
 
 
 def looks_like_feed(data: bytes) -> bool:
-    """An XML or JSON document, as opposed to a text dump (whose first title
-    may well start with "<" or "{")."""
-    head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
-    return bool(_FEED_START.match(head))
+    """An XML or JSON document (UTF-8, -16 or -32), as opposed to a text dump (whose
+    first title may well start with "<" or "{")."""
+    return bool(_FEED_START.match(_head(data)))
 
 
 def _http_link(url: str) -> str:
@@ -107,6 +136,24 @@ def _entry(
     )
 
 
+TITLE_FROM_TEXT = 80
+
+
+def title_from(summary: str) -> str:
+    """A title for an item that has none (RSS 2.0 allows description-only items): the
+    start of its text, tags stripped, cut at a word within TITLE_FROM_TEXT characters."""
+    text = _one_line(html.unescape(nh3.clean(summary, tags=set()))) if summary else ""
+    if len(text) <= TITLE_FROM_TEXT:
+        return text
+    cut = text[: TITLE_FROM_TEXT - 1]
+    return (cut.rsplit(" ", 1)[0] if " " in cut[20:] else cut).rstrip(" ,;:.") + "…"
+
+
+def _quoted_id(value: object) -> str:
+    """An item's id for a message: one line, at most 80 characters quoted."""
+    return f"(id {quoted(_one_line(str(value)))})" if value else "(no id)"
+
+
 def _struct_date(value: time.struct_time | None) -> date | None:
     return date(value.tm_year, value.tm_mon, value.tm_mday) if value else None
 
@@ -127,13 +174,15 @@ def _parse_xml(data: bytes, name: str) -> ParsedSource:
         reason = _one_line(str(exc)) if exc is not None else "no <rss> or <feed> root element"
         raise FeedFormatError(name, line or 0, f"not an RSS or Atom feed: {reason}")
     entries = []
+    skipped = []
     for index, item in enumerate(parsed.entries, start=1):
-        title = _one_line(item.get("title"))
-        if not title:
-            raise FeedFormatError(name, 0, f"entry {index} ({item.get('id', 'no id')}) has no title")
         content = item.get("content") or []
         detail = content[0] if content else item.get("summary_detail") or {}
         summary = detail.get("value", item.get("summary", "")) or ""
+        title = _one_line(item.get("title")) or title_from(summary)
+        if not title:
+            skipped.append(f"{name}: entry {index} {_quoted_id(item.get('id'))} has no title and no text; left out")
+            continue
         names = [a.get("name", "") for a in item.get("authors", []) if isinstance(a, dict)]
         tags = tuple(tag_label(t.get("term") or t.get("label")) for t in item.get("tags", []))
         entries.append(
@@ -154,7 +203,8 @@ def _parse_xml(data: bytes, name: str) -> ParsedSource:
             )
         )
     fmt = "atom" if parsed.version.startswith("atom") else "rss"
-    return ParsedSource(format=fmt, entries=tuple(entries), title=_one_line(parsed.feed.get("title")))
+    return ParsedSource(format=fmt, entries=tuple(entries), title=_one_line(parsed.feed.get("title")),
+                        skipped=tuple(skipped))
 
 
 def _json_date(value: Any) -> date | None:
@@ -167,8 +217,9 @@ def _json_date(value: Any) -> date | None:
 
 
 def _parse_json(data: bytes, name: str) -> ParsedSource:
+    wide = wide_encoding(data)
     try:
-        doc = json.loads(data.decode("utf-8-sig"))
+        doc = json.loads(data[wide[1]:].decode(wide[0]) if wide else data.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise FeedFormatError(name, 0, f"JSON Feed is not UTF-8: {exc.reason} at offset {exc.start}") from None
     except json.JSONDecodeError as exc:
@@ -181,16 +232,19 @@ def _parse_json(data: bytes, name: str) -> ParsedSource:
     if not isinstance(items, list):
         raise FeedFormatError(name, 0, "JSON Feed has no \"items\" list")
     entries = []
+    skipped = []
     for index, item in enumerate(items, start=1):
         if not isinstance(item, dict):
-            raise FeedFormatError(name, 0, f"items[{index - 1}] is not an object")
-        title = _one_line(str(item.get("title") or ""))
-        if not title:
-            raise FeedFormatError(name, 0, f"items[{index - 1}] ({item.get('id', 'no id')}) has no title")
+            skipped.append(f"{name}: items[{index - 1}] is not an object; left out")
+            continue
         if item.get("content_html"):
             summary, summary_type = str(item["content_html"]), "text/html"
         else:
             summary, summary_type = str(item.get("content_text") or item.get("summary") or ""), "text/plain"
+        title = _one_line(str(item.get("title") or "")) or title_from(summary)
+        if not title:
+            skipped.append(f"{name}: items[{index - 1}] {_quoted_id(item.get('id'))} has no title and no text; left out")
+            continue
         people = item.get("authors") or ([item["author"]] if isinstance(item.get("author"), dict) else [])
         names = [str(p.get("name", "")) for p in people if isinstance(p, dict)]
         tags = tuple(tag_label(str(t)) for t in item.get("tags") or [] if isinstance(t, (str, int)))
@@ -210,12 +264,12 @@ def _parse_json(data: bytes, name: str) -> ParsedSource:
                 line=0,
             )
         )
-    return ParsedSource(format="jsonfeed", entries=tuple(entries), title=_one_line(str(doc.get("title") or "")))
+    return ParsedSource(format="jsonfeed", entries=tuple(entries), title=_one_line(str(doc.get("title") or "")),
+                        skipped=tuple(skipped))
 
 
 def parse_feed(data: bytes, name: str) -> ParsedSource:
     """Parse an RSS 2.0, Atom 1.0 or JSON Feed 1.x document."""
-    head = data[:512].lstrip(b"\xef\xbb\xbf \t\r\n")
-    if head.startswith(b"{"):
+    if _head(data).startswith("{"):
         return _parse_json(data, name)
     return _parse_xml(data, name)

@@ -20,7 +20,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from bot.text import CONTROL_CHARACTERS, hides_control_characters
+from bot.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url
 
 ENV_PREFIX = "DIGESTBOT_"
 DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
@@ -143,6 +143,14 @@ class DigestConfig(BaseModel):
 class WebConfig(BaseModel):
     # e.g. "https://digest.example.org": enables https List-Unsubscribe and manage links.
     public_url: str = ""
+
+    # It goes into every message's List-Unsubscribe header.
+    @field_validator("public_url")
+    @classmethod
+    def _plain_url(cls, value: str) -> str:
+        if value and (not is_web_url(value) or "=?" in value or "," in value):
+            raise ValueError("must be an http(s) URL without spaces, commas, quotes, angle brackets or '=?'")
+        return value
     # HMAC key for unsubscribe tokens: env DIGESTBOT_WEB__SIGNING_KEY, or this file,
     # or (neither) a random key created once in <var_dir>/signing.key.
     signing_key: SecretStr = SecretStr("")

@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import WatchConfig
-from bot.domain import FileStamp, IngestResult, ParsedSource, SourceStatus
+from bot.domain import IngestResult, ParsedSource, SourceStatus
 from bot.sources import SourceFormatError, parse_any
 from bot.store.engine import transaction
 from bot.store.entries import entry_texts, refresh_statistics, set_rule_tags, upsert_source_entries
@@ -145,11 +145,6 @@ def _record(
     return IngestResult(name, SourceStatus.INGESTED, source_id, counts.entries, counts.new, counts.updated)
 
 
-def stamp_of(path: Path) -> FileStamp:
-    st = path.stat()
-    return FileStamp(path.resolve(), st.st_size, st.st_mtime_ns)
-
-
 DEFAULT_MAX_FILE_BYTES = WatchConfig().max_file_bytes
 
 
@@ -160,12 +155,14 @@ def ingest_file(
     now: datetime | None = None,
     rules: TagRules | None = None,
     max_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    follow_links: bool = True,
 ) -> IngestResult:
     """Ingest one file by path; an unreadable or oversized file, or one whose name is
     not UTF-8, is recorded as failed too (without reading it), so the watcher does not
-    retry it until it changes.  Names are stored and shown escaped (``path_text``)."""
+    retry it until it changes.  Names are stored and shown escaped (``path_text``).
+    Without *follow_links* (the watcher) a path that has become a link is not read."""
     try:
-        path = path.resolve()
+        path = path.resolve() if follow_links else path.absolute()
     except (OSError, RuntimeError) as exc:  # Python 3.11 raises RuntimeError for a symlink loop
         shown = path_text(path)
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "symlink loop"
@@ -173,15 +170,17 @@ def ingest_file(
     name = path_text(path)
     too_big = f"{name}: more than watch.max_file_bytes ({max_bytes / 1e6:.1f} MB); split the dump or raise the limit"
     try:
-        # O_NOFOLLOW: the resolved path is no link, unless one was put there since;
-        # O_NONBLOCK: a FIFO put there since must not hang the open.
+        # O_NOFOLLOW: the path is no link (resolved, or seen as a regular file by the
+        # watcher), unless one was put there since; O_NONBLOCK: nor may a FIFO put
+        # there since hang the open.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(handle.fileno())
             if not stat.S_ISREG(st.st_mode):  # a device or FIFO would never end
                 return IngestResult(name, SourceStatus.FAILED, error=f"{name}: not a regular file")
             if not is_utf8_name(path):
-                return _record_unread(factory, name, st.st_size, st.st_mtime_ns, f"{name}: file name is not UTF-8; rename the file", now)
+                not_utf8 = f"{name}: file name is not UTF-8; rename the file"
+                return _record_unread(factory, name, st.st_size, st.st_mtime_ns, not_utf8, now)
             if st.st_size > max_bytes:
                 return _record_unread(factory, name, st.st_size, st.st_mtime_ns, too_big, now)
             data = handle.read(max_bytes + 1)  # the file may grow after the stat

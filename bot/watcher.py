@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import FileStamp, IngestResult, SourceStatus
-from bot.ingest import DEFAULT_MAX_FILE_BYTES, ingest_bytes, ingest_file, stamp_of, utcnow
+from bot.ingest import DEFAULT_MAX_FILE_BYTES, ingest_bytes, ingest_file, utcnow
 from bot.sources.fetch import FetchError, fetch
 from bot.store.engine import transaction
 from bot.store.sources import feed_state, save_feed_state, seen_stamps
@@ -69,13 +70,14 @@ def pending_files(
     now_ns = int((now or utcnow()).timestamp() * 1e9)
     quiet_ns = int(quiet_seconds * 1e9)
     stamps = []
+    real_folder = folder.resolve()
     for path in expand([folder]):
         try:
-            stamp = stamp_of(path)
+            st = path.lstat()  # a file swapped for a link since the listing is not followed
         except OSError:  # vanished between listing and stat
             continue
-        if now_ns - stamp.mtime_ns >= quiet_ns:
-            stamps.append(stamp)
+        if stat.S_ISREG(st.st_mode) and now_ns - st.st_mtime_ns >= quiet_ns:
+            stamps.append(FileStamp(real_folder / path.name, st.st_size, st.st_mtime_ns))
     with factory() as session:
         seen = seen_stamps(session, stamps)
     return [s for s in stamps if s not in seen]
@@ -97,7 +99,7 @@ def scan_folder(
     for stamp in pending_files(factory, folder, quiet_seconds=quiet_seconds, now=now):
         if stop():
             break
-        result = ingest_file(factory, stamp.path, now=now, rules=rules, max_bytes=max_bytes)
+        result = ingest_file(factory, stamp.path, now=now, rules=rules, max_bytes=max_bytes, follow_links=False)
         _log_result(result)
         results.append(result)
     return results

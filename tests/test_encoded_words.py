@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.config import Settings
+from bot.config import ConfigError, Settings, load_settings
 from bot.digests import deliver_now, plan
 from bot.domain import RenderedDigest
 from bot.ingest import ingest_bytes
@@ -189,3 +189,19 @@ def test_json_feed_tags_are_decoded_too(factory: sessionmaker[Session]) -> None:
     with factory() as session:
         (entry,) = list_entries(session)
     assert entry.tags == ("gpu Bcc: e@x.example",)
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("sender.from_name", "=?utf-8?q?Digest=0D=0ABcc:_evil@x.example?="),
+    ("sender.list_id", "=?utf-8?q?x=0D=0A?=.example"),
+    ("web.public_url", "https://digest.example.org/=?utf-8?q?=0D=0ABcc:_e@x.example?="),
+    ("web.public_url", "https://digest.example.org/\r\nBcc: e@x.example"),
+    ("web.public_url", "javascript:alert(1)"),
+])
+def test_header_values_in_the_configuration_are_checked(tmp_path: Path, key: str, value: str) -> None:
+    section, name = key.split(".")
+    config = tmp_path / "digestbot.toml"
+    config.write_text(f"[{section}]\n{name} = {json.dumps(value)}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        load_settings(config)
+    assert key in str(info.value) and "\n" not in str(info.value)

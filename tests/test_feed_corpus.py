@@ -76,3 +76,11 @@ def test_a_json_feed_item_without_a_title_or_text_is_left_out() -> None:
     parsed = parse_any(json.dumps(feed).encode("utf-16"), "f.json")
     assert [e.title for e in parsed.entries] == ["Only text here"]
     assert len(parsed.skipped) == 2 and all("\n" not in s and len(s) < 160 for s in parsed.skipped)
+
+
+
+def test_a_feed_whose_every_item_is_left_out_is_still_read() -> None:
+    """Never the whole feed for its items: it is stored (nothing new), each item warned about."""
+    feed = {"version": "https://jsonfeed.org/version/1.1", "items": [{"id": "1"}, 7]}
+    parsed = parse_any(json.dumps(feed).encode(), "f.json")
+    assert parsed.entries == () and len(parsed.skipped) == 2

@@ -11,9 +11,9 @@ dump either parses whole or fails whole, so a bad file changes nothing.
 from __future__ import annotations
 
 import re
-from datetime import date
 from collections import deque
 from collections.abc import Iterator
+from datetime import date
 from typing import NamedTuple
 
 from bot.domain import EntryKind, ParsedEntry, ParsedSource
@@ -33,8 +33,9 @@ _COUNTS_RE = re.compile(r"^(?P<stars>[\d,]+)\s+(?P<forks>[\d,]+)$")
 _URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)
 
 
-# A 10,000-entry dump has about 45,000 blocks; watch.max_file_bytes allows about five
-# times that.  Past this a file is not a dump, and its entries would outgrow memory.
+# A 10,000-entry dump has about 45,000 blocks, and a dump of watch.max_file_bytes
+# (32 MB) about 200,000.  Past this a file is not a dump, and its entries would
+# outgrow memory.
 MAX_BLOCKS = 400_000
 
 

@@ -368,13 +368,16 @@ class Mailer:
     async def prepare(
         self, factory: sessionmaker[Session], ids: list[int], *, now: datetime, worker: str
     ) -> tuple[list[Built], DeliverReport]:
-        """``_prepare_batch`` here, or with ``digest.build_processes`` in a worker
-        process (its own connection and templates), so that building the next
-        batch overlaps sending this one on another core."""
+        """``_prepare_batch`` in a thread of this process, or with
+        ``digest.build_processes`` in a worker process (its own connection and
+        templates), so that building the next batch overlaps sending this one on
+        another core."""
         processes = self.settings.digest.build_processes
         if not processes:
+            # In a thread: rendering a batch is CPU work the event loop (sends, signals) must not wait for.
             report = DeliverReport()
-            return _prepare_batch(factory, self, ids, now=now, worker=worker, report=report), report
+            built = await asyncio.to_thread(_prepare_batch, factory, self, ids, now=now, worker=worker, report=report)
+            return built, report
         if self._builders is None:
             self._builders = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
         url = factory.kw["bind"].url.render_as_string(hide_password=False)

@@ -28,6 +28,7 @@ from bot.sources.fetch import FetchError, fetch
 from bot.store.engine import transaction
 from bot.store.sources import feed_state, save_feed_state, seen_stamps
 from bot.tagging import TagRules
+from bot.text import path_text
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,13 @@ def expand(paths: Iterable[Path]) -> list[Path]:
         if not is_dir:
             out.append(path)
             continue
-        with os.scandir(path) as entries:
-            out.extend(sorted((Path(e.path) for e in entries if is_candidate(e)), key=lambda p: os.fsencode(p.name)))
+        try:
+            with os.scandir(path) as entries:
+                found = [Path(e.path) for e in entries if is_candidate(e)]
+        except OSError as exc:  # unreadable: said once per scan, the other paths go on
+            log.warning("%s: cannot list the folder: %s", path_text(path), exc.strerror or exc)
+            continue
+        out.extend(sorted(found, key=lambda p: os.fsencode(p.name)))
     return out
 
 

@@ -171,3 +171,20 @@ def test_peak_memory_is_bounded_by_size_and_entries(tmp_path: Path, shape: str) 
     assert proc.returncode == 0, proc.stderr
     measured = json.loads(proc.stdout)
     assert measured["growth"] <= 8 * len(data) + 3000 * measured["entries"], (measured, len(data))
+
+
+def test_a_folder_that_cannot_be_listed_is_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    unreadable = tmp_path / "locked"
+    unreadable.mkdir()
+    unreadable.chmod(0)
+    if os.access(unreadable, os.R_OK):  # root reads any folder: use one the kernel refuses even to root
+        unreadable = Path("/proc/1/map_files")
+        try:
+            os.listdir(unreadable)
+            pytest.skip("no folder here that cannot be listed")
+        except PermissionError:
+            pass
+        except OSError:
+            pytest.skip("no folder here that cannot be listed")
+    assert expand([unreadable, SEED]) == [SEED]
+    assert "cannot list the folder" in caplog.text

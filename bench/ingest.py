@@ -29,12 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gen import dump_text  # noqa: E402
-from bench.pg import postgres_schema  # noqa: E402
 from bot.ingest import ingest_bytes  # noqa: E402
 from bot.sources import parse_dump  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.tagging import load_rules  # noqa: E402
+from tests.helpers import dump_text, postgres_schema  # noqa: E402
 
 # The shipped tag rules run on every new entry, as in production.
 RULES = load_rules(Path(__file__).resolve().parent.parent / "config" / "tags.toml")
@@ -46,25 +45,34 @@ class Stores:
     def __init__(self, folder: Path, pg_url: str | None, cleanup: contextlib.ExitStack) -> None:
         self.folder, self.pg_url, self.cleanup = folder, pg_url, cleanup
 
-    def fresh(self, name: str):  # type: ignore[no-untyped-def]
-        url = self.cleanup.enter_context(postgres_schema(self.pg_url)) if self.pg_url else f"sqlite:///{self.folder / name}"
+    def fresh(self, name: str):
+        url = (
+            self.cleanup.enter_context(postgres_schema(self.pg_url))
+            if self.pg_url
+            else f"sqlite:///{self.folder / name}"
+        )
         engine = make_engine(url)
         self.cleanup.callback(engine.dispose)  # before its schema is dropped (the stack unwinds in reverse)
         upgrade(engine)
         return engine, sessions(engine)
 
-    def size_mb(self, engine, name: str) -> float:  # type: ignore[no-untyped-def]
+    def size_mb(self, engine, name: str) -> float:
         if not self.pg_url:
             return (self.folder / name).stat().st_size / 1e6
         with engine.connect() as conn:
-            return float(conn.exec_driver_sql(
-                "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
-                " JOIN pg_namespace n ON n.oid = c.relnamespace"
-                " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
-            ).scalar_one()) / 1e6
+            return (
+                float(
+                    conn.exec_driver_sql(
+                        "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c"
+                        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                        " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                    ).scalar_one()
+                )
+                / 1e6
+            )
 
 
-def fill(factory, count: int, *, chunk: int = 20_000) -> int:  # type: ignore[no-untyped-def]
+def fill(factory, count: int, *, chunk: int = 20_000) -> int:
     """Ingest *count* distinct entries in dumps of *chunk*; returns the next free entry number."""
     done = 0
     started = time.perf_counter()
@@ -78,7 +86,7 @@ def fill(factory, count: int, *, chunk: int = 20_000) -> int:  # type: ignore[no
     return done
 
 
-def time_batches(engine, factory, start: int, batch: int, rounds: int = 3) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def time_batches(engine, factory, start: int, batch: int, rounds: int = 3) -> tuple[float, float]:
     """Median (ingest, ingest + WAL checkpoint) seconds.  Each round starts with an
     empty WAL, so neither store is charged for the other's earlier pages; the second
     figure includes writing this batch's pages into the database file."""
@@ -97,7 +105,7 @@ def time_batches(engine, factory, start: int, batch: int, rounds: int = 3) -> tu
     return statistics.median(ingest_times), statistics.median(durable_times)
 
 
-def checkpoint(engine) -> None:  # type: ignore[no-untyped-def]
+def checkpoint(engine) -> None:
     if engine.dialect.name == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("CHECKPOINT")
@@ -187,17 +195,25 @@ def main() -> None:
         size_mb = stores.size_mb(big_engine, "big.sqlite3")
         big_engine.dispose()
 
-        print(f"{args.batch:,} new into {args.batch:,}:       {small_s * 1000:7.1f} ms  ({small_durable * 1000:.1f} ms with its checkpoint)")
         print(
-            f"{args.batch:,} new into {args.history:,}: {big_s * 1000:7.1f} ms  ({big_durable * 1000:.1f} ms with its checkpoint;"
+            f"{args.batch:,} new into {args.batch:,}:       {small_s * 1000:7.1f} ms"
+            f"  ({small_durable * 1000:.1f} ms with its checkpoint)"
+        )
+        print(
+            f"{args.batch:,} new into {args.history:,}: {big_s * 1000:7.1f} ms"
+            f"  ({big_durable * 1000:.1f} ms with its checkpoint;"
             f" store file {size_mb:,.0f} MB)"
         )
-        print(f"ratio history/small: {big_s / small_s:.2f}  target <= 1.3  (with checkpoints: {big_durable / small_durable:.2f})")
+        print(
+            f"ratio history/small: {big_s / small_s:.2f}  target <= 1.3"
+            f"  (with checkpoints: {big_durable / small_durable:.2f})"
+        )
         if not args.pg:
             alone_small = sqlite_alone(stores.folder, args.batch, args.batch)
             alone_big = sqlite_alone(stores.folder, args.history, args.batch)
             print(
-                f"SQLite alone, {args.batch:,} random keys into {args.batch:,} vs {args.history:,} rows (with checkpoints):"
+                f"SQLite alone, {args.batch:,} random keys into {args.batch:,} vs {args.history:,} rows"
+                " (with checkpoints):"
                 f" {alone_small:.1f} vs {alone_big:.1f} ms, +{alone_big - alone_small:.1f} ms;"
                 f" digestbot: +{(big_durable - small_durable) * 1000:.1f} ms"
             )

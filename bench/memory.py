@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gen import dump_text  # noqa: E402
+from tests.helpers import dump_text  # noqa: E402
 
 PROBE = """
 import json, resource, sys
@@ -60,14 +60,21 @@ def main() -> None:
             dump = Path(folder) / "dump.txt"
             dump.write_bytes(make())
             size = dump.stat().st_size
-            proc = subprocess.run([sys.executable, "-c", PROBE, str(dump), str(Path(folder) / "s.sqlite3")],
-                                  capture_output=True, text=True, cwd=root, check=True)
+            proc = subprocess.run(
+                [sys.executable, "-c", PROBE, str(dump), str(Path(folder) / "s.sqlite3")],
+                capture_output=True,
+                text=True,
+                cwd=root,
+                check=True,
+            )
         measured = json.loads(proc.stdout)
         bound = 8 * size + 3000 * measured["entries"]
         status = measured["status"].rsplit(".", 1)[-1].lower()
-        print(f"{name:32} {size / 1e6:7.1f}M {status:>9} {measured['entries']:8,} "
-              f"{measured['growth'] / 1e6:8.0f}M {measured['growth'] / size:7.1f} {bound / 1e6:8.0f}M"
-              f"{'' if measured['growth'] <= bound else '  OVER'}")
+        print(
+            f"{name:32} {size / 1e6:7.1f}M {status:>9} {measured['entries']:8,} "
+            f"{measured['growth'] / 1e6:8.0f}M {measured['growth'] / size:7.1f} {bound / 1e6:8.0f}M"
+            f"{'' if measured['growth'] <= bound else '  OVER'}"
+        )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gen import dump_text  # noqa: E402
-from bench.send import DAY, RULES, add_subscribers, filter_expressions, zipf_choices  # noqa: E402
+from bench.send import DAY, RULES, add_subscribers, zipf_choices  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from bot.digests import plan, planned_key  # noqa: E402
 from bot.ingest import ingest_bytes  # noqa: E402
@@ -40,9 +39,10 @@ from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa
 from bot.store.entries import allocate_ids, bulk_insert, entries_first_seen_between  # noqa: E402
 from bot.store.schema import Digest, LedgerEntry  # noqa: E402
 from bot.store.subscribers import list_subscribers, set_watermarks  # noqa: E402
+from tests.helpers import dump_text, filter_expressions  # noqa: E402
 
 
-def store(folder: Path, name: str, filters: list[str], days: int):  # type: ignore[no-untyped-def]
+def store(folder: Path, name: str, filters: list[str], days: int):
     engine = make_engine(f"sqlite:///{folder / name}")
     upgrade(engine)
     factory = sessions(engine)
@@ -50,7 +50,7 @@ def store(folder: Path, name: str, filters: list[str], days: int):  # type: igno
     return engine, factory
 
 
-def write_history(factory, filters: list[str], days: int, entries: int) -> int:  # type: ignore[no-untyped-def]
+def write_history(factory, filters: list[str], days: int, entries: int) -> int:
     """*days* past days, each ingested and sent in full; returns the ledger rows written."""
     by_filter: dict[str, list[int]] = defaultdict(list)  # filter -> subscriber ids
     for subscriber_id, text in enumerate(filters, start=1):
@@ -60,8 +60,13 @@ def write_history(factory, filters: list[str], days: int, entries: int) -> int: 
     rows = 0
     for back in range(days, 0, -1):
         day = DAY - timedelta(days=back)
-        ingest_bytes(factory, dump_text(entries, seed=100 + back, start=back * 1_000_000).encode(),
-                     name=f"day-{back}", now=day - timedelta(hours=2), rules=RULES)
+        ingest_bytes(
+            factory,
+            dump_text(entries, seed=100 + back, start=back * 1_000_000).encode(),
+            name=f"day-{back}",
+            now=day - timedelta(hours=2),
+            rules=RULES,
+        )
         cache = SelectionCache()
         with factory() as session:
             todays = entries_first_seen_between(session, day - timedelta(hours=3), day)
@@ -72,30 +77,58 @@ def write_history(factory, filters: list[str], days: int, entries: int) -> int: 
             for text, subscriber_ids in by_filter.items():
                 for subscriber_id in subscriber_ids:
                     digest_id = next(ids)
-                    digests.append({
-                        "id": digest_id, "subscriber_id": subscriber_id, "local_date": day.date(), "kind": "scheduled",
-                        "resend_of_id": None, "state": "sent" if matched[text] else "empty", "attempts": 1,
-                        "next_attempt_at": day, "lease_owner": None, "lease_expires_at": None,
-                        "message_id": f"<h.{digest_id}@bench>", "entry_count": len(matched[text]),
-                        "pending_count": 0, "smtp_code": 250, "last_error": None, "planned_at": day, "sent_at": day,
-                    })
+                    digests.append(
+                        {
+                            "id": digest_id,
+                            "subscriber_id": subscriber_id,
+                            "local_date": day.date(),
+                            "kind": "scheduled",
+                            "resend_of_id": None,
+                            "state": "sent" if matched[text] else "empty",
+                            "attempts": 1,
+                            "next_attempt_at": day,
+                            "lease_owner": None,
+                            "lease_expires_at": None,
+                            "message_id": f"<h.{digest_id}@bench>",
+                            "entry_count": len(matched[text]),
+                            "pending_count": 0,
+                            "smtp_code": 250,
+                            "last_error": None,
+                            "planned_at": day,
+                            "sent_at": day,
+                        }
+                    )
                     ledger += [
-                        {"subscriber_id": subscriber_id, "entry_id": e.id, "digest_id": digest_id, "position": n,
-                         "summary_source_id": e.summary_source_id, "why": "history", "tags": [], "url": "https://x"}
+                        {
+                            "subscriber_id": subscriber_id,
+                            "entry_id": e.id,
+                            "digest_id": digest_id,
+                            "position": n,
+                            "summary_source_id": e.summary_source_id,
+                            "why": "history",
+                            "tags": [],
+                            "url": "https://x",
+                        }
                         for n, e in enumerate(matched[text])
                     ]
             bulk_insert(session, Digest.__table__, digests)
             for start in range(0, len(ledger), 50_000):
                 bulk_insert(session, LedgerEntry.__table__, ledger[start : start + 50_000])
             # The watermark the real planner leaves after a day with nothing pending.
-            set_watermarks(session, [(subscriber_id, day, keys[text])
-                                     for text, subscriber_ids in by_filter.items() for subscriber_id in subscriber_ids])
+            set_watermarks(
+                session,
+                [
+                    (subscriber_id, day, keys[text])
+                    for text, subscriber_ids in by_filter.items()
+                    for subscriber_id in subscriber_ids
+                ],
+            )
             rows += len(ledger)
         print(f"    history: day -{back}: {len(ledger):,} ledger rows", file=sys.stderr)
     return rows
 
 
-def timed_plans(engine, factory, settings: Settings, entries: int, repeat: int) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+def timed_plans(engine, factory, settings: Settings, entries: int, repeat: int) -> tuple[float, int]:
     """Today's dump ingested, then the median time of *repeat* planning passes, each on
     a copy of the store as it is now; and the digests one pass queues."""
     ingest_bytes(factory, dump_text(entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2), rules=RULES)
@@ -138,8 +171,10 @@ def main() -> None:
         old_engine, old = store(folder, "history.sqlite3", filters, args.days)
         rows = write_history(old, filters, args.days, args.entries)
         old_s, old_n = timed_plans(old_engine, old, settings, args.entries, args.repeat)
-        print(f"{args.subscribers:,} subscribers, {args.days} days of history: plan {old_s:7.2f} s ({old_n:,} digests; "
-              f"{rows:,} ledger rows)")
+        print(
+            f"{args.subscribers:,} subscribers, {args.days} days of history: plan {old_s:7.2f} s ({old_n:,} digests; "
+            f"{rows:,} ledger rows)"
+        )
         print(f"ratio history/none: {old_s / fresh_s:.2f}  target <= 1.3")
 
 

@@ -48,7 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiosmtplib  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
-from bench.gen import TAGS, dump_text  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from bot.digests import Mailer, deliver_now, plan  # noqa: E402
 from bot.ingest import ingest_bytes  # noqa: E402
@@ -59,23 +58,11 @@ from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa
 from bot.store.entries import allocate_ids, bulk_insert  # noqa: E402
 from bot.store.schema import Digest, Subscriber  # noqa: E402
 from bot.tagging import load_rules  # noqa: E402
+from tests.helpers import dump_text, filter_expressions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
-
-
-def filter_expressions(count: int = 200) -> list[str]:
-    """*count* distinct filters, most popular first: single tags, pairs, exclusions, phrases."""
-    names = sorted({t.lower() for t in TAGS} | {rule.name for rule in RULES.rules})
-    out = ["*", *names]
-    for a, b in itertools.combinations(names, 2):
-        out += [f"{a} and {b}", f"{a} or {b}", f"{a} and not {b}"]
-    out += ['"sparse attention"', '"spiking neural" or snn', '"mixture of experts" and not fpga']
-    rng = random.Random(7)
-    head, tail = out[: 1 + len(names)], out[1 + len(names):]
-    rng.shuffle(tail)
-    return (head + tail)[:count]
 
 
 def zipf_choices(items: list[str], n: int, *, s: float = 1.1, seed: int = 1, chunk: int = 5_000) -> Iterator[str]:
@@ -86,8 +73,13 @@ def zipf_choices(items: list[str], n: int, *, s: float = 1.1, seed: int = 1, chu
         yield from rng.choices(items, cum_weights=weights, k=min(chunk, n - start))
 
 
-def add_subscribers(factory, filters: Iterable[str], *, created: datetime = DAY - timedelta(days=1),  # type: ignore[no-untyped-def]
-                    chunk: int = 5_000) -> set[str]:
+def add_subscribers(
+    factory,
+    filters: Iterable[str],
+    *,
+    created: datetime = DAY - timedelta(days=1),
+    chunk: int = 5_000,
+) -> set[str]:
     """One subscriber per filter, inserted in bulk (CSV import validates each row; not measured
     here); returns the distinct filters.  Chunked, so set-up memory does not grow with N."""
     distinct: set[str] = set()
@@ -96,17 +88,32 @@ def add_subscribers(factory, filters: Iterable[str], *, created: datetime = DAY 
         distinct.update(part)
         with transaction(factory) as session:
             ids = list(allocate_ids(session, Subscriber.__table__, len(part)))
-            bulk_insert(session, Subscriber.__table__, [
-                {"id": sid, "email": f"reader{sid}@example.org", "email_key": f"reader{sid}@example.org",
-                 "name": f"Reader {sid}", "filter": f, "timezone": "UTC", "send_hour": 8, "status": "active",
-                 "backfill": "1d", "unsubscribe_secret": f"{sid:032x}", "bounces": 0, "created_at": created,
-                 "updated_at": created}
-                for sid, f in zip(ids, part, strict=True)
-            ])
+            bulk_insert(
+                session,
+                Subscriber.__table__,
+                [
+                    {
+                        "id": sid,
+                        "email": f"reader{sid}@example.org",
+                        "email_key": f"reader{sid}@example.org",
+                        "name": f"Reader {sid}",
+                        "filter": f,
+                        "timezone": "UTC",
+                        "send_hour": 8,
+                        "status": "active",
+                        "backfill": "1d",
+                        "unsubscribe_secret": f"{sid:032x}",
+                        "bounces": 0,
+                        "created_at": created,
+                        "updated_at": created,
+                    }
+                    for sid, f in zip(ids, part, strict=True)
+                ],
+            )
     return distinct
 
 
-def queued_batches(factory, batch: int = 200) -> Iterator[list[int]]:  # type: ignore[no-untyped-def]
+def queued_batches(factory, batch: int = 200) -> Iterator[list[int]]:
     """The queued digest ids in batches of *batch*, read page by page (a million ids in
     one list would be 36 MB of the memory run's budget).  The planner queued them all
     at DAY: with next_attempt_at pinned, each page is a range of ix_digests_due (state,
@@ -114,16 +121,21 @@ def queued_batches(factory, batch: int = 200) -> Iterator[list[int]]:  # type: i
     after = 0
     while True:
         with factory() as session:
-            ids = list(session.scalars(select(Digest.id)
-                                       .where(Digest.state == "queued", Digest.next_attempt_at == DAY, Digest.id > after)
-                                       .order_by(Digest.id).limit(batch)))
+            ids = list(
+                session.scalars(
+                    select(Digest.id)
+                    .where(Digest.state == "queued", Digest.next_attempt_at == DAY, Digest.id > after)
+                    .order_by(Digest.id)
+                    .limit(batch)
+                )
+            )
         if not ids:
             return
         yield ids
         after = ids[-1]
 
 
-def render_all(factory, settings: Settings) -> tuple[float, int, float]:  # type: ignore[no-untyped-def]
+def render_all(factory, settings: Settings) -> tuple[float, int, float]:
     """(seconds, messages, average bytes) to build every queued message without sending
     it, batch by batch as delivery does (the message bytes are dropped after counting)."""
     mailer = Mailer(settings)
@@ -142,14 +154,27 @@ def render_all(factory, settings: Settings) -> tuple[float, int, float]:  # type
 def smtp_source_rate(port: int, count: int, size: int, sessions_: int) -> float:
     started = time.perf_counter()
     subprocess.run(
-        ["smtp-source", "-s", str(sessions_), "-m", str(count), "-l", str(size), "-f", "bench@example.org",
-         "-t", "reader@example.org", f"127.0.0.1:{port}"],
-        check=True, capture_output=True,
+        [
+            "smtp-source",
+            "-s",
+            str(sessions_),
+            "-m",
+            str(count),
+            "-l",
+            str(size),
+            "-f",
+            "bench@example.org",
+            "-t",
+            "reader@example.org",
+            f"127.0.0.1:{port}",
+        ],
+        check=True,
+        capture_output=True,
     )
     return count / (time.perf_counter() - started)
 
 
-def naive_rate(factory, settings: Settings, ids: list[int], port: int) -> float:  # type: ignore[no-untyped-def]
+def naive_rate(factory, settings: Settings, ids: list[int], port: int) -> float:
     """Per subscriber: Jinja render + EmailMessage + serialize, sent on one aiosmtplib connection."""
     mailer = Mailer(settings)
 
@@ -190,19 +215,21 @@ def daily_cycle(path: str, settings: Settings, args: argparse.Namespace, setup_r
     planned = plan(factory, settings, RULES, now=DAY, all_due=True)
     plan_s = time.perf_counter() - started
     queued = len(planned.planned)
-    print(f"plan:   {plan_s:8.2f} s  ({queued:,} digests, {planned.empty:,} empty; "
-          f"peak RSS {peak_rss_mb():.0f} MB)")
+    print(f"plan:   {plan_s:8.2f} s  ({queued:,} digests, {planned.empty:,} empty; peak RSS {peak_rss_mb():.0f} MB)")
     del planned
     render_s, rendered, size = render_all(factory, settings)
     assert rendered == queued, (rendered, queued)
-    print(f"render: {render_s:8.2f} s  ({queued / render_s:,.0f} messages/s, average {size / 1000:.1f} KB; "
-          f"peak RSS {peak_rss_mb():.0f} MB)")
+    print(
+        f"render: {render_s:8.2f} s  ({queued / render_s:,.0f} messages/s, average {size / 1000:.1f} KB; "
+        f"peak RSS {peak_rss_mb():.0f} MB)"
+    )
     if args.no_send:
         print_peak_rss(setup_rss)
         return
 
-    sink = subprocess.Popen(["smtp-sink", "-u", "nobody", f"127.0.0.1:{port}", "1000"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sink = subprocess.Popen(
+        ["smtp-sink", "-u", "nobody", f"127.0.0.1:{port}", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         time.sleep(0.3)
         # smtp-source sends as many messages as the delivery, half just before it and half
@@ -217,25 +244,33 @@ def daily_cycle(path: str, settings: Settings, args: argparse.Namespace, setup_r
         print(f"send:   {send_s:8.2f} s  ({report.sent / send_s:,.0f} messages/s, {args.sessions} connections)")
         after = smtp_source_rate(port, half, int(size), args.sessions)
         source = 2 / (1 / before + 1 / after)  # both halves' messages over both halves' time
-        print(f"smtp-source, {args.sessions} sessions, {size / 1000:.1f} KB: {source:,.0f} messages/s "
-              f"({before:,.0f} before the delivery, {after:,.0f} after)")
+        print(
+            f"smtp-source, {args.sessions} sessions, {size / 1000:.1f} KB: {source:,.0f} messages/s "
+            f"({before:,.0f} before the delivery, {after:,.0f} after)"
+        )
         with transaction(factory) as session:  # requeue a sample for the naive sender
-            sample = list(session.scalars(select(Digest.id).where(Digest.state == "sent")
-                                          .order_by(Digest.id).limit(args.baseline)))
+            sample = list(
+                session.scalars(
+                    select(Digest.id).where(Digest.state == "sent").order_by(Digest.id).limit(args.baseline)
+                )
+            )
             session.execute(Digest.__table__.update().where(Digest.id.in_(sample)).values(state="queued"))
         naive = naive_rate(factory, settings, sample, port)
         print(f"naive sender (render + EmailMessage + one connection): {naive:,.0f} messages/s")
     finally:
         sink.terminate()
         sink.wait(5)
-    print(f"end to end (plan, then send): {end_to_end:,.0f} digests/s = {end_to_end / source:.3f} x smtp-source "
-          f"(target >= 0.5), {end_to_end / naive:.2f} x naive")
+    print(
+        f"end to end (plan, then send): {end_to_end:,.0f} digests/s = {end_to_end / source:.3f} x smtp-source "
+        f"(target >= 0.5), {end_to_end / naive:.2f} x naive"
+    )
     print_peak_rss(setup_rss)
 
 
 def print_peak_rss(setup_rss: float) -> None:
-    print(f"peak RSS of the daily cycle's process: {peak_rss_mb():.0f} MB "
-          f"(of the benchmark's set-up: {setup_rss:.0f} MB)")
+    print(
+        f"peak RSS of the daily cycle's process: {peak_rss_mb():.0f} MB (of the benchmark's set-up: {setup_rss:.0f} MB)"
+    )
 
 
 def main() -> None:
@@ -258,15 +293,18 @@ def main() -> None:
         factory = sessions(engine)
         port = free_port()
         settings = Settings.model_validate(
-            {"paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
-             "smtp": {"port": port, "pool_size": args.sessions, "timeout_seconds": 60},
-             "digest": {"build_processes": args.build_processes},
-             "database": {"sqlite_cache_mb": args.sqlite_cache_mb},
-             "sender": {"from_address": "digest@bench.example", "from_name": "Bench Digest"},
-             "web": {"public_url": "https://digest.bench.example", "signing_key": "bench-signing-key-0123456789"}}
+            {
+                "paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
+                "smtp": {"port": port, "pool_size": args.sessions, "timeout_seconds": 60},
+                "digest": {"build_processes": args.build_processes},
+                "database": {"sqlite_cache_mb": args.sqlite_cache_mb},
+                "sender": {"from_address": "digest@bench.example", "from_name": "Bench Digest"},
+                "web": {"public_url": "https://digest.bench.example", "signing_key": "bench-signing-key-0123456789"},
+            }
         )
-        ingest_bytes(factory, dump_text(args.entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2),
-                     rules=RULES)
+        ingest_bytes(
+            factory, dump_text(args.entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2), rules=RULES
+        )
         distinct = add_subscribers(factory, zipf_choices(filter_expressions(), args.subscribers))
         print(f"{args.subscribers:,} subscribers, {len(distinct)} distinct filters; {args.entries} new entries")
 
@@ -275,7 +313,8 @@ def main() -> None:
         # The daily cycle runs in a process of its own, as the worker does: its memory is
         # the pipeline's, not the set-up's.
         cycle = multiprocessing.get_context("spawn").Process(
-            target=daily_cycle, args=(str(folder / "send.sqlite3"), settings, args, setup_rss))
+            target=daily_cycle, args=(str(folder / "send.sqlite3"), settings, args, setup_rss)
+        )
         cycle.start()
         cycle.join()
         if cycle.exitcode != 0:

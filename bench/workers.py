@@ -22,11 +22,10 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import func, select  # noqa: E402
 
-from bench.digest_queue import queue_digests  # noqa: E402
 from bot.sink import Sink, SinkHandler  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.schema import Digest  # noqa: E402
-from bench.pg import postgres_schema  # noqa: E402
+from tests.helpers import postgres_schema, queue_digests  # noqa: E402
 
 DIGESTBOT = str(Path(sys.executable).parent / "digestbot")
 
@@ -38,11 +37,18 @@ def run(url0: str, digests: int, workers: int, tmp: Path) -> float:
         factory = sessions(engine)
         queue_digests(factory, digests)
         env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-        env.update(DIGESTBOT_DATABASE__URL=url, DIGESTBOT_SMTP__PORT=str(sink.port),
-                   DIGESTBOT_PATHS__TEMPLATES_DIR=str(ROOT / "templates"), DIGESTBOT_PATHS__VAR_DIR=str(tmp),
-                   DIGESTBOT_SMTP__POOL_SIZE="4", DIGESTBOT_WEB__SIGNING_KEY="bench-signing-key-0123456789")
+        env.update(
+            DIGESTBOT_DATABASE__URL=url,
+            DIGESTBOT_SMTP__PORT=str(sink.port),
+            DIGESTBOT_PATHS__TEMPLATES_DIR=str(ROOT / "templates"),
+            DIGESTBOT_PATHS__VAR_DIR=str(tmp),
+            DIGESTBOT_SMTP__POOL_SIZE="4",
+            DIGESTBOT_WEB__SIGNING_KEY="bench-signing-key-0123456789",
+        )
         started = time.perf_counter()
-        procs = [subprocess.Popen([DIGESTBOT, "worker"], env=env, cwd=tmp, stderr=subprocess.DEVNULL) for _ in range(workers)]
+        procs = [
+            subprocess.Popen([DIGESTBOT, "worker"], env=env, cwd=tmp, stderr=subprocess.DEVNULL) for _ in range(workers)
+        ]
         try:
             while True:
                 with factory() as session:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import ConfigError, Settings, load_settings
-from bot.domain import IngestResult, SourceStatus
+from bot.domain import DigestState, IngestResult, SourceStatus, SubscriberStatus
 from bot.store import engine as store_engine
 from bot.tagging import TagRules, TagRulesError, load_rules
 from bot.text import is_utf8_name
@@ -60,13 +60,6 @@ err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=
 
 EXIT_OK, EXIT_INPUT_FAILED, EXIT_USAGE = 0, 1, 2
 
-class SubscriberStatusOption(str, Enum):
-    active = "active"
-    paused = "paused"
-    unsubscribed = "unsubscribed"
-    bounced = "bounced"
-
-
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object per line instead of a table.")]
 
 
@@ -85,14 +78,15 @@ class Context:
                 self._rules = load_rules(self.settings.paths.tags_file)
             except TagRulesError as exc:
                 fail(str(exc), EXIT_USAGE)
-        return self._rules  # type: ignore[return-value]
+        return self._rules
 
     @property
     def engine(self) -> Engine:
         if self._engine is None:
             database = self.settings.database
             self._engine = store_engine.make_engine(
-                self.settings.database_url, busy_timeout_ms=database.busy_timeout_ms,
+                self.settings.database_url,
+                busy_timeout_ms=database.busy_timeout_ms,
                 sqlite_cache_mb=database.sqlite_cache_mb,
             )
         return self._engine
@@ -110,13 +104,13 @@ class Context:
         return store_engine.sessions(self.engine)
 
 
-def fail(message: str, code: int = EXIT_INPUT_FAILED) -> None:
+def fail(message: str, code: int = EXIT_INPUT_FAILED) -> NoReturn:
     err.print(f"error: {message}", markup=False)
     raise typer.Exit(code)
 
 
 def ctx_of(ctx: typer.Context) -> Context:
-    return ctx.ensure_object(Context)  # type: ignore[no-any-return]
+    return ctx.ensure_object(Context)
 
 
 def _jsonable(value: Any) -> Any:
@@ -149,7 +143,8 @@ def display_path(path: str) -> str:
 def main_callback(
     ctx: typer.Context,
     config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="Config file (default: $DIGESTBOT_CONFIG or config/digestbot.toml).")
+        Path | None,
+        typer.Option("--config", "-c", help="Config file (default: $DIGESTBOT_CONFIG or config/digestbot.toml)."),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress to stderr.")] = False,
 ) -> None:
@@ -218,9 +213,7 @@ def _report(results: list[IngestResult], as_json: bool) -> None:
         elif r.status is SourceStatus.NOT_MODIFIED:
             out.print(f"{r.path}: not modified", markup=False)
         else:
-            out.print(
-                f"{display_path(r.path)}: {r.entries} entries, {r.new} new, {r.updated} updated", markup=False
-            )
+            out.print(f"{display_path(r.path)}: {r.entries} entries, {r.new} new, {r.updated} updated", markup=False)
     if not results:
         out.print("nothing new to ingest")
 
@@ -228,7 +221,9 @@ def _report(results: list[IngestResult], as_json: bool) -> None:
 @dumps_app.command("ingest")
 def dumps_ingest(
     ctx: typer.Context,
-    paths: Annotated[list[Path] | None, typer.Argument(help="Dump or feed files, or folders (default: the dump folder).")] = None,
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Dump or feed files, or folders (default: the dump folder).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Ingest files (in the order given; folders in name order).
@@ -246,7 +241,10 @@ def dumps_ingest(
         results = [ingest_file(factory, p, rules=c.rules, max_bytes=limit) for p in expand(paths)]
     else:
         results = scan_folder(
-            factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds, rules=c.rules,
+            factory,
+            c.settings.paths.dump_dir,
+            quiet_seconds=c.settings.watch.quiet_seconds,
+            rules=c.rules,
             max_bytes=c.settings.watch.max_file_bytes,
         )
     _report(results, as_json)
@@ -354,7 +352,9 @@ def _parse_date(value: str | None, option: str = "--since") -> date | None:
 def entries_list(
     ctx: typer.Context,
     tag: Annotated[str | None, typer.Option(help="Only entries with this tag (any origin, case-insensitive).")] = None,
-    since: Annotated[str | None, typer.Option(help="Only entries first seen on or after this date (YYYY-MM-DD).")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only entries first seen on or after this date (YYYY-MM-DD).")
+    ] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -397,7 +397,13 @@ def entries_show(
         data = _entry_json(entry)
         data["tag_origins"] = [{"tag": t, "origin": o} for t, o in origins]
         data["appearances"] = [
-            {"source_id": a.source_id, "file": a.path, "position": a.position, "summary": a.summary, "ingested_at": a.ingested_at}
+            {
+                "source_id": a.source_id,
+                "file": a.path,
+                "position": a.position,
+                "summary": a.summary,
+                "ingested_at": a.ingested_at,
+            }
             for a in appearances
         ]
         print_json_lines([data])
@@ -429,12 +435,16 @@ def entries_show(
 
 NameOption = Annotated[str | None, typer.Option("--name", help="Display name.")]
 FilterOption = Annotated[
-    str | None, typer.Option("--filter", help='Filter, e.g. \'gpu and (llm or moe) and not snn\', \'"sparse attention"\', \'*\'.')
+    str | None,
+    typer.Option("--filter", help="Filter, e.g. 'gpu and (llm or moe) and not snn', '\"sparse attention\"', '*'."),
 ]
 TzOption = Annotated[str | None, typer.Option("--tz", help="IANA time zone, e.g. Europe/Berlin.")]
 HourOption = Annotated[int | None, typer.Option("--hour", help="Local hour (0-23) to send the daily digest.")]
 BackfillOption = Annotated[
-    str | None, typer.Option("--backfill", help="What a new subscriber gets first: '7d' (entries of the last 7 days), 'all', 'none'.")
+    str | None,
+    typer.Option(
+        "--backfill", help="What a new subscriber gets first: '7d' (entries of the last 7 days), 'all', 'none'."
+    ),
 ]
 
 
@@ -507,7 +517,9 @@ def subscribers_add(
     except AlreadySubscribed as exc:
         fail(str(exc))
         return
-    out.print(f"{'added' if created else 're-subscribed'} {subscriber.email} (filter: {subscriber.filter})", markup=False)
+    out.print(
+        f"{'added' if created else 're-subscribed'} {subscriber.email} (filter: {subscriber.filter})", markup=False
+    )
 
 
 @subscribers_app.command("edit")
@@ -549,18 +561,18 @@ def _set_status(ctx: typer.Context, email: str, status: Any, verb: str) -> None:
 
 
 @subscribers_app.command("pause")
-def subscribers_pause(ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]) -> None:
+def subscribers_pause(
+    ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]
+) -> None:
     """Stop sending digests to EMAIL until resumed (nothing is lost meanwhile)."""
-    from bot.domain import SubscriberStatus
-
     _set_status(ctx, email, SubscriberStatus.PAUSED, "paused")
 
 
 @subscribers_app.command("resume")
-def subscribers_resume(ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]) -> None:
+def subscribers_resume(
+    ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]
+) -> None:
     """Send digests to EMAIL again (also clears a bounce once the address is fixed)."""
-    from bot.domain import SubscriberStatus
-
     _set_status(ctx, email, SubscriberStatus.ACTIVE, "resumed")
 
 
@@ -568,7 +580,9 @@ def subscribers_resume(ctx: typer.Context, email: Annotated[str, typer.Argument(
 def subscribers_remove(
     ctx: typer.Context,
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
-    purge: Annotated[bool, typer.Option("--purge", help="Really delete the subscriber and their history (privacy requests).")] = False,
+    purge: Annotated[
+        bool, typer.Option("--purge", help="Really delete the subscriber and their history (privacy requests).")
+    ] = False,
 ) -> None:
     """Unsubscribe EMAIL, keeping what was sent so a re-subscribe never resends old entries."""
     from bot.subscribers import SubscriberInputError, SubscriberNotFound, clean_email, remove
@@ -588,7 +602,10 @@ def subscribers_remove(
 @subscribers_app.command("import")
 def subscribers_import(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="CSV with a header; columns: email, name, filter, timezone, send_hour, status, backfill.")],
+    file: Annotated[
+        Path,
+        typer.Argument(help="CSV with a header; columns: email, name, filter, timezone, send_hour, status, backfill."),
+    ],
     as_json: JsonOption = False,
 ) -> None:
     """Upsert subscribers from CSV (idempotent).  Good rows are imported even when
@@ -608,7 +625,9 @@ def subscribers_import(
             + [{"line": e.line, "error": e.reason} for e in report.errors]
         )
     else:
-        out.print(f"{file}: {report.created} added, {report.updated} updated, {len(report.errors)} bad rows", markup=False)
+        out.print(
+            f"{file}: {report.created} added, {report.updated} updated, {len(report.errors)} bad rows", markup=False
+        )
         if report.errors:
             table = Table("line", "reason", title="Bad rows (not imported)")
             for e in report.errors:
@@ -621,33 +640,35 @@ def subscribers_import(
 @subscribers_app.command("export")
 def subscribers_export(
     ctx: typer.Context,
-    status: Annotated[SubscriberStatusOption | None, typer.Option(help="Only subscribers with this status.")] = None,
-    spreadsheet: Annotated[bool, typer.Option(
-        "--spreadsheet", help="Prefix cells that start with = + - @ with a ' so a spreadsheet shows them as text "
-        "(the file then no longer round-trips through 'import').")] = False,
+    status: Annotated[SubscriberStatus | None, typer.Option(help="Only subscribers with this status.")] = None,
+    spreadsheet: Annotated[
+        bool,
+        typer.Option(
+            "--spreadsheet",
+            help="Prefix cells that start with = + - @ with a ' so a spreadsheet shows them as text "
+            "(the file then no longer round-trips through 'import').",
+        ),
+    ] = False,
 ) -> None:
     """Print all subscribers as CSV, exactly as stored: the format 'import' reads."""
-    from bot.domain import SubscriberStatus
     from bot.subscribers import export_csv
 
-    sys.stdout.write(export_csv(ctx_of(ctx).sessions(), SubscriberStatus(status.value) if status else None,
-                                spreadsheet=spreadsheet))
+    sys.stdout.write(export_csv(ctx_of(ctx).sessions(), status, spreadsheet=spreadsheet))
 
 
 @subscribers_app.command("list")
 def subscribers_list(
     ctx: typer.Context,
-    status: Annotated[SubscriberStatusOption | None, typer.Option(help="Only subscribers with this status.")] = None,
+    status: Annotated[SubscriberStatus | None, typer.Option(help="Only subscribers with this status.")] = None,
     tag: Annotated[str | None, typer.Option(help="Only subscribers whose filter names this tag.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Subscribers, by address."""
-    from bot.domain import SubscriberStatus
     from bot.filters import Tag, atoms, parse_filter
     from bot.store.subscribers import list_subscribers
 
     with ctx_of(ctx).sessions()() as session:
-        subscribers = list_subscribers(session, status=SubscriberStatus(status.value) if status else None)
+        subscribers = list_subscribers(session, status=status)
     if tag is not None:
         wanted = Tag(tag.casefold())
         subscribers = [s for s in subscribers if wanted in atoms(parse_filter(s.filter))]
@@ -701,7 +722,10 @@ def tags_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     rows += [(r.label, 0, {}, r.description) for r in rule_only]
     if as_json:
         print_json_lines(
-            [{"tag": t, "entries": n, "by_origin": o, "rule": t.casefold() in descriptions, "description": d} for t, n, o, d in rows]
+            [
+                {"tag": t, "entries": n, "by_origin": o, "rule": t.casefold() in descriptions, "description": d}
+                for t, n, o, d in rows
+            ]
         )
         return
     table = Table("tag", "entries", "header", "category", "rule", "description", title=f"Tags ({len(rows)})")
@@ -713,7 +737,7 @@ def tags_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
 @tags_app.command("test")
 def tags_test(
     ctx: typer.Context,
-    expression: Annotated[str, typer.Argument(help='A filter expression, e.g. \'gpu and not snn\'.')],
+    expression: Annotated[str, typer.Argument(help="A filter expression, e.g. 'gpu and not snn'.")],
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -799,7 +823,9 @@ def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
 def preview(
     ctx: typer.Context,
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
-    date_: Annotated[str | None, typer.Option("--date", help="As of this day's send time (YYYY-MM-DD; default: now).")] = None,
+    date_: Annotated[
+        str | None, typer.Option("--date", help="As of this day's send time (YYYY-MM-DD; default: now).")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """What EMAIL's next digest would contain and why; sends and records nothing."""
@@ -813,21 +839,13 @@ def preview(
     as_of = local_send_time(subscriber, day) if day else _now()
     with factory() as session:
         found = select_for(session, subscriber, c.rules, as_of=as_of, exclude=claimed_entry_ids(session, subscriber.id))
-    label = f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
+    label = (
+        f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
+    )
     _print_candidates(found, f"{label}: {len(found)} entries", as_json)
 
 
 # --- digests -------------------------------------------------------------------
-
-
-class DigestStateOption(str, Enum):
-    queued = "queued"
-    sending = "sending"
-    sent = "sent"
-    retry_wait = "retry_wait"
-    failed = "failed"
-    empty = "empty"
-    cancelled = "cancelled"
 
 
 def _report_delivery(report: Any) -> None:
@@ -852,7 +870,9 @@ def _deliver_with_progress(c: Context, factory: Any) -> Any:
 def run_command(
     ctx: typer.Context,
     once: Annotated[bool, typer.Option("--once", help="One full cycle (watch, plan, deliver), then exit.")] = False,
-    all_due: Annotated[bool, typer.Option("--all-due", help="With --once: treat every active subscriber as due now.")] = False,
+    all_due: Annotated[
+        bool, typer.Option("--all-due", help="With --once: treat every active subscriber as due now.")
+    ] = False,
 ) -> None:
     """The daemon, both roles in one process (the single-machine default): watch the
     dump folder and feeds, plan digests at each subscriber's local send time, deliver
@@ -869,14 +889,19 @@ def run_command(
         _daemon(c, factory, plan_jobs=True, deliver_jobs=True)
         return
     results = scan_folder(
-        factory, c.settings.paths.dump_dir, quiet_seconds=c.settings.watch.quiet_seconds, rules=c.rules,
+        factory,
+        c.settings.paths.dump_dir,
+        quiet_seconds=c.settings.watch.quiet_seconds,
+        rules=c.rules,
         max_bytes=c.settings.watch.max_file_bytes,
     )
     if c.settings.feeds.urls:
         results += fetch_feeds(factory, c.settings, rules=c.rules)
     _report(results, False)
     planned = plan(factory, c.settings, c.rules, now=_now(), all_due=all_due)
-    out.print(f"planned {len(planned.planned)} digests ({planned.empty} with nothing new, {planned.not_due} not due yet)")
+    out.print(
+        f"planned {len(planned.planned)} digests ({planned.empty} with nothing new, {planned.not_due} not due yet)"
+    )
     _report_delivery(_deliver_with_progress(c, factory))
     if any(r.status is SourceStatus.FAILED for r in results):
         raise typer.Exit(EXIT_INPUT_FAILED)
@@ -916,7 +941,9 @@ def worker_command(ctx: typer.Context) -> None:
 def serve_command(
     ctx: typer.Context,
     host: Annotated[str | None, typer.Option("--host", help="Listen address (default: web.listen_host).")] = None,
-    port: Annotated[int | None, typer.Option("--port", min=1, max=65535, help="Port (default: web.listen_port).")] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", min=1, max=65535, help="Port (default: web.listen_port).")
+    ] = None,
 ) -> None:
     """The subscriber endpoint: one-click unsubscribe (RFC 8058) and the manage page
     behind the links in every digest.  Put it behind HTTPS at web.public_url."""
@@ -937,7 +964,7 @@ def send_now(
     """Send each given subscriber a digest now with what they have not been sent yet
     (outside the daily schedule; entries sent now are not sent again)."""
     from bot.digests import plan
-    from bot.store.digests import DigestKind
+    from bot.domain import DigestKind
 
     c = ctx_of(ctx)
     factory = c.sessions()
@@ -951,7 +978,9 @@ def send_now(
 def resend_command(
     ctx: typer.Context,
     digest_id: Annotated[int | None, typer.Argument(help="The digest to send again.")] = None,
-    subscriber: Annotated[str | None, typer.Option("--subscriber", help="With --date: that subscriber's scheduled digest.")] = None,
+    subscriber: Annotated[
+        str | None, typer.Option("--subscriber", help="With --date: that subscriber's scheduled digest.")
+    ] = None,
     date_: Annotated[str | None, typer.Option("--date", help="The local day of the digest (YYYY-MM-DD).")] = None,
     failed: Annotated[bool, typer.Option("--failed", help="Resend every failed digest.")] = False,
 ) -> None:
@@ -1010,8 +1039,16 @@ def _digest_table(digests: list[Any], title: str) -> Table:
     table = Table("id", "subscriber", "day", "kind", "state", "entries", "tries", "error", title=title)
     for d in digests:
         kind = f"resend of #{d.resend_of}" if d.resend_of else d.kind.value
-        table.add_row(str(d.id), d.subscriber_email, d.local_date.isoformat(), kind, d.state.value,
-                      str(d.entry_count), str(d.attempts), d.last_error or "")
+        table.add_row(
+            str(d.id),
+            d.subscriber_email,
+            d.local_date.isoformat(),
+            kind,
+            d.state.value,
+            str(d.entry_count),
+            str(d.attempts),
+            d.last_error or "",
+        )
     return table
 
 
@@ -1019,20 +1056,18 @@ def _digest_table(digests: list[Any], title: str) -> Table:
 def history(
     ctx: typer.Context,
     email: Annotated[str | None, typer.Argument(help="Only this subscriber.")] = None,
-    status: Annotated[DigestStateOption | None, typer.Option("--status", help="Only digests in this state.")] = None,
+    status: Annotated[DigestState | None, typer.Option("--status", help="Only digests in this state.")] = None,
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many (newest first).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Digests, newest first: who, which day, state, entries, attempts, last error."""
-    from bot.store.digests import DigestState, list_digests
+    from bot.store.digests import list_digests
 
     c = ctx_of(ctx)
     factory = c.sessions()
     subscriber_id = _find_subscriber(factory, email).id if email else None
     with factory() as session:
-        digests = list_digests(
-            session, subscriber_id=subscriber_id, state=DigestState(status.value) if status else None, limit=limit
-        )
+        digests = list_digests(session, subscriber_id=subscriber_id, state=status, limit=limit)
     if as_json:
         print_json_lines([_digest_json(d) for d in digests])
         return
@@ -1048,18 +1083,30 @@ def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
     with ctx_of(ctx).sessions()() as session:
         days = stats_by_day(session)
         bounced = bounced_by_day(session)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for day, states in days:
         planned = sum(n for s, n in states.items() if s not in ("empty", "resent"))
-        rows.append({"day": day, "planned": planned, "sent": states.get("sent", 0), "failed": states.get("failed", 0),
-                     "bounced": bounced.get(day, 0), "pending": sum(states.get(s, 0) for s in ("queued", "sending", "retry_wait")),
-                     "empty": states.get("empty", 0), "resent": states.get("resent", 0)})
+        rows.append(
+            {
+                "day": day,
+                "planned": planned,
+                "sent": states.get("sent", 0),
+                "failed": states.get("failed", 0),
+                "bounced": bounced.get(day, 0),
+                "pending": sum(states.get(s, 0) for s in ("queued", "sending", "retry_wait")),
+                "empty": states.get("empty", 0),
+                "resent": states.get("resent", 0),
+            }
+        )
     if as_json:
         print_json_lines(rows)
         return
     table = Table("day", "planned", "sent", "failed", "bounced", "pending", "empty", "resent", title="Digests per day")
     for r in rows:
-        table.add_row(r["day"].isoformat(), *(str(r[k]) for k in ("planned", "sent", "failed", "bounced", "pending", "empty", "resent")))
+        table.add_row(
+            r["day"].isoformat(),
+            *(str(r[k]) for k in ("planned", "sent", "failed", "bounced", "pending", "empty", "resent")),
+        )
     out.print(table)
 
 
@@ -1073,7 +1120,9 @@ def demo(ctx: typer.Context) -> None:
     if not csv_path.is_file():
         fail(f"{csv_path}: not found (run the demo from the project folder)", EXIT_USAGE)
     rows, inbox = run_demo(c.settings, c.rules, subscribers_csv=csv_path)
-    table = Table("day", "dump", "subscriber", "entries", "status", title="Seed replay: one digest per subscriber and day")
+    table = Table(
+        "day", "dump", "subscriber", "entries", "status", title="Seed replay: one digest per subscriber and day"
+    )
     for r in rows:
         table.add_row(str(r.day), r.dump, r.subscriber, str(r.entries), r.status)
     out.print(table)

@@ -99,9 +99,7 @@ class SmtpConfig(BaseModel):
             try:
                 return SecretStr(self.password_file.read_text(encoding="utf-8").strip())
             except OSError as exc:
-                raise ConfigError(
-                    f"smtp.password_file: cannot read {self.password_file}: {exc.strerror}"
-                ) from None
+                raise ConfigError(f"smtp.password_file: cannot read {self.password_file}: {exc.strerror}") from None
         return SecretStr("")
 
 
@@ -123,7 +121,7 @@ class SenderConfig(BaseModel):
     @field_validator("from_address", "list_id", "unsubscribe_address")
     @classmethod
     def _no_spaces_or_controls(cls, value: str) -> str:
-        if "=?" in value or CONTROL_CHARACTERS.search(value) or any(c.isspace() or c in "<>\"," for c in value):
+        if "=?" in value or CONTROL_CHARACTERS.search(value) or any(c.isspace() or c in '<>",' for c in value):
             raise ValueError("must not contain spaces, control characters, quotes, commas, angle brackets or '=?'")
         return value
 
@@ -151,6 +149,7 @@ class WebConfig(BaseModel):
         if value and (not is_web_url(value) or "=?" in value or "," in value):
             raise ValueError("must be an http(s) URL without spaces, commas, quotes, angle brackets or '=?'")
         return value
+
     # HMAC key for unsubscribe tokens: env DIGESTBOT_WEB__SIGNING_KEY, or this file,
     # or (neither) a random key created once in <var_dir>/signing.key.
     signing_key: SecretStr = SecretStr("")

@@ -41,7 +41,7 @@ class SendResult:
 
 def backoff_seconds(attempt: int, config: SmtpConfig, rng: random.Random | None = None) -> float:
     """Exponential backoff with full jitter in its upper half: base*2^(n-1) capped, times [0.5, 1)."""
-    ceiling = min(config.retry_max_seconds, config.retry_base_seconds * 2 ** max(attempt - 1, 0))
+    ceiling = min(config.retry_max_seconds, config.retry_base_seconds * 2.0 ** max(attempt - 1, 0))
     return ceiling * (0.5 + 0.5 * (rng or random).random())
 
 
@@ -69,8 +69,12 @@ def classify(exc: BaseException) -> SendResult:
         return SendResult(Outcome.PERMANENT if code and code >= 500 else Outcome.TEMPORARY, code, detail)
     if isinstance(
         exc,
-        (aiosmtplib.SMTPAuthenticationError, aiosmtplib.SMTPSenderRefused, aiosmtplib.SMTPHeloError,
-         aiosmtplib.SMTPConnectResponseError),
+        (
+            aiosmtplib.SMTPAuthenticationError,
+            aiosmtplib.SMTPSenderRefused,
+            aiosmtplib.SMTPHeloError,
+            aiosmtplib.SMTPConnectResponseError,
+        ),
     ):
         # The server's or our configuration's problem, not the recipient's: retry, never bounce.
         return SendResult(Outcome.TEMPORARY, getattr(exc, "code", None), f"{type(exc).__name__}: {_one_line(exc)}")
@@ -104,7 +108,9 @@ class RateLimiter:
 
 
 # An addr-spec of dot-atom text only (RFC 5321 4.1.2): nothing to parse or quote.
-_PLAIN_ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
+_PLAIN_ADDRESS = re.compile(
+    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
+)
 
 
 def _can_send_prepared(protocol: object) -> bool:
@@ -117,8 +123,8 @@ async def transmit(
     """MAIL, RCPT and DATA for one recipient, as ``SMTP.sendmail`` does them.
 
     ``sendmail`` runs three regular-expression passes over the whole message
-    (line-end normalization for SIZE and again for DATA, then dot-stuffing):
-    ~0.5 ms per 100 KB, more than building a spliced message.  Our messages
+    (line-end normalization for SIZE and again for DATA, then dot-stuffing),
+    which cost more than building a spliced message.  Our messages
     have CRLF line ends already, so here DATA gets the message dot-stuffed
     with one ``bytes.replace``, written under aiosmtplib's own command lock
     exactly as its ``execute_data_command`` writes it (a spliced message comes
@@ -127,10 +133,10 @@ async def transmit(
     checks the fast way is the one taken."""
     ready = message if isinstance(message, Prepared) else prepared(message)
     protocol = client.protocol
-    if ready is None or not (sender + recipient).isascii() or not _can_send_prepared(protocol):
+    if ready is None or protocol is None or not (sender + recipient).isascii() or not _can_send_prepared(protocol):
         data = message if isinstance(message, bytes) else _unstuffed(message)
-        errors, response = await client.sendmail(sender, [recipient], data)
-        return response
+        _refused, reply = await client.sendmail(sender, [recipient], data)
+        return aiosmtplib.SMTPResponse(aiosmtplib.SMTPStatus.completed, reply)
     options = [f"size={ready.size}"] if client.supports_extension("size") else []
     if client.is_ehlo_or_helo_needed or not (_PLAIN_ADDRESS.fullmatch(sender) and _PLAIN_ADDRESS.fullmatch(recipient)):
         await client.mail(sender, options=options)
@@ -140,10 +146,11 @@ async def transmit(
             raise aiosmtplib.SMTPRecipientsRefused([exc]) from None  # as sendmail reports it
     else:
         # What mail() and rcpt() send for a plain address, without their address
-        # parsing (email.utils.parseaddr twice a message, ~60 us); a test checks
+        # parsing (email.utils.parseaddr twice a message); a test checks
         # aiosmtplib quotes every such address the same way.
-        response = await client.execute_command(b"MAIL", b"FROM:<%s>" % sender.encode("ascii"),
-                                                *(option.encode("ascii") for option in options))
+        response = await client.execute_command(
+            b"MAIL", b"FROM:<%s>" % sender.encode("ascii"), *(option.encode("ascii") for option in options)
+        )
         if response.code != aiosmtplib.SMTPStatus.completed:
             raise aiosmtplib.SMTPSenderRefused(response.code, response.message, sender)
         response = await client.execute_command(b"RCPT", b"TO:<%s>" % recipient.encode("ascii"))
@@ -151,15 +158,17 @@ async def transmit(
             error = aiosmtplib.SMTPRecipientRefused(response.code, response.message, recipient)
             raise aiosmtplib.SMTPRecipientsRefused([error])
     timeout = client.timeout
-    if protocol._command_lock is None:  # noqa: SLF001
+    # aiosmtplib's own command lock and response flag, used as its execute_data_command uses them.
+    lock = protocol._command_lock  # noqa: SLF001 - see the comment above
+    if lock is None:
         raise aiosmtplib.SMTPServerDisconnected("Server not connected")
-    async with protocol._command_lock:  # noqa: SLF001 - see above
-        protocol._response_pending = True  # noqa: SLF001
+    async with lock:
+        protocol._response_pending = True  # noqa: SLF001 - see the comment above
         protocol.write(b"DATA\r\n")
         start = await protocol.read_response(timeout=timeout)
         if start.code != aiosmtplib.SMTPStatus.start_input:
             raise aiosmtplib.SMTPDataError(start.code, start.message)
-        protocol._response_pending = True  # noqa: SLF001
+        protocol._response_pending = True  # noqa: SLF001 - see the comment above
         protocol.write(ready.wire)
         response = await protocol.read_response(timeout=timeout)
     if response.code != aiosmtplib.SMTPStatus.completed:

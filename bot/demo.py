@@ -12,13 +12,15 @@ import asyncio
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from functools import partial
 from pathlib import Path
 
 from bot.config import Settings
 from bot.digests import deliver_now, plan
+from bot.domain import DigestKind
 from bot.ingest import ingest_file
 from bot.sink import Sink, SinkHandler, write_index
-from bot.store.digests import DigestKind, list_digests
+from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import list_subscribers
 from bot.subscribers import import_csv
@@ -36,6 +38,11 @@ class DemoRow:
     subscriber: str
     entries: int
     status: str
+
+
+def _fixed(moment: datetime) -> datetime:
+    """The demo's clock: one moment per replayed day."""
+    return moment
 
 
 def run_demo(settings: Settings, rules: TagRules, *, subscribers_csv: Path) -> tuple[list[DemoRow], Path]:
@@ -56,16 +63,21 @@ def run_demo(settings: Settings, rules: TagRules, *, subscribers_csv: Path) -> t
     handler = SinkHandler(inbox=inbox)
     with Sink(handler) as sink:
         demo_settings = settings.model_copy(
-            update={"smtp": settings.smtp.model_copy(update={"host": "127.0.0.1", "port": sink.port, "tls": "none",
-                                                            "username": ""})}
+            update={
+                "smtp": settings.smtp.model_copy(
+                    update={"host": "127.0.0.1", "port": sink.port, "tls": "none", "username": ""}
+                )
+            }
         )
         for day, dump in enumerate(expand([settings.paths.dump_dir]), start=1):
             now = start + timedelta(days=day - 1)
             ingest_file(factory, dump, now=now, rules=rules)
             plan(factory, demo_settings, rules, now=now, all_due=True)
-            asyncio.run(deliver_now(factory, demo_settings, clock=lambda now=now: now))
+            asyncio.run(deliver_now(factory, demo_settings, clock=partial(_fixed, now)))
             with factory() as session:
-                digests = {d.subscriber_id: d for d in list_digests(session, local_date=now.date(), kind=DigestKind.SCHEDULED)}
+                digests = {
+                    d.subscriber_id: d for d in list_digests(session, local_date=now.date(), kind=DigestKind.SCHEDULED)
+                }
                 for subscriber in list_subscribers(session):
                     digest = digests.get(subscriber.id)
                     if digest is None:

@@ -32,22 +32,21 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import lru_cache
+from typing import cast
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.deliver import Outcome, SendResult, SmtpPool, backoff_seconds
-from bot.domain import DigestContent, EntryView, Subscriber, SubscriberStatus
+from bot.domain import DigestContent, DigestKind, DigestState, EntryView, Subscriber, SubscriberStatus
 from bot.message import Headers, Prepared, build_message, envelope_address, envelope_for, message_id_for
 from bot.render import Links, Renderer, primary_url
 from bot.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
 from bot.splice import ChunkPool, MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
 from bot.store.digests import (
     ContentCache,
-    DigestKind,
     DigestRow,
-    DigestState,
     Finished,
     NewDigest,
     Planned,
@@ -55,16 +54,16 @@ from bot.store.digests import (
     claimed_from,
     count_bounce,
     create_digest,
-    failed_without_resend,
-    lock_digest,
-    pending_resend_of,
     digest_content,
     digest_contents,
+    failed_without_resend,
     finish_many,
     get_digest,
     get_digests,
     insert_digests,
     list_digests,
+    lock_digest,
+    pending_resend_of,
     release_entries,
     reset_bounces,
     scheduled_days,
@@ -90,9 +89,9 @@ def worker_name() -> str:
 class IdRuns:
     """Ids in the order they were added, kept as runs of consecutive numbers.
 
-    A planning pass may queue a million digests: as a list of ints that is
-    36 MB, as an array 8 MB, and as runs about 2 MB, because a batch's digests
-    get consecutive ids (only its empty digests break a run)."""
+    A planning pass may queue a million digests, and a batch's digests get
+    consecutive ids (only its empty digests break a run): runs hold them in a
+    fraction of a list's or an array's memory (bench/README.md, planning)."""
 
     __slots__ = ("_starts", "_lengths", "_count")
 
@@ -115,7 +114,7 @@ class IdRuns:
         return self._count
 
     def __iter__(self) -> Iterator[int]:
-        for start, length in zip(self._starts, self._lengths):
+        for start, length in zip(self._starts, self._lengths, strict=True):
             yield from range(start, start + length)
 
     def __eq__(self, other: object) -> bool:
@@ -241,8 +240,15 @@ def _plan_batch(
         for window, ids in by_window.values():
             claimed.update(claimed_from(session, ids, [entry.id for entry in window]))
         for subscriber, day in due:
-            candidates = select_for(session, subscriber, rules, as_of=now, cache=cache, start=starts[subscriber.id],
-                                    exclude=claimed.get(subscriber.id, frozenset()))
+            candidates = select_for(
+                session,
+                subscriber,
+                rules,
+                as_of=now,
+                cache=cache,
+                start=starts[subscriber.id],
+                exclude=claimed.get(subscriber.id, frozenset()),
+            )
             chosen = candidates[: settings.digest.max_entries]
             pending = len(candidates) - len(chosen)
             if pending == 0:
@@ -287,8 +293,13 @@ def _planned_entry(candidate: Candidate, settings: Settings, memo: dict[tuple[in
     key = (id(candidate.explanation), candidate.entry.id)  # explanations live as long as the pass's cache
     if key not in memo:
         entry = candidate.entry
-        memo[key] = Planned(entry.id, entry.summary_source_id, candidate.explanation.why(), entry.tags,
-                            primary_url(entry, settings.digest.search_url))
+        memo[key] = Planned(
+            entry.id,
+            entry.summary_source_id,
+            candidate.explanation.why(),
+            entry.tags,
+            primary_url(entry, settings.digest.search_url),
+        )
     return memo[key]
 
 
@@ -344,7 +355,9 @@ class Mailer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.renderer = Renderer(
-            settings.paths.templates_dir, search_url=settings.digest.search_url, remote_images=settings.digest.remote_images
+            settings.paths.templates_dir,
+            search_url=settings.digest.search_url,
+            remote_images=settings.digest.remote_images,
         )
         self.key = signing_key(settings)
         self.envelope_sender = envelope_address(settings.sender.from_address)
@@ -421,7 +434,9 @@ class Mailer:
         envelope = envelope_for(headers, self.settings.sender)
         return message.as_bytes(), envelope.sender, envelope.recipient
 
-    def build(self, session: Session, rows: Sequence[DigestRow], now: datetime, *, for_wire: bool = False) -> list[Built]:
+    def build(
+        self, session: Session, rows: Sequence[DigestRow], now: datetime, *, for_wire: bool = False
+    ) -> list[Built]:
         """Messages for a batch of digests, same bytes as ``message_bytes`` (apart
         from Date): bodies shared by several subscribers are rendered once.
         *for_wire*: spliced messages come ``Prepared`` for DATA (what delivery sends)."""
@@ -442,8 +457,13 @@ class Mailer:
             try:
                 template = None
                 if self.splicing and content.resend_of is None:
-                    quick = (content.kind, content.local_date, content.pending, content.subscriber.filter,
-                             tuple(map(id, content.items)))
+                    quick = (
+                        content.kind,
+                        content.local_date,
+                        content.pending,
+                        content.subscriber.filter,
+                        tuple(map(id, content.items)),
+                    )
                     if quick not in in_batch:
                         in_batch[quick] = self._template(content)
                     template = in_batch[quick]
@@ -453,17 +473,23 @@ class Mailer:
                 subscriber = content.subscriber
                 recipient = envelope_address(subscriber.email)
                 personal = Personal(
-                    email=subscriber.email, to_name=subscriber.name, to_address=recipient,
+                    email=subscriber.email,
+                    to_name=subscriber.name,
+                    to_address=recipient,
                     token=make_token(self.key, subscriber.id, subscriber.unsubscribe_secret),
-                    message_id=row.message_id, date=now,
+                    message_id=row.message_id,
+                    date=now,
                 )
                 data = template.fill_wire(personal) if for_wire else template.fill(personal)
                 self.spliced += 1
                 built.append(Built(row, data, self.envelope_sender, recipient))
             except Exception as exc:  # a broken template or entry must not wedge the queue
                 log.exception("digest %d: cannot build the message", row.id)
-                built.append(Built(row, error=f"cannot build the message: {type(exc).__name__}: "
-                                              f"{' '.join(str(exc).split())[:300]}"))
+                built.append(
+                    Built(
+                        row, error=f"cannot build the message: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                    )
+                )
         return built
 
     def _template(self, content: DigestContent) -> MessageTemplate | None:
@@ -472,9 +498,15 @@ class Mailer:
         found = self.templates.get(key, _UNSEEN)  # one hash of 30 items, not three
         if found is not _UNSEEN:
             self.templates.move_to_end(key)
-            return found
-        template = MessageTemplate.build(self.renderer, content, self.settings.sender, self.links_for_token,
-                                         footer_substituted=self.footer_substituted, pool=self.chunks)
+            return cast(MessageTemplate | None, found)
+        template = MessageTemplate.build(
+            self.renderer,
+            content,
+            self.settings.sender,
+            self.links_for_token,
+            footer_substituted=self.footer_substituted,
+            pool=self.chunks,
+        )
         self.templates[key] = template
         while len(self.templates) > self.TEMPLATES or self.chunks.nbytes > self.TEMPLATE_BYTES:
             _, evicted = self.templates.popitem(last=False)
@@ -529,8 +561,9 @@ async def deliver(
             while len(building) < ahead and (stop is None or not stop.is_set()):
                 now = clock()
                 with transaction(factory) as session:
-                    ids = claim_due(session, now=now, worker=worker, lease_seconds=settings.digest.lease_seconds,
-                                    limit=batch)
+                    ids = claim_due(
+                        session, now=now, worker=worker, lease_seconds=settings.digest.lease_seconds, limit=batch
+                    )
                 if not ids:
                     break
                 building.append((asyncio.ensure_future(mailer.prepare(factory, ids, now=now, worker=worker)), len(ids)))
@@ -591,8 +624,12 @@ def _prepare_remote(
         from bot.store.engine import make_engine, sessions
 
         database = settings.database
-        _REMOTE[url] = sessions(make_engine(url, busy_timeout_ms=database.busy_timeout_ms,
-                                            sqlite_cache_mb=database.sqlite_cache_mb)), Mailer(settings)
+        _REMOTE[url] = (
+            sessions(
+                make_engine(url, busy_timeout_ms=database.busy_timeout_ms, sqlite_cache_mb=database.sqlite_cache_mb)
+            ),
+            Mailer(settings),
+        )
     factory, mailer = _REMOTE[url]
     if mailer.run != run:
         mailer.new_run(run)
@@ -623,7 +660,9 @@ def _prepare_batch(
             if status is SubscriberStatus.ACTIVE:
                 live.append(row)
                 continue
-            gone.append(Finished(row.id, DigestState.CANCELLED, None, f"subscriber {status.value if status else 'gone'}"))
+            gone.append(
+                Finished(row.id, DigestState.CANCELLED, None, f"subscriber {status.value if status else 'gone'}")
+            )
             if row.kind is not DigestKind.RESEND:
                 release_entries(session, row.id)
         report.cancelled += len(finish_many(session, gone, worker=worker, now=now))
@@ -706,8 +745,14 @@ def _record(
     with transaction(factory) as session:
         recorded = finish_many(session, finished, worker=worker, now=now)
         report.lost_lease += len(finished) - len(recorded)  # reclaimed by someone after our lease ran out
-        reset_bounces(session, [row.subscriber_id for (row, _), f in zip(outcomes, finished, strict=True)
-                                if f.state is DigestState.SENT and row.id in recorded])
+        reset_bounces(
+            session,
+            [
+                row.subscriber_id
+                for (row, _), f in zip(outcomes, finished, strict=True)
+                if f.state is DigestState.SENT and row.id in recorded
+            ],
+        )
         for (row, result), outcome in zip(outcomes, finished, strict=True):
             if row.id not in recorded:
                 continue
@@ -759,7 +804,9 @@ def resend(factory: sessionmaker[Session], settings: Settings, digest_id: int, *
             resend_of=source,
         )
         set_message_id(
-            session, new_id, message_id_for(new_id, original.subscriber_id, original.local_date, "resend", settings.sender)
+            session,
+            new_id,
+            message_id_for(new_id, original.subscriber_id, original.local_date, "resend", settings.sender),
         )
         return new_id
 
@@ -784,5 +831,3 @@ def find_scheduled(factory: sessionmaker[Session], subscriber_id: int, day: date
     with factory() as session:
         rows = list_digests(session, subscriber_id=subscriber_id, local_date=day, kind=DigestKind.SCHEDULED)
     return rows[0] if rows else None
-
-

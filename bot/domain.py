@@ -14,6 +14,22 @@ class EntryKind(StrEnum):
     REPO = "repo"
 
 
+class DigestState(StrEnum):
+    QUEUED = "queued"
+    SENDING = "sending"
+    SENT = "sent"
+    RETRY_WAIT = "retry_wait"
+    FAILED = "failed"
+    EMPTY = "empty"  # nothing matched that day (and empty digests are not sent)
+    CANCELLED = "cancelled"  # the subscriber left before it went out; entries released
+
+
+class DigestKind(StrEnum):
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
+    RESEND = "resend"
+
+
 class TagOrigin(StrEnum):
     HEADER = "header"  # a dump's "Filtered by:" line
     CATEGORY = "category"  # a feed entry's category

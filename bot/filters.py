@@ -18,7 +18,6 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Union
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -91,7 +90,7 @@ class Or:
     items: tuple[Expr, ...]
 
 
-Expr = Union[Everything, Tag, Phrase, Not, And, Or]
+Expr = Everything | Tag | Phrase | Not | And | Or
 
 
 def make_and(*items: Expr) -> Expr:
@@ -120,7 +119,7 @@ def make_phrase(text: str) -> Phrase:
 
 
 @v_args(inline=True)
-class _ToAst(Transformer):  # type: ignore[type-arg]
+class _ToAst(Transformer[Token, Expr]):
     def tag(self, token: Token) -> Expr:
         return make_tag(str(token))
 
@@ -178,7 +177,7 @@ def parse_filter(text: str) -> Expr:
         raise FilterError(text, too_deep, f"nested more than {MAX_FILTER_DEPTH} levels deep (parentheses and 'not')")
     try:
         tree = _PARSER.parse(text)
-        return _TO_AST.transform(tree)  # type: ignore[no-any-return]
+        return _TO_AST.transform(tree)
     except UnexpectedInput as exc:
         position = getattr(exc, "column", None)
         at_end = isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -42,8 +43,8 @@ def garbage_collection_paused() -> Iterator[None]:
 
     A 10,000-entry dump allocates a few hundred thousand containers that all
     stay alive until the transaction ends, so every collection in between
-    re-scans them (and the whole process) and frees nothing: about a quarter of
-    the ingest time, measured by ``bench/ingest.py``.  Reference counting still
+    re-scans them (and the whole process) and frees nothing (bench/README.md,
+    ingest, has what that cost).  Reference counting still
     frees everything else, collections resume on the way out, and memory
     stays bounded by ``watch.max_file_bytes``.  Nested or concurrent uses only
     ever re-enable a collector they found enabled.
@@ -93,7 +94,14 @@ def _ingest(
             log.warning("%s", skipped)
     except SourceFormatError as exc:
         error = str(exc)
-    common = {"origin": origin, "path": name, "sha256": sha256, "size": len(data), "mtime_ns": mtime_ns, "now": now}
+    common: dict[str, Any] = {
+        "origin": origin,
+        "path": name,
+        "sha256": sha256,
+        "size": len(data),
+        "mtime_ns": mtime_ns,
+        "now": now,
+    }
     for attempt in (1, 2):
         try:
             with transaction(factory) as session:
@@ -129,7 +137,7 @@ def _refresh_statistics(factory: sessionmaker[Session], new_entries: int) -> Non
 
 
 def _record(
-    session: Session, parsed: ParsedSource | None, error: str | None, common: dict, rules: TagRules | None
+    session: Session, parsed: ParsedSource | None, error: str | None, common: dict[str, Any], rules: TagRules | None
 ) -> IngestResult:
     name = common["path"]
     original = ingested_with_sha(session, common["sha256"])

@@ -24,7 +24,6 @@ from bot.config import SenderConfig
 from bot.domain import RenderedDigest
 from bot.text import header_text
 
-
 # Python's folder drops the quotes of a display name it has to fold (a name of
 # "Bcc: x@y.z ..." near 998 characters became a group and an address): names are
 # cut well below any folding, as clean_name() does at input.
@@ -52,7 +51,7 @@ def envelope_address(address: str) -> str:
         _, at, domain = address.rpartition("@")
         if at and domain == domain.lower():
             # What validate_email gives such an address anyway (it only lower-cases
-            # an ASCII domain), without its ~80 us per message on the send path;
+            # an ASCII domain), without its cost on every message of the send path;
             # tests/test_deliver.py compares the two on generated addresses.
             return address
     try:

@@ -66,7 +66,7 @@ def latex_to_text(text: str) -> str:
     converted = converted.replace("\u00a0", " ")
     for index, url in enumerate(urls):
         converted = converted.replace(_PLACEHOLDER.format(index), url)
-    return converted
+    return str(converted)
 
 
 @lru_cache(maxsize=8192)
@@ -149,7 +149,6 @@ def primary_url(item: DigestItem | EntryView, search_url: str) -> str:
         if is_web_url(url):
             return url
     return search_url.format(title=quote_plus(item.title))
-
 
 
 def byline(item: DigestItem) -> str:

@@ -105,8 +105,13 @@ class Daemon:
 
     async def _watch(self) -> None:
         await asyncio.to_thread(
-            scan_folder, self.factory, self.settings.paths.dump_dir, quiet_seconds=self.settings.watch.quiet_seconds,
-            rules=self.rules, max_bytes=self.settings.watch.max_file_bytes, stop=self.stop.is_set,
+            scan_folder,
+            self.factory,
+            self.settings.paths.dump_dir,
+            quiet_seconds=self.settings.watch.quiet_seconds,
+            rules=self.rules,
+            max_bytes=self.settings.watch.max_file_bytes,
+            stop=self.stop.is_set,
         )
         if self.settings.feeds.urls and not self.stop.is_set():
             await asyncio.to_thread(fetch_feeds, self.factory, self.settings, rules=self.rules)
@@ -128,10 +133,22 @@ class Daemon:
         waited for it would make APScheduler log every tick as skipped.  The
         delivery is a task of its own, so shutting the scheduler down never
         cancels sends in flight; run() waits for them instead."""
-        if not self.deliver_jobs or self.stop.is_set() or (self._delivering is not None and not self._delivering.done()):
+        if (
+            not self.deliver_jobs
+            or self.stop.is_set()
+            or (self._delivering is not None and not self._delivering.done())
+        ):
             return
         self._delivering = asyncio.ensure_future(
-            deliver(self.factory, self.settings, self.mailer, self.pool, clock=self.clock, worker=self.worker, stop=self.stop)
+            deliver(
+                self.factory,
+                self.settings,
+                self.mailer,
+                self.pool,
+                clock=self.clock,
+                worker=self.worker,
+                stop=self.stop,
+            )
         )
         self._delivering.add_done_callback(_log_delivery)
 
@@ -144,8 +161,15 @@ class Daemon:
         if self.plan_jobs:
             scheduler.add_job(self.elect, IntervalTrigger(seconds=ELECTION_EVERY_SECONDS), id="elect")
             interval = self.settings.watch.interval_seconds
-            scheduler.add_job(self.watch, IntervalTrigger(seconds=interval), id="watch", next_run_time=now + timedelta(seconds=interval))
-            scheduler.add_job(self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now + timedelta(minutes=1))
+            scheduler.add_job(
+                self.watch,
+                IntervalTrigger(seconds=interval),
+                id="watch",
+                next_run_time=now + timedelta(seconds=interval),
+            )
+            scheduler.add_job(
+                self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now + timedelta(minutes=1)
+            )
         if self.worker_lock is not None:
             # The only SQLite worker: whatever is still "sending" was left by a
             # previous process that died; it need not wait for its leases to run out.
@@ -154,7 +178,9 @@ class Daemon:
             if taken_back:
                 log.warning("%d digests were being sent when the last worker stopped; sending them again", taken_back)
         if self.deliver_jobs:
-            scheduler.add_job(self.deliver, IntervalTrigger(seconds=DELIVER_EVERY_SECONDS), id="deliver", next_run_time=now)
+            scheduler.add_job(
+                self.deliver, IntervalTrigger(seconds=DELIVER_EVERY_SECONDS), id="deliver", next_run_time=now
+            )
         scheduler.start()
         log.info("digestbot running (worker %s); SIGTERM or Ctrl-C to stop", self.worker)
         try:

@@ -95,7 +95,7 @@ class Received:
 
     @property
     def message(self) -> email.message.EmailMessage:
-        return email.message_from_bytes(self.data, policy=default_policy)  # type: ignore[return-value]
+        return email.message_from_bytes(self.data, policy=default_policy)
 
 
 @dataclass
@@ -108,14 +108,16 @@ class SinkHandler:
     received: list[Received] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
-    connections: itertools.count = field(default_factory=itertools.count)
+    connections: itertools.count[int] = field(default_factory=itertools.count)
     refused_greetings: int = 0
 
     @classmethod
     def with_rates(cls, rates: FaultRates, inbox: Path | None = None) -> SinkHandler:
         return cls(inbox=inbox, faults=rates, refuse_greeting=rates.refuse_greeting)
 
-    async def handle_RCPT(self, server: SMTPServer, session: Any, envelope: Any, address: str, options: list[str]) -> str:  # noqa: N802
+    async def handle_RCPT(
+        self, server: SMTPServer, session: Any, envelope: Any, address: str, options: list[str]
+    ) -> str:  # noqa: N802 - aiosmtpd calls handle_<VERB> by name
         with self.lock:
             self.attempts[address] = self.attempts.get(address, 0) + 1
         reply = await self._fault_for(address, "rcpt", server)
@@ -141,7 +143,7 @@ class SinkHandler:
             return "421 4.4.2 closing connection"
         return fault.reply
 
-    async def handle_DATA(self, server: SMTPServer, session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, server: SMTPServer, session: Any, envelope: Any) -> str:  # noqa: N802 - as above
         recipient = envelope.rcpt_tos[0] if envelope.rcpt_tos else ""
         reply = await self._fault_for(recipient, "data", server)
         if reply:
@@ -200,7 +202,11 @@ class Sink:
     """Start/stop an aiosmtpd server in its own thread on 127.0.0.1."""
 
     def __init__(
-        self, handler: SinkHandler, port: int | None = None, *, logins: dict[str, str] | None = None,
+        self,
+        handler: SinkHandler,
+        port: int | None = None,
+        *,
+        logins: dict[str, str] | None = None,
         authenticator: Any = None,
     ) -> None:
         """*logins*: require SMTP AUTH (PLAIN/LOGIN, no TLS on loopback) with these user -> password
@@ -212,8 +218,13 @@ class Sink:
             # Plain AUTH without TLS is fine on loopback; aiosmtpd warns about it, so say so once here.
             auth = {"authenticator": authenticator or _Logins(logins), "auth_required": True, "auth_require_tls": False}
         self.controller = _Controller(
-            handler, hostname="127.0.0.1", port=self.port, ready_timeout=10, decode_data=False,
-            data_size_limit=50_000_000, **auth,
+            handler,
+            hostname="127.0.0.1",
+            port=self.port,
+            ready_timeout=10,
+            decode_data=False,
+            data_size_limit=50_000_000,
+            **auth,
         )
 
     def __enter__(self) -> Sink:
@@ -239,13 +250,13 @@ def write_index(inbox: Path) -> Path:
     rows = []
     for path in sorted(inbox.glob("*.eml")):
         msg = email.message_from_bytes(path.read_bytes(), policy=default_policy)
-        html_part = msg.get_body(preferencelist=("html",))  # type: ignore[attr-defined]
+        html_part = msg.get_body(preferencelist=("html",))
         view = path.with_suffix(".html")
         if html_part is not None:
             view.write_text(html_part.get_content(), encoding="utf-8")
         rows.append(
             f"<tr><td>{html.escape(path.name)}</td><td>{html.escape(str(msg['To']))}</td>"
-            f"<td><a href=\"{html.escape(view.name)}\">{html.escape(str(msg['Subject']))}</a></td>"
+            f'<td><a href="{html.escape(view.name)}">{html.escape(str(msg["Subject"]))}</a></td>'
             f"<td>{html.escape(str(msg['Date']))}</td></tr>"
         )
     index = inbox / "index.html"

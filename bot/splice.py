@@ -2,7 +2,7 @@
 
 ``message.build_message`` makes a message from scratch: render the whole
 digest, build an ``EmailMessage``, serialize it and quoted-printable-encode
-~100 KB, about 10 ms a message.  Subscribers with one filter usually get the
+the whole body, for every message.  Subscribers with one filter usually get the
 same entries on the same day, and their messages then differ in a few places
 only: the To, Date, Message-ID and List-Unsubscribe header lines and, in the
 footer, their address and their signed token.  A ``MessageTemplate`` is made
@@ -35,6 +35,7 @@ from email.headerregistry import Address
 from email.quoprimime import body_encode
 from email.utils import format_datetime
 from functools import lru_cache
+from typing import Any
 
 from jinja2 import nodes
 
@@ -80,8 +81,12 @@ def html_escape(value: str, *, attribute: bool) -> str:
     return value.replace("<", "&lt;").replace(">", "&gt;")
 
 
+# Quoted-printable lines as the message's policy writes them.
+_QP_LINE_LENGTH: int = POLICY.max_line_length or 78
+
+
 def _qp_line(line: bytes) -> bytes:
-    return body_encode(line.decode("latin-1"), POLICY.max_line_length, "\r\n").encode("ascii") + b"\r\n"
+    return body_encode(line.decode("latin-1"), _QP_LINE_LENGTH, "\r\n").encode("ascii") + b"\r\n"
 
 
 # Lines of the per-subscriber parts: most (the footer's list of links) repeat
@@ -151,8 +156,9 @@ def templates_allow_splicing(renderer: Renderer) -> bool:
     subscriber).  A template that branches on them, filters or joins them could
     differ between subscribers where the probe cannot show it: such a template
     set is always rendered in full.  Checked on the templates' syntax tree."""
-    names = renderer.env.list_templates(filter_func=lambda name: name.endswith(".j2") and name != TEXT_FOOTER
-                                        and not name.startswith("web/"))
+    names = renderer.env.list_templates(
+        filter_func=lambda name: name.endswith(".j2") and name != TEXT_FOOTER and not name.startswith("web/")
+    )
     return _print_values_only(renderer, names)
 
 
@@ -184,7 +190,10 @@ def _print_values_only(renderer: Renderer, names: list[str]) -> bool:
         return True
 
     try:
-        return all(fine(env.parse(env.loader.get_source(env, name)[0]), False) for name in names)  # type: ignore[union-attr]
+        loader = env.loader
+        if loader is None:
+            return False
+        return all(fine(env.parse(loader.get_source(env, name)[0]), False) for name in names)
     except Exception:  # unreadable or invalid: the renderer will say so; do not splice
         return False
 
@@ -219,18 +228,18 @@ class ChunkPool:
     """Constant template bytes, held once however many templates contain them.
 
     A day's bodies repeat each other: two filters that match the same entry
-    print its title, summary and links in the same lines (158 bodies of 108 KB,
-    17 MB in all, have 2 MB of distinct lines).  Templates keep their constant
-    bytes as chunks of about two lines interned here (3.7 MB for those bodies):
-    one object per line would save 1.7 MB more but make each message a tuple of
-    750 parts to pickle and join.  A chunk ends after a line whose CRC-32 is
+    print its title, summary and links in the same lines, so a day's bodies
+    have far fewer distinct lines than lines.  Templates keep their constant
+    bytes as chunks of about two lines interned here: one object per line would
+    save a little more memory but make each message a tuple of hundreds of
+    parts to pickle and join (bench/README.md, sending).  A chunk ends after a line whose CRC-32 is
     even, so the cut depends on the line alone: a run of lines shared by two
     bodies is cut the same way in both, wherever it starts.  Chunks are counted
     per template that holds them and dropped with the last.
     """
 
     def __init__(self) -> None:
-        self._uses: dict[bytes, list] = {}  # chunk -> [the interned object, number of uses]
+        self._uses: dict[bytes, list[Any]] = {}  # chunk -> [the interned object, number of uses]
         self.nbytes = 0  # distinct bytes held
 
     def __len__(self) -> int:
@@ -257,7 +266,8 @@ class ChunkPool:
             entry = self._uses[chunk] = [chunk, 0]
             self.nbytes += len(chunk)
         entry[1] += 1
-        return entry[0]
+        interned: bytes = entry[0]
+        return interned
 
     def release(self, chunks: tuple[bytes, ...]) -> None:
         for chunk in chunks:
@@ -296,9 +306,7 @@ class MessageTemplate:
     def fill(self, personal: Personal) -> bytes:
         """One subscriber's message (what ``message.build_message`` gives them)."""
         links = self.links_for(personal.token)[0]
-        return b"".join(
-            _unstuff(b"".join(p)) if isinstance(p, tuple) else p(personal, links) for p in self.wire_pieces
-        )
+        return b"".join(_unstuff(b"".join(p)) if isinstance(p, tuple) else p(personal, links) for p in self.wire_pieces)
 
     def fill_wire(self, personal: Personal) -> Prepared:
         """``fill`` as DATA carries it (``message.prepared(fill(personal))``), without
@@ -318,8 +326,14 @@ class MessageTemplate:
 
     @classmethod
     def build(
-        cls, renderer: Renderer, content: DigestContent, sender: SenderConfig, links_for: LinksFor, *,
-        footer_substituted: bool = False, pool: ChunkPool | None = None,
+        cls,
+        renderer: Renderer,
+        content: DigestContent,
+        sender: SenderConfig,
+        links_for: LinksFor,
+        *,
+        footer_substituted: bool = False,
+        pool: ChunkPool | None = None,
     ) -> MessageTemplate | None:
         """The template for *content*'s body, or None where the splice could not
         reproduce the simple path exactly (then build each message in full).
@@ -331,8 +345,12 @@ class MessageTemplate:
         token = f"zqtok{nonce}"
         email_mark, email_end = f"zqmail{nonce}", f"zqend{nonce}"
         probe = Personal(
-            email=email_mark + _HTML_SPECIALS + email_end, to_name=_PROBE_NAME, to_address=_PROBE_ADDRESS,
-            token=token, message_id=f"<probe.{nonce}@example.org>", date=_PROBE_DATE,
+            email=email_mark + _HTML_SPECIALS + email_end,
+            to_name=_PROBE_NAME,
+            to_address=_PROBE_ADDRESS,
+            token=token,
+            message_id=f"<probe.{nonce}@example.org>",
+            date=_PROBE_DATE,
         )
         links, list_unsubscribe = links_for(token)
         context = renderer.context(replace(content, subscriber=replace(content.subscriber, email=probe.email)), links)
@@ -341,8 +359,13 @@ class MessageTemplate:
             footer = renderer.text_footer_template.render(context).encode("utf-8")
         except Exception:  # a template that needs more than the context: not ours to splice
             return None
-        headers = Headers(to_name=probe.to_name, to_address=probe.to_address, message_id=probe.message_id,
-                          date=probe.date, list_unsubscribe=list_unsubscribe)
+        headers = Headers(
+            to_name=probe.to_name,
+            to_address=probe.to_address,
+            message_id=probe.message_id,
+            date=probe.date,
+            list_unsubscribe=list_unsubscribe,
+        )
         message = build_message(rendered, headers, sender).as_bytes()
         marker = nonce.encode("ascii")
 

@@ -116,18 +116,14 @@ def clean_fields(
     backfill: str | None = None,
 ) -> SubscriberFields:
     """Validate every given field; None (or "" from a CSV cell) leaves it unset."""
-
-    def given(value: object) -> bool:
-        return value is not None and value != ""
-
     return SubscriberFields(
         email=clean_email(email),
         name=clean_name(name) if name is not None else None,
-        filter=clean_filter(filter) if given(filter) else None,
-        timezone=clean_timezone(timezone) if given(timezone) else None,
-        send_hour=clean_hour(send_hour) if given(send_hour) else None,  # type: ignore[arg-type]
-        status=clean_status(status) if given(status) else None,  # type: ignore[arg-type]
-        backfill=clean_backfill(backfill) if given(backfill) else None,  # type: ignore[arg-type]
+        filter=clean_filter(filter) if filter else None,
+        timezone=clean_timezone(timezone) if timezone else None,
+        send_hour=clean_hour(send_hour) if send_hour is not None and send_hour != "" else None,
+        status=clean_status(status) if status else None,
+        backfill=clean_backfill(backfill) if backfill else None,
     )
 
 
@@ -195,7 +191,9 @@ def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
         return [], [RowError(header_line, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
     unknown = [h for h in header if h not in CSV_COLUMNS]
     if unknown:
-        return [], [RowError(header_line, f"unknown column(s) {', '.join(unknown)} (columns: {', '.join(CSV_COLUMNS)})")]
+        return [], [
+            RowError(header_line, f"unknown column(s) {', '.join(unknown)} (columns: {', '.join(CSV_COLUMNS)})")
+        ]
     for line, raw in lines[1:]:
         try:
             cells = _csv_cells(raw)
@@ -204,7 +202,7 @@ def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
             if not any(cell.strip() for cell in cells):
                 continue
             row = {column: cells[i] if i < len(cells) else "" for i, column in enumerate(header)}
-            good.append(clean_fields(**row))  # type: ignore[arg-type]
+            good.append(clean_fields(**row))
         except SubscriberInputError as exc:
             bad.append(RowError(line, str(exc)))
     return good, bad
@@ -232,7 +230,9 @@ def spreadsheet_cell(value: str) -> str:
     return "'" + value if value.startswith(_FORMULA_START) else value
 
 
-def export_csv(factory: sessionmaker[Session], status: SubscriberStatus | None = None, *, spreadsheet: bool = False) -> str:
+def export_csv(
+    factory: sessionmaker[Session], status: SubscriberStatus | None = None, *, spreadsheet: bool = False
+) -> str:
     """Every subscriber as the CSV ``import`` reads: exact, so it round-trips, unless
     *spreadsheet* neutralizes cells a spreadsheet would run as formulas."""
     with factory() as session:
@@ -320,7 +320,9 @@ def by_token(factory: sessionmaker[Session], key: bytes, token: str) -> Subscrib
     return found
 
 
-def set_filter(factory: sessionmaker[Session], settings: Settings, subscriber: Subscriber, raw: str, now: datetime) -> Subscriber:
+def set_filter(
+    factory: sessionmaker[Session], settings: Settings, subscriber: Subscriber, raw: str, now: datetime
+) -> Subscriber:
     """Validate *raw* (SubscriberInputError names the problem) and make it the filter."""
     fields = SubscriberFields(email=subscriber.email, filter=clean_filter(raw))
     return edit(factory, settings, fields, now)

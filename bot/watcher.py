@@ -39,10 +39,7 @@ def is_candidate(entry: os.DirEntry[str]) -> bool:
     """A regular file of the folder itself: a symlink, even to a regular file, is
     never read (it could point anywhere, /etc/passwd included)."""
     name = entry.name
-    return (
-        not name.startswith(".") and not name.endswith(IGNORED_SUFFIXES)
-        and entry.is_file(follow_symlinks=False)
-    )
+    return not name.startswith(".") and not name.endswith(IGNORED_SUFFIXES) and entry.is_file(follow_symlinks=False)
 
 
 def expand(paths: Iterable[Path]) -> list[Path]:

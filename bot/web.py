@@ -17,10 +17,10 @@ import hmac
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
-from types import FrameType
 from email import policy
 from email.parser import BytesParser
+from pathlib import Path
+from types import FrameType
 from urllib.parse import parse_qs, urlsplit
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -42,7 +42,9 @@ MAX_FORM_BYTES = 4096
 # Pages carry the token in their URL: never leak it in a Referer, never cache it,
 # never frame it, run no script at all.
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+    ),
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
@@ -63,8 +65,13 @@ def create_app(
     page = pages.get_template("page.html.j2")
 
     def render(view: str, status_code: int = 200, *, token: str = "", **context: object) -> HTMLResponse:
-        html = page.render(view=view, list_name=settings.sender.from_name, token=token,
-                           form_token=form_token(key, token) if token else "", **context)
+        html = page.render(
+            view=view,
+            list_name=settings.sender.from_name,
+            token=token,
+            form_token=form_token(key, token) if token else "",
+            **context,
+        )
         return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
 
     def not_found() -> HTMLResponse:
@@ -114,8 +121,13 @@ def create_app(
         filter_text: str | None = None,
     ) -> HTMLResponse:
         return render(
-            "manage", status_code, token=request.path_params["token"], subscriber=subscriber, message=message,
-            error=error, filter_text=subscriber.filter if filter_text is None else filter_text,
+            "manage",
+            status_code,
+            token=request.path_params["token"],
+            subscriber=subscriber,
+            message=message,
+            error=error,
+            filter_text=subscriber.filter if filter_text is None else filter_text,
         )
 
     async def manage(request: Request) -> Response:
@@ -230,6 +242,13 @@ def serve(settings: Settings, factory: sessionmaker[Session], *, host: str, port
             getattr(self, "_captured_signals", []).clear()
 
     # access_log off: request lines carry the token of whoever clicked.
-    config = uvicorn.Config(create_app(settings, factory), host=host, port=port, access_log=False,
-                            proxy_headers=True, server_header=False, log_level="info")
+    config = uvicorn.Config(
+        create_app(settings, factory),
+        host=host,
+        port=port,
+        access_log=False,
+        proxy_headers=True,
+        server_header=False,
+        log_level="info",
+    )
     Server(config).run()

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, settings
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from bench.pg import postgres_schema
 from bot.store.engine import make_engine, sessions, upgrade
+from tests.helpers import postgres_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = ROOT / "seeds"

@@ -1,10 +1,27 @@
-"""Helpers several test modules share (test modules never import each other)."""
+"""Helpers several test modules (and the benchmarks) share: generated dumps, queued
+digests, throw-away PostgreSQL schemas, the installed console script.  Test modules
+never import each other or bench/; bench/ imports from here."""
 
 from __future__ import annotations
 
+import itertools
+import random
 import shutil
 import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.ingest import ingest_bytes
+from bot.store.engine import transaction
+from bot.store.entries import allocate_ids, bulk_insert
+from bot.store.schema import Digest, LedgerEntry, Subscriber
+from bot.tagging import load_rules
 
 _ENTRY = (
     "A study of kernel fusion number {i} for serving large language models on GPUs\n\n"
@@ -31,3 +48,182 @@ def dump_of_size(size: int) -> bytes:
 
 # The installed console script next to this interpreter: the command a user runs.
 DIGESTBOT = shutil.which("digestbot", path=str(Path(sys.executable).parent)) or "digestbot"
+
+
+# --- generated dumps ------------------------------------------------------------------
+
+# Technical terms (many of them tag-rule keywords) are about one word in twelve,
+# as in real abstracts: the seeds average 3-4 rule tags per entry.
+TERMS = (
+    "sparse attention kernel GPU LLM serving cache scheduling compiler FPGA spiking neural network "
+    "accelerator quantization mixture experts routing parallelism distributed training inference "
+    "secure coherence simulation reinforcement learning agent verification hardware"
+).split()
+FILLER = (
+    "we the a of and to in for with on this that by is are our from as which results show method "
+    "approach problem system design performance evaluation propose present existing novel improves "
+    "across while reduces achieves compared baseline workloads study analysis framework data models "
+    "model time cost large scale efficient memory bandwidth latency throughput energy pipeline cluster "
+    "benchmark practical significant overhead enables provides demonstrates evaluate implement"
+).split()
+WORDS = FILLER * 3 + TERMS
+TAGS = ["GPU", "LLM", "AI", "MoE", "FPGA", "SNN", "Compilers", "Security", "Serving", "RL"]
+
+
+def _sentence(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+def dump_text(n_entries: int, *, seed: int, start: int = 0, repos_every: int = 10) -> str:
+    """A dump of *n_entries* distinct entries (numbered from *start*), about 700 bytes each."""
+    rng = random.Random(seed)
+    blocks = ["Filtered by: " + " × ".join(rng.sample(TAGS, 3)) + " × Clear all"]
+    day = date(2026, 6, 14)
+    for i in range(start, start + n_entries):
+        published = (day - timedelta(days=i % 30)).isoformat()
+        summary = " ".join(_sentence(rng, rng.randint(12, 25)) for _ in range(4))
+        if repos_every and i % repos_every == 0:
+            name = f"org{i % 977}/project-{i}"
+            stars = f"{rng.randint(10, 90000):,}"
+            blocks += [
+                name,
+                f"org{i % 977} {published} {stars} Python\n{name} Python\nA tool for {rng.choice(WORDS)}\n"
+                f"{stars} {rng.randint(1, 9000):,}",
+                summary,
+                "Code",
+            ]
+        else:
+            title = f"{_sentence(rng, rng.randint(5, 10))[:-1]} (study {i})"
+            authors = ", ".join(
+                f"Author{rng.randint(1, 5000)} Name{rng.randint(1, 5000)}" for _ in range(rng.randint(1, 6))
+            )
+            blocks += [title, f"{authors} {published}", summary, "PDF"]
+    return "\n\n".join(blocks)
+
+
+def render_dump(papers: list[tuple[str, list[str], date, str]], header: list[str] | None = None) -> str:
+    blocks = []
+    if header:
+        blocks.append("Filtered by: " + " × ".join([*header, "Clear all"]))
+    for title, authors, day, summary in papers:
+        blocks += [title, f"{', '.join(authors)} {day.isoformat()}", summary, "PDF"]
+    return "\n\n".join(blocks)
+
+
+# Filters drawn for benchmarks and scale tests, over the shipped tag rules.
+RULES = load_rules(Path(__file__).resolve().parent.parent / "config" / "tags.toml")
+
+
+def filter_expressions(count: int = 200) -> list[str]:
+    """*count* distinct filters, most popular first: single tags, pairs, exclusions, phrases."""
+    names = sorted({t.lower() for t in TAGS} | {rule.name for rule in RULES.rules})
+    out = ["*", *names]
+    for a, b in itertools.combinations(names, 2):
+        out += [f"{a} and {b}", f"{a} or {b}", f"{a} and not {b}"]
+    out += ['"sparse attention"', '"spiking neural" or snn', '"mixture of experts" and not fpga']
+    rng = random.Random(7)
+    head, tail = out[: 1 + len(names)], out[1 + len(names) :]
+    rng.shuffle(tail)
+    return (head + tail)[:count]
+
+
+# --- PostgreSQL and queued digests ---------------------------------------------------------
+
+
+@contextmanager
+def postgres_schema(url: str) -> Iterator[str]:
+    """A fresh schema in the test database, dropped afterwards: a URL whose
+    connections see only it (search_path), so tests never share tables."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{name}"'))
+    try:
+        yield (
+            make_url(url).update_query_dict({"options": f"-csearch_path={name}"}).render_as_string(hide_password=False)
+        )
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{name}" CASCADE'))
+        admin.dispose()
+
+
+DUMP = "A Paper Everyone Gets\n\nA. Author 2026-06-14\n\nSparse attention on a GPU.\n\nPDF"
+
+
+def queue_digests(factory: sessionmaker[Session], count: int, *, first: int = 0) -> None:
+    """*count* subscribers, each with one queued digest carrying one entry (set up in bulk)."""
+    now = datetime.now(UTC)
+    ingest_bytes(factory, DUMP.encode(), name=f"scale-{first}", now=now)
+    with transaction(factory) as session:
+        entry_id = session.execute(text("SELECT min(id) FROM entries")).scalar_one()
+        sub_ids = list(allocate_ids(session, Subscriber.__table__, count))
+        bulk_insert(
+            session,
+            Subscriber.__table__,
+            [
+                {
+                    "id": sid,
+                    "email": f"reader{first + n}@example.org",
+                    "email_key": f"reader{first + n}@example.org",
+                    "name": f"Reader {first + n}",
+                    "filter": "*",
+                    "timezone": "UTC",
+                    "send_hour": 0,
+                    "status": "active",
+                    "backfill": "all",
+                    "unsubscribe_secret": f"s{sid:032d}"[:32],
+                    "bounces": 0,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+                for n, sid in enumerate(sub_ids)
+            ],
+        )
+        digest_ids = list(allocate_ids(session, Digest.__table__, count))
+        bulk_insert(
+            session,
+            Digest.__table__,
+            [
+                {
+                    "id": did,
+                    "subscriber_id": sid,
+                    "local_date": now.date(),
+                    "kind": "manual",
+                    "resend_of_id": None,
+                    "state": "queued",
+                    "attempts": 0,
+                    "next_attempt_at": now - timedelta(minutes=1),
+                    "lease_owner": None,
+                    "lease_expires_at": None,
+                    "message_id": f"<digest.{did}.scale@example.org>",
+                    "entry_count": 1,
+                    "pending_count": 0,
+                    "smtp_code": None,
+                    "last_error": None,
+                    "planned_at": now,
+                    "sent_at": None,
+                }
+                for did, sid in zip(digest_ids, sub_ids, strict=True)
+            ],
+        )
+        bulk_insert(
+            session,
+            LedgerEntry.__table__,
+            [
+                {
+                    "subscriber_id": sid,
+                    "entry_id": entry_id,
+                    "digest_id": did,
+                    "position": 0,
+                    "summary_source_id": None,
+                    "why": "matches everything",
+                    "tags": [],
+                    "url": "https://example.org/paper",
+                }
+                for did, sid in zip(digest_ids, sub_ids, strict=True)
+            ],
+        )

@@ -28,8 +28,22 @@ DUMP_TITLES = [
     [EIDOLA, FOREMOE, MINIMAX, MAESTRO, NOMP],
     [EIDOLA, FOREMOE, MAESTRO, AGING, GFDIT],
     [
-        EIDOLA, ARBOR, MAESTRO, LMCACHE, MINIMAX, TESTBENCH, NOMP, RESET,
-        PARTITIONED, SUPRASNN, AGING, FOREMOE, GFDIT, RESCOM, NONPARAM, LIMITS,
+        EIDOLA,
+        ARBOR,
+        MAESTRO,
+        LMCACHE,
+        MINIMAX,
+        TESTBENCH,
+        NOMP,
+        RESET,
+        PARTITIONED,
+        SUPRASNN,
+        AGING,
+        FOREMOE,
+        GFDIT,
+        RESCOM,
+        NONPARAM,
+        LIMITS,
     ],
     [FOREMOE, MINIMAX, MAESTRO, AGING],
 ]
@@ -37,3 +51,16 @@ NEW_PER_DUMP = [5, 2, 9, 0]
 HEADER_TAGS = [(), (), (), ("GPU", "LLM", "AI")]
 ALL_TITLES = {t for titles in DUMP_TITLES for t in titles}
 assert len(ALL_TITLES) == 16
+
+# What each example subscriber gets per day of the seed replay (entries, by day).
+EXPECTED = {
+    "ada@example.org": [
+        {EIDOLA, FOREMOE, MINIMAX, MAESTRO, NOMP},
+        {AGING, GFDIT},
+        {ARBOR, LMCACHE, TESTBENCH, RESET, PARTITIONED, SUPRASNN, RESCOM, NONPARAM, LIMITS},
+        set(),
+    ],
+    "grace@example.org": [{FOREMOE, MINIMAX, MAESTRO}, {AGING}, {LMCACHE, RESET}, set()],
+    "carver@example.org": [set(), set(), {SUPRASNN, RESCOM, NONPARAM}, set()],
+    "edsger@example.org": [{MINIMAX}, set(), {LMCACHE}, set()],
+}

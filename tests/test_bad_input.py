@@ -27,7 +27,7 @@ from bot.sources.feeds import MAX_XML_ELEMENTS
 from bot.store.schema import Entry
 from bot.watcher import scan_folder
 from tests.conftest import SEEDS
-from tests.test_dump_parser import render_dump
+from tests.helpers import render_dump
 
 SEED_BYTES = [p.read_bytes() for p in sorted(SEEDS.glob("*.txt"))]
 _unique = itertools.count()
@@ -35,7 +35,9 @@ _unique = itertools.count()
 
 def good_dump() -> bytes:
     n = next(_unique)
-    return render_dump([(f"A perfectly good paper number {n} {os.getpid()}", ["Ada Lovelace"], date(2026, 6, 14), "Fine.")]).encode()
+    return render_dump(
+        [(f"A perfectly good paper number {n} {os.getpid()}", ["Ada Lovelace"], date(2026, 6, 14), "Fine.")]
+    ).encode()
 
 
 def check_results(results: list[IngestResult], good_name: str) -> None:
@@ -52,6 +54,7 @@ def check_results(results: list[IngestResult], good_name: str) -> None:
 
 
 # --- hypothesis: mutations of real dumps ------------------------------------------------
+
 
 @st.composite
 def mutated_dump(draw: st.DrawFn) -> bytes:
@@ -71,7 +74,9 @@ def mutated_dump(draw: st.DrawFn) -> bytes:
             data[at:at] = b"x" * draw(st.integers(10_000, 2_000_000))
         elif op == "reencode":
             text = bytes(data).decode("utf-8", "replace")
-            data = bytearray(text.encode(draw(st.sampled_from(["utf-16", "utf-32", "latin-1", "cp1252", "utf-7"])), "replace"))
+            data = bytearray(
+                text.encode(draw(st.sampled_from(["utf-16", "utf-32", "latin-1", "cp1252", "utf-7"])), "replace")
+            )
         elif op == "shuffle":
             blocks = bytes(data).split(b"\n\n")
             random.Random(at).shuffle(blocks)
@@ -101,9 +106,7 @@ def test_mutated_dumps_never_stop_the_watcher(factory: sessionmaker[Session], fi
 
 BOMB = (
     b'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
-    + b"".join(
-        f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10 if i > 1 else "&lol;" * 10}">'.encode() for i in range(1, 10)
-    )
+    + b"".join(f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10 if i > 1 else "&lol;" * 10}">'.encode() for i in range(1, 10))
     + b']><rss version="2.0"><channel><title>bomb</title><item><title>&lol9;</title>'
     b"<link>https://a.example/1</link></item></channel></rss>"
 )
@@ -112,7 +115,9 @@ EXTERNAL = (
     b'<rss version="2.0"><channel><title>x</title><item><title>t &x;</title><link>https://a.example/2</link></item></channel></rss>'
 )
 QUADRATIC = (
-    b'<?xml version="1.0"?><!DOCTYPE r [<!ENTITY a "' + b"A" * 50_000 + b'">]><rss version="2.0"><channel><title>q</title>'
+    b'<?xml version="1.0"?><!DOCTYPE r [<!ENTITY a "'
+    + b"A" * 50_000
+    + b'">]><rss version="2.0"><channel><title>q</title>'
     b"<item><title>q " + b"&a;" * 2_000 + b"</title><link>https://a.example/3</link></item></channel></rss>"
 )
 
@@ -138,14 +143,28 @@ HOSTILE: dict[str, Callable[[], bytes]] = {
     "a09-bomb.xml": lambda: BOMB,
     "a10-external-entity.xml": lambda: EXTERNAL,
     "a11-quadratic-blowup.xml": lambda: QUADRATIC,
-    "a12-deep-nesting.xml": lambda: b'<?xml version="1.0"?><rss version="2.0"><channel><title>d</title>' + b"<item>" * 100_000 + b"</channel></rss>",
-    "a13-too-many-elements.xml": lambda: b'<?xml version="1.0"?><rss version="2.0"><channel>' + b"<x/>" * (MAX_XML_ELEMENTS + 1) + b"</channel></rss>",
-    "a14-malformed.xml": lambda: b'<?xml version="1.0"?><rss version="2.0"><channel><title>m</title><item><title>Unclosed item</title><link>https://a.example/4</link></itm>',
+    "a12-deep-nesting.xml": lambda: (
+        b'<?xml version="1.0"?><rss version="2.0"><channel><title>d</title>' + b"<item>" * 100_000 + b"</channel></rss>"
+    ),
+    "a13-too-many-elements.xml": lambda: (
+        b'<?xml version="1.0"?><rss version="2.0"><channel>' + b"<x/>" * (MAX_XML_ELEMENTS + 1) + b"</channel></rss>"
+    ),
+    "a14-malformed.xml": lambda: (
+        b'<?xml version="1.0"?><rss version="2.0"><channel><title>m</title><item><title>Unclosed item</title><link>https://a.example/4</link></itm>'
+    ),
     "a15-not-a-feed.xml": lambda: b'<?xml version="1.0"?><html><body>hello</body></html>',
-    "a16-deep-json.json": lambda: b'{"version":"https://jsonfeed.org/version/1.1","items":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-    "a17-json-wrong-types.json": lambda: json.dumps({"version": "https://jsonfeed.org/version/1.1", "items": [1, "x", None]}).encode(),
-    "a18-json-latin1.json": lambda: '{"version":"https://jsonfeed.org/version/1.1","items":[{"id":"1","title":"Caf\xe9"}]}'.encode("latin-1"),
-    "a19-atom-without-entries-titles.xml": lambda: b'<feed xmlns="http://www.w3.org/2005/Atom"><title>t</title><entry><id>1</id></entry></feed>',
+    "a16-deep-json.json": lambda: (
+        b'{"version":"https://jsonfeed.org/version/1.1","items":' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    ),
+    "a17-json-wrong-types.json": lambda: json.dumps(
+        {"version": "https://jsonfeed.org/version/1.1", "items": [1, "x", None]}
+    ).encode(),
+    "a18-json-latin1.json": lambda: (
+        '{"version":"https://jsonfeed.org/version/1.1","items":[{"id":"1","title":"Caf\xe9"}]}'.encode("latin-1")
+    ),
+    "a19-atom-without-entries-titles.xml": lambda: (
+        b'<feed xmlns="http://www.w3.org/2005/Atom"><title>t</title><entry><id>1</id></entry></feed>'
+    ),
     "a20-thousands-of-entries.xml": lambda: _big_feed(5_000),
 }
 FAILS_WITH = {
@@ -164,6 +183,7 @@ FAILS_WITH = {
 
 
 @pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+@pytest.mark.slow
 def test_hostile_files_are_quarantined_and_the_good_one_after_them_ingested(
     factory: sessionmaker[Session], tmp_path: Path
 ) -> None:

@@ -6,20 +6,18 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, SEEDS
+from tests.helpers import DIGESTBOT
 from tests.seed_facts import MINIMAX
-
-DIGESTBOT = shutil.which("digestbot", path=str(Path(sys.executable).parent)) or "digestbot"
 
 
 @pytest.fixture
-def run(tmp_path: Path):  # type: ignore[no-untyped-def]
+def run(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
     env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
     env["DIGESTBOT_PATHS__DUMP_DIR"] = str(tmp_path / "dumps")
@@ -28,7 +26,12 @@ def run(tmp_path: Path):  # type: ignore[no-untyped-def]
 
     def _run(*args: str, code: int = 0, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [DIGESTBOT, *args], cwd=tmp_path, env={**env, **(extra_env or {})}, capture_output=True, text=True, timeout=60
+            [DIGESTBOT, *args],
+            cwd=tmp_path,
+            env={**env, **(extra_env or {})},
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
         return proc
@@ -36,25 +39,55 @@ def run(tmp_path: Path):  # type: ignore[no-untyped-def]
     return _run
 
 
-def json_lines(text: str) -> list[dict]:  # type: ignore[type-arg]
+def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 @pytest.mark.parametrize(
     "command",
-    [[], ["dumps"], ["dumps", "ingest"], ["dumps", "list"], ["entries", "list"], ["entries", "show"],
-     ["feeds", "fetch"], ["db", "upgrade"], ["db", "current"], ["config", "show"],
-     ["subscribers"], ["subscribers", "add"], ["subscribers", "import"], ["subscribers", "export"],
-     ["subscribers", "list"], ["subscribers", "show"], ["subscribers", "edit"], ["subscribers", "pause"],
-     ["subscribers", "resume"], ["subscribers", "remove"], ["tags"], ["tags", "list"], ["tags", "test"],
-     ["tags", "apply"], ["preview"], ["run"], ["scheduler"], ["worker"], ["serve"], ["send-now"], ["resend"],
-     ["history"], ["stats"], ["demo"]],
+    [
+        [],
+        ["dumps"],
+        ["dumps", "ingest"],
+        ["dumps", "list"],
+        ["entries", "list"],
+        ["entries", "show"],
+        ["feeds", "fetch"],
+        ["db", "upgrade"],
+        ["db", "current"],
+        ["config", "show"],
+        ["subscribers"],
+        ["subscribers", "add"],
+        ["subscribers", "import"],
+        ["subscribers", "export"],
+        ["subscribers", "list"],
+        ["subscribers", "show"],
+        ["subscribers", "edit"],
+        ["subscribers", "pause"],
+        ["subscribers", "resume"],
+        ["subscribers", "remove"],
+        ["tags"],
+        ["tags", "list"],
+        ["tags", "test"],
+        ["tags", "apply"],
+        ["preview"],
+        ["run"],
+        ["scheduler"],
+        ["worker"],
+        ["serve"],
+        ["send-now"],
+        ["resend"],
+        ["history"],
+        ["stats"],
+        ["demo"],
+    ],
 )
-def test_every_command_has_help(run, command: list[str]) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow
+def test_every_command_has_help(run, command: list[str]) -> None:
     assert "Usage:" in run(*command, "--help").stdout
 
 
-def test_ingest_list_show_round_trip(run) -> None:  # type: ignore[no-untyped-def]
+def test_ingest_list_show_round_trip(run) -> None:
     seeds = sorted(str(p) for p in SEEDS.glob("*.txt"))
     ingested = json_lines(run("dumps", "ingest", *seeds, "--json").stdout)
     assert [r["new"] for r in ingested] == [5, 2, 9, 0]
@@ -64,7 +97,11 @@ def test_ingest_list_show_round_trip(run) -> None:  # type: ignore[no-untyped-de
 
     sources = json_lines(run("dumps", "list", "--json").stdout)
     assert [(s["entries"], s["new"], s["status"]) for s in sources] == [
-        (5, 5, "ingested"), (5, 2, "ingested"), (16, 9, "ingested"), (4, 0, "ingested"), (0, 0, "duplicate")
+        (5, 5, "ingested"),
+        (5, 2, "ingested"),
+        (16, 9, "ingested"),
+        (4, 0, "ingested"),
+        (0, 0, "duplicate"),
     ]
     assert {"id", "file", "entries", "new", "status", "error", "sha256", "ingested_at"} <= set(sources[0])
 
@@ -84,7 +121,8 @@ def test_ingest_list_show_round_trip(run) -> None:  # type: ignore[no-untyped-de
     assert MINIMAX in run("entries", "show", minimax["key"]).stdout
 
 
-def test_exit_codes(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow
+def test_exit_codes(run, tmp_path: Path) -> None:
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"Title only\n")
     proc = run("dumps", "ingest", str(bad), code=1)
@@ -98,7 +136,7 @@ def test_exit_codes(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def
     assert "config file not found" in proc.stderr
 
 
-def test_scan_without_paths_uses_the_dump_folder(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_scan_without_paths_uses_the_dump_folder(run, tmp_path: Path) -> None:
     (tmp_path / "dumps").mkdir()
     target = tmp_path / "dumps" / "000.txt"
     shutil.copyfile(sorted(SEEDS.glob("*.txt"))[0], target)
@@ -107,13 +145,14 @@ def test_scan_without_paths_uses_the_dump_folder(run, tmp_path: Path) -> None:  
     assert "nothing new to ingest" in run("dumps", "ingest").stdout
 
 
-def test_config_show_masks_the_password(run) -> None:  # type: ignore[no-untyped-def]
+def test_config_show_masks_the_password(run) -> None:
     shown = run("config", "show", extra_env={"DIGESTBOT_SMTP__PASSWORD": "pa55word-xyz"}).stdout
     assert "pa55word-xyz" not in shown
     assert json.loads(shown)["smtp"]["password"] == "**********"
 
 
-def test_subscriber_workflow(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow
+def test_subscriber_workflow(run, tmp_path: Path) -> None:
     run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")))
     imported = run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv")).stdout
     assert "5 added, 0 updated, 0 bad rows" in imported
@@ -121,7 +160,11 @@ def test_subscriber_workflow(run, tmp_path: Path) -> None:  # type: ignore[no-un
 
     everyone = json_lines(run("subscribers", "list", "--json").stdout)
     assert [s["email"] for s in everyone] == [
-        "ada@example.org", "carver@example.org", "edsger@example.org", "grace@example.org", "linus@bücher.example"
+        "ada@example.org",
+        "carver@example.org",
+        "edsger@example.org",
+        "grace@example.org",
+        "linus@bücher.example",
     ]
     assert [s["email"] for s in json_lines(run("subscribers", "list", "--status", "paused", "--json").stdout)] == [
         "linus@bücher.example"
@@ -137,11 +180,25 @@ def test_subscriber_workflow(run, tmp_path: Path) -> None:  # type: ignore[no-un
     # As of a day before anything was ingested: nothing yet.
     assert "0 entries" in run("preview", "carver@example.org", "--date", "2026-06-15").stdout
 
-    run("subscribers", "add", "zoe@example.org", "--name", "Zoë", "--filter", '"sparse attention" and not snn',
-        "--tz", "Asia/Tokyo", "--hour", "7")
+    run(
+        "subscribers",
+        "add",
+        "zoe@example.org",
+        "--name",
+        "Zoë",
+        "--filter",
+        '"sparse attention" and not snn',
+        "--tz",
+        "Asia/Tokyo",
+        "--hour",
+        "7",
+    )
     (zoe,) = json_lines(run("subscribers", "show", "ZOE@example.org", "--json").stdout)
     assert (zoe["name"], zoe["filter"], zoe["timezone"], zoe["send_hour"]) == (
-        "Zoë", '"sparse attention" and not snn', "Asia/Tokyo", 7
+        "Zoë",
+        '"sparse attention" and not snn',
+        "Asia/Tokyo",
+        7,
     )
     run("subscribers", "add", "zoe@example.org", code=1)
     run("subscribers", "edit", "zoe@example.org", "--filter", "moe", "--hour", "9")
@@ -171,7 +228,8 @@ def test_subscriber_workflow(run, tmp_path: Path) -> None:  # type: ignore[no-un
     assert "3 " in proc.stderr and "4 " in proc.stderr and "send_hour: 99" in proc.stderr
 
 
-def test_tags_commands(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow
+def test_tags_commands(run, tmp_path: Path) -> None:
     run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")))
     tags = {t["tag"].casefold(): t for t in json_lines(run("tags", "list", "--json").stdout)}
     assert tags["gpu"]["by_origin"]["header"] == 4 and tags["gpu"]["rule"] is True
@@ -185,22 +243,27 @@ def test_tags_commands(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-
     assert "re-tagged 16 entries with 1 rules" in applied.stdout
     assert json_lines(run("tags", "list", "--json", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}).stdout)
     rules.write_text("[snn]\n")
-    assert "needs at least one keyword" in run(
-        "tags", "apply", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}, code=2
-    ).stderr
+    assert (
+        "needs at least one keyword"
+        in run("tags", "apply", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}, code=2).stderr
+    )
 
 
 @pytest.fixture
-def sink():  # type: ignore[no-untyped-def]
+def sink():
     from bot.sink import Sink, SinkHandler
 
     with Sink(SinkHandler()) as running:
         yield running
 
 
-def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    smtp = {"DIGESTBOT_SMTP__PORT": str(sink.port), "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
-            "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var")}
+@pytest.mark.slow
+def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> None:
+    smtp = {
+        "DIGESTBOT_SMTP__PORT": str(sink.port),
+        "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+    }
     run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")), extra_env=smtp)
     run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv"), extra_env=smtp)
     first = run("run", "--once", "--all-due", extra_env=smtp).stdout
@@ -212,15 +275,22 @@ def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> No
     history = json_lines(run("history", "--json", extra_env=smtp).stdout)
     sent = [h for h in history if h["state"] == "sent"]
     assert len(sent) == 4 and all(h["attempts"] == 1 and h["smtp_code"] == 250 for h in sent)
-    assert len(json_lines(run("history", "grace@example.org", "--status", "sent", "--json", extra_env=smtp).stdout)) == 1
+    assert (
+        len(json_lines(run("history", "grace@example.org", "--status", "sent", "--json", extra_env=smtp).stdout)) == 1
+    )
     days = json_lines(run("stats", "--json", extra_env=smtp).stdout)  # local days differ by zone
     assert [sum(d[k] for d in days) for k in ("planned", "sent", "failed", "bounced")] == [4, 4, 0, 0]
-    assert "last_digests" in json_lines(run("subscribers", "show", "grace@example.org", "--json", extra_env=smtp).stdout)[0]
+    assert (
+        "last_digests"
+        in json_lines(run("subscribers", "show", "grace@example.org", "--json", extra_env=smtp).stdout)[0]
+    )
 
     grace = next(h for h in sent if h["subscriber"] == "grace@example.org")
     assert "queued 1 resends" in run("resend", str(grace["id"]), extra_env=smtp).stdout
-    assert "queued 1 resends" in run("resend", "--subscriber", "grace@example.org", "--date", grace["local_date"],
-                                     extra_env=smtp).stdout
+    assert (
+        "queued 1 resends"
+        in run("resend", "--subscriber", "grace@example.org", "--date", grace["local_date"], extra_env=smtp).stdout
+    )
     assert "queued 0 resends" in run("resend", "--failed", extra_env=smtp).stdout
     run("resend", "99999", code=1, extra_env=smtp)
     run("resend", code=2, extra_env=smtp)
@@ -231,7 +301,7 @@ def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> No
     run("send-now", "nobody@example.org", code=1, extra_env=smtp)
 
 
-def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:
     shutil.copytree(ROOT / "config", tmp_path / "config")
     shutil.copytree(ROOT / "seeds", tmp_path / "seeds")
     shutil.copytree(ROOT / "templates", tmp_path / "templates")
@@ -243,24 +313,32 @@ def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:  # type: ignore[no-u
     assert "9 messages" in run("demo", extra_env=env).stdout  # repeatable: starts afresh each time
 
 
-def test_daemon_sends_then_stops_cleanly_on_sigterm(tmp_path: Path, sink) -> None:  # type: ignore[no-untyped-def]
+def test_daemon_sends_then_stops_cleanly_on_sigterm(tmp_path: Path, sink) -> None:
     import signal
     import time
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-    env.update({
-        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'd.sqlite3'}",
-        "DIGESTBOT_PATHS__DUMP_DIR": str(SEEDS),
-        "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
-        "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
-        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
-        "DIGESTBOT_SMTP__PORT": str(sink.port),
-        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
-    })
-    subprocess.run([DIGESTBOT, "subscribers", "add", "ada@example.org", "--tz", "UTC", "--hour", "0"],
-                   cwd=tmp_path, env=env, check=True, capture_output=True)
-    daemon = subprocess.Popen([DIGESTBOT, "-v", "run"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    env.update(
+        {
+            "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'd.sqlite3'}",
+            "DIGESTBOT_PATHS__DUMP_DIR": str(SEEDS),
+            "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
+            "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
+            "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+            "DIGESTBOT_SMTP__PORT": str(sink.port),
+            "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
+        }
+    )
+    subprocess.run(
+        [DIGESTBOT, "subscribers", "add", "ada@example.org", "--tz", "UTC", "--hour", "0"],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    daemon = subprocess.Popen(
+        [DIGESTBOT, "-v", "run"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 60
         while not sink.received and time.monotonic() < deadline and daemon.poll() is None:
@@ -287,7 +365,9 @@ def test_sqlite_refuses_a_second_worker(tmp_path: Path) -> None:
         deadline = time.monotonic() + 30
         while not (tmp_path / "w.sqlite3.worker.lock").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        second = subprocess.run([DIGESTBOT, "worker"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        second = subprocess.run(
+            [DIGESTBOT, "worker"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
         assert second.returncode == 1
         assert "SQLite supports one worker" in second.stderr
     finally:

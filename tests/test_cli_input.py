@@ -79,12 +79,15 @@ def test_a_csv_import_reports_each_bad_row_and_imports_the_rest(cli: Cli, tmp_pa
     assert all(f"{n}@example.org" in listed for n in ("one", "two", "three", "four", "five"))
 
 
-@pytest.mark.parametrize("args", [
-    [b"subscribers", b"add", b"n@example.org", b"--name", b"x\xff"],
-    [b"subscribers", b"add", b"n@example.org", b"--filter", b"gpu\xff"],
-    [b"tags", b"test", b"gpu\xff"],
-    [b"subscribers", b"show", b"\xffn@example.org"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [b"subscribers", b"add", b"n@example.org", b"--name", b"x\xff"],
+        [b"subscribers", b"add", b"n@example.org", b"--filter", b"gpu\xff"],
+        [b"tags", b"test", b"gpu\xff"],
+        [b"subscribers", b"show", b"\xffn@example.org"],
+    ],
+)
 def test_arguments_that_are_not_utf8_are_refused(cli: Cli, args: list[bytes]) -> None:
     assert "not valid UTF-8" in one_error_line(cli(*args, code=2))
 
@@ -93,7 +96,9 @@ def test_data_is_printed_literally_never_as_rich_markup(cli: Cli, tmp_path: Path
     title = ":warning: and :x: [bold]B[/bold] root:x:0 [link=https://evil.example]click[/link]"
     dump = tmp_path / "dumps" / "d.txt"
     dump.parent.mkdir()
-    dump.write_text(f"Filtered by: [red]tag[/red] × Clear all\n\n{title}\n\nAda 2026-06-14\n\ns\n\nPDF\n", encoding="utf-8")
+    dump.write_text(
+        f"Filtered by: [red]tag[/red] × Clear all\n\n{title}\n\nAda 2026-06-14\n\ns\n\nPDF\n", encoding="utf-8"
+    )
     cli("dumps", "ingest", str(dump))
     listed = cli("entries", "list").stdout
     assert ":warning: and :x: [bold]B[/bold] root:x:0" in " ".join(listed.split()) or ":warning:" in listed
@@ -104,6 +109,7 @@ def test_data_is_printed_literally_never_as_rich_markup(cli: Cli, tmp_path: Path
     assert "[bold]Mallory[/bold] :x:" in cli("subscribers", "list").stdout
 
 
+@pytest.mark.slow
 def test_export_round_trips_exactly_and_can_be_made_spreadsheet_safe(cli: Cli, tmp_path: Path) -> None:
     formula = '=HYPERLINK("https://evil.example","click")'
     cli("subscribers", "add", "f@example.org", "--name", formula)

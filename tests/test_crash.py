@@ -28,19 +28,19 @@ from bot.store.schema import Digest
 from bot.subscribers import clean_fields, save
 from bot.tagging import load_rules
 from tests.conftest import ROOT
-from tests.test_cli import DIGESTBOT
+from tests.helpers import DIGESTBOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DIGESTS = 10_000
 KILLS = 20
 
 
-def _states(factory) -> Counter[str]:  # type: ignore[no-untyped-def]
+def _states(factory) -> Counter[str]:
     with factory() as session:
         return Counter(dict(session.execute(select(Digest.state, func.count()).group_by(Digest.state)).all()))
 
 
-def _wait_until(condition, timeout: float, proc: subprocess.Popen[str] | None = None) -> None:  # type: ignore[no-untyped-def]
+def _wait_until(condition, timeout: float, proc: subprocess.Popen[str] | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if proc is not None and proc.poll() is not None:
@@ -57,7 +57,9 @@ def test_sigkill_twenty_times_while_sending_ten_thousand(tmp_path: Path, seed_fi
     factory = sessions(engine)
     now = datetime.now(UTC)
     settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
-    save(factory, settings, [clean_fields(f"reader{i:05d}@example.org") for i in range(DIGESTS)], now - timedelta(days=1))
+    save(
+        factory, settings, [clean_fields(f"reader{i:05d}@example.org") for i in range(DIGESTS)], now - timedelta(days=1)
+    )
     ingest_file(factory, seed_files[0], now=now, rules=RULES)
     assert len(plan(factory, settings, RULES, now=now, all_due=True).planned) == DIGESTS
 
@@ -86,7 +88,7 @@ def test_sigkill_twenty_times_while_sending_ten_thousand(tmp_path: Path, seed_fi
         in_flight_at_kills = []
         for moment in moments:
             bot = start()
-            _wait_until(lambda: received() >= moment, timeout=600, proc=bot)
+            _wait_until(lambda moment=moment: received() >= moment, timeout=600, proc=bot)
             bot.send_signal(signal.SIGKILL)
             bot.wait(10)
             # "sending" rows the dead process had claimed: the most it can have sent twice.
@@ -121,6 +123,6 @@ def test_sigkill_twenty_times_while_sending_ten_thousand(tmp_path: Path, seed_fi
     assert len(ids) == DIGESTS and len(recipients) == DIGESTS
     assert duplicates <= sum(in_flight_at_kills)
     # After the SIGTERM nothing already received came again.
-    after_sigterm = Counter(r.message["Message-ID"] for r in messages[sum(ids_before_restart.values()):])
+    after_sigterm = Counter(r.message["Message-ID"] for r in messages[sum(ids_before_restart.values()) :])
     assert not set(after_sigterm) & set(ids_before_restart)
     engine.dispose()

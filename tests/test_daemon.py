@@ -12,6 +12,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -38,11 +39,16 @@ def test_the_loop_keeps_beating_while_a_big_dump_is_ingested(
     engine: Engine, factory: sessionmaker[Session], tmp_path: Path
 ) -> None:
     big_dumps(tmp_path / "dumps", 1, 8 * MB)
-    settings = Settings.model_validate({
-        "paths": {"var_dir": str(tmp_path / "var"), "dump_dir": str(tmp_path / "dumps"),
-                  "templates_dir": str(ROOT / "templates")},
-        "watch": {"quiet_seconds": 0},
-    })
+    settings = Settings.model_validate(
+        {
+            "paths": {
+                "var_dir": str(tmp_path / "var"),
+                "dump_dir": str(tmp_path / "dumps"),
+                "templates_dir": str(ROOT / "templates"),
+            },
+            "watch": {"quiet_seconds": 0},
+        }
+    )
 
     async def run() -> tuple[float, float]:
         daemon = Daemon(factory, settings, RULES, engine=engine, deliver_jobs=False)
@@ -85,8 +91,9 @@ def test_sigterm_stops_the_daemon_between_files(tmp_path: Path) -> None:
         "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
         "DIGESTBOT_SMTP__PORT": "9",
     }
-    proc = subprocess.Popen([DIGESTBOT, "-v", "run"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [DIGESTBOT, "-v", "run"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 60
         while not _sources_stored(tmp_path) and time.monotonic() < deadline:
@@ -111,6 +118,7 @@ def _sources_stored(tmp_path: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """Rendering a batch of digests runs in a thread too: the sends and signals of the
     loop never wait for a whole batch to be built."""
@@ -121,11 +129,13 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
 
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)
     with Sink(SinkHandler()) as sink:
-        settings = Settings.model_validate({
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": sink.port, "timeout_seconds": 10, "pool_size": 4},
-        })
-        people = [clean_fields(f"reader{i}@example.org", filter=f"\"fusion number {i}\" or gpu") for i in range(400)]
+        settings = Settings.model_validate(
+            {
+                "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+                "smtp": {"port": sink.port, "timeout_seconds": 10, "pool_size": 4},
+            }
+        )
+        people = [clean_fields(f"reader{i}@example.org", filter=f'"fusion number {i}" or gpu') for i in range(400)]
         save(factory, settings, people, day - timedelta(days=1))
         ingest_bytes(factory, dump_of_size(MB // 4), name="d.txt", now=day, rules=RULES)
         plan(factory, settings, RULES, now=day, all_due=True)

@@ -67,8 +67,10 @@ def test_refusals_are_classified_as_sendmail_reported_them(fault: Fault, outcome
     handler = SinkHandler(faults=lambda recipient, attempt: fault)
     with Sink(handler) as sink:
 
-        async def run():  # type: ignore[no-untyped-def]
-            async with SmtpPool(SmtpConfig(port=sink.port, timeout_seconds=5), SmtpConfig().resolved_password()) as pool:
+        async def run():
+            async with SmtpPool(
+                SmtpConfig(port=sink.port, timeout_seconds=5), SmtpConfig().resolved_password()
+            ) as pool:
                 return await pool.send("bot@example.org", "reader@example.org", b"Subject: x\r\n\r\nbody\r\n")
 
         result = asyncio.run(run())
@@ -120,6 +122,14 @@ def test_plain_addresses_are_quoted_as_aiosmtplib_quotes_them() -> None:
         assert quote_address(address) == f"<{address}>"
 
     check()
-    for odd in ('"quoted local"@example.org', "a b@example.org", "a<b@example.org", "a@b@example.org",
-                "linus@bücher.example", "a@[127.0.0.1]", "a..b@example.org", ".a@example.org"):
+    for odd in (
+        '"quoted local"@example.org',
+        "a b@example.org",
+        "a<b@example.org",
+        "a@b@example.org",
+        "linus@bücher.example",
+        "a@[127.0.0.1]",
+        "a..b@example.org",
+        ".a@example.org",
+    ):
         assert not _PLAIN_ADDRESS.fullmatch(odd), odd

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from email import policy
+from email.message import EmailMessage
 from email.parser import BytesParser
 from pathlib import Path
 
@@ -19,17 +20,17 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.digests import DeliverReport, deliver_now, plan, resend
-from bot.domain import SubscriberStatus
+from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.ingest import ingest_bytes, ingest_file
 from bot.sink import Fault, Received, Sink, SinkHandler
-from bot.store.digests import DigestKind, DigestState, list_digests
+from bot.store.digests import list_digests
 from bot.store.schema import LedgerEntry
 from bot.store.subscribers import get_subscriber
 from bot.subscribers import clean_fields, import_csv, save
 from bot.tagging import load_rules
 from tests.conftest import ROOT
-from tests.test_dump_parser import render_dump
-from tests.test_select import EXPECTED
+from tests.helpers import queue_digests, render_dump
+from tests.seed_facts import EXPECTED
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -63,7 +64,7 @@ def cycle(factory: sessionmaker[Session], settings: Settings, now: datetime, *, 
     return asyncio.run(deliver_now(factory, settings, clock=lambda: now))
 
 
-def parsed(received: Received):  # type: ignore[no-untyped-def]
+def parsed(received: Received):
     return BytesParser(policy=policy.default).parsebytes(received.data)
 
 
@@ -75,7 +76,9 @@ def titles_in(received: Received) -> set[str]:
 
 
 def subscribe_examples(factory: sessionmaker[Session], settings: Settings) -> None:
-    report = import_csv(factory, settings, (ROOT / "config" / "subscribers.example.csv").read_text(), DAY1 - timedelta(days=1))
+    report = import_csv(
+        factory, settings, (ROOT / "config" / "subscribers.example.csv").read_text(), DAY1 - timedelta(days=1)
+    )
     assert report.errors == ()
 
 
@@ -105,7 +108,12 @@ def test_seed_replay_sends_exactly_the_expected_entries(
 def test_message_headers_and_rendering_of_the_seeds(
     factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
 ) -> None:
-    save(factory, settings, [clean_fields("ada@example.org", name='Ada "Countess" Lovelace, née Byron')], DAY1 - timedelta(days=1))
+    save(
+        factory,
+        settings,
+        [clean_fields("ada@example.org", name='Ada "Countess" Lovelace, née Byron')],
+        DAY1 - timedelta(days=1),
+    )
     for path in seed_files[:3]:
         ingest_file(factory, path, now=DAY1, rules=RULES)
     cycle(factory, settings, DAY1, all_due=True)
@@ -126,7 +134,9 @@ def test_message_headers_and_rendering_of_the_seeds(
         assert shown in flat_text, shown
         assert shown in flat_html, shown
     assert "\\times" not in text and "$" not in text
-    assert all(len(line) <= 78 or re.fullmatch(r"\s*(\[\d+\] )?(https?|mailto):\S+", line) for line in text.splitlines())
+    assert all(
+        len(line) <= 78 or re.fullmatch(r"\s*(\[\d+\] )?(https?|mailto):\S+", line) for line in text.splitlines()
+    )
     assert "<style" not in html and 'style="' in html
     assert 'href="https://github.com/LMCache/LMCache"' in html
     assert "https://arxiv.org/search/?query=Eidola" in html  # no link known: a title search
@@ -136,7 +146,9 @@ def test_message_headers_and_rendering_of_the_seeds(
 def test_public_url_adds_one_click_unsubscribe(
     factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
 ) -> None:
-    settings = settings.model_copy(update={"web": settings.web.model_copy(update={"public_url": "https://digest.example.org"})})
+    settings = settings.model_copy(
+        update={"web": settings.web.model_copy(update={"public_url": "https://digest.example.org"})}
+    )
     save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     cycle(factory, settings, DAY1, all_due=True)
@@ -147,7 +159,9 @@ def test_public_url_adds_one_click_unsubscribe(
     assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
 
 
-def test_hostile_title_and_display_name_are_escaped(factory: sessionmaker[Session], settings: Settings, sink: Sink) -> None:
+def test_hostile_title_and_display_name_are_escaped(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink
+) -> None:
     save(factory, settings, [clean_fields("eve@example.org", name="Eve <script>")], DAY1 - timedelta(days=1))
     dump = render_dump([("<script>alert(1)</script> & Friends", ["A & B"], date(2026, 6, 14), "x < y & <b>z</b>")])
     assert ingest_bytes(factory, dump.encode(), name="evil", now=DAY1, rules=RULES).new == 1
@@ -163,16 +177,28 @@ def test_hostile_title_and_display_name_are_escaped(factory: sessionmaker[Sessio
 
 
 def _subscriber(factory: sessionmaker[Session], settings: Settings, email: str, zone: str, hour: int) -> None:
-    save(factory, settings, [clean_fields(email, timezone=zone, send_hour=hour, backfill="all")], DAY1 - timedelta(days=30))
+    save(
+        factory,
+        settings,
+        [clean_fields(email, timezone=zone, send_hour=hour, backfill="all")],
+        DAY1 - timedelta(days=30),
+    )
 
 
-def test_send_times_follow_each_zone_including_dst(factory: sessionmaker[Session], settings: Settings, sink: Sink) -> None:
+def test_send_times_follow_each_zone_including_dst(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink
+) -> None:
     _subscriber(factory, settings, "tokyo@example.org", "Asia/Tokyo", 8)
     _subscriber(factory, settings, "la@example.org", "America/Los_Angeles", 8)
 
     def due_at(now: datetime) -> set[str]:
-        ingest_bytes(factory, render_dump([(f"Paper at {now.isoformat()}", ["A"], date(2026, 3, 1), "x")]).encode(),
-                     name=f"d{now.isoformat()}", now=now - timedelta(minutes=1), rules=RULES)
+        ingest_bytes(
+            factory,
+            render_dump([(f"Paper at {now.isoformat()}", ["A"], date(2026, 3, 1), "x")]).encode(),
+            name=f"d{now.isoformat()}",
+            now=now - timedelta(minutes=1),
+            rules=RULES,
+        )
         before = len(sink.received)
         cycle(factory, settings, now)
         return {r.recipients[0].split("@")[0] for r in sink.received[before:]}
@@ -234,7 +260,7 @@ def test_451_twice_then_250_is_one_delivery_after_three_attempts(
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     cycle(factory, settings, DAY1, all_due=True)
     for hours in (3, 6, 9):  # past any backoff
-        asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(hours=hours)))
+        asyncio.run(deliver_now(factory, settings, clock=lambda hours=hours: DAY1 + timedelta(hours=hours)))
     assert len(sink.received) == 1
     assert _one(factory)[1:] == (3, "sent")
 
@@ -243,7 +269,9 @@ def test_550_is_permanent_and_bounces_the_subscriber(
     factory: sessionmaker[Session], settings: Settings, sink: Sink, handler: SinkHandler, seed_files: list[Path]
 ) -> None:
     handler.faults = lambda rcpt, attempt: Fault("rcpt", "550 5.1.1 no such user") if rcpt.startswith("gone") else None
-    save(factory, settings, [clean_fields("gone@example.org"), clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    save(
+        factory, settings, [clean_fields("gone@example.org"), clean_fields("ada@example.org")], DAY1 - timedelta(days=1)
+    )
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     report = cycle(factory, settings, DAY1, all_due=True)
     assert (report.sent, report.failed, report.bounced) == (1, 1, 1)
@@ -290,7 +318,7 @@ def test_retries_give_up_after_max_attempts(
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     cycle(factory, settings, DAY1, all_due=True)
     for hours in range(3, 18, 3):  # past any backoff (base 60 s, so at most 8 min by attempt 4)
-        asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(hours=hours)))
+        asyncio.run(deliver_now(factory, settings, clock=lambda hours=hours: DAY1 + timedelta(hours=hours)))
     assert _one(factory)[1:] == (4, "failed")
     with factory() as s:
         ada = get_subscriber(s, "ada@example.org")
@@ -318,7 +346,10 @@ def test_resend_carries_the_same_entries_and_leaves_the_ledger(
     assert copy["Subject"] == "[resent] " + original["Subject"]
     assert copy["X-Digestbot-Resend-Of"] == original["Message-ID"]
     assert copy["Message-ID"] != original["Message-ID"]
-    body = lambda m: m.get_body(("plain",)).get_content().split("\n", 3)[3]  # noqa: E731
+
+    def body(m: EmailMessage) -> str:
+        return str(m.get_body(("plain",)).get_content().split("\n", 3)[3])
+
     assert body(copy).replace(" - resent copy of an earlier digest", "") == body(original)
     assert "The problem is that quadratic-cost softmax attention" in body(copy)  # the pinned (day 1) summary
 
@@ -341,7 +372,9 @@ def test_a_sending_row_whose_lease_expired_is_sent_again_with_the_same_message_i
     assert parsed(sink.received[0])["Message-ID"] == digest.message_id
 
 
-def test_an_empty_day_sends_nothing_unless_configured(factory: sessionmaker[Session], settings: Settings, sink: Sink) -> None:
+def test_an_empty_day_sends_nothing_unless_configured(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink
+) -> None:
     save(factory, settings, [clean_fields("ada@example.org", filter="nothing-matches-this")], DAY1 - timedelta(days=1))
     cycle(factory, settings, DAY1, all_due=True)
     assert sink.received == []
@@ -360,10 +393,16 @@ def test_a_message_that_cannot_be_built_fails_alone(
     shutil.copytree(ROOT / "templates", templates)
     # An operator's typo that only some subscribers' messages reach.
     entry = templates / "_header.html.j2"
-    entry.write_text(entry.read_text().replace("<h1>{{ heading }}</h1>",
-                                               "<h1>{% if subscriber_email.startswith('bad') %}{{ no_such_variable }}{% endif %}{{ heading }}</h1>"))
+    entry.write_text(
+        entry.read_text().replace(
+            "<h1>{{ heading }}</h1>",
+            "<h1>{% if subscriber_email.startswith('bad') %}{{ no_such_variable }}{% endif %}{{ heading }}</h1>",
+        )
+    )
     settings = settings.model_copy(update={"paths": settings.paths.model_copy(update={"templates_dir": templates})})
-    save(factory, settings, [clean_fields("bad@example.org"), clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    save(
+        factory, settings, [clean_fields("bad@example.org"), clean_fields("ada@example.org")], DAY1 - timedelta(days=1)
+    )
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     report = cycle(factory, settings, DAY1, all_due=True)
     assert (report.sent, report.failed) == (1, 1)
@@ -398,8 +437,14 @@ def test_messages_built_in_a_separate_process_are_the_same(
 
 
 def test_stopping_the_daemon_mid_delivery_is_clean_and_loses_nothing(
-    engine, factory: sessionmaker[Session], settings: Settings, handler: SinkHandler, sink: Sink,  # type: ignore[no-untyped-def]
-    seed_files: list[Path], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    engine,
+    factory: sessionmaker[Session],
+    settings: Settings,
+    handler: SinkHandler,
+    sink: Sink,
+    seed_files: list[Path],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A delivery longer than the deliver job's interval, then SIGTERM while a batch
     is on the wire: no tick is reported as skipped or failed, the sends in flight
@@ -437,14 +482,13 @@ def test_stopping_the_daemon_mid_delivery_is_clean_and_loses_nothing(
     assert states.count(DigestState.SENT) + states.count(DigestState.QUEUED) == queued
 
 
-def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, factory: sessionmaker[Session]) -> None:  # type: ignore[no-untyped-def]
+def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, factory: sessionmaker[Session]) -> None:
     """claim_due reads each state's due digests off the index and merges them; batch
     after batch it must hand out what one query over every due digest, sorted by
     (next_attempt_at, id), gives: queued and retry_wait rows whose time has come
     and sending rows whose lease ran out, ties broken by id, nothing else."""
     import random
 
-    from bench.digest_queue import queue_digests
     from bot.store.digests import _due_queries, claim_due, count_due
     from bot.store.engine import transaction
     from bot.store.schema import Digest
@@ -463,9 +507,12 @@ def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, 
             d.lease_expires_at = now + timedelta(minutes=rng.randint(-5, 5)) if d.state == "sending" else None
     with factory() as s:
         rows = sorted(s.scalars(select(Digest)), key=lambda d: (d.next_attempt_at, d.id))
-        expected = [d.id for d in rows
-                    if (d.state in ("queued", "retry_wait") and d.next_attempt_at <= now)
-                    or (d.state == "sending" and d.lease_expires_at < now)]
+        expected = [
+            d.id
+            for d in rows
+            if (d.state in ("queued", "retry_wait") and d.next_attempt_at <= now)
+            or (d.state == "sending" and d.lease_expires_at < now)
+        ]
     assert len(expected) >= 25 and {"queued", "retry_wait", "sending"} <= {d.state for d in rows if d.id in expected}
     with factory() as s:
         assert count_due(s, now) == len(expected)
@@ -478,8 +525,11 @@ def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, 
         # Each state's rows come off the index in order: no sort of every due digest per claim.
         with engine.connect() as connection:
             for query in _due_queries(now):
-                sql = query.order_by(Digest.next_attempt_at, Digest.id).limit(7).compile(
-                    engine, compile_kwargs={"literal_binds": True})
+                sql = (
+                    query.order_by(Digest.next_attempt_at, Digest.id)
+                    .limit(7)
+                    .compile(engine, compile_kwargs={"literal_binds": True})
+                )
                 plan_rows = [r[-1] for r in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
                 if "state = 'sending'" not in str(sql):  # in-flight rows are few: those may be sorted
                     assert not any("TEMP B-TREE" in r for r in plan_rows), plan_rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import date
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from bot.domain import EntryKind
 from bot.sources import DumpFormatError, SourceFormatError, parse_any, parse_dump
 from tests.conftest import SEEDS
+from tests.helpers import render_dump
 from tests.seed_facts import DUMP_TITLES, HEADER_TAGS, LMCACHE, MINIMAX
 
 SEED_FILES = sorted(SEEDS.glob("*.txt"))
@@ -85,7 +87,7 @@ def test_header_drops_clear_all_and_duplicates() -> None:
         ("final newline", lambda t: t + "\n\n"),
     ],
 )
-def test_harmless_variations_parse_identically(name: str, transform) -> None:  # type: ignore[no-untyped-def]
+def test_harmless_variations_parse_identically(name: str, transform) -> None:
     text = PAPER + "\n\n" + REPO
     expected = parse_dump(text.encode(), "x").entries
     got = parse_dump(transform(text).encode("utf-8"), "x").entries
@@ -123,16 +125,32 @@ BAD = [
     ("only blank", b"\n \n\t\n", "e:", "empty file: expected at least one entry"),
     ("binary", b"PDF\x00\x01\x02\xff", "e:1:", "binary data (NUL byte at offset 3); expected UTF-8 text"),
     ("latin-1", "Café\n\nA 2026-06-14\n\nx\n\nPDF".encode("latin-1"), "e:1:", "not UTF-8: byte 0xE9 at offset 3"),
-    ("truncated: no final label", PAPER.rsplit("\n\n", 1)[0].encode(), "e:5:",
-     "entry 'Sparse Things: A Study' is truncated: expected link label PDF or Code after its summary"),
-    ("truncated after title", b"Lonely Title\n", "e:1:",
-     "entry 'Lonely Title' is truncated: expected '<authors> YYYY-MM-DD' after the title"),
-    ("no date", b"T\n\nSomebody\n\nsummary\n\nPDF", "e:3:",
-     "expected '<authors, comma separated> YYYY-MM-DD' after title 'T'"),
+    (
+        "truncated: no final label",
+        PAPER.rsplit("\n\n", 1)[0].encode(),
+        "e:5:",
+        "entry 'Sparse Things: A Study' is truncated: expected link label PDF or Code after its summary",
+    ),
+    (
+        "truncated after title",
+        b"Lonely Title\n",
+        "e:1:",
+        "entry 'Lonely Title' is truncated: expected '<authors> YYYY-MM-DD' after the title",
+    ),
+    (
+        "no date",
+        b"T\n\nSomebody\n\nsummary\n\nPDF",
+        "e:3:",
+        "expected '<authors, comma separated> YYYY-MM-DD' after title 'T'",
+    ),
     ("bad date", b"T\n\nSomebody 2026-13-45\n\nsummary\n\nPDF", "e:3:", "invalid date '2026-13-45'"),
     ("label first", b"PDF\n\nT\n\nA 2026-01-01\n\nS\n\nPDF", "e:1:", "expected an entry title, found link label 'PDF'"),
-    ("label lost mid-file", (PAPER.rsplit("\n\n", 1)[0] + "\n\n" + PAPER).encode(), "e:7:",
-     "expected link label PDF or Code to end entry 'Sparse Things: A Study', found another entry"),
+    (
+        "label lost mid-file",
+        (PAPER.rsplit("\n\n", 1)[0] + "\n\n" + PAPER).encode(),
+        "e:7:",
+        "expected link label PDF or Code to end entry 'Sparse Things: A Study', found another entry",
+    ),
     ("header only", "Filtered by: GPU × Clear all\n".encode(), "e:1:", "only a 'Filtered by:' header"),
 ]
 
@@ -155,15 +173,6 @@ _authors = st.lists(st.lists(_word, min_size=1, max_size=3).map(" ".join), min_s
 _sentence = st.lists(_word, min_size=1, max_size=30).map(lambda ws: " ".join(ws) + ".")
 _summary = st.lists(_sentence, min_size=1, max_size=4).map(" ".join)
 _paper = st.tuples(_title, _authors, st.dates(date(1990, 1, 1), date(2100, 1, 1)), _summary)
-
-
-def render_dump(papers: list[tuple[str, list[str], date, str]], header: list[str] | None = None) -> str:
-    blocks = []
-    if header:
-        blocks.append("Filtered by: " + " × ".join([*header, "Clear all"]))
-    for title, authors, day, summary in papers:
-        blocks += [title, f"{', '.join(authors)} {day.isoformat()}", summary, "PDF"]
-    return "\n\n".join(blocks)
 
 
 @given(st.lists(_paper, min_size=1, max_size=8))
@@ -200,4 +209,3 @@ def test_mutated_seed_dumps_raise_only_dump_format_errors(data: st.DataObject) -
         parse_dump(bytes(raw), "mutant")
     except DumpFormatError as exc:
         assert "\n" not in str(exc)
-

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,7 +21,9 @@ CORPUS = ROOT.parent / "shared" / "corpora" / "feedparser-tests"
 
 @pytest.mark.slow
 @pytest.mark.skipif(not CORPUS.is_dir(), reason=f"the corpus is not at {CORPUS} (../shared beside the checkout)")
-def test_the_feedparser_corpus_is_ingested_or_failed_cleanly(factory: sessionmaker[Session], capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_feedparser_corpus_is_ingested_or_failed_cleanly(
+    factory: sessionmaker[Session], capsys: pytest.CaptureFixture[str]
+) -> None:
     files = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name != "LICENSE")
     assert len(files) > 1000
     counts = {SourceStatus.INGESTED: 0, SourceStatus.DUPLICATE: 0, SourceStatus.FAILED: 0}
@@ -37,9 +38,11 @@ def test_the_feedparser_corpus_is_ingested_or_failed_cleanly(factory: sessionmak
             assert result.error and "\n" not in result.error and "internal error" not in result.error, result.error
             assert len(result.error) <= 400 + len(result.path) + 2, result.error
     with capsys.disabled():
-        print(f"\nfeedparser corpus: {len(files)} files, {counts[SourceStatus.INGESTED]} ingested, "
-              f"{counts[SourceStatus.DUPLICATE]} duplicates, {counts[SourceStatus.FAILED]} failed; "
-              f"slowest {slowest[1]} {slowest[0]:.2f} s")
+        print(
+            f"\nfeedparser corpus: {len(files)} files, {counts[SourceStatus.INGESTED]} ingested, "
+            f"{counts[SourceStatus.DUPLICATE]} duplicates, {counts[SourceStatus.FAILED]} failed; "
+            f"slowest {slowest[1]} {slowest[0]:.2f} s"
+        )
     assert slowest[0] < 5
     # Wide encodings and description-only items are read; what fails is CDF and an empty document.
     assert counts[SourceStatus.FAILED] <= 20
@@ -71,12 +74,17 @@ def test_wide_encodings_and_untitled_items(codec: str, caplog: pytest.LogCapture
 
 
 def test_a_json_feed_item_without_a_title_or_text_is_left_out() -> None:
-    feed = {"version": "https://jsonfeed.org/version/1.1", "items": [
-        {"id": "x\n" * 200, "content_text": ""}, "not an object", {"id": "2", "content_text": "Only text here"}]}
+    feed = {
+        "version": "https://jsonfeed.org/version/1.1",
+        "items": [
+            {"id": "x\n" * 200, "content_text": ""},
+            "not an object",
+            {"id": "2", "content_text": "Only text here"},
+        ],
+    }
     parsed = parse_any(json.dumps(feed).encode("utf-16"), "f.json")
     assert [e.title for e in parsed.entries] == ["Only text here"]
     assert len(parsed.skipped) == 2 and all("\n" not in s and len(s) < 160 for s in parsed.skipped)
-
 
 
 def test_a_feed_whose_every_item_is_left_out_is_still_read() -> None:

@@ -34,7 +34,10 @@ def test_arxiv_rss_items_are_keyed_by_id_without_version() -> None:
     assert first.authors == ("Grace Hopper", "Edsger Dijkstra")
     assert first.tags == ("cs.DC", "cs.LG")
     assert first.published == date(2026, 6, 15)
-    assert first.summary == r"We present an elastic KV cache that offloads to host memory, cutting GPU memory by $2.5\times$."
+    assert (
+        first.summary
+        == r"We present an elastic KV cache that offloads to host memory, cutting GPU memory by $2.5\times$."
+    )
     assert (cross.arxiv_id, cross.announce) == ("2606.04321", Announce.CROSS)
     assert (replace.arxiv_id, replace.announce) == ("2511.00042", Announce.REPLACE)
 
@@ -89,7 +92,11 @@ def test_json_feed(factory: sessionmaker[Session]) -> None:
     parsed = parse_feed(fixture("picks.json"), "json")
     assert parsed.format == "jsonfeed"
     compilers, notes = parsed.entries
-    assert (compilers.arxiv_id, compilers.tags, compilers.authors) == ("2606.09999", ("compilers", "GPU"), ("Frances Allen",))
+    assert (compilers.arxiv_id, compilers.tags, compilers.authors) == (
+        "2606.09999",
+        ("compilers", "GPU"),
+        ("Frances Allen",),
+    )
     assert compilers.summary == "A compiler that targets 2:4 sparsity, reaching 149 μs per layer."
     assert compilers.published == date(2026, 6, 15)
     assert (notes.summary_type, notes.authors) == ("text/html", ("Butler Lampson",))
@@ -131,7 +138,7 @@ class _FeedHandler(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:  # noqa: N802 - http.server calls do_<METHOD> by name
         _FeedHandler.requests.append((self.path, self.headers.get("If-None-Match")))
         if self.path == "/feed.rss":
             if self.headers.get("If-None-Match") == '"v1"':

@@ -72,7 +72,7 @@ _tag = st.sampled_from(TAG_NAMES).map(Tag)
 _phrase = st.sampled_from(["sparse attention", "kv cache", 'quote " inside', "back\\slash"]).map(Phrase)
 
 
-def _exprs() -> st.SearchStrategy:  # type: ignore[type-arg]
+def _exprs() -> st.SearchStrategy:
     return st.recursive(
         st.one_of(_tag, _phrase, st.just(Everything())),
         lambda inner: st.one_of(
@@ -93,18 +93,18 @@ _docs = st.builds(
 
 
 @given(_exprs())
-def test_printing_round_trips(expr) -> None:  # type: ignore[no-untyped-def]
+def test_printing_round_trips(expr) -> None:
     assert parse_filter(to_text(expr)) == expr
 
 
 @given(_exprs(), _exprs(), _docs)
-def test_de_morgan(a, b, d: Doc) -> None:  # type: ignore[no-untyped-def]
+def test_de_morgan(a, b, d: Doc) -> None:
     assert matches(Not(make_and(a, b)), d) == matches(make_or(Not(a), Not(b)), d)
     assert matches(Not(make_or(a, b)), d) == matches(make_and(Not(a), Not(b)), d)
 
 
 @given(_exprs(), _docs)
-def test_explain_agrees_with_matches(expr, d: Doc) -> None:  # type: ignore[no-untyped-def]
+def test_explain_agrees_with_matches(expr, d: Doc) -> None:
     result = explain(expr, d)
     assert result.matched == matches(expr, d)
     assert result.score >= 0 and (result.matched or result.score == 0)

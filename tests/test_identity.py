@@ -33,7 +33,7 @@ def test_normalize_is_idempotent(title: str) -> None:
 
 
 @given(_text, st.sampled_from([str.upper, str.lower, str.title]), st.sampled_from(["", " ", "  ", ".", "!?", " - "]))
-def test_case_and_punctuation_never_change_identity(title: str, case, noise: str) -> None:  # type: ignore[no-untyped-def]
+def test_case_and_punctuation_never_change_identity(title: str, case, noise: str) -> None:
     mangled = noise + case(title).replace(" ", " " + noise + " ") + noise
     assert normalize_title(mangled) == normalize_title(title)
 
@@ -53,7 +53,7 @@ def test_doi_extraction_lowercases() -> None:
     assert doi_in("no doi here") is None
 
 
-def _paper(**kw) -> ParsedEntry:  # type: ignore[no-untyped-def]
+def _paper(**kw) -> ParsedEntry:
     base = {"kind": EntryKind.PAPER, "title": "A Title", "authors": (), "published": None, "summary": ""}
     return ParsedEntry(**{**base, **kw})
 

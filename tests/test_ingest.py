@@ -12,16 +12,15 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bench.gen import dump_text
 from bot.domain import SourceStatus
 from bot.ingest import ingest_bytes, ingest_file
 from bot.store.entries import appearances_of, find_entry, list_entries, refresh_statistics
 from bot.store.schema import Entry, Source
 from bot.store.sources import list_sources
 from tests.conftest import copy_aged
+from tests.helpers import dump_text, render_dump
 from tests.seed_facts import ALL_TITLES, DUMP_TITLES, MINIMAX, NEW_PER_DUMP
 from tests.store_snapshot import snapshot
-from tests.test_dump_parser import render_dump
 
 
 def test_seed_dumps_in_order_yield_16_entries_and_5_2_9_0_new(
@@ -66,10 +65,16 @@ def test_same_bytes_again_or_renamed_copy_is_a_duplicate(
         assert (result.new, result.duplicate_of) == (0, first.source_id)
     assert snapshot(factory) == before
     with factory() as s:
-        assert [src.status for src in list_sources(s)] == [SourceStatus.INGESTED, SourceStatus.DUPLICATE, SourceStatus.DUPLICATE]
+        assert [src.status for src in list_sources(s)] == [
+            SourceStatus.INGESTED,
+            SourceStatus.DUPLICATE,
+            SourceStatus.DUPLICATE,
+        ]
 
 
-def test_a_bad_file_changes_nothing_stored(factory: sessionmaker[Session], seed_files: list[Path], dump_dir: Path) -> None:
+def test_a_bad_file_changes_nothing_stored(
+    factory: sessionmaker[Session], seed_files: list[Path], dump_dir: Path
+) -> None:
     ingest_file(factory, seed_files[0])
     before = snapshot(factory)
     # A copy of dump 002 cut before its last link label: 15 good entries, then a truncated one.
@@ -118,7 +123,8 @@ _item = st.tuples(st.integers(0, len(_POOL) - 1), _variant, st.sampled_from(["Sh
 
 
 @given(st.lists(st.lists(_item, min_size=1, max_size=6), min_size=1, max_size=5))
-def test_ingesting_twice_equals_ingesting_once(tmp_path_factory, dumps) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow
+def test_ingesting_twice_equals_ingesting_once(tmp_path_factory, dumps) -> None:
     from bot.store.engine import make_engine, sessions, upgrade
 
     db = tmp_path_factory.mktemp("prop") / "store.sqlite3"
@@ -156,7 +162,7 @@ def test_the_garbage_collector_is_on_again_after_every_ingest(
     assert ingest_bytes(factory, b"\xff\xfe not a dump", name="bad.txt").status is SourceStatus.FAILED
     assert gc.isenabled()
     with pytest.raises(TypeError):
-        ingest_bytes(factory, "text, not bytes", name="wrong-type.txt")  # type: ignore[arg-type]
+        ingest_bytes(factory, "text, not bytes", name="wrong-type.txt")
     assert gc.isenabled()
     gc.disable()
     try:
@@ -177,7 +183,7 @@ def test_title_look_ups_search_their_index_after_a_large_first_ingest(
     plans: list[str] = []
 
     @event.listens_for(engine, "before_cursor_execute")
-    def explain(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+    def explain(conn, cursor, statement, parameters, context, executemany) -> None:
         if statement.startswith("SELECT") and "WHERE entries.title_hash IN" in statement:
             explained = cursor.connection.cursor()
             prefix = "EXPLAIN QUERY PLAN " if engine.dialect.name == "sqlite" else "EXPLAIN "

@@ -30,8 +30,17 @@ RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
 BREAKS = ["\r\n", "\n", "\r", "\x00", "\x0b", "\x1b", "\x85", "\u2028", "\u2029"]
 EXPECTED_HEADERS = {
-    "subject", "from", "to", "date", "message-id", "list-id", "list-unsubscribe", "auto-submitted", "precedence",
-    "content-type", "mime-version",
+    "subject",
+    "from",
+    "to",
+    "date",
+    "message-id",
+    "list-id",
+    "list-unsubscribe",
+    "auto-submitted",
+    "precedence",
+    "content-type",
+    "mime-version",
 }
 
 
@@ -55,7 +64,9 @@ def test_control_characters_in_subscriber_input_are_refused(field: str, brk: str
         ("sender", "unsubscribe_address", "a@b.org, victim@example.org"),
     ],
 )
-def test_line_breaks_in_the_sender_configuration_are_refused(tmp_path: Path, section: str, key: str, value: str) -> None:
+def test_line_breaks_in_the_sender_configuration_are_refused(
+    tmp_path: Path, section: str, key: str, value: str
+) -> None:
     config = tmp_path / "digestbot.toml"
     config.write_text(f"[{section}]\n{key} = {json.dumps(value)}\n", encoding="utf-8")
     with pytest.raises(ConfigError) as info:
@@ -96,7 +107,9 @@ def test_hostile_feed_fields_become_one_line_text(factory: sessionmaker[Session]
         assert entry.title.endswith("Bcc: victim@example.org")  # kept as text, on one line
 
 
-def test_received_headers_are_exactly_ours_and_encoded(factory: sessionmaker[Session], tmp_path: Path, sink: Sink) -> None:
+def test_received_headers_are_exactly_ours_and_encoded(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink
+) -> None:
     settings = Settings.model_validate(
         {
             "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},

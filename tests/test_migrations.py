@@ -29,7 +29,9 @@ def test_sqlite_connections_use_wal_and_foreign_keys(engine: Engine) -> None:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
-    assert {"sources", "entries", "entry_appearances", "tags", "entry_tags", "feeds"} <= set(inspect(engine).get_table_names())
+    assert {"sources", "entries", "entry_appearances", "tags", "entry_tags", "feeds"} <= set(
+        inspect(engine).get_table_names()
+    )
 
 
 def _title_hashes(engine: Engine) -> dict[str, int | None]:
@@ -43,9 +45,7 @@ def test_title_hash_migration_round_trips_and_look_ups_still_match(engine: Engin
         ingest_file(factory, path)
     stored = _title_hashes(engine)
     # Dump papers are keyed by their title: no second index entry; repos never by title.
-    assert {k for k, h in stored.items() if h is None} == {
-        k for k in stored if k.startswith(("paper:", "repo:"))
-    }
+    assert {k for k, h in stored.items() if h is None} == {k for k in stored if k.startswith(("paper:", "repo:"))}
     assert all(h is not None for k, h in stored.items() if k.startswith(("arxiv:", "doi:")))
 
     downgrade(engine, "0003")

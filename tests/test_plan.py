@@ -17,13 +17,12 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bench.gen import dump_text
-from bench.send import filter_expressions
 from bot.config import Settings
 from bot.digests import IdRuns, plan
 from bot.domain import SubscriberStatus
@@ -37,6 +36,7 @@ from bot.store.subscribers import list_subscribers
 from bot.subscribers import clean_fields, save, set_filter
 from bot.tagging import load_rules
 from tests.conftest import ROOT
+from tests.helpers import dump_text, filter_expressions
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -91,7 +91,8 @@ day_events = st.fixed_dictionaries(
 
 @settings(max_examples=25, deadline=None)
 @given(days=st.lists(day_events, min_size=2, max_size=6), max_entries=st.integers(1, 4))
-def test_planner_chooses_what_the_whole_window_would(tmp_path_factory, days, max_entries: int) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow
+def test_planner_chooses_what_the_whole_window_would(tmp_path_factory, days, max_entries: int) -> None:
     folder: Path = tmp_path_factory.mktemp(f"plan{next(_runs)}")
     engine = make_engine(f"sqlite:///{folder / 'store.sqlite3'}")
     upgrade(engine)
@@ -103,14 +104,26 @@ def test_planner_chooses_what_the_whole_window_would(tmp_path_factory, days, max
     for n, event in enumerate(days):
         if event["late_ingest"] and last_pass is not None:
             # first_seen before the last pass, though the pass could not see it then.
-            ingest_bytes(factory, dump_text(3, seed=900 + n, start=100_000 + number).encode(), name=f"late-{n}",
-                         now=last_pass - timedelta(minutes=30), rules=RULES)
+            ingest_bytes(
+                factory,
+                dump_text(3, seed=900 + n, start=100_000 + number).encode(),
+                name=f"late-{n}",
+                now=last_pass - timedelta(minutes=30),
+                rules=RULES,
+            )
             number += 3
-        ingest_bytes(factory, dump_text(event["entries"], seed=n, start=number).encode(), name=f"day-{n}",
-                     now=now - timedelta(hours=1), rules=RULES)
+        ingest_bytes(
+            factory,
+            dump_text(event["entries"], seed=n, start=number).encode(),
+            name=f"day-{n}",
+            now=now - timedelta(hours=1),
+            rules=RULES,
+        )
         number += event["entries"]
-        people = [clean_fields(f"reader{n}x{i}@example.org", filter=text, backfill=backfill)
-                  for i, (text, backfill) in enumerate(event["join"])]
+        people = [
+            clean_fields(f"reader{n}x{i}@example.org", filter=text, backfill=backfill)
+            for i, (text, backfill) in enumerate(event["join"])
+        ]
         if n == 0:
             people += [clean_fields(f"first{i}@example.org", filter=text) for i, text in enumerate(FILTERS[:6])]
         if people:
@@ -152,14 +165,24 @@ def test_a_day_another_planner_took_meanwhile_is_left_to_it(factory: sessionmake
         taken = session.scalar(select(SubscriberRow.id).where(SubscriberRow.email == "r2@example.org"))
     ended = []
 
-    def other_planner(session: Session, transaction) -> None:  # type: ignore[no-untyped-def]
+    def other_planner(session: Session, transaction) -> None:
         ended.append(transaction)
         if len(ended) == 2:  # the subscriber batch was read, then this planner's selection
             with factory.kw["bind"].begin() as connection:
-                connection.execute(insert(Digest.__table__).values(
-                    subscriber_id=taken, local_date=START.date(), kind="scheduled", state="queued", attempts=0,
-                    next_attempt_at=START, message_id="<other@planner>", entry_count=0, pending_count=0,
-                    planned_at=START))
+                connection.execute(
+                    insert(Digest.__table__).values(
+                        subscriber_id=taken,
+                        local_date=START.date(),
+                        kind="scheduled",
+                        state="queued",
+                        attempts=0,
+                        next_attempt_at=START,
+                        message_id="<other@planner>",
+                        entry_count=0,
+                        pending_count=0,
+                        planned_at=START,
+                    )
+                )
 
     event.listen(factory, "after_transaction_end", other_planner)
     try:
@@ -200,12 +223,21 @@ def test_claimed_rows_read_per_entry_or_through_digests_agree(factory: sessionma
     """``claimed_from`` reads a short window per entry and a long one through the
     subscribers' digests; both must find what the ledger holds for the window."""
     cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 3}})
-    save(factory, cfg, [clean_fields(f"r{i}@example.org", filter=f) for i, f in
-                        enumerate(["*", "gpu", "llm or snn", "*"])], START - timedelta(days=1))
+    save(
+        factory,
+        cfg,
+        [clean_fields(f"r{i}@example.org", filter=f) for i, f in enumerate(["*", "gpu", "llm or snn", "*"])],
+        START - timedelta(days=1),
+    )
     for day in range(3):
         now = START + timedelta(days=day)
-        ingest_bytes(factory, dump_text(6, seed=day, start=day * 100).encode(), name=f"d{day}",
-                     now=now - timedelta(hours=1), rules=RULES)
+        ingest_bytes(
+            factory,
+            dump_text(6, seed=day, start=day * 100).encode(),
+            name=f"d{day}",
+            now=now - timedelta(hours=1),
+            rules=RULES,
+        )
         plan(factory, cfg, RULES, now=now, all_due=True)
     with factory() as session:
         subscribers = [s.id for s in list_subscribers(session)]
@@ -217,5 +249,6 @@ def test_claimed_rows_read_per_entry_or_through_digests_agree(factory: sessionma
             assert claimed_from(session, subscribers, window) == want
             assert claimed_from(session, subscribers, window + padding) == want
             assert claimed_from(session, subscribers[1:3], window + padding) == {
-                sid: e for sid, e in want.items() if sid in subscribers[1:3]}
+                sid: e for sid, e in want.items() if sid in subscribers[1:3]
+            }
     assert sum(len(e) for e in expected.values()) > 10

@@ -13,9 +13,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.digests import ResendPending, deliver_now, plan, resend, resend_failed
+from bot.domain import DigestKind, DigestState
 from bot.ingest import ingest_file
 from bot.sink import Fault, Sink, SinkHandler
-from bot.store.digests import DigestKind, DigestState, list_digests, stats_by_day
+from bot.store.digests import list_digests, stats_by_day
 from bot.subscribers import clean_fields, save
 from bot.tagging import load_rules
 from tests.conftest import ROOT
@@ -31,11 +32,15 @@ def test_resend_failed_twice_sends_each_failed_digest_once(
     refuse = {"on": True}
     handler.faults = lambda rcpt, attempt: Fault("data", "554 5.6.0 rejected") if refuse["on"] else None
     with Sink(handler) as sink:
-        settings = Settings.model_validate({
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": sink.port, "timeout_seconds": 5, "max_attempts": 1},
-        })
-        save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob", "cy")], DAY - timedelta(days=1))
+        settings = Settings.model_validate(
+            {
+                "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+                "smtp": {"port": sink.port, "timeout_seconds": 5, "max_attempts": 1},
+            }
+        )
+        save(
+            factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob", "cy")], DAY - timedelta(days=1)
+        )
         ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
         plan(factory, settings, RULES, now=DAY, all_due=True)
 
@@ -60,7 +65,11 @@ def test_resend_failed_twice_sends_each_failed_digest_once(
         deliver(later)
         assert resend_failed(factory, settings, now=later) == []  # delivered: nothing to resend
         assert len(sink.received) == 3
-        assert sorted(r.recipients[0] for r in sink.received) == ["ada@example.org", "bob@example.org", "cy@example.org"]
+        assert sorted(r.recipients[0] for r in sink.received) == [
+            "ada@example.org",
+            "bob@example.org",
+            "cy@example.org",
+        ]
 
     with factory() as session:
         ((_, day),) = stats_by_day(session)
@@ -70,7 +79,9 @@ def test_resend_failed_twice_sends_each_failed_digest_once(
     assert all(d.resend_of in originals for d in history if d.kind is DigestKind.RESEND)
 
 
-def test_a_resend_on_its_way_is_not_doubled(factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]) -> None:
+def test_a_resend_on_its_way_is_not_doubled(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
     settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
     save(factory, settings, [clean_fields("ada@example.org")], DAY - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=DAY, rules=RULES)

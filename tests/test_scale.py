@@ -17,16 +17,13 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bench.digest_queue import queue_digests
-from bench.pg import postgres_schema
 from bot.digests import RECORD_EVERY
+from bot.domain import DigestState
 from bot.sink import Sink, SinkHandler
-from bot.store.digests import DigestState
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest, Subscriber
 from tests.conftest import PG_SKIP, PG_URL, ROOT
-from tests.test_cli import DIGESTBOT
-from tests.test_dump_parser import render_dump
+from tests.helpers import DIGESTBOT, postgres_schema, queue_digests, render_dump
 
 pytestmark = [PG_SKIP, pytest.mark.slow]
 
@@ -68,7 +65,7 @@ def count_states(factory: sessionmaker[Session]) -> Counter[str]:
         return Counter(dict(session.execute(select(Digest.state, func.count()).group_by(Digest.state)).all()))
 
 
-def wait_until(predicate, timeout: float, every: float = 0.5) -> bool:  # type: ignore[no-untyped-def]
+def wait_until(predicate, timeout: float, every: float = 0.5) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -88,13 +85,17 @@ def _stop(processes: list[subprocess.Popen[str]]) -> None:
             p.kill()
 
 
-def _deliver_with_workers(pg_url: str, tmp_path: Path, sink: Sink, *, total: int, kill_at: int | None) -> dict[str, int]:
+def _deliver_with_workers(
+    pg_url: str, tmp_path: Path, sink: Sink, *, total: int, kill_at: int | None
+) -> dict[str, int]:
     engine = make_engine(pg_url)
     factory = sessions(engine)
     queue_digests(factory, total)
     env = _env(pg_url, tmp_path, sink, DIGESTBOT_DIGEST__LEASE_SECONDS="10", DIGESTBOT_SMTP__POOL_SIZE=str(POOL_SIZE))
-    workers = [subprocess.Popen([DIGESTBOT, "worker"], cwd=tmp_path, env=env, stderr=subprocess.DEVNULL, text=True)
-               for _ in range(4)]
+    workers = [
+        subprocess.Popen([DIGESTBOT, "worker"], cwd=tmp_path, env=env, stderr=subprocess.DEVNULL, text=True)
+        for _ in range(4)
+    ]
     killed_at_received = None
     try:
         if kill_at is not None:
@@ -107,7 +108,9 @@ def _deliver_with_workers(pg_url: str, tmp_path: Path, sink: Sink, *, total: int
         _stop(workers)
     ids = Counter(r.message["Message-ID"] for r in sink.received)
     with factory() as session:
-        sent_once = session.scalar(select(func.count()).select_from(Digest).where(Digest.state == "sent", Digest.sent_at.is_not(None)))
+        sent_once = session.scalar(
+            select(func.count()).select_from(Digest).where(Digest.state == "sent", Digest.sent_at.is_not(None))
+        )
     engine.dispose()
     return {
         "received": len(sink.received),
@@ -143,22 +146,48 @@ def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Pat
 
     def add_subscribers(first: int, count: int) -> None:
         for n in range(first, first + count):
-            subprocess.run([DIGESTBOT, "subscribers", "add", f"s{n}@example.org", "--tz", "UTC", "--hour", "0",
-                            "--backfill", "all"], cwd=tmp_path, env=env, check=True, capture_output=True)
+            subprocess.run(
+                [
+                    DIGESTBOT,
+                    "subscribers",
+                    "add",
+                    f"s{n}@example.org",
+                    "--tz",
+                    "UTC",
+                    "--hour",
+                    "0",
+                    "--backfill",
+                    "all",
+                ],
+                cwd=tmp_path,
+                env=env,
+                check=True,
+                capture_output=True,
+            )
 
     def scheduled_for(emails_from: int, count: int) -> int:
         with factory() as session:
-            return session.scalar(
-                select(func.count()).select_from(Digest).join(Subscriber, Subscriber.id == Digest.subscriber_id)
-                .where(Digest.kind == "scheduled", Subscriber.email.in_([f"s{n}@example.org" for n in range(emails_from, emails_from + count)]))
-            ) or 0
+            return (
+                session.scalar(
+                    select(func.count())
+                    .select_from(Digest)
+                    .join(Subscriber, Subscriber.id == Digest.subscriber_id)
+                    .where(
+                        Digest.kind == "scheduled",
+                        Subscriber.email.in_([f"s{n}@example.org" for n in range(emails_from, emails_from + count)]),
+                    )
+                )
+                or 0
+            )
 
     dump = render_dump([(f"Paper {n}", ["A"], date(2026, 6, 14), "Text.") for n in range(3)])
     (tmp_path / "dumps" / "000.txt").write_text(dump)
     add_subscribers(0, 5)
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    schedulers = [subprocess.Popen([DIGESTBOT, "-v", "scheduler"], cwd=tmp_path, env=env,
-                                   stderr=open(log, "w"), text=True) for log in logs]  # noqa: SIM115
+    schedulers = [
+        subprocess.Popen([DIGESTBOT, "-v", "scheduler"], cwd=tmp_path, env=env, stderr=open(log, "w"), text=True)
+        for log in logs
+    ]  # noqa: SIM115 - each log file stays open while its scheduler runs
     try:
         assert wait_until(lambda: scheduled_for(0, 5) == 5, timeout=60)
         time.sleep(4)  # both have run at least one election by now
@@ -184,7 +213,8 @@ def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Pat
     with factory() as session:
         per_day = session.execute(
             select(Digest.subscriber_id, Digest.local_date, func.count())
-            .where(Digest.kind == "scheduled").group_by(Digest.subscriber_id, Digest.local_date)
+            .where(Digest.kind == "scheduled")
+            .group_by(Digest.subscriber_id, Digest.local_date)
         ).all()
     assert len(per_day) == 8 and all(n == 1 for _, _, n in per_day)
     engine.dispose()

@@ -28,7 +28,7 @@ from bot.subscribers import clean_fields, save
 from bot.tagging import load_rules
 from bot.tokens import signing_key
 from tests.conftest import ROOT, SEEDS
-from tests.test_cli import DIGESTBOT
+from tests.helpers import DIGESTBOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -85,13 +85,18 @@ def test_a_refused_login_logs_and_stores_no_password(
     assert_absent(caplog.text + sink.received[0].data.decode("ascii", "replace"), PASSWORD, SIGNING_KEY)
 
 
-def echoing_authenticator(server: object, session: object, envelope: object, mechanism: str, auth_data: object) -> AuthResult:
+def echoing_authenticator(
+    server: object, session: object, envelope: object, mechanism: str, auth_data: object
+) -> AuthResult:
     """A server that quotes the AUTH argument back in its 535 reply, as some do."""
     login = getattr(auth_data, "login", b"") or b""
     password = getattr(auth_data, "password", b"") or b""
     echoed = base64.b64encode(b"\0" + login + b"\0" + password).decode()
-    return AuthResult(success=False, handled=False,
-                      message=f"535 5.7.8 {echoed} {password.decode()} is not a valid login for {login.decode()}")
+    return AuthResult(
+        success=False,
+        handled=False,
+        message=f"535 5.7.8 {echoed} {password.decode()} is not a valid login for {login.decode()}",
+    )
 
 
 def test_a_server_that_echoes_the_credentials_is_not_quoted(
@@ -114,6 +119,7 @@ def test_a_server_that_echoes_the_credentials_is_not_quoted(
     assert_absent(f"{digest.last_error}\n{stored}\n{ours}", PASSWORD)
 
 
+@pytest.mark.slow
 def test_cli_output_and_history_carry_no_secrets(tmp_path: Path) -> None:
     with Sink(SinkHandler(), logins={"bot": PASSWORD}) as sink:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
@@ -130,7 +136,9 @@ def test_cli_output_and_history_carry_no_secrets(tmp_path: Path) -> None:
         }
 
         def run(*args: str) -> str:
-            proc = subprocess.run([DIGESTBOT, "-v", *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+            proc = subprocess.run(
+                [DIGESTBOT, "-v", *args], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+            )
             return proc.stdout + proc.stderr
 
         seen = run("subscribers", "add", "ada@example.org")

@@ -14,20 +14,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiosmtplib
+import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.digests import deliver_now, due_count, plan
-from bot.domain import SubscriberStatus
+from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.ingest import ingest_file
 from bot.sink import FaultRates, Sink, SinkHandler
-from bot.store.digests import DigestKind, DigestState, list_digests
+from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import list_subscribers
 from bot.subscribers import clean_fields, save
 from bot.tagging import load_rules
 from tests.conftest import ROOT
-from tests.test_cli import DIGESTBOT
+from tests.helpers import DIGESTBOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -42,19 +43,33 @@ def _settings(tmp_path: Path, port: int) -> Settings:
     return Settings.model_validate(
         {
             "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": port, "timeout_seconds": 1, "pool_size": 8, "max_attempts": MAX_ATTEMPTS,
-                     "retry_base_seconds": 60, "retry_max_seconds": 600},
+            "smtp": {
+                "port": port,
+                "timeout_seconds": 1,
+                "pool_size": 8,
+                "max_attempts": MAX_ATTEMPTS,
+                "retry_base_seconds": 60,
+                "retry_max_seconds": 600,
+            },
             "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
         }
     )
 
 
 def test_fault_rates_are_reproducible_and_near_their_targets() -> None:
-    draws = [RATES("user%d@example.org" % i, 0) for i in range(20_000)]
-    assert draws == [RATES("user%d@example.org" % i, 0) for i in range(20_000)]
+    draws = [RATES(f"user{i}@example.org", 0) for i in range(20_000)]
+    assert draws == [RATES(f"user{i}@example.org", 0) for i in range(20_000)]
     kinds = Counter(
-        "ok" if f is None else "perm" if (f.reply or "").startswith("55") else
-        "drop" if f.drop else "stall" if f.stall else "4xx" for f in draws
+        "ok"
+        if f is None
+        else "perm"
+        if (f.reply or "").startswith("55")
+        else "drop"
+        if f.drop
+        else "stall"
+        if f.stall
+        else "4xx"
+        for f in draws
     )
     assert abs(kinds["perm"] / 20_000 - 0.02) < 0.005
     assert abs(kinds["4xx"] / 20_000 - 0.196) < 0.015  # 20 % of the 98 % that are not dead mailboxes
@@ -80,6 +95,7 @@ def test_a_refused_greeting_is_a_421_the_client_sees() -> None:
     assert handler.refused_greetings == 1
 
 
+@pytest.mark.slow
 def test_thousand_subscribers_through_a_hostile_server(tmp_path: Path, seed_files: list[Path]) -> None:
     database = tmp_path / "store.sqlite3"
     engine = make_engine(f"sqlite:///{database}")
@@ -95,7 +111,7 @@ def test_thousand_subscribers_through_a_hostile_server(tmp_path: Path, seed_file
         now = DAY1
         rounds = 0
         while due_count(factory, now + timedelta(days=1)) and rounds < MAX_ATTEMPTS:
-            asyncio.run(deliver_now(factory, settings, clock=lambda: now))
+            asyncio.run(deliver_now(factory, settings, clock=lambda now=now: now))
             now += timedelta(hours=1)  # past the longest backoff (retry_max_seconds 600)
             rounds += 1
         received = list(sink.received)
@@ -112,7 +128,8 @@ def test_thousand_subscribers_through_a_hostile_server(tmp_path: Path, seed_file
     print(
         f"\nfault run: {SUBSCRIBERS} subscribers, {len(dead)} dead mailboxes; received {len(received)} "
         f"(expected {len(alive)}), distinct Message-IDs {len(ids)}, duplicates {len(received) - len(ids)}, "
-        f"{handler.refused_greetings} greetings refused, {sum(handler.attempts.values())} RCPT attempts, {rounds} rounds"
+        f"{handler.refused_greetings} greetings refused, {sum(handler.attempts.values())} RCPT attempts, "
+        f"{rounds} rounds"
     )
     assert 5 <= len(dead) <= 40
     assert len(digests) == SUBSCRIBERS
@@ -126,7 +143,12 @@ def test_thousand_subscribers_through_a_hostile_server(tmp_path: Path, seed_file
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
     env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{database}"
     listed = subprocess.run(
-        [DIGESTBOT, "history", "--status", "failed", "--json"], env=env, capture_output=True, text=True, timeout=60, check=True
+        [DIGESTBOT, "history", "--status", "failed", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     rows = [json.loads(line) for line in listed.splitlines()]
     assert {r["subscriber"] for r in rows} == dead

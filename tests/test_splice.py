@@ -28,6 +28,7 @@ from bot.store.digests import digest_content, get_digest
 from bot.subscribers import clean_fields, save
 from bot.tagging import load_rules
 from tests.conftest import ROOT
+from tests.helpers import render_dump
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -99,9 +100,9 @@ def test_spliced_messages_equal_the_simple_path_byte_for_byte(
     now = DAY + timedelta(minutes=3)
     with factory() as session:
         rows = [get_digest(session, i) for i in ids]
-        built = mailer.build(session, rows, now)  # type: ignore[arg-type]
-        simple = [mailer.message_bytes(session, row, now) for row in rows]  # type: ignore[arg-type]
-        wired = mailer.build(session, rows, now, for_wire=True)  # type: ignore[arg-type]
+        built = mailer.build(session, rows, now)
+        simple = [mailer.message_bytes(session, row, now) for row in rows]
+        wired = mailer.build(session, rows, now, for_wire=True)
     assert mailer.spliced == 2 * len(ids)  # the fast path was taken, not fallen back from
     assert len(mailer.templates) == 4  # one body per filter
     # The four bodies share their entries' lines: the pool holds them once.
@@ -132,8 +133,8 @@ def test_an_address_printed_outside_the_footer_is_spliced_only_with_a_spliced_fo
     mailer = Mailer(settings)
     with factory() as session:
         rows = [get_digest(session, i) for i in ids]
-        built = mailer.build(session, rows, DAY)  # type: ignore[arg-type]
-        simple = [mailer.message_bytes(session, row, DAY)[0] for row in rows]  # type: ignore[arg-type]
+        built = mailer.build(session, rows, DAY)
+        simple = [mailer.message_bytes(session, row, DAY)[0] for row in rows]
     if footer == "shipped":
         assert mailer.spliced == len(ids) and None not in mailer.templates.values()
     else:
@@ -267,8 +268,8 @@ def test_a_template_dropped_from_the_cache_still_fills(
     now = DAY + timedelta(minutes=3)
     with factory() as session:
         rows = [get_digest(session, i) for i in ids]
-        built = mailer.build(session, rows, now)  # type: ignore[arg-type]
-        simple = [mailer.message_bytes(session, row, now)[0] for row in rows]  # type: ignore[arg-type]
+        built = mailer.build(session, rows, now)
+        simple = [mailer.message_bytes(session, row, now)[0] for row in rows]
     assert mailer.spliced == len(ids) and not mailer.templates
     assert mailer.chunks.nbytes == 0 and len(mailer.chunks) == 0
     assert [b.data for b in built] == simple
@@ -284,8 +285,9 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
     mailer = Mailer(settings)
     with factory() as session:
         content = digest_content(session, ids[0])
-    template = MessageTemplate.build(mailer.renderer, content, settings.sender, mailer.links_for_token,
-                                     footer_substituted=mailer.footer_substituted)
+    template = MessageTemplate.build(
+        mailer.renderer, content, settings.sender, mailer.links_for_token, footer_substituted=mailer.footer_substituted
+    )
     assert template is not None
     # Made per subscriber: 4 header lines, the HTML footer's 2 lines and, from the
     # shipped text footer, only its 3 lines with the address or a link (a footer
@@ -295,30 +297,34 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
     assert len(per_subscriber) == (9 if footer == "shipped" else 7), per_subscriber
     assert (footer_lines in per_subscriber) is (footer == "wrapping")
 
-    @given(name=_names, local=_local, secret=st.text("0123456789abcdef", min_size=8, max_size=32),
-           ident=st.integers(1, 10**12))
+    @given(
+        name=_names,
+        local=_local,
+        secret=st.text("0123456789abcdef", min_size=8, max_size=32),
+        ident=st.integers(1, 10**12),
+    )
     def check(name: str, local: str, secret: str, ident: int) -> None:
         from dataclasses import replace
 
         from bot.message import Headers, build_message
         from bot.tokens import make_token
 
-        subscriber = replace(content.subscriber, id=ident, name=name, email=f"{local}@example.org",
-                             unsubscribe_secret=secret)
+        subscriber = replace(
+            content.subscriber, id=ident, name=name, email=f"{local}@example.org", unsubscribe_secret=secret
+        )
         token = make_token(mailer.key, ident, secret)
         links, unsubscribe = mailer.links_for_token(token)
         rendered = mailer.renderer.render(replace(content, subscriber=subscriber), links)
-        simple = build_message(rendered, Headers(name, subscriber.email, "<m.1@bot.example>", DAY, unsubscribe),
-                               settings.sender).as_bytes()
+        simple = build_message(
+            rendered, Headers(name, subscriber.email, "<m.1@bot.example>", DAY, unsubscribe), settings.sender
+        ).as_bytes()
         fast = template.fill(Personal(subscriber.email, name, subscriber.email, token, "<m.1@bot.example>", DAY))
         assert fast == simple
 
     check()
 
 
-def test_an_entry_changed_during_a_delivery_run_is_read_again(
-    factory: sessionmaker[Session], tmp_path: Path
-) -> None:
+def test_an_entry_changed_during_a_delivery_run_is_read_again(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """Entries are kept from batch to batch of one run (ContentCache); an ingest that
     changes one in between must show in the batches after it: a digest planned
     before the change keeps its pinned summary, one planned after gets the new one,
@@ -326,19 +332,19 @@ def test_an_entry_changed_during_a_delivery_run_is_read_again(
     from datetime import date
 
     from bot.ingest import ingest_bytes
-    from tests.test_dump_parser import render_dump
 
     settings = _settings(tmp_path)
-    papers = [(f"Sparse attention kernels part {n}", ["A. Author"], date(2026, 6, 13), f"First text {n}.")
-              for n in range(3)]
+    papers = [
+        (f"Sparse attention kernels part {n}", ["A. Author"], date(2026, 6, 13), f"First text {n}.") for n in range(3)
+    ]
     save(factory, settings, [clean_fields("ada@example.org", filter="*")], DAY - timedelta(days=1))
     ingest_bytes(factory, render_dump(papers).encode(), name="one", now=DAY - timedelta(hours=2), rules=RULES)
     (before,) = plan(factory, settings, RULES, now=DAY, all_due=True).planned
     mailer = Mailer(settings)
     mailer.new_run()
     with factory() as session:
-        first = mailer.build(session, [get_digest(session, before)], DAY)  # type: ignore[list-item]
-    assert b"First text 0." in first[0].data  # type: ignore[operator]
+        first = mailer.build(session, [get_digest(session, before)], DAY)
+    assert b"First text 0." in first[0].data
 
     changed = [(title, authors, day, summary.replace("First", "Second")) for title, authors, day, summary in papers]
     ingest_bytes(factory, render_dump(changed).encode(), name="two", now=DAY + timedelta(hours=1), rules=RULES)
@@ -346,8 +352,8 @@ def test_an_entry_changed_during_a_delivery_run_is_read_again(
     (after,) = plan(factory, settings, RULES, now=DAY + timedelta(hours=2), all_due=True).planned
     with factory() as session:  # the same run: the entries read for the first batch are cached
         rows = [get_digest(session, before), get_digest(session, after)]
-        built = mailer.build(session, rows, DAY)  # type: ignore[arg-type]
-        simple = [mailer.message_bytes(session, row, DAY)[0] for row in rows]  # type: ignore[arg-type]
+        built = mailer.build(session, rows, DAY)
+        simple = [mailer.message_bytes(session, row, DAY)[0] for row in rows]
     assert [b.data for b in built] == simple
     assert b"First text 0." in simple[0] and b"Second text 0." in simple[1]
 
@@ -368,8 +374,15 @@ def test_body_keys_name_the_ledger_rows_and_spare_reading_them_again(
         keys = dict(session.execute(select(Digest.id, Digest.body_key).where(Digest.id.in_(ids))).all())
         for digest_id in ids:
             stored = session.execute(
-                select(LedgerEntry.entry_id, LedgerEntry.summary_source_id, LedgerEntry.why, LedgerEntry.tags,
-                       LedgerEntry.url).where(LedgerEntry.digest_id == digest_id).order_by(LedgerEntry.position)
+                select(
+                    LedgerEntry.entry_id,
+                    LedgerEntry.summary_source_id,
+                    LedgerEntry.why,
+                    LedgerEntry.tags,
+                    LedgerEntry.url,
+                )
+                .where(LedgerEntry.digest_id == digest_id)
+                .order_by(LedgerEntry.position)
             ).all()
             rows: list[LedgerRow] = [(e, s, w, tuple(t), u) for e, s, w, t, u in stored]
             assert keys[digest_id] == body_key(rows)

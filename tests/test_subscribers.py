@@ -68,7 +68,9 @@ def _csv_10k_with_3_percent_bad() -> tuple[str, dict[int, str]]:
                 "send_hour": f"user{i}@example.org,Name {i},*,UTC,25",
             }[kind]
         else:
-            row = f"user{i}@example.org,Name {i},{rng.choice(['*', 'gpu and llm', 'snn or fpga'])},Europe/Berlin,{i % 24}"
+            row = (
+                f"user{i}@example.org,Name {i},{rng.choice(['*', 'gpu and llm', 'snn or fpga'])},Europe/Berlin,{i % 24}"
+            )
         lines.append(row)
     return "\n".join(lines) + "\n", bad
 
@@ -86,15 +88,19 @@ def test_csv_import_of_10k_rows_keeps_the_good_and_lists_the_bad(factory: sessio
 
 
 def test_csv_header_problems_are_reported_once(factory: sessionmaker[Session]) -> None:
-    assert import_csv(factory, Settings(), "mail,name\nx@y.z,X\n", NOW).errors[0].reason.startswith(
-        "header must name an 'email' column"
+    assert (
+        import_csv(factory, Settings(), "mail,name\nx@y.z,X\n", NOW)
+        .errors[0]
+        .reason.startswith("header must name an 'email' column")
     )
-    assert "unknown column(s) colour" in import_csv(factory, Settings(), "email,colour\nx@y.z,red\n", NOW).errors[0].reason
+    assert (
+        "unknown column(s) colour" in import_csv(factory, Settings(), "email,colour\nx@y.z,red\n", NOW).errors[0].reason
+    )
     report = import_csv(factory, Settings(), "email,name\nx@y.example,X,extra\n\n", NOW)
     assert [(e.line, e.reason) for e in report.errors] == [(2, "more cells than header columns")]
 
 
-def test_export_round_trips_through_import(factory: sessionmaker[Session], tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_export_round_trips_through_import(factory: sessionmaker[Session], tmp_path) -> None:
     from tests.conftest import ROOT
 
     import_csv(factory, Settings(), (ROOT / "config" / "subscribers.example.csv").read_text(), NOW)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import date
-from pathlib import Path
-
 import re
 import unicodedata
+from datetime import date
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +16,7 @@ from bot.ingest import ingest_bytes, ingest_file, retag_all
 from bot.store.entries import find_entry, list_entries, tag_origins_of
 from bot.tagging import TagRule, TagRules, TagRulesError, load_rules
 from tests.conftest import ROOT
-from tests.test_dump_parser import render_dump
+from tests.helpers import render_dump
 
 RULES = """
 [AI]
@@ -37,7 +36,7 @@ keywords = ["KI", "künstliche Intelligenz"]
 
 
 @pytest.fixture
-def rules(tmp_path: Path):  # type: ignore[no-untyped-def]
+def rules(tmp_path: Path):
     path = tmp_path / "tags.toml"
     path.write_text(RULES, encoding="utf-8")
     return load_rules(path)
@@ -62,7 +61,7 @@ def rules(tmp_path: Path):  # type: ignore[no-untyped-def]
         ("Artificial\nIntelligence", {"ai"}),
     ],
 )
-def test_keywords_match_whole_words_unicode_aware(rules, text: str, expected: set[str]) -> None:  # type: ignore[no-untyped-def]
+def test_keywords_match_whole_words_unicode_aware(rules, text: str, expected: set[str]) -> None:
     assert set(rules.match("", text)) == expected
 
 
@@ -84,15 +83,39 @@ def _reference_match(rules: TagRules, title: str, summary: str) -> dict[str, tup
     found: dict[str, list[str]] = {}
     for field, text in (("title", title), ("summary", summary)):
         for rule in rules.rules:
-            if text and field in rule.fields and (
-                any(has(words(text), k) for k in rule.keywords if words(k)) or any(p.search(text) for p in rule.regexes)
+            if (
+                text
+                and field in rule.fields
+                and (
+                    any(has(words(text), k) for k in rule.keywords if words(k))
+                    or any(p.search(text) for p in rule.regexes)
+                )
             ):
                 found.setdefault(rule.name, []).append(field)
     return {name: tuple(fields) for name, fields in found.items()}
 
 
 _KEYWORDS = ["AI", "GPU", "KV cache", "large language model", "MoE", "Künstliche Intelligenz", "test-time", "a"]
-_piece = st.sampled_from([*_KEYWORDS, *(k + "es" for k in _KEYWORDS), "s", "es", "said", "gpus", "kv", "cache", "Ｇ", "PU", " ", "-", "_", ",", "\n", "é"])
+_piece = st.sampled_from(
+    [
+        *_KEYWORDS,
+        *(k + "es" for k in _KEYWORDS),
+        "s",
+        "es",
+        "said",
+        "gpus",
+        "kv",
+        "cache",
+        "Ｇ",
+        "PU",
+        " ",
+        "-",
+        "_",
+        ",",
+        "\n",
+        "é",
+    ]
+)
 
 
 @settings(max_examples=300)  # cheap: no store
@@ -109,7 +132,7 @@ def test_rules_match_what_the_slow_reference_finds(title: str, summary: str, fie
     assert rules.match(title, summary) == _reference_match(rules, title, summary)
 
 
-def test_fields_restrict_where_a_rule_looks(rules) -> None:  # type: ignore[no-untyped-def]
+def test_fields_restrict_where_a_rule_looks(rules) -> None:
     assert rules.match("A KV cache", "") == {"kv": ("title",)}
     assert rules.match("", "A KV-cache") == {}
     assert rules.match("GPU", "also GPU") == {"gpu": ("title", "summary")}
@@ -136,11 +159,23 @@ def test_bad_rules_files_name_the_rule(tmp_path: Path, body: str, message: str) 
 
 def test_shipped_rules_load() -> None:
     rules = load_rules(ROOT / "config" / "tags.toml")
-    assert {"gpu", "llm", "moe", "attention", "serving", "scheduling", "compilers", "fpga", "snn", "security",
-            "simulation", "rl"} <= {r.name for r in rules.rules}
+    assert {
+        "gpu",
+        "llm",
+        "moe",
+        "attention",
+        "serving",
+        "scheduling",
+        "compilers",
+        "fpga",
+        "snn",
+        "security",
+        "simulation",
+        "rl",
+    } <= {r.name for r in rules.rules}
 
 
-def test_rule_header_and_category_tags_are_one_tag(factory: sessionmaker[Session], rules) -> None:  # type: ignore[no-untyped-def]
+def test_rule_header_and_category_tags_are_one_tag(factory: sessionmaker[Session], rules) -> None:
     text = "Filtered by: GPU × Clear all\n\n" + render_dump([("A GPU paper", ["A"], date(2026, 1, 1), "On a GPU.")])
     ingest_bytes(factory, text.encode(), name="d", rules=rules)
     with factory() as s:
@@ -163,10 +198,12 @@ def test_retag_after_rules_change(factory: sessionmaker[Session], seed_files: li
     path.write_text('[snn]\nkeywords = ["neuromorphic"]\n')
     retag_all(factory, load_rules(path))
     with factory() as s:
-        assert [e.title.split(":")[0] for e in list_entries(s, tag="snn")] == ["Non-Parametric Dual-Manifold Mapping via 8-Bit Bounded Transformation Matrices"]
+        assert [e.title.split(":")[0] for e in list_entries(s, tag="snn")] == [
+            "Non-Parametric Dual-Manifold Mapping via 8-Bit Bounded Transformation Matrices"
+        ]
 
 
-def test_rule_tags_follow_a_changed_summary(factory: sessionmaker[Session], rules) -> None:  # type: ignore[no-untyped-def]
+def test_rule_tags_follow_a_changed_summary(factory: sessionmaker[Session], rules) -> None:
     first = render_dump([("Paper", ["A"], date(2026, 1, 1), "Nothing special.")])
     second = render_dump([("Paper", ["A"], date(2026, 1, 1), "Now with an LLM.")])
     ingest_bytes(factory, first.encode(), name="1", rules=rules)

@@ -15,7 +15,9 @@ from tests.conftest import copy_aged
 from tests.seed_facts import NEW_PER_DUMP
 
 
-def test_scan_ingests_in_name_order_then_nothing(factory: sessionmaker[Session], seed_files: list[Path], dump_dir: Path) -> None:
+def test_scan_ingests_in_name_order_then_nothing(
+    factory: sessionmaker[Session], seed_files: list[Path], dump_dir: Path
+) -> None:
     for path in reversed(seed_files):  # creation order must not matter
         copy_aged(path, dump_dir)
     results = scan_folder(factory, dump_dir, quiet_seconds=5)

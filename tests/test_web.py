@@ -34,7 +34,7 @@ from bot.tagging import load_rules
 from bot.tokens import make_token, signing_key
 from bot.web import create_app
 from tests.conftest import ROOT
-from tests.test_cli import DIGESTBOT
+from tests.helpers import DIGESTBOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -101,7 +101,9 @@ def status_of(factory: sessionmaker[Session], email: str) -> SubscriberStatus:
 ONE_CLICK = {"content-type": "application/x-www-form-urlencoded"}
 
 
-def test_get_shows_a_confirm_page_and_never_unsubscribes(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+def test_get_shows_a_confirm_page_and_never_unsubscribes(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]
+) -> None:
     for _ in range(3):  # link scanners fetch more than once
         page = web.get(f"/u/{people['ada@example.org']}")
         assert page.status_code == 200
@@ -112,7 +114,9 @@ def test_get_shows_a_confirm_page_and_never_unsubscribes(web: httpx.Client, peop
     assert "default-src 'none'" in page.headers["content-security-policy"]
 
 
-def test_one_click_post_unsubscribes_only_that_subscriber(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+def test_one_click_post_unsubscribes_only_that_subscriber(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]
+) -> None:
     response = web.post(f"/u/{people['ada@example.org']}", content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK)
     assert response.status_code == 200 and "You are unsubscribed" in response.text
     assert status_of(factory, "ada@example.org") is SubscriberStatus.UNSUBSCRIBED
@@ -149,7 +153,9 @@ def test_forged_altered_and_unknown_tokens_get_the_same_404(
     assert reference.status_code == 404
     for forged in _forgeries(token):
         for method in ("GET", "POST"):
-            response = web.request(method, path.format(forged), content=b"List-Unsubscribe=One-Click&action=pause", headers=ONE_CLICK)
+            response = web.request(
+                method, path.format(forged), content=b"List-Unsubscribe=One-Click&action=pause", headers=ONE_CLICK
+            )
             assert response.status_code == 404, (forged, method)
             assert response.text == reference.text, forged
     assert web.get("/nothing/here").text == reference.text
@@ -157,7 +163,9 @@ def test_forged_altered_and_unknown_tokens_get_the_same_404(
     assert status_of(factory, "bob@example.org") is SubscriberStatus.ACTIVE
 
 
-def test_a_token_from_another_key_is_refused(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+def test_a_token_from_another_key_is_refused(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]
+) -> None:
     with factory() as session:
         ada = get_subscriber(session, "ada@example.org")
     assert ada is not None
@@ -166,7 +174,9 @@ def test_a_token_from_another_key_is_refused(web: httpx.Client, people: dict[str
     assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
 
 
-def test_manage_page_pauses_resumes_and_edits_the_filter(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+def test_manage_page_pauses_resumes_and_edits_the_filter(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]
+) -> None:
     url = f"/m/{people['ada@example.org']}"
     page = web.get(url)
     assert page.status_code == 200 and 'value="gpu"' in page.text and "Pause digests" in page.text
@@ -177,7 +187,9 @@ def test_manage_page_pauses_resumes_and_edits_the_filter(web: httpx.Client, peop
     assert web.post(url, data={"form": form, "action": "resume"}).status_code == 200
     assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
 
-    saved = web.post(url, data={"form": form, "action": "filter", "filter": "(GPU or fpga) and not  \"sparse attention\""})
+    saved = web.post(
+        url, data={"form": form, "action": "filter", "filter": '(GPU or fpga) and not  "sparse attention"'}
+    )
     assert saved.status_code == 200 and "Filter saved" in saved.text
     with factory() as session:
         ada = get_subscriber(session, "ada@example.org")
@@ -215,8 +227,11 @@ def test_a_cross_site_form_changes_nothing(
     form = form_token_of(web.get(url).text)
     for action in ("pause", "filter"):
         fields = {"action": action, "filter": "evil"} | ({} if body == "no token" else {"form": form})
-        content = ("\r\n".join(f"{k}={v}" for k, v in fields.items()) if body == "text"
-                   else "&".join(f"{k}={v}" for k, v in fields.items()))
+        content = (
+            "\r\n".join(f"{k}={v}" for k, v in fields.items())
+            if body == "text"
+            else "&".join(f"{k}={v}" for k, v in fields.items())
+        )
         sent = {"Content-Type": "application/x-www-form-urlencoded"} | headers
         response = web.post(url, content=content.encode(), headers=sent)
         assert response.status_code == 403, (headers, action, response.status_code)
@@ -224,8 +239,11 @@ def test_a_cross_site_form_changes_nothing(
     with factory() as session:
         ada = get_subscriber(session, "ada@example.org")
         assert ada is not None and ada.status is SubscriberStatus.ACTIVE and ada.filter == "gpu"
-    same = web.post(url, data={"form": form, "action": "pause"},
-                    headers={"Origin": "https://digest.example.org", "Sec-Fetch-Site": "same-origin"})
+    same = web.post(
+        url,
+        data={"form": form, "action": "pause"},
+        headers={"Origin": "https://digest.example.org", "Sec-Fetch-Site": "same-origin"},
+    )
     assert same.status_code == 200 and status_of(factory, "ada@example.org") is SubscriberStatus.PAUSED
 
 
@@ -258,10 +276,14 @@ def test_one_click_as_multipart_form_data_unsubscribes(
     web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session], boundary: str
 ) -> None:
     name = boundary.split(";")[0]
-    body = (f"--{name}\r\nContent-Disposition: form-data; name=\"List-Unsubscribe\"\r\n\r\n"
-            f"One-Click\r\n--{name}--\r\n").encode()
-    response = web.post(f"/u/{people['ada@example.org']}", content=body,
-                        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    body = (
+        f'--{name}\r\nContent-Disposition: form-data; name="List-Unsubscribe"\r\n\r\nOne-Click\r\n--{name}--\r\n'
+    ).encode()
+    response = web.post(
+        f"/u/{people['ada@example.org']}",
+        content=body,
+        headers={"Content-Type": f"multipart/form-data; boundary={boundary}"},
+    )
     assert response.status_code == 200
     assert status_of(factory, "ada@example.org") is SubscriberStatus.UNSUBSCRIBED
     assert status_of(factory, "bob@example.org") is SubscriberStatus.ACTIVE
@@ -269,7 +291,9 @@ def test_one_click_as_multipart_form_data_unsubscribes(
     assert files.status_code == 200 and status_of(factory, "bob@example.org") is SubscriberStatus.UNSUBSCRIBED
 
 
-def test_oversized_bodies_and_stuffed_forms_are_refused(web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]) -> None:
+def test_oversized_bodies_and_stuffed_forms_are_refused(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]
+) -> None:
     body = b"List-Unsubscribe=One-Click&pad=" + b"x" * 100_000
     assert web.post(f"/u/{people['ada@example.org']}", content=body, headers=ONE_CLICK).status_code == 413
     many = b"&".join(b"f%d=x" % i for i in range(30)) + b"&List-Unsubscribe=One-Click"
@@ -308,8 +332,14 @@ def test_digestbot_serve_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
         "DIGESTBOT_WEB__SIGNING_KEY": KEY,
         "DIGESTBOT_WEB__PUBLIC_URL": "https://digest.example.org",
     }
-    proc = subprocess.Popen([DIGESTBOT, "serve", "--port", str(port)], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [DIGESTBOT, "serve", "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:

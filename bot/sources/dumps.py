@@ -33,9 +33,8 @@ _COUNTS_RE = re.compile(r"^(?P<stars>[\d,]+)\s+(?P<forks>[\d,]+)$")
 _URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)
 
 
-# A 10,000-entry dump has about 45,000 blocks, and a dump of watch.max_file_bytes
-# (32 MB) about 200,000.  Past this a file is not a dump, and its entries would
-# outgrow memory.
+# About twice the blocks of a dump as big as watch.max_file_bytes allows: past
+# this a file is not a dump, and its entries would outgrow memory (README: the bound).
 MAX_BLOCKS = 400_000
 
 
@@ -44,8 +43,8 @@ class DumpFormatError(SourceFormatError):
 
 
 class _Block(NamedTuple):
-    # A NamedTuple, not a frozen dataclass: a 10k-entry dump makes 40k of
-    # these and frozen dataclasses are several times slower to construct.
+    # A NamedTuple, not a frozen dataclass: a big dump makes tens of thousands
+    # of these, and frozen dataclasses are much slower to construct.
     line: int  # 1-based line number of the block's first line
     lines: tuple[str, ...]
 
@@ -125,7 +124,7 @@ def _header_tags(block: _Block) -> tuple[str, ...] | None:
     first = block.lines[0].strip()
     if not first.casefold().startswith(_HEADER_PREFIX):
         return None
-    raw = " ".join(line.strip() for line in block.lines)[len(_HEADER_PREFIX):]
+    raw = " ".join(line.strip() for line in block.lines)[len(_HEADER_PREFIX) :]
     tags = []
     for part in raw.split(TAG_SEPARATOR):
         tag = tag_label(part)
@@ -181,7 +180,7 @@ def _repo_meta(title: str, meta: _Block, name: str) -> tuple[date, dict[str, str
             extra["stars"] = counts["stars"].replace(",", "")
             extra["forks"] = counts["forks"].replace(",", "")
         elif text.casefold().split(" ")[0] == title.casefold():
-            language = text[len(title):].strip()
+            language = text[len(title) :].strip()
             if language:
                 extra.setdefault("language", language)
         else:
@@ -196,12 +195,16 @@ def _entry(blocks: _Lookahead, name: str) -> ParsedEntry:
         raise DumpFormatError(
             name, title_block.line, f"expected an entry title, found link label {quoted(title_block.lines[0])}"
         )
-    title = title_block.lines[0].strip() if len(title_block.lines) == 1 else " ".join(
-        line.strip() for line in title_block.lines
+    title = (
+        title_block.lines[0].strip()
+        if len(title_block.lines) == 1
+        else " ".join(line.strip() for line in title_block.lines)
     )
     if blocks.peek() is None:
         raise DumpFormatError(
-            name, title_block.line, f"entry {quoted(title)} is truncated: expected '<authors> YYYY-MM-DD' after the title"
+            name,
+            title_block.line,
+            f"entry {quoted(title)} is truncated: expected '<authors> YYYY-MM-DD' after the title",
         )
     meta = blocks.take()
     if is_repo_name(title) and _REPO_META_RE.match(meta.lines[0]):

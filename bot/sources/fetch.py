@@ -38,7 +38,10 @@ def fetch(
     max_bytes: int,
     client: httpx.Client | None = None,
 ) -> Fetched:
-    headers = {"User-Agent": USER_AGENT, "Accept": "application/rss+xml, application/atom+xml, application/feed+json, application/xml;q=0.9, */*;q=0.5"}
+    headers = {
+        "User-Agent": USER_AGENT,
+        "Accept": "application/rss+xml, application/atom+xml, application/feed+json, application/xml;q=0.9, */*;q=0.5",
+    }
     if etag:
         headers["If-None-Match"] = etag
     if last_modified:

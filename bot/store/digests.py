@@ -8,34 +8,17 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Text, and_, bindparam, case, delete, exists, func, or_, select, type_coerce, update
+from sqlalchemy import CursorResult, Text, and_, bindparam, case, delete, exists, func, or_, select, type_coerce, update
 from sqlalchemy.orm import Session, aliased
 
-from bot.domain import DigestContent, DigestItem, EntryKind
+from bot.domain import DigestContent, DigestItem, DigestKind, DigestState, EntryKind
 from bot.store.entries import CHUNK, allocate_ids, bulk_insert, chunks
 from bot.store.schema import Appearance, Digest, Entry, LedgerEntry, UTCDateTime
-from bot.store.subscribers import _view as subscriber_view
 from bot.store.schema import Subscriber as SubscriberRow
-
-
-class DigestState(StrEnum):
-    QUEUED = "queued"
-    SENDING = "sending"
-    SENT = "sent"
-    RETRY_WAIT = "retry_wait"
-    FAILED = "failed"
-    EMPTY = "empty"  # nothing matched that day (and empty digests are not sent)
-    CANCELLED = "cancelled"  # the subscriber left before it went out; entries released
-
-
-class DigestKind(StrEnum):
-    SCHEDULED = "scheduled"
-    MANUAL = "manual"
-    RESEND = "resend"
+from bot.store.subscribers import _view as subscriber_view
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +32,13 @@ class Planned:
 
 def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
     """Entries already carried (or being carried) by a digest to this subscriber."""
-    return set(session.scalars(
-        select(LedgerEntry.entry_id).join(Digest, Digest.id == LedgerEntry.digest_id).where(Digest.subscriber_id == subscriber_id)
-    ))
+    return set(
+        session.scalars(
+            select(LedgerEntry.entry_id)
+            .join(Digest, Digest.id == LedgerEntry.digest_id)
+            .where(Digest.subscriber_id == subscriber_id)
+        )
+    )
 
 
 def claimed_from(session: Session, subscriber_ids: Sequence[int], entry_ids: Sequence[int]) -> dict[int, set[int]]:
@@ -117,7 +104,10 @@ class _BodyKeys:
     def body(self, entries: Sequence[Planned]) -> str:
         same = tuple(map(id, entries))
         if same not in self.known:  # the entries are kept in the value, so their ids stay theirs
-            self.known[same] = body_key((p.entry_id, p.summary_source_id, p.why, p.tags, p.url) for p in entries), entries
+            self.known[same] = (
+                body_key((p.entry_id, p.summary_source_id, p.why, p.tags, p.url) for p in entries),
+                entries,
+            )
         return self.known[same][0]
 
 
@@ -128,23 +118,46 @@ def insert_digests(
     *message_id* makes each Message-ID from the digest's new id."""
     ids = list(allocate_ids(session, Digest.__table__, len(digests)))
     keys = _BodyKeys()
-    bulk_insert(session, Digest.__table__, [
-        {
-            "id": digest_id, "subscriber_id": d.subscriber_id, "local_date": d.local_date, "kind": d.kind.value,
-            "resend_of_id": None, "state": d.state.value, "attempts": 0, "next_attempt_at": now, "lease_owner": None,
-            "lease_expires_at": None, "message_id": message_id(digest_id, d) if d.state is not DigestState.EMPTY else "",
-            "entry_count": len(d.entries), "pending_count": d.pending, "smtp_code": None, "last_error": None,
-            "planned_at": now, "sent_at": None, "body_key": keys.body(d.entries) if d.entries else None,
-        }
-        for digest_id, d in zip(ids, digests, strict=True)
-    ])
+    bulk_insert(
+        session,
+        Digest.__table__,
+        [
+            {
+                "id": digest_id,
+                "subscriber_id": d.subscriber_id,
+                "local_date": d.local_date,
+                "kind": d.kind.value,
+                "resend_of_id": None,
+                "state": d.state.value,
+                "attempts": 0,
+                "next_attempt_at": now,
+                "lease_owner": None,
+                "lease_expires_at": None,
+                "message_id": message_id(digest_id, d) if d.state is not DigestState.EMPTY else "",
+                "entry_count": len(d.entries),
+                "pending_count": d.pending,
+                "smtp_code": None,
+                "last_error": None,
+                "planned_at": now,
+                "sent_at": None,
+                "body_key": keys.body(d.entries) if d.entries else None,
+            }
+            for digest_id, d in zip(ids, digests, strict=True)
+        ],
+    )
     # Built and written a chunk at a time: a batch of 1,000 subscribers has ~30,000
     # rows, and as dicts at once they were the planner's peak memory.
     ledger = (
         {
-            "subscriber_id": d.subscriber_id, "entry_id": p.entry_id, "digest_id": digest_id, "position": n,
+            "subscriber_id": d.subscriber_id,
+            "entry_id": p.entry_id,
+            "digest_id": digest_id,
+            "position": n,
             # The same tuple for every subscriber of a filter: encoded to JSON once (bulk_insert).
-            "summary_source_id": p.summary_source_id, "why": p.why, "tags": p.tags, "url": p.url,
+            "summary_source_id": p.summary_source_id,
+            "why": p.why,
+            "tags": p.tags,
+            "url": p.url,
         }
         for digest_id, d in zip(ids, digests, strict=True)
         for n, p in enumerate(d.entries)
@@ -234,9 +247,11 @@ def expire_leases(session: Session, now: datetime) -> int:
     """End every lease at once (the digests in ``sending`` become due again).
     Only for a worker that knows it is the only one: on SQLite, after a crash."""
     result = session.execute(
-        update(Digest).where(Digest.state == DigestState.SENDING.value).values(lease_expires_at=now - timedelta(seconds=1))
+        update(Digest)
+        .where(Digest.state == DigestState.SENDING.value)
+        .values(lease_expires_at=now - timedelta(seconds=1))
     )
-    return int(result.rowcount or 0)
+    return int(cast(CursorResult[Any], result).rowcount or 0)
 
 
 def _due_queries(now: datetime) -> list[Any]:
@@ -332,9 +347,9 @@ def _row(d: Digest, email: str) -> DigestRow:
 
 def get_digest(session: Session, digest_id: int) -> DigestRow | None:
     found = session.execute(
-        select(Digest, SubscriberRow.email).join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id).where(
-            Digest.id == digest_id
-        )
+        select(Digest, SubscriberRow.email)
+        .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
+        .where(Digest.id == digest_id)
     ).first()
     return _row(*found) if found else None
 
@@ -378,8 +393,19 @@ def digest_content(session: Session, digest_id: int) -> DigestContent:
 
 
 _ENTRY_COLUMNS = (
-    Entry.id, Entry.updated_at, Entry.key, Entry.kind, Entry.title, Entry.authors, Entry.published, Entry.summary,
-    Entry.summary_type, Entry.arxiv_id, Entry.doi, Entry.links, Entry.extra,
+    Entry.id,
+    Entry.updated_at,
+    Entry.key,
+    Entry.kind,
+    Entry.title,
+    Entry.authors,
+    Entry.published,
+    Entry.summary,
+    Entry.summary_type,
+    Entry.arxiv_id,
+    Entry.doi,
+    Entry.links,
+    Entry.extra,
 )
 
 
@@ -423,7 +449,9 @@ class ContentCache:
             for entry in session.execute(select(*_ENTRY_COLUMNS).where(Entry.id.in_(part))):
                 self.entries[entry.id] = (entry.updated_at, entry)
             for entry_id, source_id, summary in session.execute(
-                select(Appearance.entry_id, Appearance.source_id, Appearance.summary).where(Appearance.entry_id.in_(part))
+                select(Appearance.entry_id, Appearance.source_id, Appearance.summary).where(
+                    Appearance.entry_id.in_(part)
+                )
             ):
                 if summary is None:  # NULL: the entry's current summary
                     self.pinned.pop((entry_id, source_id), None)
@@ -464,11 +492,18 @@ def digest_contents(
     One ``DigestItem`` object per distinct item, shared by the digests carrying it
     (and by later batches, through *cache*)."""
     cache = cache if cache is not None else ContentCache()
-    heads = []
+    heads: list[Any] = []
     for part in chunks(list(digest_ids)):
         heads += session.execute(
-            select(Digest.id.label("digest_id"), Digest.kind, Digest.local_date, Digest.resend_of_id,
-                   Digest.pending_count, Digest.body_key, *SubscriberRow.__table__.c)
+            select(
+                Digest.id.label("digest_id"),
+                Digest.kind,
+                Digest.local_date,
+                Digest.resend_of_id,
+                Digest.pending_count,
+                Digest.body_key,
+                *SubscriberRow.__table__.c,
+            )
             .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
             .where(Digest.id.in_(part))
         ).all()
@@ -487,8 +522,14 @@ def digest_contents(
     rows: dict[int, list[LedgerRow]] = {}
     for part in chunks(sorted(unread)):
         found = session.execute(
-            select(LedgerEntry.digest_id, LedgerEntry.entry_id, LedgerEntry.summary_source_id, LedgerEntry.why,
-                   type_coerce(LedgerEntry.tags, Text), LedgerEntry.url)
+            select(
+                LedgerEntry.digest_id,
+                LedgerEntry.entry_id,
+                LedgerEntry.summary_source_id,
+                LedgerEntry.why,
+                type_coerce(LedgerEntry.tags, Text),
+                LedgerEntry.url,
+            )
             .where(LedgerEntry.digest_id.in_(part))
             .order_by(LedgerEntry.digest_id, LedgerEntry.position)
         )
@@ -505,7 +546,7 @@ def digest_contents(
             digest_id=head.digest_id,
             kind=head.kind,
             local_date=head.local_date,
-            subscriber=subscriber_view(head),  # type: ignore[arg-type]
+            subscriber=subscriber_view(head),
             items=tuple(map(cache.item, rows.get(source_of[head.digest_id], ()))),
             pending=head.pending_count,
             resend_of=head.resend_of_id,
@@ -570,8 +611,15 @@ def finish_many(session: Session, outcomes: Sequence[Finished], *, worker: str, 
         query = query.with_for_update()
     held = set(session.scalars(query))
     rows = [
-        {"digest_id": o.digest_id, "worker": worker, "state": o.state.value, "code": o.code, "error": o.error,
-         "sent_at": now if o.state is DigestState.SENT else None, "retry_at": o.retry_at}
+        {
+            "digest_id": o.digest_id,
+            "worker": worker,
+            "state": o.state.value,
+            "code": o.code,
+            "error": o.error,
+            "sent_at": now if o.state is DigestState.SENT else None,
+            "retry_at": o.retry_at,
+        }
         for o in outcomes
         if o.digest_id in held
     ]
@@ -643,21 +691,27 @@ def _resends_of(original: Any, states: Sequence[str]) -> Any:
 
 def failed_without_resend(session: Session) -> list[int]:
     """Failed digests (resends aside) that no resend has delivered or is delivering."""
-    return list(session.scalars(
-        select(Digest.id).where(
-            Digest.state == DigestState.FAILED.value,
-            Digest.kind != DigestKind.RESEND.value,
-            ~_resends_of(Digest, RESEND_DELIVERED + RESEND_PENDING),
-        ).order_by(Digest.id)
-    ))
+    return list(
+        session.scalars(
+            select(Digest.id)
+            .where(
+                Digest.state == DigestState.FAILED.value,
+                Digest.kind != DigestKind.RESEND.value,
+                ~_resends_of(Digest, RESEND_DELIVERED + RESEND_PENDING),
+            )
+            .order_by(Digest.id)
+        )
+    )
 
 
 def pending_resend_of(session: Session, digest_id: int) -> int | None:
     """A resend of *digest_id* that is still on its way, if there is one."""
     return session.scalar(
-        select(Digest.id).where(
+        select(Digest.id)
+        .where(
             Digest.resend_of_id == digest_id, Digest.kind == DigestKind.RESEND.value, Digest.state.in_(RESEND_PENDING)
-        ).limit(1)
+        )
+        .limit(1)
     )
 
 
@@ -672,8 +726,10 @@ def stats_by_day(session: Session) -> list[tuple[date, dict[str, int]]]:
     as pending (``retry_wait``); resends themselves are counted apart, as ``resent``."""
     state = case(
         (and_(Digest.state == DigestState.FAILED.value, _resends_of(Digest, RESEND_DELIVERED)), DigestState.SENT.value),
-        (and_(Digest.state == DigestState.FAILED.value, _resends_of(Digest, RESEND_PENDING)),
-         DigestState.RETRY_WAIT.value),
+        (
+            and_(Digest.state == DigestState.FAILED.value, _resends_of(Digest, RESEND_PENDING)),
+            DigestState.RETRY_WAIT.value,
+        ),
         else_=Digest.state,
     )
     kind = case((Digest.kind == DigestKind.RESEND.value, "resent"), else_=state)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
@@ -20,8 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
 
-# Alembic is imported inside the functions below: it costs a third of the
-# CLI's start-up time and most commands never migrate.
+# Alembic is imported inside the functions below: importing it is a large part of
+# the CLI's start-up, and most commands never migrate.
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 
@@ -34,7 +33,7 @@ def make_engine(url: str, *, busy_timeout_ms: int = 5000, sqlite_cache_mb: int =
     engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000})
 
     @event.listens_for(engine, "connect")
-    def _sqlite_pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+    def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
         # pysqlite's own BEGIN handling defers locks; we issue BEGIN ourselves
         # (below) so a writer takes the lock up front instead of failing later.
         dbapi_conn.isolation_level = None
@@ -43,15 +42,15 @@ def make_engine(url: str, *, busy_timeout_ms: int = 5000, sqlite_cache_mb: int =
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        # The 2 MB default page cache makes index inserts into a large store
-        # go to the OS for every page; 64 MB keeps the hot index levels.  It
-        # is per connection and counts in the process's memory.
+        # SQLite's small default page cache makes index inserts into a large
+        # store go to the OS for every page; database.sqlite_cache_mb keeps the
+        # hot index levels.  It is per connection and counts in the process's memory.
         cursor.execute(f"PRAGMA cache_size=-{int(sqlite_cache_mb) * 1024}")
         cursor.execute("PRAGMA temp_store=MEMORY")
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _sqlite_begin(conn):  # type: ignore[no-untyped-def]
+    def _sqlite_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
@@ -83,8 +82,8 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 
 # The newest migration.  Every CLI command compares the database with it, and
-# asking Alembic would import it: about a fifth of a command's time.  A test keeps it
-# equal to what Alembic finds (head_revision).
+# asking Alembic would import it (see above).  A test keeps it equal to what
+# Alembic finds (head_revision).
 HEAD_REVISION = "0008"
 
 

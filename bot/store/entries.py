@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Select, bindparam, delete, func, literal, or_, select, text, update
+from sqlalchemy import bindparam, delete, func, literal, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -58,9 +58,10 @@ def bulk_insert(session: Session, table: Any, rows: list[dict[str, Any]], *, ign
         values = [row[name] for row in rows]
         processor = processors.get(name)
         if processor is not None:
-            values = _processed(processor, values)
+            values = _processed(cast(Callable[[Any], Any], processor), values)
         columns.append(values)
-    params: list[Any] = list(zip(*columns)) if compiled.positional else [dict(zip(names, r)) for r in zip(*columns)]
+    tuples = zip(*columns, strict=True)
+    params: list[Any] = list(tuples) if compiled.positional else [dict(zip(names, r, strict=True)) for r in tuples]
     connection.exec_driver_sql(str(compiled), params)
 
 
@@ -85,9 +86,7 @@ def allocate_ids(session: Session, table: Any, count: int) -> range | list[int]:
     if connection.dialect.name == "postgresql":
         sequence = f"{table.name}_id_seq"
         return list(
-            connection.execute(
-                select(func.nextval(sequence)).select_from(func.generate_series(1, count))
-            ).scalars()
+            connection.execute(select(func.nextval(sequence)).select_from(func.generate_series(1, count))).scalars()
         )
     start = connection.execute(select(func.coalesce(func.max(table.c.id), 0))).scalar_one()
     return range(start + 1, start + 1 + count)
@@ -321,8 +320,8 @@ def upsert_source_entries(
 
     created = [r for r in ordered if r.created]
     if created:
-        # Ids are allocated up front so a plain executemany can insert (several
-        # times faster than INSERT ... RETURNING for 10k rows).
+        # Ids are allocated up front so a plain executemany can insert: much
+        # cheaper than INSERT ... RETURNING for a dump's rows.
         for row, new_id in zip(created, allocate_ids(session, Entry.__table__, len(created)), strict=True):
             row.id = new_id
         bulk_insert(
@@ -382,7 +381,9 @@ def upsert_source_entries(
     if replaced:
         table = Appearance.__table__
         session.connection().execute(
-            update(table).where(table.c.entry_id == bindparam("eid"), table.c.summary.is_(None)).values(summary=bindparam("old")),
+            update(table)
+            .where(table.c.entry_id == bindparam("eid"), table.c.summary.is_(None))
+            .values(summary=bindparam("old")),
             replaced,
         )
     insert_ignoring_conflicts(
@@ -404,7 +405,7 @@ def upsert_source_entries(
         retext = [r for r in ordered if r.created or r.dirty]
         set_rule_tags(
             session,
-            {r.id: rules.match(r.title, match_text(r.summary, r.extra)) for r in retext},  # type: ignore[misc]
+            {r.id: rules.match(r.title, match_text(r.summary, r.extra)) for r in retext},  # type: ignore[misc]  # ids are set once new rows are inserted
             replace=any(not r.created for r in retext),
         )
     return UpsertCounts(entries=len(ordered), new=len(created), updated=len(changed))
@@ -423,8 +424,8 @@ def refresh_statistics(session: Session, new_entries: int) -> bool:
     The identity look-ups are planned from those statistics.  Autovacuum refreshes
     them only a minute or more after a tenth of a table changed, so dumps ingested
     back to back (a first import of a long history, a backlog after downtime) were
-    planned as sequential scans of the whole table, one per 900 keys: ingest cost
-    grew with the store (20,000 entries into 60,000 took 30 s instead of 4).
+    planned as sequential scans of the whole table, one per 900 keys, and ingest
+    cost grew with the store (bench/README.md, ingest).
     SQLite plans from its indexes alone and needs none of this.
     """
     if new_entries <= 0 or session.get_bind().dialect.name != "postgresql":
@@ -436,7 +437,9 @@ def refresh_statistics(session: Session, new_entries: int) -> bool:
         return False
     # Only the columns queries select on: statistics of the summaries and JSON
     # columns would cost most of the time and plan nothing.
-    entries = ", ".join(c.name for c in (Entry.id, Entry.key, Entry.title_hash, Entry.arxiv_id, Entry.doi, Entry.first_seen_at))
+    entries = ", ".join(
+        c.name for c in (Entry.id, Entry.key, Entry.title_hash, Entry.arxiv_id, Entry.doi, Entry.first_seen_at)
+    )
     session.execute(text(f"ANALYZE {Entry.__tablename__} ({entries})"))
     session.execute(text(f"ANALYZE {Appearance.__tablename__}"))
     session.execute(text(f"ANALYZE {EntryTag.__tablename__}"))
@@ -450,9 +453,9 @@ def _attach_source_tags(session: Session, source_id: int, rows: list[_Row], head
     for name in {label.casefold() for label in header_tags}:
         # A header tag goes to every entry of the source: one INSERT ... SELECT
         # over its appearances, run inside the database, not 10k Python rows.
-        rows_of_source = select(
-            Appearance.entry_id, literal(tag_ids[name]), literal(TagOrigin.HEADER.value)
-        ).where(Appearance.source_id == source_id)
+        rows_of_source = select(Appearance.entry_id, literal(tag_ids[name]), literal(TagOrigin.HEADER.value)).where(
+            Appearance.source_id == source_id
+        )
         session.execute(
             build(EntryTag)
             .from_select([EntryTag.entry_id, EntryTag.tag_id, EntryTag.origin], rows_of_source)
@@ -492,7 +495,10 @@ def set_rule_tags(session: Session, tags: dict[int, Iterable[str]], *, replace: 
 def entry_texts(session: Session, *, after_id: int = 0, limit: int = 5000) -> list[tuple[int, str, str]]:
     """(id, title, match text) of entries with id > *after_id*, in id order: for re-tagging in batches."""
     rows = session.execute(
-        select(Entry.id, Entry.title, Entry.summary, Entry.extra).where(Entry.id > after_id).order_by(Entry.id).limit(limit)
+        select(Entry.id, Entry.title, Entry.summary, Entry.extra)
+        .where(Entry.id > after_id)
+        .order_by(Entry.id)
+        .limit(limit)
     )
     return [(i, title, match_text(summary, extra)) for i, title, summary, extra in rows]
 
@@ -558,7 +564,7 @@ def list_entries(
 ) -> list[EntryView]:
     """Entries newest first; *tag* matches any origin, case-insensitively;
     *since* compares with the moment the store first saw the entry."""
-    query: Select[tuple[Entry]] = select(Entry)
+    query = select(Entry)
     if tag is not None:
         query = query.where(
             Entry.id.in_(

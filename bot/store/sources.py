@@ -79,7 +79,7 @@ def set_counts(session: Session, source_id: int, *, entries: int, new: int, upda
 
 def seen_stamps(session: Session, stamps: Iterable[FileStamp]) -> set[FileStamp]:
     """Which of *stamps* (path, size, mtime) already have a source row, any status."""
-    wanted = {(path_text(s.path), s.size, s.mtime_ns): s for s in stamps}
+    wanted: dict[tuple[str, int, int | None], FileStamp] = {(path_text(s.path), s.size, s.mtime_ns): s for s in stamps}
     seen: set[FileStamp] = set()
     paths = sorted({p for p, _, _ in wanted})
     for part in chunks(paths):
@@ -87,7 +87,7 @@ def seen_stamps(session: Session, stamps: Iterable[FileStamp]) -> set[FileStamp]
             select(Source.path, Source.size, Source.mtime_ns).where(Source.origin == "file", Source.path.in_(part))
         )
         for row in rows:
-            stamp = wanted.get(tuple(row))
+            stamp = wanted.get((row.path, row.size, row.mtime_ns))
             if stamp is not None:
                 seen.add(stamp)
     return seen

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import cast
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
@@ -72,7 +73,8 @@ def watermarks(session: Session, subscriber_ids: Iterable[int]) -> dict[int, tup
         query = select(SubscriberRow.id, SubscriberRow.planned_through, SubscriberRow.planned_key).where(
             SubscriberRow.id.in_(part), SubscriberRow.planned_through.is_not(None)
         )
-        found.update((i, (through, key)) for i, through, key in session.execute(query))
+        # planned_through is not NULL by the query, and planned_key is written with it.
+        found.update((i, cast(tuple[datetime, str], (through, key))) for i, through, key in session.execute(query))
     return found
 
 
@@ -165,4 +167,3 @@ def set_status(session: Session, subscriber_id: int, status: SubscriberStatus, n
 def purge_subscriber(session: Session, subscriber_id: int) -> None:
     """Delete the row and everything that refers to it (privacy requests)."""
     session.execute(delete(SubscriberRow).where(SubscriberRow.id == subscriber_id))
-

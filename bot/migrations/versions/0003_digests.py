@@ -64,8 +64,12 @@ def upgrade() -> None:
         sa.Column("why", sa.Text(), nullable=False),
         sa.Column("tags", sa.JSON(), nullable=False),
         sa.Column("url", sa.Text(), nullable=False),
-        sa.ForeignKeyConstraint(["digest_id"], ["digests.id"], name=op.f("fk_ledger_digest_id_digests"), ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["entry_id"], ["entries.id"], name=op.f("fk_ledger_entry_id_entries"), ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["digest_id"], ["digests.id"], name=op.f("fk_ledger_digest_id_digests"), ondelete="CASCADE"
+        ),
+        sa.ForeignKeyConstraint(
+            ["entry_id"], ["entries.id"], name=op.f("fk_ledger_entry_id_entries"), ondelete="CASCADE"
+        ),
         sa.ForeignKeyConstraint(
             ["subscriber_id"], ["subscribers.id"], name=op.f("fk_ledger_subscriber_id_subscribers"), ondelete="CASCADE"
         ),
@@ -83,7 +87,11 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_ledger_digest_id"))
     op.drop_table("ledger")
     with op.batch_alter_table("digests", schema=None) as batch_op:
-        batch_op.drop_index("uq_digests_scheduled_day", sqlite_where=sa.text("kind = 'scheduled'"), postgresql_where=sa.text("kind = 'scheduled'"))
+        batch_op.drop_index(
+            "uq_digests_scheduled_day",
+            sqlite_where=sa.text("kind = 'scheduled'"),
+            postgresql_where=sa.text("kind = 'scheduled'"),
+        )
         batch_op.drop_index(batch_op.f("ix_digests_subscriber_id"))
         batch_op.drop_index("ix_digests_due")
     op.drop_table("digests")

@@ -21,19 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.helpers import dump_text  # noqa: E402
-
-PROBE = """
-import json, resource, sys
-from pathlib import Path
-from bot.ingest import ingest_file
-from bot.store.engine import make_engine, sessions, upgrade
-engine = make_engine("sqlite:///" + sys.argv[2]); upgrade(engine)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-result = ingest_file(sessions(engine), Path(sys.argv[1]), max_bytes=40_000_000)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"growth": (after - before) * 1024, "entries": result.entries, "status": str(result.status)}))
-"""
+from tests.helpers import INGEST_MEMORY_PROBE, dump_text  # noqa: E402
 
 
 def shapes(scale: float) -> dict[str, Callable[[], bytes]]:
@@ -61,7 +49,7 @@ def main() -> None:
             dump.write_bytes(make())
             size = dump.stat().st_size
             proc = subprocess.run(
-                [sys.executable, "-c", PROBE, str(dump), str(Path(folder) / "s.sqlite3")],
+                [sys.executable, "-c", INGEST_MEMORY_PROBE, str(dump), str(Path(folder) / "s.sqlite3")],
                 capture_output=True,
                 text=True,
                 cwd=root,

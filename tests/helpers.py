@@ -227,3 +227,18 @@ def queue_digests(factory: sessionmaker[Session], count: int, *, first: int = 0)
                 for did, sid in zip(digest_ids, sub_ids, strict=True)
             ],
         )
+
+
+# Run with `python -c` and (dump path, SQLite path): ingests the file into a fresh store and
+# prints how far the process's peak RSS grew, as JSON (tests and bench/memory.py).
+INGEST_MEMORY_PROBE = """
+import json, resource, sys
+from pathlib import Path
+from bot.ingest import ingest_file
+from bot.store.engine import make_engine, sessions, upgrade
+engine = make_engine("sqlite:///" + sys.argv[2]); upgrade(engine)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = ingest_file(sessions(engine), Path(sys.argv[1]), max_bytes=40_000_000)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"growth": (after - before) * 1024, "entries": result.entries, "status": str(result.status)}))
+"""

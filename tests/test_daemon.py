@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +26,28 @@ from tests.helpers import DIGESTBOT, dump_of_size
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 MB = 1_000_000
+
+
+async def timed_with_heartbeat(work: Callable[[], Awaitable[None]]) -> tuple[float, float]:
+    """(seconds *work* took, the longest the event loop went without a 10 ms heartbeat)."""
+    loop = asyncio.get_running_loop()
+    gaps: list[float] = []
+    busy = True
+
+    async def beat() -> None:
+        last = loop.time()
+        while busy:
+            await asyncio.sleep(0.01)
+            gaps.append(loop.time() - last)
+            last = loop.time()
+
+    beating = asyncio.ensure_future(beat())
+    start = loop.time()
+    await work()
+    spent = loop.time() - start
+    busy = False
+    await beating
+    return spent, max(gaps)
 
 
 def big_dumps(folder: Path, count: int, size: int) -> None:
@@ -50,31 +73,14 @@ def test_the_loop_keeps_beating_while_a_big_dump_is_ingested(
         }
     )
 
-    async def run() -> tuple[float, float]:
+    async def work() -> None:
         daemon = Daemon(factory, settings, RULES, engine=engine, deliver_jobs=False)
         assert daemon.leadership.try_acquire()
-        loop = asyncio.get_running_loop()
-        gaps: list[float] = []
-        busy = True
-
-        async def beat() -> None:
-            last = loop.time()
-            while busy:
-                await asyncio.sleep(0.01)
-                gaps.append(loop.time() - last)
-                last = loop.time()
-
-        beating = asyncio.ensure_future(beat())
-        start = loop.time()
         await daemon.watch()
         await daemon.plan()
-        spent = loop.time() - start
-        busy = False
-        await beating
         daemon.leadership.release()
-        return spent, max(gaps)
 
-    spent, longest_gap = asyncio.run(run())
+    spent, longest_gap = asyncio.run(timed_with_heartbeat(work))
     with factory() as session:
         assert [s.status.value for s in list_sources(session)] == ["ingested"]
     assert spent > 0.5  # the work was long enough to matter...
@@ -140,24 +146,8 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
         ingest_bytes(factory, dump_of_size(MB // 4), name="d.txt", now=day, rules=RULES)
         plan(factory, settings, RULES, now=day, all_due=True)
 
-        async def run() -> float:
-            loop = asyncio.get_running_loop()
-            gaps: list[float] = []
-            busy = True
+        async def work() -> None:
+            assert (await deliver_now(factory, settings, clock=lambda: day)).sent == 400
 
-            async def beat() -> None:
-                last = loop.time()
-                while busy:
-                    await asyncio.sleep(0.01)
-                    gaps.append(loop.time() - last)
-                    last = loop.time()
-
-            beating = asyncio.ensure_future(beat())
-            report = await deliver_now(factory, settings, clock=lambda: day)
-            busy = False
-            await beating
-            assert report.sent == 400
-            return max(gaps)
-
-        longest_gap = asyncio.run(run())
+        _, longest_gap = asyncio.run(timed_with_heartbeat(work))
     assert longest_gap < 1.0, longest_gap  # built on the loop, a batch held it for seconds

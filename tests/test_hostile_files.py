@@ -27,7 +27,7 @@ from bot.sources.errors import SourceFormatError
 from bot.store.sources import list_sources
 from bot.watcher import expand, scan_folder
 from tests.conftest import ROOT, copy_aged
-from tests.helpers import dump_of_size
+from tests.helpers import INGEST_MEMORY_PROBE, dump_of_size
 
 SEEDS = sorted((ROOT / "seeds").glob("*.txt"))
 SEED = SEEDS[0]
@@ -157,18 +157,6 @@ def test_html_to_text_is_linear_on_unclosed_tags() -> None:
 
 # --- bounded memory ------------------------------------------------------------------
 
-MEMORY_PROBE = """
-import json, resource, sys
-from pathlib import Path
-from bot.ingest import ingest_file
-from bot.store.engine import make_engine, sessions, upgrade
-engine = make_engine("sqlite:///" + sys.argv[2]); upgrade(engine)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-result = ingest_file(sessions(engine), Path(sys.argv[1]), max_bytes=40_000_000)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"growth": (after - before) * 1024, "entries": result.entries, "status": str(result.status)}))
-"""
-
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", ["blank blocks", "one huge summary", "tiny entries", "normal"])
@@ -185,7 +173,7 @@ def test_peak_memory_is_bounded_by_size_and_entries(tmp_path: Path, shape: str) 
     dump = tmp_path / "dump.txt"
     dump.write_bytes(data)
     proc = subprocess.run(
-        [sys.executable, "-c", MEMORY_PROBE, str(dump), str(tmp_path / "s.sqlite3")],
+        [sys.executable, "-c", INGEST_MEMORY_PROBE, str(dump), str(tmp_path / "s.sqlite3")],
         capture_output=True,
         text=True,
         timeout=300,

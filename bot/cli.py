@@ -58,7 +58,7 @@ out = Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
 # soft_wrap: an error stays one line, whatever the terminal width.
 err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
-EXIT_OK, EXIT_INPUT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INPUT_FAILED, EXIT_USAGE = 1, 2  # and 0 for success
 
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object per line instead of a table.")]
 

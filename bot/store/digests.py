@@ -628,21 +628,6 @@ def finish_many(session: Session, outcomes: Sequence[Finished], *, worker: str, 
     return held
 
 
-def finish(
-    session: Session,
-    digest_id: int,
-    *,
-    worker: str,
-    state: DigestState,
-    now: datetime,
-    code: int | None,
-    error: str | None,
-    retry_at: datetime | None = None,
-) -> bool:
-    """Record an attempt's outcome if *worker* still holds the lease; False if it lost it."""
-    return bool(finish_many(session, [Finished(digest_id, state, code, error, retry_at)], worker=worker, now=now))
-
-
 def release_entries(session: Session, digest_id: int) -> None:
     """Give a cancelled digest's entries back, so a later digest can carry them
     (and drop the subscriber's planner watermark: those entries are behind it).

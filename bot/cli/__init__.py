@@ -1,0 +1,37 @@
+"""Admin CLI: a thin shell over the service functions (ingest, watcher, store), one
+module per command group, the shared shell in ``shell``.
+
+Exit codes: 0 ok, 1 some input failed (or a looked-up item is missing),
+2 usage or configuration error.  Every list/show command takes ``--json`` and
+then prints one JSON object per line with snake_case keys.  Never holds
+business logic of its own: anything a command does, the scheduler can call.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bot.cli import digest_commands, tag_commands  # noqa: F401 - their commands register on the app
+from bot.cli.admin import config_app, db_app
+from bot.cli.ingest_commands import dumps_app, entries_app, feeds_app
+from bot.cli.shell import EXIT_USAGE, app, err
+from bot.cli.subscriber_commands import subscribers_app
+from bot.cli.tag_commands import tags_app
+from bot.text import is_utf8_name
+
+app.add_typer(dumps_app, name="dumps")
+app.add_typer(entries_app, name="entries")
+app.add_typer(feeds_app, name="feeds")
+app.add_typer(db_app, name="db")
+app.add_typer(config_app, name="config")
+app.add_typer(subscribers_app, name="subscribers")
+app.add_typer(tags_app, name="tags")
+
+
+def main() -> None:
+    for position, argument in enumerate(sys.argv[1:], start=1):
+        if not is_utf8_name(argument):  # the shell passed bytes that are not UTF-8
+            shown = argument.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            err.print(f"error: argument {position} is not valid UTF-8: {shown!r}", markup=False)
+            raise SystemExit(EXIT_USAGE)
+    app()

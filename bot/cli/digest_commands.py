@@ -1,0 +1,306 @@
+"""CLI commands that preview, plan, send and report digests: ``preview``, ``run``,
+``scheduler``, ``worker``, ``serve``, ``send-now``, ``resend``, ``history``, ``stats``, ``demo``.  Thin shells over
+the planner, the delivery loop and the daemon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from bot.cli.shell import (
+    EXIT_INPUT_FAILED,
+    EXIT_USAGE,
+    Context,
+    JsonOption,
+    app,
+    ctx_of,
+    digest_json,
+    digest_table,
+    err,
+    fail,
+    find_subscriber,
+    now,
+    out,
+    parse_date,
+    print_candidates,
+    print_json_lines,
+    progress_bar,
+    report_ingest,
+)
+from bot.domain import DigestState, SourceStatus
+
+
+@app.command("preview")
+def preview(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    date_: Annotated[
+        str | None, typer.Option("--date", help="As of this day's send time (YYYY-MM-DD; default: now).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What EMAIL's next digest would contain and why; sends and records nothing."""
+    from bot.select import local_send_time, select_for
+    from bot.store.digests import claimed_entry_ids
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    subscriber = find_subscriber(factory, email)
+    day = parse_date(date_, "--date")
+    as_of = local_send_time(subscriber, day) if day else now()
+    with factory() as session:
+        found = select_for(session, subscriber, c.rules, as_of=as_of, exclude=claimed_entry_ids(session, subscriber.id))
+    label = (
+        f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
+    )
+    print_candidates(found, f"{label}: {len(found)} entries", as_json)
+
+
+def _report_delivery(report: Any) -> None:
+    out.print(
+        f"sent {report.sent}, retrying {report.retrying}, failed {report.failed}, bounced {report.bounced}, "
+        f"cancelled {report.cancelled}",
+        markup=False,
+    )
+
+
+def _deliver_with_progress(c: Context, factory: Any) -> Any:
+    import asyncio
+
+    from bot.digests import deliver_now, due_count
+
+    total = due_count(factory, now())
+    with progress_bar("sending", total) as advance:
+        return asyncio.run(deliver_now(factory, c.settings, clock=now, progress=advance))
+
+
+@app.command("run")
+def run_command(
+    ctx: typer.Context,
+    once: Annotated[bool, typer.Option("--once", help="One full cycle (watch, plan, deliver), then exit.")] = False,
+    all_due: Annotated[
+        bool, typer.Option("--all-due", help="With --once: treat every active subscriber as due now.")
+    ] = False,
+) -> None:
+    """The daemon, both roles in one process (the single-machine default): watch the
+    dump folder and feeds, plan digests at each subscriber's local send time, deliver
+    them.  SIGTERM/Ctrl-C: finish in-flight sends, exit 0."""
+
+    from bot.digests import plan
+    from bot.watcher import fetch_feeds, scan_folder
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    if all_due and not once:
+        fail("--all-due only goes with --once", EXIT_USAGE)
+    if not once:
+        _daemon(c, factory, plan_jobs=True, deliver_jobs=True)
+        return
+    results = scan_folder(
+        factory,
+        c.settings.paths.dump_dir,
+        quiet_seconds=c.settings.watch.quiet_seconds,
+        rules=c.rules,
+        max_bytes=c.settings.watch.max_file_bytes,
+    )
+    if c.settings.feeds.urls:
+        results += fetch_feeds(factory, c.settings, rules=c.rules)
+    report_ingest(results, False)
+    planned = plan(factory, c.settings, c.rules, now=now(), all_due=all_due)
+    out.print(
+        f"planned {len(planned.planned)} digests ({planned.empty} with nothing new, {planned.not_due} not due yet)"
+    )
+    _report_delivery(_deliver_with_progress(c, factory))
+    if any(r.status is SourceStatus.FAILED for r in results):
+        raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+def _daemon(c: Context, factory: Any, *, plan_jobs: bool, deliver_jobs: bool) -> None:
+    import asyncio
+
+    from bot.roles import RoleTaken
+    from bot.scheduler import Daemon
+
+    try:
+        daemon = Daemon(factory, c.settings, c.rules, engine=c.engine, plan_jobs=plan_jobs, deliver_jobs=deliver_jobs)
+    except RoleTaken as exc:
+        fail(str(exc))
+        return
+    asyncio.run(daemon.run())
+
+
+@app.command("scheduler")
+def scheduler_command(ctx: typer.Context) -> None:
+    """The scheduler role only: watch dumps and feeds, plan digests.  Several may run;
+    one is elected (PostgreSQL advisory lock), the others stand by and take over."""
+    c = ctx_of(ctx)
+    _daemon(c, c.sessions(), plan_jobs=True, deliver_jobs=False)
+
+
+@app.command("worker")
+def worker_command(ctx: typer.Context) -> None:
+    """The worker role only: deliver due digests.  On PostgreSQL run as many as you
+    like (they claim disjoint batches); on SQLite exactly one."""
+    c = ctx_of(ctx)
+    _daemon(c, c.sessions(), plan_jobs=False, deliver_jobs=True)
+
+
+@app.command("serve")
+def serve_command(
+    ctx: typer.Context,
+    host: Annotated[str | None, typer.Option("--host", help="Listen address (default: web.listen_host).")] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", min=1, max=65535, help="Port (default: web.listen_port).")
+    ] = None,
+) -> None:
+    """The subscriber endpoint: one-click unsubscribe (RFC 8058) and the manage page
+    behind the links in every digest.  Put it behind HTTPS at web.public_url."""
+    from bot.web import serve
+
+    c = ctx_of(ctx)
+    web = c.settings.web
+    if not web.public_url:
+        err.print("note: web.public_url is empty, so digests carry only mailto: unsubscribe links, not links here")
+    serve(c.settings, c.sessions(), host=host or web.listen_host, port=port or web.listen_port)
+
+
+@app.command("send-now")
+def send_now(
+    ctx: typer.Context,
+    emails: Annotated[list[str] | None, typer.Argument(help="Subscribers (default: every active one).")] = None,
+) -> None:
+    """Send each given subscriber a digest now with what they have not been sent yet
+    (outside the daily schedule; entries sent now are not sent again)."""
+    from bot.digests import plan
+    from bot.domain import DigestKind
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    chosen = [find_subscriber(factory, e) for e in emails] if emails else None
+    planned = plan(factory, c.settings, c.rules, now=now(), subscribers=chosen, kind=DigestKind.MANUAL)
+    out.print(f"queued {len(planned.planned)} digests ({planned.empty} subscribers had nothing new)")
+    _report_delivery(_deliver_with_progress(c, factory))
+
+
+@app.command("resend")
+def resend_command(
+    ctx: typer.Context,
+    digest_id: Annotated[int | None, typer.Argument(help="The digest to send again.")] = None,
+    subscriber: Annotated[
+        str | None, typer.Option("--subscriber", help="With --date: that subscriber's scheduled digest.")
+    ] = None,
+    date_: Annotated[str | None, typer.Option("--date", help="The local day of the digest (YYYY-MM-DD).")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Resend every failed digest.")] = False,
+) -> None:
+    """Send a digest again: same entries and summaries, marked as a resend; the
+    ledger does not change."""
+    from bot.digests import DigestNotFound, ResendPending, find_scheduled, resend, resend_failed
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    targets: list[int] = []
+    if failed:
+        queued = resend_failed(factory, c.settings, now=now())
+        out.print(f"queued {len(queued)} resends: {', '.join(f'#{q}' for q in queued) or 'none'}")
+        _report_delivery(_deliver_with_progress(c, factory))
+        return
+    if digest_id is not None:
+        targets = [digest_id]
+    elif subscriber and date_:
+        day = parse_date(date_, "--date")
+        assert day is not None
+        found = find_scheduled(factory, find_subscriber(factory, subscriber).id, day)
+        if found is None:
+            fail(f"no scheduled digest for {subscriber} on {date_}")
+            return
+        targets = [found.id]
+    else:
+        fail("give DIGEST_ID, --subscriber EMAIL --date D, or --failed", EXIT_USAGE)
+    try:
+        queued = [resend(factory, c.settings, t, now=now()) for t in targets]
+    except (DigestNotFound, ResendPending) as exc:
+        fail(str(exc))
+        return
+    out.print(f"queued {len(queued)} resends: {', '.join(f'#{q}' for q in queued) or 'none'}")
+    _report_delivery(_deliver_with_progress(c, factory))
+
+
+@app.command("history")
+def history(
+    ctx: typer.Context,
+    email: Annotated[str | None, typer.Argument(help="Only this subscriber.")] = None,
+    status: Annotated[DigestState | None, typer.Option("--status", help="Only digests in this state.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many (newest first).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Digests, newest first: who, which day, state, entries, attempts, last error."""
+    from bot.store.digests import list_digests
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    subscriber_id = find_subscriber(factory, email).id if email else None
+    with factory() as session:
+        digests = list_digests(session, subscriber_id=subscriber_id, state=status, limit=limit)
+    if as_json:
+        print_json_lines([digest_json(d) for d in digests])
+        return
+    out.print(digest_table(digests, f"Digests ({len(digests)})"))
+
+
+@app.command("stats")
+def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Per local day: digests planned, sent, failed, bounced (and the rest).  A failed
+    digest whose resend was delivered counts as sent; 'resent' counts delivered resends."""
+    from bot.store.digests import bounced_by_day, stats_by_day
+
+    with ctx_of(ctx).sessions()() as session:
+        days = stats_by_day(session)
+        bounced = bounced_by_day(session)
+    rows: list[dict[str, Any]] = []
+    for day, states in days:
+        planned = sum(n for s, n in states.items() if s not in ("empty", "resent"))
+        rows.append(
+            {
+                "day": day,
+                "planned": planned,
+                "sent": states.get("sent", 0),
+                "failed": states.get("failed", 0),
+                "bounced": bounced.get(day, 0),
+                "pending": sum(states.get(s, 0) for s in ("queued", "sending", "retry_wait")),
+                "empty": states.get("empty", 0),
+                "resent": states.get("resent", 0),
+            }
+        )
+    if as_json:
+        print_json_lines(rows)
+        return
+    table = Table("day", "planned", "sent", "failed", "bounced", "pending", "empty", "resent", title="Digests per day")
+    for r in rows:
+        table.add_row(
+            r["day"].isoformat(),
+            *(str(r[k]) for k in ("planned", "sent", "failed", "bounced", "pending", "empty", "resent")),
+        )
+    out.print(table)
+
+
+@app.command("demo")
+def demo(ctx: typer.Context) -> None:
+    """Replay seeds/ one day at a time into a local SMTP sink: var/inbox/*.eml + index.html."""
+    from bot.demo import run_demo
+
+    c = ctx_of(ctx)
+    csv_path = Path("config/subscribers.example.csv")
+    if not csv_path.is_file():
+        fail(f"{csv_path}: not found (run the demo from the project folder)", EXIT_USAGE)
+    rows, inbox = run_demo(c.settings, c.rules, subscribers_csv=csv_path)
+    table = Table(
+        "day", "dump", "subscriber", "entries", "status", title="Seed replay: one digest per subscriber and day"
+    )
+    for r in rows:
+        table.add_row(str(r.day), r.dump, r.subscriber, str(r.entries), r.status)
+    out.print(table)
+    count = len(list(inbox.glob("*.eml")))
+    out.print(f"{count} messages in {inbox}/ (open {inbox / 'index.html'} in a browser)", markup=False)

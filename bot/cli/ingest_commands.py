@@ -1,0 +1,229 @@
+"""CLI commands ``dumps``, ``feeds`` and ``entries``: ingest and browse what was ingested.
+A thin shell over the ingest service and the store; never parses or stores itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from bot.cli.shell import (
+    EXIT_INPUT_FAILED,
+    JsonOption,
+    ctx_of,
+    display_path,
+    fail,
+    out,
+    parse_date,
+    print_json_lines,
+    report_ingest,
+)
+from bot.domain import SourceStatus
+
+dumps_app = typer.Typer(help="Ingest dump files and feeds; list what was ingested.", no_args_is_help=True)
+
+
+entries_app = typer.Typer(help="Browse stored entries.", no_args_is_help=True)
+
+
+feeds_app = typer.Typer(help="Fetch the configured feed URLs.", no_args_is_help=True)
+
+
+@dumps_app.command("ingest")
+def dumps_ingest(
+    ctx: typer.Context,
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Dump or feed files, or folders (default: the dump folder).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Ingest files (in the order given; folders in name order).
+
+    Without PATH, scans the configured dump folder for files not yet ingested,
+    as the scheduler does.  Exit 1 when any file failed.
+    """
+    from bot.ingest import ingest_file
+    from bot.watcher import expand, scan_folder
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    if paths:
+        limit = c.settings.watch.max_file_bytes
+        results = [ingest_file(factory, p, rules=c.rules, max_bytes=limit) for p in expand(paths)]
+    else:
+        results = scan_folder(
+            factory,
+            c.settings.paths.dump_dir,
+            quiet_seconds=c.settings.watch.quiet_seconds,
+            rules=c.rules,
+            max_bytes=c.settings.watch.max_file_bytes,
+        )
+    report_ingest(results, as_json)
+    if any(r.status is SourceStatus.FAILED for r in results):
+        raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+@dumps_app.command("list")
+def dumps_list(
+    ctx: typer.Context,
+    status: Annotated[SourceStatus | None, typer.Option(help="Only sources with this status.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every ingested, duplicate or failed source, oldest first."""
+    from bot.store.sources import list_sources
+
+    with ctx_of(ctx).sessions()() as session:
+        sources = list_sources(session, status=status)
+    if as_json:
+        print_json_lines(
+            [
+                {
+                    "id": s.id,
+                    "file": s.path,
+                    "origin": s.origin,
+                    "format": s.format,
+                    "entries": s.entries,
+                    "new": s.new,
+                    "updated": s.updated,
+                    "status": s.status,
+                    "error": s.error,
+                    "duplicate_of": s.duplicate_of,
+                    "sha256": s.sha256,
+                    "size": s.size,
+                    "ingested_at": s.ingested_at,
+                }
+                for s in sources
+            ]
+        )
+        return
+    table = Table("id", "file", "entries", "new", "status", "error", title="Sources")
+    for s in sources:
+        table.add_row(
+            str(s.id),
+            display_path(s.path),
+            str(s.entries),
+            str(s.new),
+            s.status.value + (f" (of #{s.duplicate_of})" if s.duplicate_of else ""),
+            s.error or "",
+        )
+    out.print(table)
+
+
+@feeds_app.command("fetch")
+def feeds_fetch(
+    ctx: typer.Context,
+    urls: Annotated[list[str] | None, typer.Argument(help="Feed URLs (default: feeds.urls from the config).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Fetch feed URLs with conditional GET and ingest what changed."""
+    from bot.watcher import fetch_feeds
+
+    c = ctx_of(ctx)
+    results = fetch_feeds(c.sessions(), c.settings, urls=urls or None, rules=c.rules)
+    report_ingest(results, as_json)
+    if any(r.status is SourceStatus.FAILED for r in results):
+        raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+def _entry_json(e: Any) -> dict[str, Any]:
+    return {
+        "key": e.key,
+        "kind": e.kind,
+        "title": e.title,
+        "authors": e.authors,
+        "published": e.published,
+        "tags": e.tags,
+        "first_seen_at": e.first_seen_at,
+        "first_seen_source_id": e.first_seen_source_id,
+        "arxiv_id": e.arxiv_id,
+        "doi": e.doi,
+        "links": e.links,
+        "summary": e.summary,
+        "summary_type": e.summary_type,
+        "extra": e.extra,
+    }
+
+
+@entries_app.command("list")
+def entries_list(
+    ctx: typer.Context,
+    tag: Annotated[str | None, typer.Option(help="Only entries with this tag (any origin, case-insensitive).")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only entries first seen on or after this date (YYYY-MM-DD).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Stored entries, most recently first seen first."""
+    from bot.store.entries import list_entries
+
+    since_date = parse_date(since)
+    with ctx_of(ctx).sessions()() as session:
+        entries = list_entries(session, tag=tag, since=since_date, limit=limit)
+    if as_json:
+        print_json_lines([_entry_json(e) for e in entries])
+        return
+    table = Table(title=f"Entries ({len(entries)})")
+    # Keys are what `entries show` takes: never truncate them.
+    table.add_column("key", no_wrap=True, min_width=max((len(e.key) for e in entries), default=3))
+    for column in ("kind", "title", "date", "tags"):
+        table.add_column(column, ratio=3 if column == "title" else None)
+    for e in entries:
+        table.add_row(e.key, e.kind.value, e.title, e.published.isoformat() if e.published else "", ", ".join(e.tags))
+    out.print(table)
+
+
+@entries_app.command("show")
+def entries_show(
+    ctx: typer.Context,
+    key: Annotated[str, typer.Argument(help="Entry key, arXiv id, DOI or numeric id.")],
+    as_json: JsonOption = False,
+) -> None:
+    """One entry with its tags (and where they came from) and every summary variant seen."""
+    from bot.store.entries import appearances_of, find_entry, tag_origins_of
+
+    with ctx_of(ctx).sessions()() as session:
+        entry = find_entry(session, key)
+        if entry is None:
+            fail(f"no entry {key!r} (try 'digestbot entries list')")
+            return
+        appearances = appearances_of(session, entry.id)
+        origins = tag_origins_of(session, entry.id)
+    if as_json:
+        data = _entry_json(entry)
+        data["tag_origins"] = [{"tag": t, "origin": o} for t, o in origins]
+        data["appearances"] = [
+            {
+                "source_id": a.source_id,
+                "file": a.path,
+                "position": a.position,
+                "summary": a.summary,
+                "ingested_at": a.ingested_at,
+            }
+            for a in appearances
+        ]
+        print_json_lines([data])
+        return
+    table = Table(show_header=False, box=None, title=f"{entry.kind.value} {entry.key}")
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    table.add_row("title", entry.title)
+    table.add_row("authors", ", ".join(entry.authors))
+    table.add_row("published", entry.published.isoformat() if entry.published else "")
+    table.add_row("first seen", f"{entry.first_seen_at:%Y-%m-%d %H:%M} UTC (source #{entry.first_seen_source_id})")
+    table.add_row("tags", ", ".join(f"{t} ({o})" for t, o in origins))
+    for name, value in (("arXiv", entry.arxiv_id), ("DOI", entry.doi)):
+        if value:
+            table.add_row(name, value)
+    for k, v in sorted(entry.extra.items()):
+        table.add_row(k, v)
+    table.add_row("links", "\n".join(entry.links))
+    table.add_row("summary", entry.summary)
+    out.print(table)
+    variants = Table("source", "file", "summary variant", title=f"Appearances ({len(appearances)})")
+    for a in appearances:
+        text = a.summary if len(a.summary) <= 160 else a.summary[:157] + "..."
+        variants.add_row(str(a.source_id), display_path(a.path), text)
+    out.print(variants)

@@ -1,0 +1,288 @@
+"""CLI shell: the Typer app, the consoles, the context every command gets, and the
+helpers several command groups share.  Prints data literally (no Rich markup).
+Never holds business logic: commands call the service functions."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import ConfigError, Settings, load_settings
+from bot.domain import IngestResult, SourceStatus
+from bot.store import engine as store_engine
+from bot.tagging import TagRules, TagRulesError, load_rules
+
+app = typer.Typer(
+    help="digestbot: research-feed digest dumps in, personal daily emails out.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+# Data is printed as it is: no Rich markup ("[bold]" in a title), no emoji codes
+# (":x:" in "root:x:0"), no highlighting.
+out = Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
+
+
+# soft_wrap: an error stays one line, whatever the terminal width.
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
+
+
+EXIT_INPUT_FAILED, EXIT_USAGE = 1, 2  # and 0 for success
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object per line instead of a table.")]
+
+
+@dataclass
+class Context:
+    """What every command needs: settings (loaded once) and a lazily opened store."""
+
+    settings: Settings
+    _engine: Engine | None = None
+    _rules: TagRules | None = None
+
+    @property
+    def rules(self) -> TagRules:
+        if self._rules is None:
+            try:
+                self._rules = load_rules(self.settings.paths.tags_file)
+            except TagRulesError as exc:
+                fail(str(exc), EXIT_USAGE)
+        return self._rules
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            database = self.settings.database
+            self._engine = store_engine.make_engine(
+                self.settings.database_url,
+                busy_timeout_ms=database.busy_timeout_ms,
+                sqlite_cache_mb=database.sqlite_cache_mb,
+            )
+        return self._engine
+
+    def sessions(self, *, migrate: bool = True) -> sessionmaker[Session]:
+        """Sessions on an up-to-date schema: SQLite is migrated on start, other
+        databases must have been migrated with ``digestbot db upgrade``."""
+        if migrate:
+            current = store_engine.current_revision(self.engine)
+            if current != store_engine.HEAD_REVISION:
+                if store_engine.is_sqlite(self.engine):
+                    store_engine.upgrade(self.engine)
+                else:
+                    fail(f"database schema is at {current or 'nothing'}; run 'digestbot db upgrade'", EXIT_USAGE)
+        return store_engine.sessions(self.engine)
+
+
+def fail(message: str, code: int = EXIT_INPUT_FAILED) -> NoReturn:
+    err.print(f"error: {message}", markup=False)
+    raise typer.Exit(code)
+
+
+def ctx_of(ctx: typer.Context) -> Context:
+    return ctx.ensure_object(Context)
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
+def print_json_lines(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        sys.stdout.write(json.dumps(jsonable(row), ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def display_path(path: str) -> str:
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+@app.callback()
+def main_callback(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="Config file (default: $DIGESTBOT_CONFIG or config/digestbot.toml)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress to stderr.")] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        ctx.obj = Context(load_settings(config))
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def now() -> datetime:
+    from bot.ingest import utcnow
+
+    return utcnow()
+
+
+def parse_date(value: str | None, option: str = "--since") -> date | None:
+    if value is None:
+        return None
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)", param_hint=option) from None
+
+
+def clean_or_exit(email: str, **fields: Any) -> Any:
+    from bot.subscribers import SubscriberInputError, clean_fields
+
+    try:
+        return clean_fields(email, **fields)
+    except SubscriberInputError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def find_subscriber(factory: Any, email: str) -> Any:
+    """The subscriber with this address, or exit 1 saying there is none."""
+    from bot.subscribers import SubscriberNotFound, find
+
+    try:
+        return find(factory, email)
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+
+
+@contextmanager
+def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A Rich progress bar on a terminal; plain lines (every 10%) otherwise."""
+    if out.is_terminal:
+        from rich.progress import Progress
+
+        with Progress(console=err, transient=True) as bar:
+            task = bar.add_task(label, total=total)
+            yield lambda n: bar.advance(task, n)
+        return
+    state = {"done": 0, "shown": -1}
+
+    def advance(n: int) -> None:
+        state["done"] += n
+        tenth = state["done"] * 10 // max(total, 1)
+        if tenth != state["shown"]:
+            state["shown"] = tenth
+            err.print(f"{label}: {state['done']}/{total}", markup=False)
+
+    yield advance
+
+
+def report_ingest(results: list[IngestResult], as_json: bool) -> None:
+    if as_json:
+        print_json_lines(
+            [
+                {
+                    "path": r.path,
+                    "status": r.status,
+                    "source_id": r.source_id,
+                    "entries": r.entries,
+                    "new": r.new,
+                    "updated": r.updated,
+                    "duplicate_of": r.duplicate_of,
+                    "error": r.error,
+                }
+                for r in results
+            ]
+        )
+        return
+    for r in results:
+        if r.status is SourceStatus.FAILED:
+            err.print(f"failed: {r.error}", markup=False)
+        elif r.status is SourceStatus.DUPLICATE:
+            out.print(f"{display_path(r.path)}: duplicate of source #{r.duplicate_of}, nothing new", markup=False)
+        elif r.status is SourceStatus.NOT_MODIFIED:
+            out.print(f"{r.path}: not modified", markup=False)
+        else:
+            out.print(f"{display_path(r.path)}: {r.entries} entries, {r.new} new, {r.updated} updated", markup=False)
+    if not results:
+        out.print("nothing new to ingest")
+
+
+def digest_json(d: Any) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "subscriber": d.subscriber_email,
+        "local_date": d.local_date,
+        "kind": d.kind,
+        "state": d.state,
+        "entries": d.entry_count,
+        "attempts": d.attempts,
+        "smtp_code": d.smtp_code,
+        "error": d.last_error,
+        "message_id": d.message_id,
+        "planned_at": d.planned_at,
+        "sent_at": d.sent_at,
+        "resend_of": d.resend_of,
+    }
+
+
+def digest_table(digests: list[Any], title: str) -> Table:
+    table = Table("id", "subscriber", "day", "kind", "state", "entries", "tries", "error", title=title)
+    for d in digests:
+        kind = f"resend of #{d.resend_of}" if d.resend_of else d.kind.value
+        table.add_row(
+            str(d.id),
+            d.subscriber_email,
+            d.local_date.isoformat(),
+            kind,
+            d.state.value,
+            str(d.entry_count),
+            str(d.attempts),
+            d.last_error or "",
+        )
+    return table
+
+
+def print_candidates(found: list[Any], title: str, as_json: bool) -> None:
+    if as_json:
+        print_json_lines(
+            [
+                {
+                    "key": f.entry.key,
+                    "title": f.entry.title,
+                    "score": f.explanation.score,
+                    "why": f.explanation.why(),
+                    "hits": [{"atom": h.atom, "where": h.where} for h in f.explanation.hits],
+                    "tags": f.entry.tags,
+                    "first_seen_at": f.entry.first_seen_at,
+                }
+                for f in found
+            ]
+        )
+        return
+    table = Table("score", "key", "title", "why", title=title)
+    for f in found:
+        table.add_row(str(f.explanation.score), f.entry.key, f.entry.title, f.explanation.why())
+    out.print(table)

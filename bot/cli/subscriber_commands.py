@@ -1,0 +1,286 @@
+"""CLI commands ``subscribers``: add, edit, pause, remove, import, export, list, show.
+Every value is validated by the subscriber service; never writes SQL itself."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from bot.cli.shell import (
+    EXIT_INPUT_FAILED,
+    EXIT_USAGE,
+    JsonOption,
+    clean_or_exit,
+    ctx_of,
+    digest_json,
+    digest_table,
+    err,
+    fail,
+    find_subscriber,
+    jsonable,
+    now,
+    out,
+    print_json_lines,
+)
+from bot.domain import SubscriberStatus
+
+subscribers_app = typer.Typer(help="Manage subscribers: add, import, edit, pause, remove.", no_args_is_help=True)
+
+
+NameOption = Annotated[str | None, typer.Option("--name", help="Display name.")]
+
+
+FilterOption = Annotated[
+    str | None,
+    typer.Option("--filter", help="Filter, e.g. 'gpu and (llm or moe) and not snn', '\"sparse attention\"', '*'."),
+]
+
+
+TzOption = Annotated[str | None, typer.Option("--tz", help="IANA time zone, e.g. Europe/Berlin.")]
+
+
+HourOption = Annotated[int | None, typer.Option("--hour", help="Local hour (0-23) to send the daily digest.")]
+
+
+BackfillOption = Annotated[
+    str | None,
+    typer.Option(
+        "--backfill", help="What a new subscriber gets first: '7d' (entries of the last 7 days), 'all', 'none'."
+    ),
+]
+
+
+def _subscriber_json(s: Any) -> dict[str, Any]:
+    return {
+        "email": s.email,
+        "name": s.name,
+        "filter": s.filter,
+        "timezone": s.timezone,
+        "send_hour": s.send_hour,
+        "status": s.status,
+        "backfill": s.backfill,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+    }
+
+
+def _subscriber_table(subscribers: list[Any], title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("email", no_wrap=True)
+    for column in ("name", "filter", "zone", "hour", "status"):
+        table.add_column(column)
+    for s in subscribers:
+        table.add_row(s.email, s.name, s.filter, s.timezone, f"{s.send_hour:02d}:00", s.status.value)
+    return table
+
+
+@subscribers_app.command("add")
+def subscribers_add(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="Email address (IDN domains accepted).")],
+    name: NameOption = None,
+    filter: FilterOption = None,
+    tz: TzOption = None,
+    hour: HourOption = None,
+    backfill: BackfillOption = None,
+) -> None:
+    """Subscribe EMAIL (an unsubscribed address is re-activated; what it was sent stays sent)."""
+    from bot.subscribers import AlreadySubscribed, add
+
+    c = ctx_of(ctx)
+    fields = clean_or_exit(email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill)
+    try:
+        subscriber, created = add(c.sessions(), c.settings, fields, now())
+    except AlreadySubscribed as exc:
+        fail(str(exc))
+        return
+    out.print(
+        f"{'added' if created else 're-subscribed'} {subscriber.email} (filter: {subscriber.filter})", markup=False
+    )
+
+
+@subscribers_app.command("edit")
+def subscribers_edit(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    name: NameOption = None,
+    filter: FilterOption = None,
+    tz: TzOption = None,
+    hour: HourOption = None,
+    backfill: BackfillOption = None,
+) -> None:
+    """Change the given fields of a subscriber."""
+    from bot.subscribers import SubscriberNotFound, edit
+
+    c = ctx_of(ctx)
+    fields = clean_or_exit(email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill)
+    try:
+        subscriber = edit(c.sessions(), c.settings, fields, now())
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+        return
+    out.print(_subscriber_table([subscriber], "Updated"))
+
+
+def _set_status(ctx: typer.Context, email: str, status: Any, verb: str) -> None:
+    from bot.subscribers import SubscriberInputError, SubscriberNotFound, change_status, clean_email
+
+    c = ctx_of(ctx)
+    try:
+        subscriber = change_status(c.sessions(), clean_email(email), status, now())
+    except SubscriberInputError as exc:
+        fail(str(exc), EXIT_USAGE)
+        return
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+        return
+    out.print(f"{verb} {subscriber.email}", markup=False)
+
+
+@subscribers_app.command("pause")
+def subscribers_pause(
+    ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]
+) -> None:
+    """Stop sending digests to EMAIL until resumed (nothing is lost meanwhile)."""
+    _set_status(ctx, email, SubscriberStatus.PAUSED, "paused")
+
+
+@subscribers_app.command("resume")
+def subscribers_resume(
+    ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]
+) -> None:
+    """Send digests to EMAIL again (also clears a bounce once the address is fixed)."""
+    _set_status(ctx, email, SubscriberStatus.ACTIVE, "resumed")
+
+
+@subscribers_app.command("remove")
+def subscribers_remove(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    purge: Annotated[
+        bool, typer.Option("--purge", help="Really delete the subscriber and their history (privacy requests).")
+    ] = False,
+) -> None:
+    """Unsubscribe EMAIL, keeping what was sent so a re-subscribe never resends old entries."""
+    from bot.subscribers import SubscriberInputError, SubscriberNotFound, clean_email, remove
+
+    c = ctx_of(ctx)
+    try:
+        subscriber = remove(c.sessions(), clean_email(email), purge=purge, now=now())
+    except SubscriberInputError as exc:
+        fail(str(exc), EXIT_USAGE)
+        return
+    except SubscriberNotFound as exc:
+        fail(str(exc))
+        return
+    out.print(f"{'purged' if purge else 'unsubscribed'} {subscriber.email}", markup=False)
+
+
+@subscribers_app.command("import")
+def subscribers_import(
+    ctx: typer.Context,
+    file: Annotated[
+        Path,
+        typer.Argument(help="CSV with a header; columns: email, name, filter, timezone, send_hour, status, backfill."),
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Upsert subscribers from CSV (idempotent).  Good rows are imported even when
+    others are bad; every bad row is listed with its line number.  Exit 1 if any was bad."""
+    from bot.subscribers import import_csv
+
+    c = ctx_of(ctx)
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"{file}: cannot read: {exc}", EXIT_INPUT_FAILED)
+        return
+    report = import_csv(c.sessions(), c.settings, text, now())
+    if as_json:
+        print_json_lines(
+            [{"created": report.created, "updated": report.updated, "bad_rows": len(report.errors)}]
+            + [{"line": e.line, "error": e.reason} for e in report.errors]
+        )
+    else:
+        out.print(
+            f"{file}: {report.created} added, {report.updated} updated, {len(report.errors)} bad rows", markup=False
+        )
+        if report.errors:
+            table = Table("line", "reason", title="Bad rows (not imported)")
+            for e in report.errors:
+                table.add_row(str(e.line), e.reason)
+            err.print(table)
+    if report.errors:
+        raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+@subscribers_app.command("export")
+def subscribers_export(
+    ctx: typer.Context,
+    status: Annotated[SubscriberStatus | None, typer.Option(help="Only subscribers with this status.")] = None,
+    spreadsheet: Annotated[
+        bool,
+        typer.Option(
+            "--spreadsheet",
+            help="Prefix cells that start with = + - @ with a ' so a spreadsheet shows them as text "
+            "(the file then no longer round-trips through 'import').",
+        ),
+    ] = False,
+) -> None:
+    """Print all subscribers as CSV, exactly as stored: the format 'import' reads."""
+    from bot.subscribers import export_csv
+
+    sys.stdout.write(export_csv(ctx_of(ctx).sessions(), status, spreadsheet=spreadsheet))
+
+
+@subscribers_app.command("list")
+def subscribers_list(
+    ctx: typer.Context,
+    status: Annotated[SubscriberStatus | None, typer.Option(help="Only subscribers with this status.")] = None,
+    tag: Annotated[str | None, typer.Option(help="Only subscribers whose filter names this tag.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Subscribers, by address."""
+    from bot.filters import Tag, atoms, parse_filter
+    from bot.store.subscribers import list_subscribers
+
+    with ctx_of(ctx).sessions()() as session:
+        subscribers = list_subscribers(session, status=status)
+    if tag is not None:
+        wanted = Tag(tag.casefold())
+        subscribers = [s for s in subscribers if wanted in atoms(parse_filter(s.filter))]
+    if as_json:
+        print_json_lines([_subscriber_json(s) for s in subscribers])
+        return
+    out.print(_subscriber_table(subscribers, f"Subscribers ({len(subscribers)})"))
+
+
+@subscribers_app.command("show")
+def subscribers_show(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    as_json: JsonOption = False,
+) -> None:
+    """One subscriber's settings and their last digests."""
+    from bot.store.digests import list_digests
+
+    factory = ctx_of(ctx).sessions()
+    subscriber = find_subscriber(factory, email)
+    with factory() as session:
+        digests = list_digests(session, subscriber_id=subscriber.id, limit=10)
+    if as_json:
+        data = _subscriber_json(subscriber)
+        data["last_digests"] = [digest_json(d) for d in digests]
+        print_json_lines([data])
+        return
+    table = Table(show_header=False, box=None, title=subscriber.email)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in _subscriber_json(subscriber).items():
+        table.add_row(key.replace("_", " "), str(jsonable(value)))
+    out.print(table)
+    out.print(digest_table(digests, "Last digests"))

@@ -1,0 +1,85 @@
+"""CLI commands ``tags``: tag counts, what a filter matches and why, re-applying tag
+rules.  Never changes a subscriber or sends anything."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from bot.cli.shell import (
+    EXIT_USAGE,
+    JsonOption,
+    ctx_of,
+    fail,
+    out,
+    print_candidates,
+    print_json_lines,
+    progress_bar,
+)
+
+tags_app = typer.Typer(help="Tags and tag rules: counts, test a filter, re-apply rules.", no_args_is_help=True)
+
+
+@tags_app.command("list")
+def tags_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Every tag with its number of entries (per origin) and its rule's description."""
+    from bot.store.entries import tag_counts
+
+    c = ctx_of(ctx)
+    descriptions = {r.name: r.description for r in c.rules.rules}
+    with c.sessions()() as session:
+        counts = tag_counts(session)
+    rule_only = [r for r in c.rules.rules if r.name not in {label.casefold() for label, _, _ in counts}]
+    rows = [(label, total, origins, descriptions.get(label.casefold(), "")) for label, total, origins in counts]
+    rows += [(r.label, 0, {}, r.description) for r in rule_only]
+    if as_json:
+        print_json_lines(
+            [
+                {"tag": t, "entries": n, "by_origin": o, "rule": t.casefold() in descriptions, "description": d}
+                for t, n, o, d in rows
+            ]
+        )
+        return
+    table = Table("tag", "entries", "header", "category", "rule", "description", title=f"Tags ({len(rows)})")
+    for t, n, o, d in rows:
+        table.add_row(t, str(n), str(o.get("header", "")), str(o.get("category", "")), str(o.get("rule", "")), d)
+    out.print(table)
+
+
+@tags_app.command("test")
+def tags_test(
+    ctx: typer.Context,
+    expression: Annotated[str, typer.Argument(help="A filter expression, e.g. 'gpu and not snn'.")],
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The stored entries a filter matches, best first, with why."""
+    from bot.filters import FilterError, parse_filter, to_text
+    from bot.select import matching
+
+    c = ctx_of(ctx)
+    try:
+        expr = parse_filter(expression)
+    except FilterError as exc:
+        fail(str(exc), EXIT_USAGE)
+        return
+    with c.sessions()() as session:
+        found = matching(session, expr, c.rules, limit=limit)
+    print_candidates(found, f"{to_text(expr)}: {len(found)} entries", as_json)
+
+
+@tags_app.command("apply")
+def tags_apply(ctx: typer.Context) -> None:
+    """Recompute rule tags of every stored entry from the current tags file."""
+    from bot.ingest import retag_all
+    from bot.store.entries import count_entries
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    with factory() as session:
+        total = count_entries(session)
+    with progress_bar("re-tagging", total) as advance:
+        done = retag_all(factory, c.rules, progress=advance)
+    out.print(f"re-tagged {done} entries with {len(c.rules)} rules from {c.settings.paths.tags_file}", markup=False)

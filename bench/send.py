@@ -49,9 +49,11 @@ import aiosmtplib  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
 from bot.config import Settings  # noqa: E402
-from bot.digests import Mailer, deliver_now, plan  # noqa: E402
+from bot.delivery.loop import deliver_now
 from bot.ingest import ingest_bytes  # noqa: E402
-from bot.message import Prepared  # noqa: E402
+from bot.mail.mailer import Mailer
+from bot.mail.message import Prepared  # noqa: E402
+from bot.plan import plan  # noqa: E402
 from bot.sink import free_port  # noqa: E402
 from bot.store.digests import get_digest, get_digests  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402

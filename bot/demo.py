@@ -16,9 +16,10 @@ from functools import partial
 from pathlib import Path
 
 from bot.config import Settings
-from bot.digests import deliver_now, plan
+from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind
 from bot.ingest import ingest_file
+from bot.plan import plan
 from bot.sink import Sink, SinkHandler, write_index
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade

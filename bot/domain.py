@@ -211,3 +211,17 @@ class RenderedDigest:
     subject: str
     text: str
     html: str
+
+
+@dataclass
+class DeliverReport:
+    sent: int = 0
+    retrying: int = 0
+    failed: int = 0
+    bounced: int = 0
+    cancelled: int = 0
+    lost_lease: int = 0
+
+    def add(self, other: DeliverReport) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))

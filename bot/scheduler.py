@@ -25,8 +25,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.deliver import SmtpPool
-from bot.digests import DeliverReport, Mailer, deliver, plan, worker_name
+from bot.delivery.loop import deliver, worker_name
+from bot.delivery.smtp import SmtpPool
+from bot.domain import DeliverReport
+from bot.mail.mailer import Mailer
+from bot.plan import plan
 from bot.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import transaction

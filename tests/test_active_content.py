@@ -21,9 +21,10 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.digests import deliver_now, plan
+from bot.delivery.loop import deliver_now
 from bot.ingest import ingest_bytes
-from bot.render import ALLOWED_TAGS, sanitize_html
+from bot.mail.render import ALLOWED_TAGS, sanitize_html
+from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.subscribers import clean_fields, save
 from bot.tagging import load_rules

@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.config import Settings
-from bot.digests import plan
 from bot.ingest import ingest_file
+from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest

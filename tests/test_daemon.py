@@ -128,8 +128,9 @@ def _sources_stored(tmp_path: Path) -> int:
 def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """Rendering a batch of digests runs in a thread too: the sends and signals of the
     loop never wait for a whole batch to be built."""
-    from bot.digests import deliver_now, plan
+    from bot.delivery.loop import deliver_now
     from bot.ingest import ingest_bytes
+    from bot.plan import plan
     from bot.sink import Sink, SinkHandler
     from bot.subscribers import clean_fields, save
 

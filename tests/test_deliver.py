@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.config import SmtpConfig
-from bot.deliver import Outcome, SmtpPool, _can_send_prepared, _unstuffed, transmit
-from bot.message import Prepared, prepared
+from bot.delivery.smtp import Outcome, SmtpPool, _can_send_prepared, _unstuffed, transmit
+from bot.mail.message import Prepared, prepared
 from bot.sink import Fault, Sink, SinkHandler
 
 _lines = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"")), max_size=30)
@@ -97,13 +97,13 @@ _ASCII_ADDRESS = st.text(st.sampled_from("aZ09.-_+!#'@\"\\ []xn"), min_size=1, m
 def test_envelope_address_fast_path_agrees_with_validation(address: str) -> None:
     """The envelope's recipient skips email_validator for plain ASCII addresses with a
     lower-case domain; for every address it must give what validation gives."""
-    from bot.message import envelope_address
+    from bot.mail.message import envelope_address
 
     assert envelope_address(address) == _envelope_by_validation(address)
 
 
 def test_envelope_address_keeps_idn_handling() -> None:
-    from bot.message import envelope_address
+    from bot.mail.message import envelope_address
 
     assert envelope_address("linus@bücher.example") == "linus@xn--bcher-kva.example"
     assert envelope_address("Ada@Example.ORG") == "Ada@example.org"
@@ -115,7 +115,7 @@ def test_plain_addresses_are_quoted_as_aiosmtplib_quotes_them() -> None:
     aiosmtplib's own quoting must give the same bytes for every one of them."""
     from aiosmtplib.email import quote_address
 
-    from bot.deliver import _PLAIN_ADDRESS
+    from bot.delivery.smtp import _PLAIN_ADDRESS
 
     @given(st.from_regex(_PLAIN_ADDRESS, fullmatch=True))
     def check(address: str) -> None:

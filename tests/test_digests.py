@@ -19,9 +19,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.digests import DeliverReport, deliver_now, plan, resend
-from bot.domain import DigestKind, DigestState, SubscriberStatus
+from bot.delivery.loop import deliver_now
+from bot.domain import DeliverReport, DigestKind, DigestState, SubscriberStatus
 from bot.ingest import ingest_bytes, ingest_file
+from bot.plan import plan, resend
 from bot.sink import Fault, Received, Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.store.schema import LedgerEntry
@@ -426,7 +427,7 @@ def test_messages_built_in_a_separate_process_are_the_same(
     report = asyncio.run(deliver_now(factory, remote, clock=lambda: DAY1))
     assert report.sent == len(sink.received) > 3
     # The same digests again, built here, are the same bytes.
-    from bot.digests import Mailer
+    from bot.mail.mailer import Mailer
     from bot.store.digests import get_digests
 
     with factory() as session:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import SourceStatus
 from bot.ingest import ingest_file
-from bot.render import html_to_text
+from bot.mail.render import html_to_text
 from bot.sources import parse_any
 from bot.sources.errors import SourceFormatError
 from bot.store.sources import list_sources

@@ -18,8 +18,9 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import ConfigError, Settings, load_settings
-from bot.digests import deliver_now, plan
+from bot.delivery.loop import deliver_now
 from bot.ingest import ingest_bytes
+from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.entries import list_entries
 from bot.subscribers import SubscriberInputError, clean_fields, save

@@ -24,9 +24,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.digests import IdRuns, plan
 from bot.domain import SubscriberStatus
 from bot.ingest import ingest_bytes
+from bot.plan import IdRuns, plan
 from bot.select import select_for
 from bot.store.digests import claimed_entry_ids, claimed_from, release_entries
 from bot.store.engine import make_engine, sessions, transaction, upgrade

@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.digests import ResendPending, deliver_now, plan, resend, resend_failed
+from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind, DigestState
 from bot.ingest import ingest_file
+from bot.plan import ResendPending, plan, resend, resend_failed
 from bot.sink import Fault, Sink, SinkHandler
 from bot.store.digests import list_digests, stats_by_day
 from bot.subscribers import clean_fields, save

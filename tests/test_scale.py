@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.digests import RECORD_EVERY
+from bot.delivery.loop import RECORD_EVERY
 from bot.domain import DigestState
 from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, sessions, upgrade

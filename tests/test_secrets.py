@@ -20,8 +20,9 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import ConfigError, Settings, load_settings
-from bot.digests import deliver_now, plan
+from bot.delivery.loop import deliver_now
 from bot.ingest import ingest_file
+from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.subscribers import clean_fields, save

@@ -18,9 +18,10 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.digests import deliver_now, due_count, plan
+from bot.delivery.loop import deliver_now, due_count
 from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.ingest import ingest_file
+from bot.plan import plan
 from bot.sink import FaultRates, Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade

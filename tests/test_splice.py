@@ -1,4 +1,4 @@
-"""The fast send path (bot.splice) against the simple one (message.build_message).
+"""The fast send path (bot.mail.splice) against the simple one (message.build_message).
 
 The contract: for every digest, the message spliced from a shared template is
 the simple path's message byte for byte (same Date, same Message-ID given);
@@ -20,10 +20,11 @@ from markupsafe import escape
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.digests import Mailer, plan
 from bot.ingest import ingest_file
-from bot.message import POLICY, prepared
-from bot.splice import ChunkPool, MessageTemplate, Personal, folded, html_escape, plain_line, to_line
+from bot.mail.mailer import Mailer
+from bot.mail.message import POLICY, prepared
+from bot.mail.splice import ChunkPool, MessageTemplate, Personal, folded, html_escape, plain_line, to_line
+from bot.plan import plan
 from bot.store.digests import digest_content, get_digest
 from bot.subscribers import clean_fields, save
 from bot.tagging import load_rules
@@ -161,8 +162,8 @@ def test_an_address_printed_outside_the_footer_is_spliced_only_with_a_spliced_fo
     ],
 )
 def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, snippet: str, allowed: bool) -> None:
-    from bot.render import Renderer
-    from bot.splice import templates_allow_splicing
+    from bot.mail.render import Renderer
+    from bot.mail.splice import templates_allow_splicing
 
     templates = tmp_path / "templates"
     shutil.copytree(ROOT / "templates", templates)
@@ -174,8 +175,8 @@ def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, s
 
 
 def test_only_a_footer_that_prints_personal_values_is_spliced(tmp_path: Path) -> None:
-    from bot.render import Renderer
-    from bot.splice import footer_allows_substitution, templates_allow_splicing
+    from bot.mail.render import Renderer
+    from bot.mail.splice import footer_allows_substitution, templates_allow_splicing
 
     assert footer_allows_substitution(Renderer(ROOT / "templates", search_url="x"))
     wrapping = Renderer(_wrapping_templates(tmp_path), search_url="x")
@@ -306,7 +307,7 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
     def check(name: str, local: str, secret: str, ident: int) -> None:
         from dataclasses import replace
 
-        from bot.message import Headers, build_message
+        from bot.mail.message import Headers, build_message
         from bot.tokens import make_token
 
         subscriber = replace(

@@ -24,9 +24,10 @@ import uvicorn
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.digests import deliver_now, plan
+from bot.delivery.loop import deliver_now
 from bot.domain import SubscriberStatus
 from bot.ingest import ingest_file
+from bot.plan import plan
 from bot.sink import Sink, SinkHandler, free_port
 from bot.store.subscribers import get_subscriber
 from bot.subscribers import clean_fields, save

@@ -70,7 +70,7 @@ def _report_delivery(report: Any) -> None:
 def _deliver_with_progress(c: Context, factory: Any) -> Any:
     import asyncio
 
-    from bot.digests import deliver_now, due_count
+    from bot.delivery.loop import deliver_now, due_count
 
     total = due_count(factory, now())
     with progress_bar("sending", total) as advance:
@@ -89,7 +89,7 @@ def run_command(
     dump folder and feeds, plan digests at each subscriber's local send time, deliver
     them.  SIGTERM/Ctrl-C: finish in-flight sends, exit 0."""
 
-    from bot.digests import plan
+    from bot.plan import plan
     from bot.watcher import fetch_feeds, scan_folder
 
     c = ctx_of(ctx)
@@ -174,8 +174,8 @@ def send_now(
 ) -> None:
     """Send each given subscriber a digest now with what they have not been sent yet
     (outside the daily schedule; entries sent now are not sent again)."""
-    from bot.digests import plan
     from bot.domain import DigestKind
+    from bot.plan import plan
 
     c = ctx_of(ctx)
     factory = c.sessions()
@@ -197,7 +197,7 @@ def resend_command(
 ) -> None:
     """Send a digest again: same entries and summaries, marked as a resend; the
     ledger does not change."""
-    from bot.digests import DigestNotFound, ResendPending, find_scheduled, resend, resend_failed
+    from bot.plan import DigestNotFound, ResendPending, find_scheduled, resend, resend_failed
 
     c = ctx_of(ctx)
     factory = c.sessions()

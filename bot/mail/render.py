@@ -219,7 +219,7 @@ class Links:
 
 def personal_context(email: str, links: Links) -> dict[str, object]:
     """The only context values that differ between two subscribers of one digest
-    body (``bot.splice`` relies on it: everything else is rendered once)."""
+    body (``bot.mail.splice`` relies on it: everything else is rendered once)."""
     return {"subscriber_email": email, "unsubscribe_url": links.unsubscribe_url, "manage_url": links.manage_url}
 
 
@@ -240,7 +240,7 @@ class Renderer:
         self.env.filters["wrap"] = _wrap
         self.html_template = self.env.get_template("digest.html.j2")
         self.text_template = self.env.get_template("digest.txt.j2")
-        # The per-subscriber part of the text, rendered alone by the fast path (bot.splice).
+        # The per-subscriber part of the text, rendered alone by the fast path (bot.mail.splice).
         footer_path = templates_dir / TEXT_FOOTER
         self.text_footer_template = self.env.get_template(TEXT_FOOTER) if footer_path.is_file() else None
         css_path = templates_dir / "digest.css"

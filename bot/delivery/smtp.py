@@ -23,7 +23,7 @@ import aiosmtplib
 from pydantic import SecretStr
 
 from bot.config import SmtpConfig
-from bot.message import Prepared, prepared
+from bot.mail.message import Prepared, prepared
 
 
 class Outcome(StrEnum):

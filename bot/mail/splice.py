@@ -41,8 +41,8 @@ from jinja2 import nodes
 
 from bot.config import SenderConfig
 from bot.domain import DigestContent
-from bot.message import POLICY, Headers, Prepared, build_message, display_name, dot_stuff, prepared
-from bot.render import TEXT_FOOTER, Links, Renderer, personal_context
+from bot.mail.message import POLICY, Headers, Prepared, build_message, display_name, dot_stuff, prepared
+from bot.mail.render import TEXT_FOOTER, Links, Renderer, personal_context
 
 LinksFor = Callable[[str], tuple[Links, tuple[str, ...]]]  # token -> (footer links, List-Unsubscribe URIs)
 

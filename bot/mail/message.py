@@ -82,7 +82,7 @@ class Headers:
 # Header lines are not folded below RFC 5322's hard limit: a folded
 # List-Unsubscribe starts with whitespace that some parsers keep.
 POLICY = SMTP.clone(max_line_length=998)
-# Fixed, so that one message is the same bytes however it is built (bot.splice).
+# Fixed, so that one message is the same bytes however it is built (bot.mail.splice).
 # Safe because both parts are quoted-printable, where "=_" cannot occur.
 BOUNDARY = "=_digestbot_alternative"
 

@@ -1,0 +1,3 @@
+"""Delivery stage: ``loop`` claims due digests, sends them and records each outcome;
+``smtp`` talks SMTP (aiosmtplib) and only classifies what came back.  Never renders.
+"""

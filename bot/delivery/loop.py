@@ -1,0 +1,236 @@
+"""Delivery stage: claim due digests, send them, record each outcome.
+
+A digest counts as delivered only when the SMTP server answered 250 after DATA.
+The one duplicate window: the process dies after the server's 250 and before
+the ``sent`` commit.  The row is still ``sending``; when its lease expires it
+is sent again, with the same Message-ID.  At most the messages in flight at
+the crash are affected.  Never renders (``bot.mail``), never talks SMTP itself
+(``bot.delivery.smtp``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.delivery.smtp import Outcome, SendResult, SmtpPool, backoff_seconds
+from bot.domain import DeliverReport, DigestState
+from bot.mail.mailer import Built, Mailer
+from bot.store.digests import (
+    DigestRow,
+    Finished,
+    claim_due,
+    count_bounce,
+    finish_many,
+    reset_bounces,
+)
+from bot.store.engine import transaction
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], datetime]
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+async def deliver(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    mailer: Mailer,
+    pool: SmtpPool,
+    *,
+    clock: Clock,
+    worker: str | None = None,
+    batch: int = 200,
+    stop: asyncio.Event | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> DeliverReport:
+    """Send every digest due now, batch by batch, until none is left (or *stop* is set
+    between batches: sends in flight always finish and are recorded).  The next
+    batch is claimed and built while the previous one is on the wire."""
+    worker = worker or worker_name()
+    mailer.new_run()
+    total = DeliverReport()
+    ahead = max(1, settings.digest.build_processes)  # batches being built while one is sent
+    building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
+    sending: asyncio.Future[DeliverReport] | None = None
+    sending_count = 0
+
+    async def sent() -> None:
+        nonlocal sending
+        if sending is not None:
+            total.add(await sending)
+            sending = None
+            if progress is not None:
+                progress(sending_count)
+
+    async def send_next() -> None:
+        """The oldest batch being built, once built, goes on the wire after the one there."""
+        nonlocal sending, sending_count
+        future, count = building.popleft()
+        built, report = await future
+        total.add(report)
+        await sent()
+        sending = asyncio.ensure_future(_send_batch(factory, settings, pool, built, clock=clock, worker=worker))
+        sending_count = count
+
+    try:
+        while True:
+            while len(building) < ahead and (stop is None or not stop.is_set()):
+                now = clock()
+                with transaction(factory) as session:
+                    ids = claim_due(
+                        session, now=now, worker=worker, lease_seconds=settings.digest.lease_seconds, limit=batch
+                    )
+                if not ids:
+                    break
+                building.append((asyncio.ensure_future(mailer.prepare(factory, ids, now=now, worker=worker)), len(ids)))
+            if not building:
+                break
+            await send_next()
+    finally:
+        # Claimed batches are still built and sent when *stop* is set (their leases
+        # would otherwise hold them back until they expire); whatever happens to
+        # them, the batch on the wire is waited for and recorded.
+        try:
+            while building:
+                await send_next()
+        finally:
+            await sent()
+    return total
+
+
+async def deliver_now(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    *,
+    clock: Clock,
+    progress: Callable[[int], None] | None = None,
+) -> DeliverReport:
+    """Open a pool, deliver everything due, close the pool (the CLI's one-shot path)."""
+    mailer = Mailer(settings)
+    try:
+        async with SmtpPool(settings.smtp, settings.smtp.resolved_password()) as pool:
+            return await deliver(factory, settings, mailer, pool, clock=clock, progress=progress)
+    finally:
+        mailer.close()
+
+
+def due_count(factory: sessionmaker[Session], now: datetime) -> int:
+    from bot.store.digests import count_due
+
+    with factory() as session:
+        return count_due(session, now)
+
+
+# Outcomes are written in small groups: one transaction per message would cost
+# more than building it.  Until written, a sent digest is still ``sending``, so
+# a crash can send it again: the window is this many messages or this long.
+RECORD_EVERY = 64
+
+
+RECORD_SECONDS = 0.2
+
+
+async def _send_batch(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    pool: SmtpPool,
+    built: list[Built],
+    *,
+    clock: Clock,
+    worker: str,
+) -> DeliverReport:
+    report = DeliverReport()
+    results: asyncio.Queue[tuple[DigestRow, SendResult | BaseException]] = asyncio.Queue()
+
+    async def send(message: Built) -> None:
+        try:
+            results.put_nowait((message.row, await pool.send(message.sender, message.recipient, message.data)))
+        except Exception as exc:  # a bug, not an SMTP outcome: the loop below raises it
+            results.put_nowait((message.row, exc))
+
+    jobs = [asyncio.ensure_future(send(b)) for b in built]
+    # Recorded as sends finish, not in batch order: what a crash can send twice
+    # is only what the server accepted and was not yet recorded.
+    done: list[tuple[DigestRow, SendResult]] = []
+    first_done_at = 0.0
+    for _ in range(len(jobs)):
+        wait = None if not done else max(0.0, first_done_at + RECORD_SECONDS - time.monotonic())
+        try:
+            outcome = await asyncio.wait_for(results.get(), wait)
+        except TimeoutError:
+            _record(factory, settings, done, worker=worker, now=clock(), report=report)
+            done = []
+            outcome = await results.get()
+        if isinstance(outcome[1], BaseException):
+            _record(factory, settings, done, worker=worker, now=clock(), report=report)
+            raise outcome[1]
+        if not done:
+            first_done_at = time.monotonic()
+        done.append((outcome[0], outcome[1]))
+        if len(done) >= RECORD_EVERY:
+            _record(factory, settings, done, worker=worker, now=clock(), report=report)
+            done = []
+    _record(factory, settings, done, worker=worker, now=clock(), report=report)
+    await asyncio.gather(*jobs)  # all finished: surfaces an unexpected error instead of losing it
+    return report
+
+
+def _record(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    outcomes: list[tuple[DigestRow, SendResult]],
+    *,
+    worker: str,
+    now: datetime,
+    report: DeliverReport,
+) -> None:
+    if not outcomes:
+        return
+    smtp = settings.smtp
+    finished = []
+    for row, result in outcomes:
+        if result.outcome is Outcome.SENT:
+            state, retry_at = DigestState.SENT, None
+        elif result.outcome is Outcome.TEMPORARY and row.attempts < smtp.max_attempts:
+            state, retry_at = DigestState.RETRY_WAIT, now + timedelta(seconds=backoff_seconds(row.attempts, smtp))
+        else:
+            state, retry_at = DigestState.FAILED, None
+        error = None if state is DigestState.SENT else f"attempt {row.attempts}: {result.detail}"
+        finished.append(Finished(row.id, state, result.code, error, retry_at))
+    with transaction(factory) as session:
+        recorded = finish_many(session, finished, worker=worker, now=now)
+        report.lost_lease += len(finished) - len(recorded)  # reclaimed by someone after our lease ran out
+        reset_bounces(
+            session,
+            [
+                row.subscriber_id
+                for (row, _), f in zip(outcomes, finished, strict=True)
+                if f.state is DigestState.SENT and row.id in recorded
+            ],
+        )
+        for (row, result), outcome in zip(outcomes, finished, strict=True):
+            if row.id not in recorded:
+                continue
+            if outcome.state is DigestState.SENT:
+                report.sent += 1
+            elif outcome.state is DigestState.RETRY_WAIT:
+                report.retrying += 1
+            else:
+                report.failed += 1
+                if result.outcome is Outcome.PERMANENT and result.code in smtp.bounce_codes:
+                    if count_bounce(session, row.subscriber_id, threshold=smtp.bounce_threshold, now=now):
+                        report.bounced += 1
+            log.info("digest %d: %s (%s)", row.id, outcome.state.value, result.detail)

@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bot.ingest import ingest_bytes  # noqa: E402
-from bot.sources import parse_dump  # noqa: E402
+from bot.choose.tagging import load_rules  # noqa: E402
+from bot.ingest.formats import parse_dump  # noqa: E402
+from bot.ingest.service import ingest_bytes  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
-from bot.tagging import load_rules  # noqa: E402
 from tests.helpers import dump_text, postgres_schema  # noqa: E402
 
 # The shipped tag rules run on every new entry, as in production.

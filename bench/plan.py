@@ -31,10 +31,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.send import DAY, RULES, add_subscribers, zipf_choices  # noqa: E402
+from bot.choose.select import SelectionCache  # noqa: E402
 from bot.config import Settings  # noqa: E402
-from bot.ingest import ingest_bytes  # noqa: E402
+from bot.ingest.service import ingest_bytes  # noqa: E402
 from bot.plan import plan, planned_key  # noqa: E402
-from bot.select import SelectionCache  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
 from bot.store.entries import allocate_ids, bulk_insert, entries_first_seen_between  # noqa: E402
 from bot.store.schema import Digest, LedgerEntry  # noqa: E402

@@ -48,9 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiosmtplib  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
+from bot.choose.tagging import load_rules  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from bot.delivery.loop import deliver_now
-from bot.ingest import ingest_bytes  # noqa: E402
+from bot.ingest.service import ingest_bytes  # noqa: E402
 from bot.mail.mailer import Mailer
 from bot.mail.message import Prepared  # noqa: E402
 from bot.plan import plan  # noqa: E402
@@ -59,7 +60,6 @@ from bot.store.digests import get_digest, get_digests  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
 from bot.store.entries import allocate_ids, bulk_insert  # noqa: E402
 from bot.store.schema import Digest, Subscriber  # noqa: E402
-from bot.tagging import load_rules  # noqa: E402
 from tests.helpers import dump_text, filter_expressions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

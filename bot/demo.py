@@ -15,18 +15,18 @@ from datetime import UTC, date, datetime, time, timedelta
 from functools import partial
 from pathlib import Path
 
+from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind
-from bot.ingest import ingest_file
+from bot.ingest.service import ingest_file
+from bot.ingest.watcher import expand
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler, write_index
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import list_subscribers
-from bot.subscribers import import_csv
-from bot.tagging import TagRules
-from bot.watcher import expand
+from bot.subscriptions import import_csv
 
 FIRST_DAY = date(2026, 6, 14)  # the date the seed dumps carry
 DEMO_HOUR_UTC = 12

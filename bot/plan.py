@@ -22,11 +22,12 @@ from functools import lru_cache
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
+from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import DigestKind, DigestState, EntryView, Subscriber, SubscriberStatus
 from bot.mail.message import message_id_for
 from bot.mail.render import primary_url
-from bot.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
 from bot.store.digests import (
     DigestRow,
     NewDigest,
@@ -44,7 +45,6 @@ from bot.store.digests import (
 )
 from bot.store.engine import transaction
 from bot.store.subscribers import set_watermarks, subscribers_after, watermarks
-from bot.tagging import TagRules
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]

@@ -6,7 +6,7 @@
 prefetchers GET every URL in a message), ``GET|POST /m/{token}`` lets the
 subscriber pause, resume or change their filter.  Tokens are HMAC-signed and
 bound to one subscriber; an unknown, forged or altered token gets the same
-404.  A thin shell over ``bot.subscribers``: never sends mail, never renders
+404.  A thin shell over ``bot.subscriptions``: never sends mail, never renders
 digests, never writes SQL itself, never logs tokens or keys.
 """
 
@@ -33,7 +33,7 @@ from starlette.routing import Route
 
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
-from bot.subscribers import SubscriberInputError, by_token, change_status, set_filter
+from bot.subscriptions import SubscriberInputError, by_token, change_status, set_filter
 from bot.tokens import signing_key
 
 log = logging.getLogger(__name__)

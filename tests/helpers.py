@@ -17,11 +17,11 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.ingest import ingest_bytes
+from bot.choose.tagging import load_rules
+from bot.ingest.service import ingest_bytes
 from bot.store.engine import transaction
 from bot.store.entries import allocate_ids, bulk_insert
 from bot.store.schema import Digest, LedgerEntry, Subscriber
-from bot.tagging import load_rules
 
 _ENTRY = (
     "A study of kernel fusion number {i} for serving large language models on GPUs\n\n"
@@ -234,7 +234,7 @@ def queue_digests(factory: sessionmaker[Session], count: int, *, first: int = 0)
 INGEST_MEMORY_PROBE = """
 import json, resource, sys
 from pathlib import Path
-from bot.ingest import ingest_file
+from bot.ingest.service import ingest_file
 from bot.store.engine import make_engine, sessions, upgrade
 engine = make_engine("sqlite:///" + sys.argv[2]); upgrade(engine)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

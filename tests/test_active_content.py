@@ -20,14 +20,14 @@ from xml.sax.saxutils import escape as xml_escape
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
-from bot.ingest import ingest_bytes
+from bot.ingest.service import ingest_bytes
 from bot.mail.render import ALLOWED_TAGS, sanitize_html
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
-from bot.subscribers import clean_fields, save
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import render_dump
 

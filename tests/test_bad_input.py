@@ -22,10 +22,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import IngestResult, SourceStatus
-from bot.ingest import ingest_file
-from bot.sources.feeds import MAX_XML_ELEMENTS
+from bot.ingest.formats.feeds import MAX_XML_ELEMENTS
+from bot.ingest.service import ingest_file
+from bot.ingest.watcher import scan_folder
 from bot.store.schema import Entry
-from bot.watcher import scan_folder
 from tests.conftest import SEEDS
 from tests.helpers import render_dump
 

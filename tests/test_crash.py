@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.ingest import ingest_file
+from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest
-from bot.subscribers import clean_fields, save
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT
 

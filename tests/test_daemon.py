@@ -17,10 +17,10 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.scheduler import Daemon
+from bot.run.scheduler import Daemon
 from bot.store.sources import list_sources
-from bot.tagging import load_rules
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT, dump_of_size
 
@@ -129,10 +129,10 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
     """Rendering a batch of digests runs in a thread too: the sends and signals of the
     loop never wait for a whole batch to be built."""
     from bot.delivery.loop import deliver_now
-    from bot.ingest import ingest_bytes
+    from bot.ingest.service import ingest_bytes
     from bot.plan import plan
     from bot.sink import Sink, SinkHandler
-    from bot.subscribers import clean_fields, save
+    from bot.subscriptions import clean_fields, save
 
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)
     with Sink(SinkHandler()) as sink:

@@ -18,17 +18,17 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DeliverReport, DigestKind, DigestState, SubscriberStatus
-from bot.ingest import ingest_bytes, ingest_file
+from bot.ingest.service import ingest_bytes, ingest_file
 from bot.plan import plan, resend
 from bot.sink import Fault, Received, Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.store.schema import LedgerEntry
 from bot.store.subscribers import get_subscriber
-from bot.subscribers import clean_fields, import_csv, save
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, import_csv, save
 from tests.conftest import ROOT
 from tests.helpers import queue_digests, render_dump
 from tests.seed_facts import EXPECTED
@@ -452,15 +452,15 @@ def test_stopping_the_daemon_mid_delivery_is_clean_and_loses_nothing(
     finish and are recorded, and nothing is left 'sending'."""
     import logging
 
-    import bot.scheduler
-    from bot.scheduler import Daemon
+    import bot.run.scheduler
+    from bot.run.scheduler import Daemon
 
     subscribe_examples(factory, settings)
     for path in seed_files[:3]:
         ingest_file(factory, path, now=DAY1 - timedelta(hours=1), rules=RULES)
     queued = len(plan(factory, settings, RULES, now=DAY1, all_due=True).planned)
     assert queued >= 4
-    monkeypatch.setattr(bot.scheduler, "DELIVER_EVERY_SECONDS", 0.3)
+    monkeypatch.setattr(bot.run.scheduler, "DELIVER_EVERY_SECONDS", 0.3)
     handler.faults = lambda recipient, attempt: Fault("data", stall=1.2)  # a slow server, then 250
 
     async def run() -> None:

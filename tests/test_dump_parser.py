@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.domain import EntryKind
-from bot.sources import DumpFormatError, SourceFormatError, parse_any, parse_dump
+from bot.ingest.formats import DumpFormatError, SourceFormatError, parse_any, parse_dump
 from tests.conftest import SEEDS
 from tests.helpers import render_dump
 from tests.seed_facts import DUMP_TITLES, HEADER_TAGS, LMCACHE, MINIMAX

@@ -23,17 +23,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
 from bot.domain import RenderedDigest
-from bot.ingest import ingest_bytes
+from bot.ingest.service import ingest_bytes
 from bot.mail.message import Headers, build_message, display_name
 from bot.mail.splice import to_line
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.entries import list_entries
-from bot.subscribers import SubscriberInputError, clean_fields, save
-from bot.tagging import load_rules
+from bot.subscriptions import SubscriberInputError, clean_fields, save
 from bot.text import CONTROL_CHARACTERS, header_text
 from tests.conftest import ROOT
 

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import SourceStatus
-from bot.ingest import ingest_file
-from bot.sources import looks_like_feed, parse_any
+from bot.ingest.formats import looks_like_feed, parse_any
+from bot.ingest.service import ingest_file
 from tests.conftest import ROOT
 
 CORPUS = ROOT.parent / "shared" / "corpora" / "feedparser-tests"

@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import Announce, EntryKind, SourceStatus
-from bot.ingest import ingest_bytes, ingest_file
-from bot.sources import FeedFormatError, parse_feed
+from bot.ingest.formats import FeedFormatError, parse_feed
+from bot.ingest.service import ingest_bytes, ingest_file
+from bot.ingest.watcher import fetch_feeds
 from bot.store.entries import appearances_of, find_entry, list_entries
-from bot.watcher import fetch_feeds
 from tests.conftest import FIXTURES
 from tests.seed_facts import MINIMAX
 
@@ -107,7 +107,7 @@ def test_json_feed(factory: sessionmaker[Session]) -> None:
 
 
 def test_a_dump_whose_first_title_starts_with_a_bracket_is_not_a_feed() -> None:
-    from bot.sources import looks_like_feed
+    from bot.ingest.formats import looks_like_feed
 
     assert not looks_like_feed(b"<Title> of a paper\n\nA 2026-01-01\n\nS\n\nPDF")
     assert not looks_like_feed(b"{Braces} in a title\n\nA 2026-01-01\n\nS\n\nPDF")

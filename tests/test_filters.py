@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.filters import (
+from bot.choose.filters import (
     And,
     Doc,
     Everything,

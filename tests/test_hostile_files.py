@@ -20,12 +20,12 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import SourceStatus
-from bot.ingest import ingest_file
+from bot.ingest.formats import parse_any
+from bot.ingest.formats.errors import SourceFormatError
+from bot.ingest.service import ingest_file
+from bot.ingest.watcher import expand, scan_folder
 from bot.mail.render import html_to_text
-from bot.sources import parse_any
-from bot.sources.errors import SourceFormatError
 from bot.store.sources import list_sources
-from bot.watcher import expand, scan_folder
 from tests.conftest import ROOT, copy_aged
 from tests.helpers import INGEST_MEMORY_PROBE, dump_of_size
 

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import SourceStatus
-from bot.ingest import ingest_bytes, ingest_file
+from bot.ingest.service import ingest_bytes, ingest_file
 from bot.store.entries import appearances_of, find_entry, list_entries, refresh_statistics
 from bot.store.schema import Entry, Source
 from bot.store.sources import list_sources

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
-from bot.ingest import ingest_bytes
+from bot.ingest.service import ingest_bytes
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.entries import list_entries
-from bot.subscribers import SubscriberInputError, clean_fields, save
-from bot.tagging import load_rules
+from bot.subscriptions import SubscriberInputError, clean_fields, save
 from tests.conftest import ROOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")

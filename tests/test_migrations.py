@@ -9,8 +9,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select
 
-from bot.identity import key_for_title_hash
-from bot.ingest import ingest_bytes, ingest_file
+from bot.ingest.identity import key_for_title_hash
+from bot.ingest.service import ingest_bytes, ingest_file
 from bot.store.engine import HEAD_REVISION, current_revision, downgrade, head_revision, make_engine, sessions, upgrade
 from bot.store.schema import Base, Entry
 from tests.conftest import FIXTURES

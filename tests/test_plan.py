@@ -23,18 +23,18 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.select import select_for
+from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import SubscriberStatus
-from bot.ingest import ingest_bytes
+from bot.ingest.service import ingest_bytes
 from bot.plan import IdRuns, plan
-from bot.select import select_for
 from bot.store.digests import claimed_entry_ids, claimed_from, release_entries
 from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.schema import Digest, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
-from bot.subscribers import clean_fields, save, set_filter
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, save, set_filter
 from tests.conftest import ROOT
 from tests.helpers import dump_text, filter_expressions
 
@@ -202,7 +202,7 @@ def test_purging_a_subscriber_removes_their_ledger_rows_and_no_one_elses(
 ) -> None:
     """The ledger's subscriber_id has no foreign key of its own (its key is entry
     first): the rows go with the digests that carried them."""
-    from bot.subscribers import remove
+    from bot.subscriptions import remove
 
     cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
     save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(3)], START - timedelta(days=1))

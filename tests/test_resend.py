@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind, DigestState
-from bot.ingest import ingest_file
+from bot.ingest.service import ingest_file
 from bot.plan import ResendPending, plan, resend, resend_failed
 from bot.sink import Fault, Sink, SinkHandler
 from bot.store.digests import list_digests, stats_by_day
-from bot.subscribers import clean_fields, save
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")

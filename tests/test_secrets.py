@@ -19,14 +19,14 @@ from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
-from bot.ingest import ingest_file
+from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.digests import list_digests
-from bot.subscribers import clean_fields, save
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, save
 from bot.tokens import signing_key
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import DIGESTBOT

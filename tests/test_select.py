@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.select import local_send_time, select_for
+from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import SubscriberStatus
-from bot.ingest import ingest_file
-from bot.select import local_send_time, select_for
+from bot.ingest.service import ingest_file
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscribers import clean_fields, import_csv, save
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, import_csv, save
 from tests.conftest import ROOT
 from tests.seed_facts import (
     AGING,

@@ -17,17 +17,17 @@ import aiosmtplib
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now, due_count
 from bot.domain import DigestKind, DigestState, SubscriberStatus
-from bot.ingest import ingest_file
+from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.sink import FaultRates, Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import list_subscribers
-from bot.subscribers import clean_fields, save
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT
 

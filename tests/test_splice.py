@@ -19,15 +19,15 @@ from hypothesis import strategies as st
 from markupsafe import escape
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.ingest import ingest_file
+from bot.ingest.service import ingest_file
 from bot.mail.mailer import Mailer
 from bot.mail.message import POLICY, prepared
 from bot.mail.splice import ChunkPool, MessageTemplate, Personal, folded, html_escape, plain_line, to_line
 from bot.plan import plan
 from bot.store.digests import digest_content, get_digest
-from bot.subscribers import clean_fields, save
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import render_dump
 
@@ -332,7 +332,7 @@ def test_an_entry_changed_during_a_delivery_run_is_read_again(factory: sessionma
     each exactly as the simple path builds it."""
     from datetime import date
 
-    from bot.ingest import ingest_bytes
+    from bot.ingest.service import ingest_bytes
 
     settings = _settings(tmp_path)
     papers = [

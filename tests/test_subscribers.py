@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscribers import (
+from bot.subscriptions import (
     AlreadySubscribed,
     SubscriberInputError,
     add,

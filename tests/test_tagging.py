@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.ingest import ingest_bytes, ingest_file, retag_all
+from bot.choose.tagging import TagRule, TagRules, TagRulesError, load_rules
+from bot.ingest.service import ingest_bytes, ingest_file, retag_all
 from bot.store.entries import find_entry, list_entries, tag_origins_of
-from bot.tagging import TagRule, TagRules, TagRulesError, load_rules
 from tests.conftest import ROOT
 from tests.helpers import render_dump
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import SourceStatus
+from bot.ingest.watcher import pending_files, scan_folder
 from bot.store.entries import count_entries
-from bot.watcher import pending_files, scan_folder
 from tests.conftest import copy_aged
 from tests.seed_facts import NEW_PER_DUMP
 

@@ -23,15 +23,15 @@ import pytest
 import uvicorn
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import SubscriberStatus
-from bot.ingest import ingest_file
+from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler, free_port
 from bot.store.subscribers import get_subscriber
-from bot.subscribers import clean_fields, save
-from bot.tagging import load_rules
+from bot.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
 from bot.web import create_app
 from tests.conftest import ROOT

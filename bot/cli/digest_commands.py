@@ -43,7 +43,7 @@ def preview(
     as_json: JsonOption = False,
 ) -> None:
     """What EMAIL's next digest would contain and why; sends and records nothing."""
-    from bot.select import local_send_time, select_for
+    from bot.choose.select import local_send_time, select_for
     from bot.store.digests import claimed_entry_ids
 
     c = ctx_of(ctx)
@@ -89,8 +89,8 @@ def run_command(
     dump folder and feeds, plan digests at each subscriber's local send time, deliver
     them.  SIGTERM/Ctrl-C: finish in-flight sends, exit 0."""
 
+    from bot.ingest.watcher import fetch_feeds, scan_folder
     from bot.plan import plan
-    from bot.watcher import fetch_feeds, scan_folder
 
     c = ctx_of(ctx)
     factory = c.sessions()
@@ -121,8 +121,8 @@ def run_command(
 def _daemon(c: Context, factory: Any, *, plan_jobs: bool, deliver_jobs: bool) -> None:
     import asyncio
 
-    from bot.roles import RoleTaken
-    from bot.scheduler import Daemon
+    from bot.run.roles import RoleTaken
+    from bot.run.scheduler import Daemon
 
     try:
         daemon = Daemon(factory, c.settings, c.rules, engine=c.engine, plan_jobs=plan_jobs, deliver_jobs=deliver_jobs)

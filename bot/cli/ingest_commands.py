@@ -44,8 +44,8 @@ def dumps_ingest(
     Without PATH, scans the configured dump folder for files not yet ingested,
     as the scheduler does.  Exit 1 when any file failed.
     """
-    from bot.ingest import ingest_file
-    from bot.watcher import expand, scan_folder
+    from bot.ingest.service import ingest_file
+    from bot.ingest.watcher import expand, scan_folder
 
     c = ctx_of(ctx)
     factory = c.sessions()
@@ -118,7 +118,7 @@ def feeds_fetch(
     as_json: JsonOption = False,
 ) -> None:
     """Fetch feed URLs with conditional GET and ingest what changed."""
-    from bot.watcher import fetch_feeds
+    from bot.ingest.watcher import fetch_feeds
 
     c = ctx_of(ctx)
     results = fetch_feeds(c.sessions(), c.settings, urls=urls or None, rules=c.rules)

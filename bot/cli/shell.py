@@ -21,10 +21,10 @@ from rich.table import Table
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.config import ConfigError, Settings, load_settings
 from bot.domain import IngestResult, SourceStatus
 from bot.store import engine as store_engine
-from bot.tagging import TagRules, TagRulesError, load_rules
 
 app = typer.Typer(
     help="digestbot: research-feed digest dumps in, personal daily emails out.",
@@ -144,7 +144,7 @@ def main_callback(
 
 
 def now() -> datetime:
-    from bot.ingest import utcnow
+    from bot.ingest.service import utcnow
 
     return utcnow()
 
@@ -159,7 +159,7 @@ def parse_date(value: str | None, option: str = "--since") -> date | None:
 
 
 def clean_or_exit(email: str, **fields: Any) -> Any:
-    from bot.subscribers import SubscriberInputError, clean_fields
+    from bot.subscriptions import SubscriberInputError, clean_fields
 
     try:
         return clean_fields(email, **fields)
@@ -169,7 +169,7 @@ def clean_or_exit(email: str, **fields: Any) -> Any:
 
 def find_subscriber(factory: Any, email: str) -> Any:
     """The subscriber with this address, or exit 1 saying there is none."""
-    from bot.subscribers import SubscriberNotFound, find
+    from bot.subscriptions import SubscriberNotFound, find
 
     try:
         return find(factory, email)

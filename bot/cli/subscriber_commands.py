@@ -89,7 +89,7 @@ def subscribers_add(
     backfill: BackfillOption = None,
 ) -> None:
     """Subscribe EMAIL (an unsubscribed address is re-activated; what it was sent stays sent)."""
-    from bot.subscribers import AlreadySubscribed, add
+    from bot.subscriptions import AlreadySubscribed, add
 
     c = ctx_of(ctx)
     fields = clean_or_exit(email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill)
@@ -114,7 +114,7 @@ def subscribers_edit(
     backfill: BackfillOption = None,
 ) -> None:
     """Change the given fields of a subscriber."""
-    from bot.subscribers import SubscriberNotFound, edit
+    from bot.subscriptions import SubscriberNotFound, edit
 
     c = ctx_of(ctx)
     fields = clean_or_exit(email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill)
@@ -127,7 +127,7 @@ def subscribers_edit(
 
 
 def _set_status(ctx: typer.Context, email: str, status: Any, verb: str) -> None:
-    from bot.subscribers import SubscriberInputError, SubscriberNotFound, change_status, clean_email
+    from bot.subscriptions import SubscriberInputError, SubscriberNotFound, change_status, clean_email
 
     c = ctx_of(ctx)
     try:
@@ -166,7 +166,7 @@ def subscribers_remove(
     ] = False,
 ) -> None:
     """Unsubscribe EMAIL, keeping what was sent so a re-subscribe never resends old entries."""
-    from bot.subscribers import SubscriberInputError, SubscriberNotFound, clean_email, remove
+    from bot.subscriptions import SubscriberInputError, SubscriberNotFound, clean_email, remove
 
     c = ctx_of(ctx)
     try:
@@ -191,7 +191,7 @@ def subscribers_import(
 ) -> None:
     """Upsert subscribers from CSV (idempotent).  Good rows are imported even when
     others are bad; every bad row is listed with its line number.  Exit 1 if any was bad."""
-    from bot.subscribers import import_csv
+    from bot.subscriptions import import_csv
 
     c = ctx_of(ctx)
     try:
@@ -232,7 +232,7 @@ def subscribers_export(
     ] = False,
 ) -> None:
     """Print all subscribers as CSV, exactly as stored: the format 'import' reads."""
-    from bot.subscribers import export_csv
+    from bot.subscriptions import export_csv
 
     sys.stdout.write(export_csv(ctx_of(ctx).sessions(), status, spreadsheet=spreadsheet))
 
@@ -245,7 +245,7 @@ def subscribers_list(
     as_json: JsonOption = False,
 ) -> None:
     """Subscribers, by address."""
-    from bot.filters import Tag, atoms, parse_filter
+    from bot.choose.filters import Tag, atoms, parse_filter
     from bot.store.subscribers import list_subscribers
 
     with ctx_of(ctx).sessions()() as session:

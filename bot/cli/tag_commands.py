@@ -56,8 +56,8 @@ def tags_test(
     as_json: JsonOption = False,
 ) -> None:
     """The stored entries a filter matches, best first, with why."""
-    from bot.filters import FilterError, parse_filter, to_text
-    from bot.select import matching
+    from bot.choose.filters import FilterError, parse_filter, to_text
+    from bot.choose.select import matching
 
     c = ctx_of(ctx)
     try:
@@ -73,7 +73,7 @@ def tags_test(
 @tags_app.command("apply")
 def tags_apply(ctx: typer.Context) -> None:
     """Recompute rule tags of every stored entry from the current tags file."""
-    from bot.ingest import retag_all
+    from bot.ingest.service import retag_all
     from bot.store.entries import count_entries
 
     c = ctx_of(ctx)

@@ -18,10 +18,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from bot.choose.tagging import TagRules
 from bot.domain import Announce, EntryKind, EntryView, ParsedEntry, ParsedSource, TagOrigin, match_text
-from bot.identity import entry_key, key_for_title_hash, normalize_title, title_hash
+from bot.ingest.identity import entry_key, key_for_title_hash, normalize_title, title_hash
 from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
-from bot.tagging import TagRules
 
 # Well under SQLite's 32766 bound-parameter limit and PostgreSQL's 65535.
 CHUNK = 900
@@ -587,7 +587,7 @@ def list_entries(
 
 def find_entry(session: Session, ref: str) -> EntryView | None:
     """An entry by key, arXiv id, DOI or numeric id."""
-    from bot.identity import arxiv_id_in, doi_in
+    from bot.ingest.identity import arxiv_id_in, doi_in
 
     ref = ref.strip()
     conditions = [Entry.key == ref, Entry.key == ref.lower()]

@@ -21,10 +21,10 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from sqlalchemy.orm import Session
 
+from bot.choose.filters import Doc, Explanation, Expr, explain, matches, parse_filter
+from bot.choose.tagging import TagRules, nfkc
 from bot.domain import EntryView, Subscriber, match_text
-from bot.filters import Doc, Explanation, Expr, explain, matches, parse_filter
 from bot.store.entries import entries_first_seen_between
-from bot.tagging import TagRules, nfkc
 
 
 @dataclass(frozen=True, slots=True)

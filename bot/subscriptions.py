@@ -19,9 +19,9 @@ from datetime import datetime
 from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.filters import FilterError, normalize_filter
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberFields, SubscriberStatus
-from bot.filters import FilterError, normalize_filter
 from bot.store.engine import transaction
 from bot.store.subscribers import (
     get_subscriber,

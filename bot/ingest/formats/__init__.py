@@ -8,9 +8,9 @@ for bad input, with a one-line message naming the file and line.
 from __future__ import annotations
 
 from bot.domain import ParsedSource
-from bot.sources.dumps import DumpFormatError, parse_dump
-from bot.sources.errors import SourceFormatError
-from bot.sources.feeds import FeedFormatError, looks_like_feed, parse_feed
+from bot.ingest.formats.dumps import DumpFormatError, parse_dump
+from bot.ingest.formats.errors import SourceFormatError
+from bot.ingest.formats.feeds import FeedFormatError, looks_like_feed, parse_feed
 
 __all__ = [
     "DumpFormatError",

@@ -21,13 +21,13 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import TagRules
 from bot.config import WatchConfig
 from bot.domain import IngestResult, ParsedSource, SourceStatus
-from bot.sources import SourceFormatError, parse_any
+from bot.ingest.formats import SourceFormatError, parse_any
 from bot.store.engine import transaction
 from bot.store.entries import entry_texts, refresh_statistics, set_rule_tags, upsert_source_entries
 from bot.store.sources import add_source, ingested_with_sha, set_counts
-from bot.tagging import TagRules
 from bot.text import is_utf8_name, path_text
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,8 @@ import feedparser
 import nh3
 
 from bot.domain import Announce, EntryKind, ParsedEntry, ParsedSource
-from bot.identity import arxiv_id_in, doi_in
-from bot.sources.errors import SourceFormatError, quoted
+from bot.ingest.formats.errors import SourceFormatError, quoted
+from bot.ingest.identity import arxiv_id_in, doi_in
 from bot.text import is_web_url, tag_label
 from bot.text import one_line as _one_line
 

@@ -24,17 +24,17 @@ from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.delivery.loop import deliver, worker_name
 from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport
+from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
 from bot.plan import plan
-from bot.roles import Leadership, claim_sqlite_worker
+from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import transaction
-from bot.tagging import TagRules
-from bot.watcher import fetch_feeds, scan_folder
 
 log = logging.getLogger(__name__)
 

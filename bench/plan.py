@@ -35,8 +35,9 @@ from bot.choose.select import SelectionCache  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from bot.ingest.service import ingest_bytes  # noqa: E402
 from bot.plan import plan, planned_key  # noqa: E402
+from bot.store.bulk import allocate_ids, bulk_insert
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
-from bot.store.entries import allocate_ids, bulk_insert, entries_first_seen_between  # noqa: E402
+from bot.store.entry_reads import entries_first_seen_between  # noqa: E402
 from bot.store.schema import Digest, LedgerEntry  # noqa: E402
 from bot.store.subscribers import list_subscribers, set_watermarks  # noqa: E402
 from tests.helpers import dump_text, filter_expressions  # noqa: E402

@@ -56,9 +56,9 @@ from bot.mail.mailer import Mailer
 from bot.mail.message import Prepared  # noqa: E402
 from bot.plan import plan  # noqa: E402
 from bot.sink import free_port  # noqa: E402
+from bot.store.bulk import allocate_ids, bulk_insert  # noqa: E402
 from bot.store.digests import get_digest, get_digests  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
-from bot.store.entries import allocate_ids, bulk_insert  # noqa: E402
 from bot.store.schema import Digest, Subscriber  # noqa: E402
 from tests.helpers import dump_text, filter_expressions  # noqa: E402
 

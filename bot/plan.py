@@ -30,20 +30,15 @@ from bot.mail.message import message_id_for
 from bot.mail.render import primary_url
 from bot.store.digests import (
     DigestRow,
-    NewDigest,
-    Planned,
-    claimed_from,
-    create_digest,
     failed_without_resend,
     get_digest,
-    insert_digests,
     list_digests,
     lock_digest,
     pending_resend_of,
-    scheduled_days,
     set_message_id,
 )
 from bot.store.engine import transaction
+from bot.store.ledger import NewDigest, Planned, claimed_from, create_digest, insert_digests, scheduled_days
 from bot.store.subscribers import set_watermarks, subscribers_after, watermarks
 
 log = logging.getLogger(__name__)

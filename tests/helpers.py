@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.ingest.service import ingest_bytes
+from bot.store.bulk import allocate_ids, bulk_insert
 from bot.store.engine import transaction
-from bot.store.entries import allocate_ids, bulk_insert
 from bot.store.schema import Digest, LedgerEntry, Subscriber
 
 _ENTRY = (

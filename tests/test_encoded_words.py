@@ -32,7 +32,7 @@ from bot.mail.message import Headers, build_message, display_name
 from bot.mail.splice import to_line
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
-from bot.store.entries import list_entries
+from bot.store.entry_reads import list_entries
 from bot.subscriptions import SubscriberInputError, clean_fields, save
 from bot.text import CONTROL_CHARACTERS, header_text
 from tests.conftest import ROOT

@@ -17,7 +17,7 @@ from bot.domain import Announce, EntryKind, SourceStatus
 from bot.ingest.formats import FeedFormatError, parse_feed
 from bot.ingest.service import ingest_bytes, ingest_file
 from bot.ingest.watcher import fetch_feeds
-from bot.store.entries import appearances_of, find_entry, list_entries
+from bot.store.entry_reads import appearances_of, find_entry, list_entries
 from tests.conftest import FIXTURES
 from tests.seed_facts import MINIMAX
 

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import SourceStatus
 from bot.ingest.service import ingest_bytes, ingest_file
-from bot.store.entries import appearances_of, find_entry, list_entries, refresh_statistics
+from bot.store.entries import refresh_statistics
+from bot.store.entry_reads import appearances_of, find_entry, list_entries
 from bot.store.schema import Entry, Source
 from bot.store.sources import list_sources
 from tests.conftest import copy_aged

@@ -23,7 +23,7 @@ from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
-from bot.store.entries import list_entries
+from bot.store.entry_reads import list_entries
 from bot.subscriptions import SubscriberInputError, clean_fields, save
 from tests.conftest import ROOT
 

@@ -29,8 +29,8 @@ from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.ingest.service import ingest_bytes
 from bot.plan import IdRuns, plan
-from bot.store.digests import claimed_entry_ids, claimed_from, release_entries
 from bot.store.engine import make_engine, sessions, transaction, upgrade
+from bot.store.ledger import claimed_entry_ids, claimed_from, release_entries
 from bot.store.schema import Digest, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers

@@ -26,7 +26,8 @@ from bot.mail.mailer import Mailer
 from bot.mail.message import POLICY, prepared
 from bot.mail.splice import ChunkPool, MessageTemplate, Personal, folded, html_escape, plain_line, to_line
 from bot.plan import plan
-from bot.store.digests import digest_content, get_digest
+from bot.store.contents import digest_content
+from bot.store.digests import get_digest
 from bot.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import render_dump
@@ -366,7 +367,8 @@ def test_body_keys_name_the_ledger_rows_and_spare_reading_them_again(
     would read; digests that share it share one read, and build the same bytes."""
     from sqlalchemy import select
 
-    from bot.store.digests import ContentCache, LedgerRow, body_key, digest_contents
+    from bot.store.contents import ContentCache, digest_contents
+    from bot.store.ledger import LedgerRow, body_key
     from bot.store.schema import Digest, LedgerEntry
 
     settings = _settings(tmp_path)
@@ -405,8 +407,9 @@ def test_a_released_digest_does_not_lend_its_empty_rows_to_its_body(
     """A cancel releases a digest's ledger rows (and its body key); read in one batch
     with another digest of the same body, in whatever order the database returns
     them, neither lends the other its rows."""
-    from bot.store.digests import ContentCache, digest_contents, release_entries
+    from bot.store.contents import ContentCache, digest_contents
     from bot.store.engine import transaction
+    from bot.store.ledger import release_entries
 
     settings = _settings(tmp_path)
     ids = _queued(factory, settings, seed_files)

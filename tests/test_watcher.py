@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import SourceStatus
 from bot.ingest.watcher import pending_files, scan_folder
-from bot.store.entries import count_entries
+from bot.store.entry_reads import count_entries
 from tests.conftest import copy_aged
 from tests.seed_facts import NEW_PER_DUMP
 

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from bot.choose.filters import Doc, Explanation, Expr, explain, matches, parse_filter
 from bot.choose.tagging import TagRules, nfkc
 from bot.domain import EntryView, Subscriber, match_text
-from bot.store.entries import entries_first_seen_between
+from bot.store.entry_reads import entries_first_seen_between
 
 
 @dataclass(frozen=True, slots=True)

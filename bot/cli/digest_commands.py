@@ -44,7 +44,7 @@ def preview(
 ) -> None:
     """What EMAIL's next digest would contain and why; sends and records nothing."""
     from bot.choose.select import local_send_time, select_for
-    from bot.store.digests import claimed_entry_ids
+    from bot.store.ledger import claimed_entry_ids
 
     c = ctx_of(ctx)
     factory = c.sessions()

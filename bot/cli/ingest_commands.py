@@ -157,7 +157,7 @@ def entries_list(
     as_json: JsonOption = False,
 ) -> None:
     """Stored entries, most recently first seen first."""
-    from bot.store.entries import list_entries
+    from bot.store.entry_reads import list_entries
 
     since_date = parse_date(since)
     with ctx_of(ctx).sessions()() as session:
@@ -182,7 +182,7 @@ def entries_show(
     as_json: JsonOption = False,
 ) -> None:
     """One entry with its tags (and where they came from) and every summary variant seen."""
-    from bot.store.entries import appearances_of, find_entry, tag_origins_of
+    from bot.store.entry_reads import appearances_of, find_entry, tag_origins_of
 
     with ctx_of(ctx).sessions()() as session:
         entry = find_entry(session, key)

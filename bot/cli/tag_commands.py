@@ -25,7 +25,7 @@ tags_app = typer.Typer(help="Tags and tag rules: counts, test a filter, re-apply
 @tags_app.command("list")
 def tags_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Every tag with its number of entries (per origin) and its rule's description."""
-    from bot.store.entries import tag_counts
+    from bot.store.entry_reads import tag_counts
 
     c = ctx_of(ctx)
     descriptions = {r.name: r.description for r in c.rules.rules}
@@ -74,7 +74,7 @@ def tags_test(
 def tags_apply(ctx: typer.Context) -> None:
     """Recompute rule tags of every stored entry from the current tags file."""
     from bot.ingest.service import retag_all
-    from bot.store.entries import count_entries
+    from bot.store.entry_reads import count_entries
 
     c = ctx_of(ctx)
     factory = c.sessions()

@@ -26,14 +26,7 @@ from bot.config import Settings
 from bot.delivery.smtp import Outcome, SendResult, SmtpPool, backoff_seconds
 from bot.domain import DeliverReport, DigestState
 from bot.mail.mailer import Built, Mailer
-from bot.store.digests import (
-    DigestRow,
-    Finished,
-    claim_due,
-    count_bounce,
-    finish_many,
-    reset_bounces,
-)
+from bot.store.digests import DigestRow, Finished, claim_due, count_bounce, finish_many, reset_bounces
 from bot.store.engine import transaction
 
 log = logging.getLogger(__name__)

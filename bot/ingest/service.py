@@ -26,7 +26,8 @@ from bot.config import WatchConfig
 from bot.domain import IngestResult, ParsedSource, SourceStatus
 from bot.ingest.formats import SourceFormatError, parse_any
 from bot.store.engine import transaction
-from bot.store.entries import entry_texts, refresh_statistics, set_rule_tags, upsert_source_entries
+from bot.store.entries import refresh_statistics, set_rule_tags, upsert_source_entries
+from bot.store.entry_reads import entry_texts
 from bot.store.sources import add_source, ingested_with_sha, set_counts
 from bot.text import is_utf8_name, path_text
 

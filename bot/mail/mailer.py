@@ -24,18 +24,10 @@ from bot.domain import DeliverReport, DigestContent, DigestKind, DigestState, Su
 from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for
 from bot.mail.render import Links, Renderer
 from bot.mail.splice import ChunkPool, MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
-from bot.store.digests import (
-    ContentCache,
-    DigestRow,
-    Finished,
-    digest_content,
-    digest_contents,
-    finish_many,
-    get_digest,
-    get_digests,
-    release_entries,
-)
+from bot.store.contents import ContentCache, digest_content, digest_contents
+from bot.store.digests import DigestRow, Finished, finish_many, get_digest, get_digests
 from bot.store.engine import transaction
+from bot.store.ledger import release_entries
 from bot.store.subscribers import subscriber_statuses
 from bot.tokens import make_token, signing_key
 

@@ -1,4 +1,4 @@
-"""Entries, appearances and tags: resolving identity against the store in batches.
+"""Store: writing entries, appearances and tags, resolving identity against the store in batches.
 
 A source's entries are matched to stored ones with a handful of indexed
 ``IN (...)`` look-ups (arXiv id, DOI, key, normalized title) and written with
@@ -8,92 +8,21 @@ already holds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import bindparam, delete, func, literal, or_, select, text, update
+from sqlalchemy import bindparam, delete, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from bot.choose.tagging import TagRules
-from bot.domain import Announce, EntryKind, EntryView, ParsedEntry, ParsedSource, TagOrigin, match_text
+from bot.domain import Announce, EntryKind, ParsedEntry, ParsedSource, TagOrigin, match_text
 from bot.ingest.identity import entry_key, key_for_title_hash, normalize_title, title_hash
-from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
-
-# Well under SQLite's 32766 bound-parameter limit and PostgreSQL's 65535.
-CHUNK = 900
-
-
-def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def bulk_insert(session: Session, table: Any, rows: list[dict[str, Any]], *, ignore_conflicts: bool = False) -> None:
-    """executemany INSERT (optionally ON CONFLICT DO NOTHING) on SQLite and PostgreSQL.
-
-    The statement is compiled once and the column types' bind processors are
-    applied here, then the driver's executemany runs directly: at 10k rows
-    SQLAlchemy's per-row parameter handling costs as much as SQLite's insert.
-    Every row must have the same keys.
-    """
-    if not rows:
-        return
-    connection = session.connection()
-    dialect = connection.dialect
-    build = pg_insert if dialect.name == "postgresql" else sqlite_insert
-    statement = build(table).values({name: bindparam(name) for name in rows[0]})
-    if ignore_conflicts:
-        statement = statement.on_conflict_do_nothing()
-    compiled = statement.compile(dialect=dialect)
-    processors = compiled._bind_processors  # noqa: SLF001 - the documented per-type bind processors
-    names = list(compiled.positiontup or ()) if compiled.positional else list(rows[0])
-    # Column by column (map runs in C), then zip into rows: a per-row generator
-    # costs as much as the insert itself at 10k rows.
-    columns = []
-    for name in names:
-        values = [row[name] for row in rows]
-        processor = processors.get(name)
-        if processor is not None:
-            values = _processed(cast(Callable[[Any], Any], processor), values)
-        columns.append(values)
-    tuples = zip(*columns, strict=True)
-    params: list[Any] = list(tuples) if compiled.positional else [dict(zip(names, r, strict=True)) for r in tuples]
-    connection.exec_driver_sql(str(compiled), params)
-
-
-def _processed(processor: Callable[[Any], Any], values: list[Any]) -> list[Any]:
-    """*processor* applied to each value, once per distinct object: rows often share
-    one (a batch's timestamp, a ledger row's tags shared by every subscriber of a
-    filter), and JSON encoding is the dearest part of a row."""
-    done: dict[int, Any] = {}  # by id(): *values* keeps every object alive meanwhile
-    out = []
-    for value in values:
-        key = id(value)
-        if key not in done:
-            done[key] = processor(value)
-        out.append(done[key])
-    return out
-
-
-def allocate_ids(session: Session, table: Any, count: int) -> range | list[int]:
-    """*count* fresh primary keys for *table*.  SQLite: after MAX(id), safe because
-    our transactions begin IMMEDIATE (one writer); PostgreSQL: from its sequence."""
-    connection = session.connection()
-    if connection.dialect.name == "postgresql":
-        sequence = f"{table.name}_id_seq"
-        return list(
-            connection.execute(select(func.nextval(sequence)).select_from(func.generate_series(1, count))).scalars()
-        )
-    start = connection.execute(select(func.coalesce(func.max(table.c.id), 0))).scalar_one()
-    return range(start + 1, start + 1 + count)
-
-
-def insert_ignoring_conflicts(session: Session, table: Any, rows: list[dict[str, Any]]) -> None:
-    bulk_insert(session, table, rows, ignore_conflicts=True)
+from bot.store.bulk import allocate_ids, bulk_insert, chunks, insert_ignoring_conflicts
+from bot.store.schema import Appearance, Entry, EntryTag, Tag
 
 
 @dataclass(slots=True)
@@ -490,170 +419,3 @@ def set_rule_tags(session: Session, tags: dict[int, Iterable[str]], *, replace: 
         ],
         ignore_conflicts=True,
     )
-
-
-def entry_texts(session: Session, *, after_id: int = 0, limit: int = 5000) -> list[tuple[int, str, str]]:
-    """(id, title, match text) of entries with id > *after_id*, in id order: for re-tagging in batches."""
-    rows = session.execute(
-        select(Entry.id, Entry.title, Entry.summary, Entry.extra)
-        .where(Entry.id > after_id)
-        .order_by(Entry.id)
-        .limit(limit)
-    )
-    return [(i, title, match_text(summary, extra)) for i, title, summary, extra in rows]
-
-
-@dataclass
-class _EntryTags:
-    labels: list[str] = field(default_factory=list)  # distinct, by name
-    origins: dict[str, set[str]] = field(default_factory=dict)  # case-folded name -> origins
-
-
-def _tags_by_entry(session: Session, entry_ids: Sequence[int]) -> dict[int, _EntryTags]:
-    tags: dict[int, _EntryTags] = {}
-    for part in chunks(list(entry_ids)):
-        rows = session.execute(
-            select(EntryTag.entry_id, Tag.name, Tag.label, EntryTag.origin)
-            .join(Tag, Tag.id == EntryTag.tag_id)
-            .where(EntryTag.entry_id.in_(part))
-            .order_by(EntryTag.entry_id, Tag.name)
-        )
-        for entry_id, name, label, origin in rows:
-            found = tags.setdefault(entry_id, _EntryTags())
-            if name not in found.origins:
-                found.labels.append(label)
-            found.origins.setdefault(name, set()).add(origin)
-    return tags
-
-
-def _view(entry: Entry, tags: _EntryTags | None) -> EntryView:
-    tags = tags or _EntryTags()
-    return EntryView(
-        id=entry.id,
-        key=entry.key,
-        kind=EntryKind(entry.kind),
-        title=entry.title,
-        authors=tuple(entry.authors),
-        published=entry.published,
-        summary=entry.summary,
-        summary_type=entry.summary_type,
-        links=tuple(entry.links),
-        tags=tuple(tags.labels),
-        arxiv_id=entry.arxiv_id,
-        doi=entry.doi,
-        first_seen_source_id=entry.first_seen_source_id,
-        first_seen_at=entry.first_seen_at,
-        extra=dict(entry.extra),
-        tag_origins={name: frozenset(o) for name, o in tags.origins.items()},
-        summary_source_id=entry.summary_source_id,
-    )
-
-
-def entries_first_seen_between(session: Session, start: datetime | None, end: datetime) -> list[EntryView]:
-    """Entries first seen in [start, end] (start None: from the beginning), with tag origins."""
-    query = select(Entry).where(Entry.first_seen_at <= end)
-    if start is not None:
-        query = query.where(Entry.first_seen_at >= start)
-    entries = list(session.scalars(query.order_by(Entry.id)))
-    tags = _tags_by_entry(session, [e.id for e in entries])
-    return [_view(e, tags.get(e.id)) for e in entries]
-
-
-def list_entries(
-    session: Session, *, tag: str | None = None, since: date | datetime | None = None, limit: int | None = None
-) -> list[EntryView]:
-    """Entries newest first; *tag* matches any origin, case-insensitively;
-    *since* compares with the moment the store first saw the entry."""
-    query = select(Entry)
-    if tag is not None:
-        query = query.where(
-            Entry.id.in_(
-                select(EntryTag.entry_id).join(Tag, Tag.id == EntryTag.tag_id).where(Tag.name == tag.casefold())
-            )
-        )
-    if since is not None:
-        if not isinstance(since, datetime):
-            from datetime import UTC, time
-
-            since = datetime.combine(since, time.min, tzinfo=UTC)
-        query = query.where(Entry.first_seen_at >= since)
-    query = query.order_by(Entry.first_seen_at.desc(), Entry.id.desc())
-    if limit is not None:
-        query = query.limit(limit)
-    entries = list(session.scalars(query))
-    tags = _tags_by_entry(session, [e.id for e in entries])
-    return [_view(e, tags.get(e.id)) for e in entries]
-
-
-def find_entry(session: Session, ref: str) -> EntryView | None:
-    """An entry by key, arXiv id, DOI or numeric id."""
-    from bot.ingest.identity import arxiv_id_in, doi_in
-
-    ref = ref.strip()
-    conditions = [Entry.key == ref, Entry.key == ref.lower()]
-    if ref.isdigit():
-        conditions.append(Entry.id == int(ref))
-    if arxiv := arxiv_id_in(ref):
-        conditions.append(Entry.arxiv_id == arxiv)
-    if doi := doi_in(ref):
-        conditions.append(Entry.doi == doi)
-    entry = session.scalars(select(Entry).where(or_(*conditions)).limit(1)).first()
-    if entry is None:
-        return None
-    return _view(entry, _tags_by_entry(session, [entry.id]).get(entry.id))
-
-
-@dataclass(frozen=True, slots=True)
-class AppearanceView:
-    source_id: int
-    path: str
-    position: int
-    summary: str
-    ingested_at: datetime
-
-
-def appearances_of(session: Session, entry_id: int) -> list[AppearanceView]:
-    rows = session.execute(
-        select(
-            Appearance.source_id,
-            Source.path,
-            Appearance.position,
-            func.coalesce(Appearance.summary, Entry.summary),
-            Source.ingested_at,
-        )
-        .join(Source, Source.id == Appearance.source_id)
-        .join(Entry, Entry.id == Appearance.entry_id)
-        .where(Appearance.entry_id == entry_id)
-        .order_by(Source.ingested_at, Source.id)
-    )
-    return [AppearanceView(*row) for row in rows]
-
-
-def tag_origins_of(session: Session, entry_id: int) -> list[tuple[str, str]]:
-    rows = session.execute(
-        select(Tag.label, EntryTag.origin)
-        .join(Tag, Tag.id == EntryTag.tag_id)
-        .where(EntryTag.entry_id == entry_id)
-        .order_by(Tag.name, EntryTag.origin)
-    )
-    return [(label, origin) for label, origin in rows]
-
-
-def count_entries(session: Session) -> int:
-    return session.scalar(select(func.count()).select_from(Entry)) or 0
-
-
-def tag_counts(session: Session) -> list[tuple[str, int, dict[str, int]]]:
-    """(label, distinct entries, entries per origin) for every tag, most used first."""
-    per_origin: dict[int, dict[str, int]] = {}
-    for tag_id, origin, count in session.execute(
-        select(EntryTag.tag_id, EntryTag.origin, func.count()).group_by(EntryTag.tag_id, EntryTag.origin)
-    ):
-        per_origin.setdefault(tag_id, {})[origin] = count
-    totals = dict(
-        session.execute(
-            select(EntryTag.tag_id, func.count(func.distinct(EntryTag.entry_id))).group_by(EntryTag.tag_id)
-        ).all()
-    )
-    rows = [(t.label, totals.get(t.id, 0), per_origin.get(t.id, {})) for t in session.scalars(select(Tag))]
-    return sorted(rows, key=lambda r: (-r[1], r[0].casefold()))

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from bot.domain import FileStamp, SourceStatus
-from bot.store.entries import chunks
+from bot.store.bulk import chunks
 from bot.store.schema import Feed, Source
 from bot.text import path_text
 

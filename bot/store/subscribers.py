@@ -11,7 +11,7 @@ from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import Subscriber, SubscriberFields, SubscriberStatus
-from bot.store.entries import bulk_insert, chunks
+from bot.store.bulk import bulk_insert, chunks
 from bot.store.schema import Subscriber as SubscriberRow
 
 

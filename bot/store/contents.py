@@ -1,0 +1,198 @@
+"""Store: what a digest carries, read from the ledger with the entries and the pinned
+summary variants (``ContentCache`` keeps them across a delivery run).  SQL only; never writes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import Text, select, type_coerce
+from sqlalchemy.orm import Session
+
+from bot.domain import DigestContent, DigestItem, DigestKind, EntryKind
+from bot.store.bulk import chunks
+from bot.store.ledger import LedgerRow
+from bot.store.schema import Appearance, Digest, Entry, LedgerEntry
+from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.subscribers import _view as subscriber_view
+
+_ENTRY_COLUMNS = (
+    Entry.id,
+    Entry.updated_at,
+    Entry.key,
+    Entry.kind,
+    Entry.title,
+    Entry.authors,
+    Entry.published,
+    Entry.summary,
+    Entry.summary_type,
+    Entry.arxiv_id,
+    Entry.doi,
+    Entry.links,
+    Entry.extra,
+)
+
+
+class ContentCache:
+    """Entries and digest items kept from one batch of a delivery to the next.
+
+    A day's digests carry a few hundred entries between them, and reading each
+    entry again for every batch of 200 messages was half the cost of building
+    them.  An entry is reused while its ``updated_at`` is unchanged: ingest
+    sets it in the same transaction that changes any of its fields or the
+    summary variants pinned to it.  Use one cache for one delivery run; it
+    forgets everything when it holds more than ``LIMIT`` items."""
+
+    LIMIT = 20_000
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[datetime, Any]] = {}  # id -> (updated_at, row of _ENTRY_COLUMNS)
+        self.pinned: dict[tuple[int, int], str] = {}  # (entry, source) -> that source's summary variant
+        self.items: dict[tuple[LedgerRow, datetime], DigestItem] = {}
+        # body_key -> those ledger rows: digests of one body read them once.
+        self.bodies: dict[str, list[LedgerRow]] = {}
+
+    def load(self, session: Session, entry_ids: list[int]) -> None:
+        """Make sure every entry of *entry_ids* and its pinned summary variants are current.
+
+        All of an entry's variants are read with it: a variant is only ever
+        added or filled in by the ingest that changes the entry (see
+        ``upsert_source_entries``), so they are as current as the entry."""
+        if len(self.items) + len(self.bodies) > self.LIMIT:
+            self.entries.clear()
+            self.pinned.clear()
+            self.items.clear()
+            self.bodies.clear()
+        stale = []
+        for part in chunks(entry_ids):
+            for entry_id, updated_at in session.execute(select(Entry.id, Entry.updated_at).where(Entry.id.in_(part))):
+                known = self.entries.get(entry_id)
+                if known is None or known[0] != updated_at:
+                    stale.append(entry_id)
+        for part in chunks(stale):
+            for entry in session.execute(select(*_ENTRY_COLUMNS).where(Entry.id.in_(part))):
+                self.entries[entry.id] = (entry.updated_at, entry)
+            for entry_id, source_id, summary in session.execute(
+                select(Appearance.entry_id, Appearance.source_id, Appearance.summary).where(
+                    Appearance.entry_id.in_(part)
+                )
+            ):
+                if summary is None:  # NULL: the entry's current summary
+                    self.pinned.pop((entry_id, source_id), None)
+                else:
+                    self.pinned[(entry_id, source_id)] = summary
+
+    def item(self, row: LedgerRow) -> DigestItem:
+        entry_id, source_id, why, tags, url = row
+        updated_at, entry = self.entries[entry_id]
+        key = (row, updated_at)
+        found = self.items.get(key)
+        if found is None:
+            # The summary variant pinned at planning time (COALESCE(appearance, entry) as elsewhere).
+            summary = self.pinned.get((entry_id, source_id), entry.summary) if source_id is not None else entry.summary
+            found = self.items[key] = DigestItem(
+                key=entry.key,
+                kind=EntryKind(entry.kind),
+                title=entry.title,
+                authors=tuple(entry.authors),
+                published=entry.published,
+                summary=summary,
+                summary_type=entry.summary_type,
+                tags=tags,
+                url=url,
+                why=why,
+                arxiv_id=entry.arxiv_id,
+                doi=entry.doi,
+                links=tuple(entry.links),
+                extra=tuple(sorted(entry.extra.items())),
+            )
+        return found
+
+
+def digest_content(session: Session, digest_id: int) -> DigestContent:
+    """What a digest carries, from the ledger (a resend reads its original's rows)."""
+    return digest_contents(session, [digest_id])[digest_id]
+
+
+def digest_contents(
+    session: Session, digest_ids: Sequence[int], cache: ContentCache | None = None
+) -> dict[int, DigestContent]:
+    """``digest_content`` for many digests in a few queries (the send path's batch).
+    One ``DigestItem`` object per distinct item, shared by the digests carrying it
+    (and by later batches, through *cache*)."""
+    cache = cache if cache is not None else ContentCache()
+    heads: list[Any] = []
+    for part in chunks(list(digest_ids)):
+        heads += session.execute(
+            select(
+                Digest.id.label("digest_id"),
+                Digest.kind,
+                Digest.local_date,
+                Digest.resend_of_id,
+                Digest.pending_count,
+                Digest.body_key,
+                *SubscriberRow.__table__.c,
+            )
+            .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
+            .where(Digest.id.in_(part))
+        ).all()
+    source_of = {
+        d.digest_id: d.resend_of_id if d.kind == DigestKind.RESEND.value and d.resend_of_id else d.digest_id
+        for d in heads
+    }
+    # A digest's own ledger rows never change once planned, so one read serves
+    # every digest with the same body key (a resend reads its original's).
+    keyed = {d.digest_id: d.body_key for d in heads if d.body_key is not None and source_of[d.digest_id] == d.digest_id}
+    first_of: dict[str, int] = {}  # per body not read yet, the one digest whose rows are read
+    for digest_id, key in keyed.items():
+        if key not in cache.bodies:
+            first_of.setdefault(key, digest_id)
+    unread = {source_of[d.digest_id] for d in heads if d.digest_id not in keyed} | set(first_of.values())
+    rows: dict[int, list[LedgerRow]] = {}
+    for part in chunks(sorted(unread)):
+        found = session.execute(
+            select(
+                LedgerEntry.digest_id,
+                LedgerEntry.entry_id,
+                LedgerEntry.summary_source_id,
+                LedgerEntry.why,
+                type_coerce(LedgerEntry.tags, Text),
+                LedgerEntry.url,
+            )
+            .where(LedgerEntry.digest_id.in_(part))
+            .order_by(LedgerEntry.digest_id, LedgerEntry.position)
+        )
+        for digest_id, entry_id, source_id, why, tags, url in found:
+            rows.setdefault(digest_id, []).append((entry_id, source_id, why, _tags(tags), url))
+    for key, digest_id in first_of.items():
+        cache.bodies[key] = rows.get(digest_id, [])  # a keyed digest has rows: release_entries drops the key
+    for digest_id, key in keyed.items():
+        rows[digest_id] = cache.bodies[key]
+    entry_ids = sorted({row[0] for found in rows.values() for row in found})
+    cache.load(session, entry_ids)
+    return {
+        head.digest_id: DigestContent(
+            digest_id=head.digest_id,
+            kind=head.kind,
+            local_date=head.local_date,
+            subscriber=subscriber_view(head),
+            items=tuple(map(cache.item, rows.get(source_of[head.digest_id], ()))),
+            pending=head.pending_count,
+            resend_of=head.resend_of_id,
+        )
+        for head in heads
+    }
+
+
+@lru_cache(maxsize=4096)
+def _tags_of_json(text: str) -> tuple[str, ...]:
+    return tuple(json.loads(text))
+
+
+def _tags(value: str | list[str]) -> tuple[str, ...]:
+    """A ledger row's tags: JSON text read raw and decoded once per distinct value
+    (PostgreSQL's driver hands json columns over decoded already)."""
+    return _tags_of_json(value) if isinstance(value, str) else tuple(value)

@@ -1,0 +1,182 @@
+"""Store: reading entries back (lists, one entry with its tags and appearances, tag
+counts, texts for re-tagging).  SQL only; never writes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from bot.domain import EntryKind, EntryView, match_text
+from bot.store.bulk import chunks
+from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
+
+
+@dataclass
+class _EntryTags:
+    labels: list[str] = field(default_factory=list)  # distinct, by name
+    origins: dict[str, set[str]] = field(default_factory=dict)  # case-folded name -> origins
+
+
+def _tags_by_entry(session: Session, entry_ids: Sequence[int]) -> dict[int, _EntryTags]:
+    tags: dict[int, _EntryTags] = {}
+    for part in chunks(list(entry_ids)):
+        rows = session.execute(
+            select(EntryTag.entry_id, Tag.name, Tag.label, EntryTag.origin)
+            .join(Tag, Tag.id == EntryTag.tag_id)
+            .where(EntryTag.entry_id.in_(part))
+            .order_by(EntryTag.entry_id, Tag.name)
+        )
+        for entry_id, name, label, origin in rows:
+            found = tags.setdefault(entry_id, _EntryTags())
+            if name not in found.origins:
+                found.labels.append(label)
+            found.origins.setdefault(name, set()).add(origin)
+    return tags
+
+
+def _view(entry: Entry, tags: _EntryTags | None) -> EntryView:
+    tags = tags or _EntryTags()
+    return EntryView(
+        id=entry.id,
+        key=entry.key,
+        kind=EntryKind(entry.kind),
+        title=entry.title,
+        authors=tuple(entry.authors),
+        published=entry.published,
+        summary=entry.summary,
+        summary_type=entry.summary_type,
+        links=tuple(entry.links),
+        tags=tuple(tags.labels),
+        arxiv_id=entry.arxiv_id,
+        doi=entry.doi,
+        first_seen_source_id=entry.first_seen_source_id,
+        first_seen_at=entry.first_seen_at,
+        extra=dict(entry.extra),
+        tag_origins={name: frozenset(o) for name, o in tags.origins.items()},
+        summary_source_id=entry.summary_source_id,
+    )
+
+
+def entries_first_seen_between(session: Session, start: datetime | None, end: datetime) -> list[EntryView]:
+    """Entries first seen in [start, end] (start None: from the beginning), with tag origins."""
+    query = select(Entry).where(Entry.first_seen_at <= end)
+    if start is not None:
+        query = query.where(Entry.first_seen_at >= start)
+    entries = list(session.scalars(query.order_by(Entry.id)))
+    tags = _tags_by_entry(session, [e.id for e in entries])
+    return [_view(e, tags.get(e.id)) for e in entries]
+
+
+def list_entries(
+    session: Session, *, tag: str | None = None, since: date | datetime | None = None, limit: int | None = None
+) -> list[EntryView]:
+    """Entries newest first; *tag* matches any origin, case-insensitively;
+    *since* compares with the moment the store first saw the entry."""
+    query = select(Entry)
+    if tag is not None:
+        query = query.where(
+            Entry.id.in_(
+                select(EntryTag.entry_id).join(Tag, Tag.id == EntryTag.tag_id).where(Tag.name == tag.casefold())
+            )
+        )
+    if since is not None:
+        if not isinstance(since, datetime):
+            from datetime import UTC, time
+
+            since = datetime.combine(since, time.min, tzinfo=UTC)
+        query = query.where(Entry.first_seen_at >= since)
+    query = query.order_by(Entry.first_seen_at.desc(), Entry.id.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    entries = list(session.scalars(query))
+    tags = _tags_by_entry(session, [e.id for e in entries])
+    return [_view(e, tags.get(e.id)) for e in entries]
+
+
+def find_entry(session: Session, ref: str) -> EntryView | None:
+    """An entry by key, arXiv id, DOI or numeric id."""
+    from bot.ingest.identity import arxiv_id_in, doi_in
+
+    ref = ref.strip()
+    conditions = [Entry.key == ref, Entry.key == ref.lower()]
+    if ref.isdigit():
+        conditions.append(Entry.id == int(ref))
+    if arxiv := arxiv_id_in(ref):
+        conditions.append(Entry.arxiv_id == arxiv)
+    if doi := doi_in(ref):
+        conditions.append(Entry.doi == doi)
+    entry = session.scalars(select(Entry).where(or_(*conditions)).limit(1)).first()
+    if entry is None:
+        return None
+    return _view(entry, _tags_by_entry(session, [entry.id]).get(entry.id))
+
+
+@dataclass(frozen=True, slots=True)
+class AppearanceView:
+    source_id: int
+    path: str
+    position: int
+    summary: str
+    ingested_at: datetime
+
+
+def appearances_of(session: Session, entry_id: int) -> list[AppearanceView]:
+    rows = session.execute(
+        select(
+            Appearance.source_id,
+            Source.path,
+            Appearance.position,
+            func.coalesce(Appearance.summary, Entry.summary),
+            Source.ingested_at,
+        )
+        .join(Source, Source.id == Appearance.source_id)
+        .join(Entry, Entry.id == Appearance.entry_id)
+        .where(Appearance.entry_id == entry_id)
+        .order_by(Source.ingested_at, Source.id)
+    )
+    return [AppearanceView(*row) for row in rows]
+
+
+def tag_origins_of(session: Session, entry_id: int) -> list[tuple[str, str]]:
+    rows = session.execute(
+        select(Tag.label, EntryTag.origin)
+        .join(Tag, Tag.id == EntryTag.tag_id)
+        .where(EntryTag.entry_id == entry_id)
+        .order_by(Tag.name, EntryTag.origin)
+    )
+    return [(label, origin) for label, origin in rows]
+
+
+def count_entries(session: Session) -> int:
+    return session.scalar(select(func.count()).select_from(Entry)) or 0
+
+
+def tag_counts(session: Session) -> list[tuple[str, int, dict[str, int]]]:
+    """(label, distinct entries, entries per origin) for every tag, most used first."""
+    per_origin: dict[int, dict[str, int]] = {}
+    for tag_id, origin, count in session.execute(
+        select(EntryTag.tag_id, EntryTag.origin, func.count()).group_by(EntryTag.tag_id, EntryTag.origin)
+    ):
+        per_origin.setdefault(tag_id, {})[origin] = count
+    totals = dict(
+        session.execute(
+            select(EntryTag.tag_id, func.count(func.distinct(EntryTag.entry_id))).group_by(EntryTag.tag_id)
+        ).all()
+    )
+    rows = [(t.label, totals.get(t.id, 0), per_origin.get(t.id, {})) for t in session.scalars(select(Tag))]
+    return sorted(rows, key=lambda r: (-r[1], r[0].casefold()))
+
+
+def entry_texts(session: Session, *, after_id: int = 0, limit: int = 5000) -> list[tuple[int, str, str]]:
+    """(id, title, match text) of entries with id > *after_id*, in id order: for re-tagging in batches."""
+    rows = session.execute(
+        select(Entry.id, Entry.title, Entry.summary, Entry.extra)
+        .where(Entry.id > after_id)
+        .order_by(Entry.id)
+        .limit(limit)
+    )
+    return [(i, title, match_text(summary, extra)) for i, title, summary, extra in rows]

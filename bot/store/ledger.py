@@ -1,0 +1,248 @@
+"""Store: the ledger (which digest carried which entry to whom) and the digests the
+planner and resends create.  SQL only; the planning rules live in ``bot.plan``."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from bot.domain import DigestKind, DigestState
+from bot.store.bulk import CHUNK, allocate_ids, bulk_insert, chunks
+from bot.store.schema import Digest, LedgerEntry
+from bot.store.schema import Subscriber as SubscriberRow
+
+LedgerRow = tuple[int, int | None, str, tuple[str, ...], str]  # entry, pinned source, why, tags, url
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    entry_id: int
+    summary_source_id: int | None
+    why: str
+    tags: tuple[str, ...]
+    url: str
+
+
+def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
+    """Entries already carried (or being carried) by a digest to this subscriber."""
+    return set(
+        session.scalars(
+            select(LedgerEntry.entry_id)
+            .join(Digest, Digest.id == LedgerEntry.digest_id)
+            .where(Digest.subscriber_id == subscriber_id)
+        )
+    )
+
+
+def claimed_from(session: Session, subscriber_ids: Sequence[int], entry_ids: Sequence[int]) -> dict[int, set[int]]:
+    """Per subscriber, which of *entry_ids* (their window's entries) are claimed.
+
+    A watermarked window is about a day of entries shared by a batch of
+    subscribers: then one range of the ledger's (entry, subscriber) key per
+    entry, however long the history.  A window longer than the subscribers are
+    many (no watermark yet, a changed filter or tag rules) is read through the
+    subscribers' digests instead: their own rows, not one look-up per entry of
+    their whole backfill."""
+    wanted = set(subscriber_ids)
+    if len(entry_ids) > max(CHUNK, len(wanted)):
+        statements = [
+            select(Digest.subscriber_id, LedgerEntry.entry_id)
+            .join(LedgerEntry, LedgerEntry.digest_id == Digest.id)
+            .where(Digest.subscriber_id.in_(part), LedgerEntry.entry_id >= min(entry_ids))
+            for part in chunks(sorted(wanted))
+        ]
+    else:
+        statements = [
+            select(LedgerEntry.subscriber_id, LedgerEntry.entry_id).where(
+                LedgerEntry.entry_id.in_(part), LedgerEntry.subscriber_id.between(min(wanted), max(wanted))
+            )
+            for part in chunks(list(entry_ids))
+        ]
+    window = set(entry_ids)
+    found: dict[int, set[int]] = {}
+    for statement in statements:
+        for subscriber_id, entry_id in session.execute(statement):
+            if subscriber_id in wanted and entry_id in window:
+                found.setdefault(subscriber_id, set()).add(entry_id)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class NewDigest:
+    """A digest the planner decided on (``insert_digests`` writes it)."""
+
+    subscriber_id: int
+    local_date: date
+    kind: DigestKind
+    state: DigestState
+    entries: Sequence[Planned]
+    pending: int
+
+
+def body_key(rows: Iterable[LedgerRow]) -> str:
+    """What identifies a digest's items: its ledger rows' content, in order."""
+    return hashlib.blake2b(repr(tuple(rows)).encode("utf-8"), digest_size=16).hexdigest()
+
+
+class _BodyKeys:
+    """``body_key`` per digest of one planner batch, hashed once per distinct
+    list: the subscribers of a filter share their ``Planned`` objects."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[int, ...], tuple[str, Sequence[Planned]]] = {}
+
+    def body(self, entries: Sequence[Planned]) -> str:
+        same = tuple(map(id, entries))
+        if same not in self.known:  # the entries are kept in the value, so their ids stay theirs
+            self.known[same] = (
+                body_key((p.entry_id, p.summary_source_id, p.why, p.tags, p.url) for p in entries),
+                entries,
+            )
+        return self.known[same][0]
+
+
+def insert_digests(
+    session: Session, digests: Sequence[NewDigest], *, now: datetime, message_id: Callable[[int, NewDigest], str]
+) -> list[int]:
+    """Insert planned digests and their ledger rows in bulk; their ids, in order.
+    *message_id* makes each Message-ID from the digest's new id."""
+    ids = list(allocate_ids(session, Digest.__table__, len(digests)))
+    keys = _BodyKeys()
+    bulk_insert(
+        session,
+        Digest.__table__,
+        [
+            {
+                "id": digest_id,
+                "subscriber_id": d.subscriber_id,
+                "local_date": d.local_date,
+                "kind": d.kind.value,
+                "resend_of_id": None,
+                "state": d.state.value,
+                "attempts": 0,
+                "next_attempt_at": now,
+                "lease_owner": None,
+                "lease_expires_at": None,
+                "message_id": message_id(digest_id, d) if d.state is not DigestState.EMPTY else "",
+                "entry_count": len(d.entries),
+                "pending_count": d.pending,
+                "smtp_code": None,
+                "last_error": None,
+                "planned_at": now,
+                "sent_at": None,
+                "body_key": keys.body(d.entries) if d.entries else None,
+            }
+            for digest_id, d in zip(ids, digests, strict=True)
+        ],
+    )
+    # Built and written a chunk at a time: a batch of 1,000 subscribers has ~30,000
+    # rows, and as dicts at once they were the planner's peak memory.
+    ledger = (
+        {
+            "subscriber_id": d.subscriber_id,
+            "entry_id": p.entry_id,
+            "digest_id": digest_id,
+            "position": n,
+            # The same tuple for every subscriber of a filter: encoded to JSON once (bulk_insert).
+            "summary_source_id": p.summary_source_id,
+            "why": p.why,
+            "tags": p.tags,
+            "url": p.url,
+        }
+        for digest_id, d in zip(ids, digests, strict=True)
+        for n, p in enumerate(d.entries)
+    )
+    while part := list(itertools.islice(ledger, 5_000)):
+        bulk_insert(session, LedgerEntry.__table__, part)
+    return ids
+
+
+def scheduled_days(session: Session, subscriber_ids: Sequence[int], days: Iterable[date]) -> set[tuple[int, date]]:
+    """Which (subscriber, local day) pairs already have their scheduled digest."""
+    found: set[tuple[int, date]] = set()
+    day_list = sorted(set(days))
+    for part in chunks(list(subscriber_ids)):
+        rows = session.execute(
+            select(Digest.subscriber_id, Digest.local_date).where(
+                Digest.kind == DigestKind.SCHEDULED.value,
+                Digest.subscriber_id.in_(part),
+                Digest.local_date.in_(day_list),
+            )
+        )
+        found.update((sid, day) for sid, day in rows)
+    return found
+
+
+def create_digest(
+    session: Session,
+    *,
+    subscriber_id: int,
+    local_date: date,
+    kind: DigestKind,
+    state: DigestState,
+    now: datetime,
+    entries: Sequence[Planned],
+    message_id: str,
+    resend_of: int | None = None,
+    pending: int = 0,
+) -> int:
+    """Insert a digest and (except for resends, which reuse the original's) its ledger rows."""
+    digest = Digest(
+        subscriber_id=subscriber_id,
+        local_date=local_date,
+        kind=kind.value,
+        resend_of_id=resend_of,
+        state=state.value,
+        attempts=0,
+        next_attempt_at=now,
+        message_id=message_id,
+        entry_count=len(entries) if kind is not DigestKind.RESEND else entry_count_of(session, resend_of),
+        pending_count=pending,
+        planned_at=now,
+    )
+    session.add(digest)
+    session.flush()
+    if kind is not DigestKind.RESEND:
+        bulk_insert(
+            session,
+            LedgerEntry.__table__,
+            [
+                {
+                    "subscriber_id": subscriber_id,
+                    "entry_id": p.entry_id,
+                    "digest_id": digest.id,
+                    "position": n,
+                    "summary_source_id": p.summary_source_id,
+                    "why": p.why,
+                    "tags": list(p.tags),
+                    "url": p.url,
+                }
+                for n, p in enumerate(entries)
+            ],
+        )
+    return digest.id
+
+
+def entry_count_of(session: Session, digest_id: int | None) -> int:
+    if digest_id is None:
+        return 0
+    return session.scalar(select(func.count()).select_from(LedgerEntry).where(LedgerEntry.digest_id == digest_id)) or 0
+
+
+def release_entries(session: Session, digest_id: int) -> None:
+    """Give a cancelled digest's entries back, so a later digest can carry them
+    (and drop the subscriber's planner watermark: those entries are behind it).
+    The digest's body key goes too: it named the rows deleted here."""
+    session.execute(delete(LedgerEntry).where(LedgerEntry.digest_id == digest_id))
+    session.execute(update(Digest).where(Digest.id == digest_id).values(body_key=None))
+    session.execute(
+        update(SubscriberRow)
+        .where(SubscriberRow.id == select(Digest.subscriber_id).where(Digest.id == digest_id).scalar_subquery())
+        .values(planned_through=None, planned_key=None)
+    )

@@ -18,12 +18,13 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.delivery.smtp import Outcome, SendResult, SmtpPool, backoff_seconds
+from bot.delivery.policy import next_state
+from bot.delivery.smtp import SendResult, SmtpPool
 from bot.domain import DeliverReport, DigestState
 from bot.mail.mailer import Built, Mailer
 from bot.store.digests import DigestRow, Finished, claim_due, count_bounce, finish_many, reset_bounces
@@ -193,16 +194,11 @@ def _record(
     if not outcomes:
         return
     smtp = settings.smtp
-    finished = []
-    for row, result in outcomes:
-        if result.outcome is Outcome.SENT:
-            state, retry_at = DigestState.SENT, None
-        elif result.outcome is Outcome.TEMPORARY and row.attempts < smtp.max_attempts:
-            state, retry_at = DigestState.RETRY_WAIT, now + timedelta(seconds=backoff_seconds(row.attempts, smtp))
-        else:
-            state, retry_at = DigestState.FAILED, None
-        error = None if state is DigestState.SENT else f"attempt {row.attempts}: {result.detail}"
-        finished.append(Finished(row.id, state, result.code, error, retry_at))
+    decided = [next_state(result, row.attempts, smtp, now) for row, result in outcomes]
+    finished = [
+        Finished(row.id, decision.state, result.code, decision.error, decision.retry_at)
+        for (row, result), decision in zip(outcomes, decided, strict=True)
+    ]
     with transaction(factory) as session:
         recorded = finish_many(session, finished, worker=worker, now=now)
         report.lost_lease += len(finished) - len(recorded)  # reclaimed by someone after our lease ran out
@@ -214,16 +210,15 @@ def _record(
                 if f.state is DigestState.SENT and row.id in recorded
             ],
         )
-        for (row, result), outcome in zip(outcomes, finished, strict=True):
+        for (row, result), decision in zip(outcomes, decided, strict=True):
             if row.id not in recorded:
                 continue
-            if outcome.state is DigestState.SENT:
+            if decision.state is DigestState.SENT:
                 report.sent += 1
-            elif outcome.state is DigestState.RETRY_WAIT:
+            elif decision.state is DigestState.RETRY_WAIT:
                 report.retrying += 1
             else:
                 report.failed += 1
-                if result.outcome is Outcome.PERMANENT and result.code in smtp.bounce_codes:
-                    if count_bounce(session, row.subscriber_id, threshold=smtp.bounce_threshold, now=now):
-                        report.bounced += 1
-            log.info("digest %d: %s (%s)", row.id, outcome.state.value, result.detail)
+            if decision.bounce and count_bounce(session, row.subscriber_id, threshold=smtp.bounce_threshold, now=now):
+                report.bounced += 1
+            log.info("digest %d: %s (%s)", row.id, decision.state.value, result.detail)

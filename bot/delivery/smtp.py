@@ -3,7 +3,7 @@
 A small pool of reused connections, an optional rate limit, one overall
 timeout per message.  Outcomes are classified, not acted on: ``sent`` only on
 the 250 after DATA; 4xx, disconnects and timeouts are ``temporary``; a 5xx
-for the recipient or the message is ``permanent``.  The planner decides what
+for the recipient or the message is ``permanent``.  ``policy`` decides what
 to do with them.  Never renders, never touches the store; never logs the
 password.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import random
 import re
 import ssl
 import time
@@ -37,12 +36,6 @@ class SendResult:
     outcome: Outcome
     code: int | None
     detail: str  # one line, safe to store and show
-
-
-def backoff_seconds(attempt: int, config: SmtpConfig, rng: random.Random | None = None) -> float:
-    """Exponential backoff with full jitter in its upper half: base*2^(n-1) capped, times [0.5, 1)."""
-    ceiling = min(config.retry_max_seconds, config.retry_base_seconds * 2.0 ** max(attempt - 1, 0))
-    return ceiling * (0.5 + 0.5 * (rng or random).random())
 
 
 def _one_line(text: object) -> str:

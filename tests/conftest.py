@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, sessions, upgrade
 from tests.helpers import postgres_schema
 
@@ -74,3 +75,16 @@ def copy_aged(src: Path, dest_dir: Path, name: str | None = None, age_seconds: f
     st = dest.stat()
     os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns - int(age_seconds * 1e9)))
     return dest
+
+
+@pytest.fixture
+def handler() -> SinkHandler:
+    """What the test SMTP server does with each message (faults can be scripted on it)."""
+    return SinkHandler()
+
+
+@pytest.fixture
+def sink(handler: SinkHandler) -> Iterator[Sink]:
+    """A real SMTP server (aiosmtpd) on 127.0.0.1 for the test's duration."""
+    with Sink(handler) as running:
+        yield running

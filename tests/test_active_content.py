@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from email import policy
 from email.parser import BytesParser
@@ -26,7 +25,7 @@ from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.mail.render import ALLOWED_TAGS, sanitize_html
 from bot.plan import plan
-from bot.sink import Sink, SinkHandler
+from bot.sink import Sink
 from bot.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import render_dump
@@ -229,12 +228,6 @@ def dump(payloads: list[str]) -> bytes:
             for i, p in enumerate(payloads)
         ]
     ).encode()
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    with Sink(SinkHandler()) as running:
-        yield running
 
 
 def deliver_everything(factory: sessionmaker[Session], tmp_path: Path, sink: Sink, *, remote_images: bool) -> str:

@@ -249,14 +249,6 @@ def test_tags_commands(run, tmp_path: Path) -> None:
     )
 
 
-@pytest.fixture
-def sink():
-    from bot.sink import Sink, SinkHandler
-
-    with Sink(SinkHandler()) as running:
-        yield running
-
-
 @pytest.mark.slow
 def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> None:
     smtp = {

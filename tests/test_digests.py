@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from email import policy
 from email.message import EmailMessage
@@ -36,17 +35,6 @@ from tests.seed_facts import EXPECTED
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
 HEADERS = ("From", "To", "Subject", "Date", "Message-ID", "List-Id", "List-Unsubscribe", "Auto-Submitted")
-
-
-@pytest.fixture
-def handler() -> SinkHandler:
-    return SinkHandler()
-
-
-@pytest.fixture
-def sink(handler: SinkHandler) -> Iterator[Sink]:
-    with Sink(handler) as running:
-        yield running
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email import policy
 from email.parser import BytesParser
@@ -22,7 +21,7 @@ from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
-from bot.sink import Sink, SinkHandler
+from bot.sink import Sink
 from bot.store.entry_reads import list_entries
 from bot.subscriptions import SubscriberInputError, clean_fields, save
 from tests.conftest import ROOT
@@ -90,12 +89,6 @@ def hostile_feed() -> bytes:
         for i, brk in enumerate(BREAKS)
     ]
     return json.dumps({"version": "https://jsonfeed.org/version/1.1", "title": "evil", "items": items}).encode()
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    with Sink(SinkHandler()) as running:
-        yield running
 
 
 def test_hostile_feed_fields_become_one_line_text(factory: sessionmaker[Session]) -> None:

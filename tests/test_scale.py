@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.delivery.loop import RECORD_EVERY
 from bot.domain import DigestState
-from bot.sink import Sink, SinkHandler
+from bot.sink import Sink
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest, Subscriber
 from tests.conftest import PG_SKIP, PG_URL, ROOT
@@ -37,12 +37,6 @@ def pg_url() -> Iterator[str]:
         upgrade(engine)
         engine.dispose()
         yield url
-
-
-@pytest.fixture
-def sink() -> Iterator[Sink]:
-    with Sink(SinkHandler()) as running:
-        yield running
 
 
 def _env(url: str, tmp_path: Path, sink: Sink, **extra: str) -> dict[str, str]:

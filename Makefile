@@ -38,4 +38,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/import_csv.py
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .hypothesis
+	rm -rf $(VENV) var .pytest_cache .hypothesis .mypy_cache .ruff_cache build dist

@@ -4,7 +4,8 @@ hand each item to the ingest service in its own transaction.
 A file counts as complete when its mtime is at least ``watch.quiet_seconds``
 old (a writer still appending keeps bumping it); dot-files and names ending in
 ``.tmp``/``.part``/``~`` are never read, so writers that create a temporary
-name and rename it into place are safe with any quiet period.  A file is
+name and rename it into place are safe with any quiet period.  Only regular
+files of the folder itself are read: a symlink is never followed.  A file is
 remembered by (path, size, mtime): a failed file is not retried until it
 changes, and never blocks the files after it.  Never parses or stores itself.
 """

@@ -21,9 +21,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import DeliverReport, DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
+from bot.mail.chunks import ChunkPool
 from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for
 from bot.mail.render import Links, Renderer
-from bot.mail.splice import ChunkPool, MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
+from bot.mail.splice import MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
 from bot.store.contents import ContentCache, digest_content, digest_contents
 from bot.store.digests import DigestRow, Finished, finish_many, get_digest, get_digests
 from bot.store.engine import transaction

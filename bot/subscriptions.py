@@ -170,7 +170,13 @@ def _csv_cells(line: str) -> list[str]:
     try:
         rows = list(csv.reader([line], strict=True))
     except csv.Error as exc:
-        reason = "unbalanced quote" if "end of data" in str(exc) or "quotechar" in str(exc) else str(exc)
+        text = str(exc)
+        if "end of data" in text or "quotechar" in text:
+            reason = "unbalanced quote"
+        elif "new-line" in text:
+            reason = "a line break (CR) inside a cell"
+        else:
+            reason = text
         raise SubscriberInputError(f"not a CSV row: {reason}") from None
     return rows[0] if rows else []
 
@@ -179,7 +185,9 @@ def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
     """Rows of a subscriber CSV (header required; only ``email`` is mandatory)."""
     good: list[SubscriberFields] = []
     bad: list[RowError] = []
-    lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    # Lines end at LF (CRLF allowed), as editors number them; str.splitlines() would
+    # also break at form feeds and the like, and a bare CR stays in its cell (an error).
+    lines = [(number, line.removesuffix("\r")) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
     if not lines:
         return [], [RowError(1, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
     header_line, header_text = lines[0]

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
+from bot.domain import DeliverReport
 from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
@@ -63,16 +64,21 @@ def _settings(tmp_path: Path, port: int, password: str) -> Settings:
     )
 
 
+def _one_digest_to_ada(factory: sessionmaker[Session], settings: Settings, dump: Path) -> DeliverReport:
+    """Subscribe ada, ingest *dump*, plan her digest and try to deliver it once."""
+    save(factory, settings, [clean_fields("ada@example.org")], DAY - timedelta(days=1))
+    ingest_file(factory, dump, now=DAY, rules=RULES)
+    plan(factory, settings, RULES, now=DAY, all_due=True)
+    return asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
+
+
 def test_a_refused_login_logs_and_stores_no_password(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)  # every logger, aiosmtplib's protocol traces included
     with Sink(SinkHandler(), logins={"bot": PASSWORD}) as sink:
         wrong = _settings(tmp_path, sink.port, PASSWORD + "-wrong")
-        save(factory, wrong, [clean_fields("ada@example.org")], DAY - timedelta(days=1))
-        ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
-        plan(factory, wrong, RULES, now=DAY, all_due=True)
-        refused = asyncio.run(deliver_now(factory, wrong, clock=lambda: DAY))
+        refused = _one_digest_to_ada(factory, wrong, seed_files[0])
         assert (refused.sent, refused.retrying) == (0, 1)
         with factory() as session:
             (digest,) = list_digests(session)
@@ -105,11 +111,7 @@ def test_a_server_that_echoes_the_credentials_is_not_quoted(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     with Sink(SinkHandler(), logins={}, authenticator=echoing_authenticator) as sink:
-        settings = _settings(tmp_path, sink.port, PASSWORD)
-        save(factory, settings, [clean_fields("ada@example.org")], DAY - timedelta(days=1))
-        ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
-        plan(factory, settings, RULES, now=DAY, all_due=True)
-        report = asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
+        report = _one_digest_to_ada(factory, _settings(tmp_path, sink.port, PASSWORD), seed_files[0])
     assert (report.sent, report.retrying) == (0, 1)
     with factory() as session:
         (digest,) = list_digests(session)

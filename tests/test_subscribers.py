@@ -127,3 +127,13 @@ def test_soft_remove_then_add_reactivates_and_purge_deletes(factory: sessionmake
     remove(factory, "a@example.org", purge=True, now=NOW)
     with factory() as s:
         assert get_subscriber(s, "a@example.org") is None
+
+
+def test_csv_lines_are_counted_at_line_feeds_and_a_bare_cr_is_that_lines_error() -> None:
+    from bot.subscriptions import read_csv
+
+    text = 'email,name\r\na@example.org,A\r\nb@example.org,B\x0cC\r\nc@example.org,C\rD\r\n\r\nd@example.org,"E\r\n'
+    good, bad = read_csv(text + "e@example.org,E\r\n")
+    assert [g.email for g in good] == ["a@example.org", "e@example.org"]
+    assert [(b.line, b.reason.split(":")[0]) for b in bad] == [(3, "name"), (4, "not a CSV row"), (6, "not a CSV row")]
+    assert "(CR)" in bad[1].reason and "unbalanced quote" in bad[2].reason

@@ -257,6 +257,13 @@ class Digest(Base):
         ),
         # id last: claim_due reads due digests in (next_attempt_at, id) order from it.
         Index("ix_digests_due", "state", "next_attempt_at", "id"),
+        # Resends are looked up by their original (resend --failed, stats, "on its way").
+        Index(
+            "ix_digests_resend_of",
+            "resend_of_id",
+            sqlite_where=text("resend_of_id IS NOT NULL"),
+            postgresql_where=text("resend_of_id IS NOT NULL"),
+        ),
     )
 
 

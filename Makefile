@@ -23,15 +23,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# The suite without the tests marked slow (crash, scale, corpora, memory): for every edit.
+# The suite without the tests marked slow (crash, scale, corpora, memory), on every
+# core: for every edit.  make test runs one process, as the timing-sensitive tests expect.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" -n auto
 
-# Lint (pyflakes, pycodestyle, isort, bugbear, pyupgrade), formatting and strict types.
+# Lint (pyflakes, pycodestyle, isort, bugbear, pyupgrade), formatting, strict types,
+# and the size limits (CONTRIBUTING.md, Limits).
 lint: $(STAMP)
-	$(BIN)/ruff check bot tests bench
-	$(BIN)/ruff format --check bot tests bench
+	$(BIN)/ruff check bot tests bench .ci
+	$(BIN)/ruff format --check bot tests bench .ci
 	$(BIN)/mypy
+	$(BIN)/python .ci/complexity.py bot
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py

@@ -177,29 +177,15 @@ def _plan_batch(
     memo: dict[tuple[int, int], Planned],
     report: PlanReport,
 ) -> None:
-    choices: list[NewDigest] = []
-    marks: list[tuple[int, datetime, str]] = []
     with factory() as session:
         if kind is DigestKind.SCHEDULED:
             done = scheduled_days(session, [s.id for s, _ in due], {d for _, d in due})
             due = [(s, d) for s, d in due if (s.id, d) not in done]
-        known = watermarks(session, [s.id for s, _ in due])
         keys = {s.id: planned_key(s, rules) for s, _ in due}
-        starts: dict[int, datetime | None] = {}
-        for subscriber, _ in due:
-            mark = known.get(subscriber.id)
-            starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and mark[1] == keys[subscriber.id] else None
-        # The ledger read per window: the batch's rows of the window's entries
-        # (subscribers whose windows start together share the read).
-        by_window: dict[datetime | None, tuple[list[EntryView], list[int]]] = {}
-        for subscriber, _ in due:
-            start = effective_start(subscriber, starts[subscriber.id])
-            window = cache.entries(session, start, now)
-            if window:
-                by_window.setdefault(start, (window, []))[1].append(subscriber.id)
-        claimed: dict[int, set[int]] = {}
-        for window, ids in by_window.values():
-            claimed.update(claimed_from(session, ids, [entry.id for entry in window]))
+        starts = _window_starts(session, due, keys)
+        claimed = _claimed(session, due, starts, cache, now)
+        choices: list[NewDigest] = []
+        marks: list[tuple[int, datetime, str]] = []
         for subscriber, day in due:
             candidates = select_for(
                 session,
@@ -211,42 +197,94 @@ def _plan_batch(
                 exclude=claimed.get(subscriber.id, frozenset()),
             )
             chosen = candidates[: settings.digest.max_entries]
-            pending = len(candidates) - len(chosen)
-            if pending == 0:
+            if len(chosen) == len(candidates):
                 marks.append((subscriber.id, now, keys[subscriber.id]))
-            if not chosen and not settings.digest.send_empty:
-                if kind is not DigestKind.SCHEDULED:
-                    report.empty += 1
-                    continue
-                # Remember the day was handled, so the planner does not look again every minute.
-                state = DigestState.EMPTY
-            else:
-                state = DigestState.QUEUED
-            entries = [_planned_entry(c, settings, memo) for c in chosen]
-            choices.append(NewDigest(subscriber.id, day, kind, state, entries, pending))
-    make_id = _message_id(settings)
-    written: list[tuple[int, NewDigest]] = []
-    try:
-        with transaction(factory) as session:
-            ids = insert_digests(session, choices, now=now, message_id=make_id)
-            set_watermarks(session, marks)
-        written = list(zip(ids, choices, strict=True))
-    except IntegrityError:
-        # Another planner took some of these subscribers' days (or entries) first:
-        # write the others one by one and leave those alone.
-        for choice in choices:
-            try:
-                with transaction(factory) as session:
-                    (digest_id,) = insert_digests(session, [choice], now=now, message_id=make_id)
-                    set_watermarks(session, [m for m in marks if m[0] == choice.subscriber_id])
-            except IntegrityError:
+            state = digest_state(len(chosen), send_empty=settings.digest.send_empty, kind=kind)
+            if state is None:
+                report.empty += 1
                 continue
-            written.append((digest_id, choice))
-    for digest_id, choice in written:
+            entries = [_planned_entry(c, settings, memo) for c in chosen]
+            choices.append(NewDigest(subscriber.id, day, kind, state, entries, len(candidates) - len(chosen)))
+    for digest_id, choice in _write(factory, choices, marks, now=now, make_id=_message_id(settings)):
         if choice.state is DigestState.EMPTY:
             report.empty += 1
         else:
             report.planned.append(digest_id)
+
+
+def digest_state(entries: int, *, send_empty: bool, kind: DigestKind) -> DigestState | None:
+    """What a due subscriber's digest is: queued when it has entries (or empty ones are
+    sent), an ``empty`` record for a scheduled day with nothing (so the planner does
+    not look again every minute), or none at all for a manual one with nothing."""
+    if entries or send_empty:
+        return DigestState.QUEUED
+    return DigestState.EMPTY if kind is DigestKind.SCHEDULED else None
+
+
+def _window_starts(
+    session: Session, due: list[tuple[Subscriber, date]], keys: dict[int, str]
+) -> dict[int, datetime | None]:
+    """Where each subscriber's window starts: their watermark less a margin when it is
+    valid for their filter and the rules, else None (the whole backfill window)."""
+    known = watermarks(session, [s.id for s, _ in due])
+    starts: dict[int, datetime | None] = {}
+    for subscriber, _ in due:
+        mark = known.get(subscriber.id)
+        starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and mark[1] == keys[subscriber.id] else None
+    return starts
+
+
+def _claimed(
+    session: Session,
+    due: list[tuple[Subscriber, date]],
+    starts: dict[int, datetime | None],
+    cache: SelectionCache,
+    now: datetime,
+) -> dict[int, set[int]]:
+    """The entries of each subscriber's window that the ledger says they already got.
+
+    The ledger is read per window: the batch's rows of the window's entries
+    (subscribers whose windows start together share the read)."""
+    by_window: dict[datetime | None, tuple[list[EntryView], list[int]]] = {}
+    for subscriber, _ in due:
+        start = effective_start(subscriber, starts[subscriber.id])
+        window = cache.entries(session, start, now)
+        if window:
+            by_window.setdefault(start, (window, []))[1].append(subscriber.id)
+    claimed: dict[int, set[int]] = {}
+    for window, ids in by_window.values():
+        claimed.update(claimed_from(session, ids, [entry.id for entry in window]))
+    return claimed
+
+
+def _write(
+    factory: sessionmaker[Session],
+    choices: list[NewDigest],
+    marks: list[tuple[int, datetime, str]],
+    *,
+    now: datetime,
+    make_id: Callable[[int, NewDigest], str],
+) -> list[tuple[int, NewDigest]]:
+    """Write a batch's digests and watermarks in one transaction; the ids and digests written."""
+    try:
+        with transaction(factory) as session:
+            ids = insert_digests(session, choices, now=now, message_id=make_id)
+            set_watermarks(session, marks)
+        return list(zip(ids, choices, strict=True))
+    except IntegrityError:
+        pass
+    # Another planner took some of these subscribers' days (or entries) first:
+    # write the others one by one and leave those alone.
+    written: list[tuple[int, NewDigest]] = []
+    for choice in choices:
+        try:
+            with transaction(factory) as session:
+                (digest_id,) = insert_digests(session, [choice], now=now, message_id=make_id)
+                set_watermarks(session, [m for m in marks if m[0] == choice.subscriber_id])
+        except IntegrityError:
+            continue
+        written.append((digest_id, choice))
+    return written
 
 
 def _planned_entry(candidate: Candidate, settings: Settings, memo: dict[tuple[int, int], Planned]) -> Planned:

@@ -183,8 +183,6 @@ def _csv_cells(line: str) -> list[str]:
 
 def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
     """Rows of a subscriber CSV (header required; only ``email`` is mandatory)."""
-    good: list[SubscriberFields] = []
-    bad: list[RowError] = []
     # Lines end at LF (CRLF allowed), as editors number them; str.splitlines() would
     # also break at form feeds and the like, and a bare CR stays in its cell (an error).
     lines = [(number, line.removesuffix("\r")) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
@@ -192,28 +190,43 @@ def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
         return [], [RowError(1, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
     header_line, header_text = lines[0]
     try:
-        header = [h.strip().lower() for h in _csv_cells(header_text)]
+        header = _csv_header(header_text)
     except SubscriberInputError as exc:
-        return [], [RowError(header_line, f"header: {exc}")]
-    if "email" not in header:
-        return [], [RowError(header_line, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
-    unknown = [h for h in header if h not in CSV_COLUMNS]
-    if unknown:
-        return [], [
-            RowError(header_line, f"unknown column(s) {', '.join(unknown)} (columns: {', '.join(CSV_COLUMNS)})")
-        ]
+        return [], [RowError(header_line, str(exc))]
+    good: list[SubscriberFields] = []
+    bad: list[RowError] = []
     for line, raw in lines[1:]:
         try:
-            cells = _csv_cells(raw)
-            if len(cells) > len(header):
-                raise SubscriberInputError("more cells than header columns")
-            if not any(cell.strip() for cell in cells):
-                continue
-            row = {column: cells[i] if i < len(cells) else "" for i, column in enumerate(header)}
-            good.append(clean_fields(**row))
+            fields = _csv_row(header, raw)
         except SubscriberInputError as exc:
             bad.append(RowError(line, str(exc)))
+            continue
+        if fields is not None:
+            good.append(fields)
     return good, bad
+
+
+def _csv_header(line: str) -> list[str]:
+    try:
+        header = [h.strip().lower() for h in _csv_cells(line)]
+    except SubscriberInputError as exc:
+        raise SubscriberInputError(f"header: {exc}") from None
+    if "email" not in header:
+        raise SubscriberInputError(f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")
+    unknown = [h for h in header if h not in CSV_COLUMNS]
+    if unknown:
+        raise SubscriberInputError(f"unknown column(s) {', '.join(unknown)} (columns: {', '.join(CSV_COLUMNS)})")
+    return header
+
+
+def _csv_row(header: list[str], line: str) -> SubscriberFields | None:
+    """One data line's fields; None for a line of empty cells."""
+    cells = _csv_cells(line)
+    if len(cells) > len(header):
+        raise SubscriberInputError("more cells than header columns")
+    if not any(cell.strip() for cell in cells):
+        return None
+    return clean_fields(**{column: cells[i] if i < len(cells) else "" for i, column in enumerate(header)})
 
 
 def import_csv(factory: sessionmaker[Session], settings: Settings, text: str, now: datetime) -> ImportReport:

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import IngestResult, SourceStatus
-from bot.ingest.formats.feeds import MAX_XML_ELEMENTS
+from bot.ingest.formats.xmlfeed import MAX_XML_ELEMENTS
 from bot.ingest.service import ingest_file
 from bot.ingest.watcher import scan_folder
 from bot.store.schema import Entry

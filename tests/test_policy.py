@@ -1,17 +1,20 @@
-"""The retry and bounce policy, alone: what one attempt's outcome does to a digest."""
+"""The retry and bounce policy, alone: what one attempt's outcome does to a digest;
+and the planner's rule for what a due subscriber's digest is."""
 
 from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.config import SmtpConfig
 from bot.delivery.policy import backoff_seconds, next_state
 from bot.delivery.smtp import Outcome, SendResult
-from bot.domain import DigestState
+from bot.domain import DigestKind, DigestState
+from bot.plan import digest_state
 
 NOW = datetime(2026, 6, 14, 8, tzinfo=UTC)
 SMTP = SmtpConfig(max_attempts=4, retry_base_seconds=60, retry_max_seconds=600, bounce_codes=[550, 551, 553])
@@ -53,3 +56,22 @@ def test_backoff_doubles_within_its_jitter_and_stops_at_the_cap(attempt: int, se
         assert decision.retry_at == NOW + timedelta(seconds=wait)
     else:
         assert decision.state is DigestState.FAILED
+
+
+@pytest.mark.parametrize(
+    ("entries", "send_empty", "kind", "expected"),
+    [
+        (3, False, DigestKind.SCHEDULED, DigestState.QUEUED),
+        (3, False, DigestKind.MANUAL, DigestState.QUEUED),
+        (0, True, DigestKind.SCHEDULED, DigestState.QUEUED),
+        (0, True, DigestKind.MANUAL, DigestState.QUEUED),
+        # A scheduled day with nothing is recorded, so the planner does not look again.
+        (0, False, DigestKind.SCHEDULED, DigestState.EMPTY),
+        # A manual digest with nothing is not made at all.
+        (0, False, DigestKind.MANUAL, None),
+    ],
+)
+def test_what_a_due_subscriber_gets(
+    entries: int, send_empty: bool, kind: DigestKind, expected: DigestState | None
+) -> None:
+    assert digest_state(entries, send_empty=send_empty, kind=kind) is expected

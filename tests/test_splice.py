@@ -23,9 +23,10 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.ingest.service import ingest_file
 from bot.mail.chunks import ChunkPool
+from bot.mail.lines import folded, html_escape, plain_line, to_line
 from bot.mail.mailer import Mailer
 from bot.mail.message import POLICY, prepared
-from bot.mail.splice import MessageTemplate, Personal, folded, html_escape, plain_line, to_line
+from bot.mail.splice import MessageTemplate, Personal
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import get_digest

@@ -165,16 +165,7 @@ def _describe(exc: UnexpectedInput) -> str:
 @lru_cache(maxsize=4096)
 def parse_filter(text: str) -> Expr:
     """Parse a filter; raise ``FilterError`` with the 1-based position of the problem."""
-    if len(text) > MAX_FILTER_LENGTH:
-        raise FilterError(text[:40] + "…", MAX_FILTER_LENGTH, f"longer than {MAX_FILTER_LENGTH} characters")
-    bad = next((i for i, ch in enumerate(text) if ord(ch) < 32 and ch not in " \t"), None)
-    if bad is not None:
-        raise FilterError(text, bad + 1, "control characters (line breaks included) are not allowed")
-    if not text.strip():
-        raise FilterError(text, 1, "empty filter (use * for everything)")
-    too_deep = _too_deep_at(text)
-    if too_deep is not None:
-        raise FilterError(text, too_deep, f"nested more than {MAX_FILTER_DEPTH} levels deep (parentheses and 'not')")
+    _check_before_parsing(text)
     try:
         tree = _PARSER.parse(text)
         return _TO_AST.transform(tree)
@@ -190,6 +181,20 @@ def parse_filter(text: str) -> Expr:
         inner = getattr(exc, "orig_exc", exc)
         position = text.find('""') + 1 or 1
         raise FilterError(text, position, str(inner)) from None
+
+
+def _check_before_parsing(text: str) -> None:
+    """What the grammar would take too long over, or accept and regret."""
+    if len(text) > MAX_FILTER_LENGTH:
+        raise FilterError(text[:40] + "…", MAX_FILTER_LENGTH, f"longer than {MAX_FILTER_LENGTH} characters")
+    bad = next((i for i, ch in enumerate(text) if ord(ch) < 32 and ch not in " \t"), None)
+    if bad is not None:
+        raise FilterError(text, bad + 1, "control characters (line breaks included) are not allowed")
+    if not text.strip():
+        raise FilterError(text, 1, "empty filter (use * for everything)")
+    too_deep = _too_deep_at(text)
+    if too_deep is not None:
+        raise FilterError(text, too_deep, f"nested more than {MAX_FILTER_DEPTH} levels deep (parentheses and 'not')")
 
 
 def _too_deep_at(text: str) -> int | None:
@@ -311,18 +316,21 @@ def _positive_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]]
     if negated:
         return []
     if isinstance(expr, Tag) and expr.name in doc.tags:
-        origins = doc.tags[expr.name]
-        parts = sorted(o for o in origins if o != "rule")
-        fields = rule_fields.get(expr.name, ())
-        if "rule" in origins:
-            parts.append("rule: " + (", ".join(fields) if fields else "matched"))
-        return [Hit(expr.name, "tag (" + "; ".join(parts) + ")", "title" in fields)]
+        return [_tag_hit(expr.name, doc.tags[expr.name], rule_fields.get(expr.name, ()))]
     if isinstance(expr, Phrase):
         pattern = phrase_pattern(expr.text)
         places = [name for name, text in (("title", doc.title), ("summary", doc.summary)) if pattern.search(text)]
         if places:
             return [Hit(to_text(expr), "phrase in " + " and ".join(places), "title" in places)]
     return []
+
+
+def _tag_hit(name: str, origins: frozenset[str], fields: tuple[str, ...]) -> Hit:
+    """A tag found on the entry, saying where each of its origins put it."""
+    parts = sorted(o for o in origins if o != "rule")
+    if "rule" in origins:
+        parts.append("rule: " + (", ".join(fields) if fields else "matched"))
+    return Hit(name, "tag (" + "; ".join(parts) + ")", "title" in fields)
 
 
 def explain(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]] | None = None) -> Explanation:

@@ -53,56 +53,80 @@ async def deliver(
     """Send every digest due now, batch by batch, until none is left (or *stop* is set
     between batches: sends in flight always finish and are recorded).  The next
     batch is claimed and built while the previous one is on the wire."""
-    worker = worker or worker_name()
     mailer.new_run()
-    total = DeliverReport()
+    line = _Pipeline(factory, settings, mailer, pool, clock=clock, worker=worker or worker_name(), progress=progress)
     ahead = max(1, settings.digest.build_processes)  # batches being built while one is sent
-    building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
-    sending: asyncio.Future[DeliverReport] | None = None
-    sending_count = 0
-
-    async def sent() -> None:
-        nonlocal sending
-        if sending is not None:
-            total.add(await sending)
-            sending = None
-            if progress is not None:
-                progress(sending_count)
-
-    async def send_next() -> None:
-        """The oldest batch being built, once built, goes on the wire after the one there."""
-        nonlocal sending, sending_count
-        future, count = building.popleft()
-        built, report = await future
-        total.add(report)
-        await sent()
-        sending = asyncio.ensure_future(_send_batch(factory, settings, pool, built, clock=clock, worker=worker))
-        sending_count = count
-
     try:
         while True:
-            while len(building) < ahead and (stop is None or not stop.is_set()):
-                now = clock()
-                with transaction(factory) as session:
-                    ids = claim_due(
-                        session, now=now, worker=worker, lease_seconds=settings.digest.lease_seconds, limit=batch
-                    )
-                if not ids:
-                    break
-                building.append((asyncio.ensure_future(mailer.prepare(factory, ids, now=now, worker=worker)), len(ids)))
-            if not building:
+            while len(line.building) < ahead and (stop is None or not stop.is_set()) and line.claim(batch):
+                pass
+            if not line.building:
                 break
-            await send_next()
+            await line.send_next()
     finally:
         # Claimed batches are still built and sent when *stop* is set (their leases
         # would otherwise hold them back until they expire); whatever happens to
         # them, the batch on the wire is waited for and recorded.
         try:
-            while building:
-                await send_next()
+            while line.building:
+                await line.send_next()
         finally:
-            await sent()
-    return total
+            await line.sent()
+    return line.total
+
+
+class _Pipeline:
+    """Claimed batches being built, in order, and the one batch on the wire."""
+
+    def __init__(
+        self,
+        factory: sessionmaker[Session],
+        settings: Settings,
+        mailer: Mailer,
+        pool: SmtpPool,
+        *,
+        clock: Clock,
+        worker: str,
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        self.factory, self.settings, self.mailer, self.pool = factory, settings, mailer, pool
+        self.clock, self.worker, self.progress = clock, worker, progress
+        self.total = DeliverReport()
+        self.building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
+        self.sending: asyncio.Future[DeliverReport] | None = None
+        self.sending_count = 0
+
+    def claim(self, limit: int) -> bool:
+        """Claim up to *limit* due digests and start building them; False when none is due."""
+        now = self.clock()
+        with transaction(self.factory) as session:
+            ids = claim_due(
+                session, now=now, worker=self.worker, lease_seconds=self.settings.digest.lease_seconds, limit=limit
+            )
+        if not ids:
+            return False
+        built = self.mailer.prepare(self.factory, ids, now=now, worker=self.worker)
+        self.building.append((asyncio.ensure_future(built), len(ids)))
+        return True
+
+    async def send_next(self) -> None:
+        """The oldest batch being built, once built, goes on the wire after the one there."""
+        future, count = self.building.popleft()
+        built, report = await future
+        self.total.add(report)
+        await self.sent()
+        self.sending = asyncio.ensure_future(
+            _send_batch(self.factory, self.settings, self.pool, built, clock=self.clock, worker=self.worker)
+        )
+        self.sending_count = count
+
+    async def sent(self) -> None:
+        """Wait for the batch on the wire, if any, and count what it did."""
+        if self.sending is not None:
+            self.total.add(await self.sending)
+            self.sending = None
+            if self.progress is not None:
+                self.progress(self.sending_count)
 
 
 async def deliver_now(

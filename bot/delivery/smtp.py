@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import aiosmtplib
+from aiosmtplib.protocol import SMTPProtocol
 from pydantic import SecretStr
 
 from bot.config import SmtpConfig
@@ -131,25 +132,35 @@ async def transmit(
         _refused, reply = await client.sendmail(sender, [recipient], data)
         return aiosmtplib.SMTPResponse(aiosmtplib.SMTPStatus.completed, reply)
     options = [f"size={ready.size}"] if client.supports_extension("size") else []
+    await _envelope(client, sender, recipient, options)
+    return await _data(client, protocol, ready)
+
+
+async def _envelope(client: aiosmtplib.SMTP, sender: str, recipient: str, options: list[str]) -> None:
+    """MAIL FROM and RCPT TO, raising what ``sendmail`` raises when either is refused."""
     if client.is_ehlo_or_helo_needed or not (_PLAIN_ADDRESS.fullmatch(sender) and _PLAIN_ADDRESS.fullmatch(recipient)):
         await client.mail(sender, options=options)
         try:
             await client.rcpt(recipient)
         except aiosmtplib.SMTPRecipientRefused as exc:
             raise aiosmtplib.SMTPRecipientsRefused([exc]) from None  # as sendmail reports it
-    else:
-        # What mail() and rcpt() send for a plain address, without their address
-        # parsing (email.utils.parseaddr twice a message); a test checks
-        # aiosmtplib quotes every such address the same way.
-        response = await client.execute_command(
-            b"MAIL", b"FROM:<%s>" % sender.encode("ascii"), *(option.encode("ascii") for option in options)
-        )
-        if response.code != aiosmtplib.SMTPStatus.completed:
-            raise aiosmtplib.SMTPSenderRefused(response.code, response.message, sender)
-        response = await client.execute_command(b"RCPT", b"TO:<%s>" % recipient.encode("ascii"))
-        if response.code not in (aiosmtplib.SMTPStatus.completed, aiosmtplib.SMTPStatus.will_forward):
-            error = aiosmtplib.SMTPRecipientRefused(response.code, response.message, recipient)
-            raise aiosmtplib.SMTPRecipientsRefused([error])
+        return
+    # What mail() and rcpt() send for a plain address, without their address
+    # parsing (email.utils.parseaddr twice a message); a test checks
+    # aiosmtplib quotes every such address the same way.
+    response = await client.execute_command(
+        b"MAIL", b"FROM:<%s>" % sender.encode("ascii"), *(option.encode("ascii") for option in options)
+    )
+    if response.code != aiosmtplib.SMTPStatus.completed:
+        raise aiosmtplib.SMTPSenderRefused(response.code, response.message, sender)
+    response = await client.execute_command(b"RCPT", b"TO:<%s>" % recipient.encode("ascii"))
+    if response.code not in (aiosmtplib.SMTPStatus.completed, aiosmtplib.SMTPStatus.will_forward):
+        error = aiosmtplib.SMTPRecipientRefused(response.code, response.message, recipient)
+        raise aiosmtplib.SMTPRecipientsRefused([error])
+
+
+async def _data(client: aiosmtplib.SMTP, protocol: SMTPProtocol, ready: Prepared) -> aiosmtplib.SMTPResponse:
+    """DATA with the message written as it is (dot-stuffed, ending in CRLF.CRLF)."""
     timeout = client.timeout
     # aiosmtplib's own command lock and response flag, used as its execute_data_command uses them.
     lock = protocol._command_lock  # noqa: SLF001 - see the comment above

@@ -25,8 +25,9 @@ from bot.choose.tagging import TagRules
 from bot.config import WatchConfig
 from bot.domain import IngestResult, ParsedSource, SourceStatus
 from bot.ingest.formats import SourceFormatError, parse_any
+from bot.ingest.upsert import upsert_source_entries
 from bot.store.engine import transaction
-from bot.store.entries import refresh_statistics, set_rule_tags, upsert_source_entries
+from bot.store.entries import refresh_statistics, set_rule_tags
 from bot.store.entry_reads import entry_texts
 from bot.store.sources import add_source, ingested_with_sha, set_counts
 from bot.text import is_utf8_name, path_text

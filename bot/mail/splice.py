@@ -30,17 +30,15 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from email.headerregistry import Address
-from email.quoprimime import body_encode
 from email.utils import format_datetime
-from functools import lru_cache
 
 from jinja2 import nodes
 
 from bot.config import SenderConfig
-from bot.domain import DigestContent
+from bot.domain import DigestContent, RenderedDigest
 from bot.mail.chunks import ChunkPool
-from bot.mail.message import POLICY, Headers, Prepared, build_message, display_name, dot_stuff, prepared
+from bot.mail.lines import date_line, html_escape, plain_line, qp_lines, to_line
+from bot.mail.message import Headers, Prepared, build_message, dot_stuff, prepared
 from bot.mail.render import TEXT_FOOTER, Links, Renderer, personal_context
 
 LinksFor = Callable[[str], tuple[Links, tuple[str, ...]]]  # token -> (footer links, List-Unsubscribe URIs)
@@ -51,12 +49,6 @@ _HTML_SPECIALS = "&\"<>'\u00a0"
 _PROBE_DATE = datetime(2001, 2, 3, 4, 5, 6, tzinfo=UTC)
 _PROBE_NAME = "Probe Reader"
 _PROBE_ADDRESS = "probe@example.org"
-
-# Values the email package writes verbatim (checked against it in tests/test_splice.py).
-_SIMPLE_NAME = re.compile(r"[A-Za-z0-9]+(?: [A-Za-z0-9]+)*")
-_SIMPLE_ADDRESS = re.compile(r"[A-Za-z0-9._+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
-_PLAIN_VALUE = re.compile(r"[\x21-\x7e]+(?: [\x21-\x7e]+)*")
-_SHORT = 900  # well under the 998 where the policy would fold
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,62 +61,6 @@ class Personal:
     token: str  # signed, from ``bot.tokens``: [0-9A-Za-z._-] only
     message_id: str
     date: datetime
-
-
-def html_escape(value: str, *, attribute: bool) -> str:
-    """*value* as the inliner's HTML serializer writes it: & and no-break space
-    always, the double quote inside attributes, < and > outside them."""
-    value = value.replace("&", "&amp;").replace("\u00a0", "&nbsp;")
-    if attribute:
-        return value.replace('"', "&quot;")
-    return value.replace("<", "&lt;").replace(">", "&gt;")
-
-
-# Quoted-printable lines as the message's policy writes them.
-_QP_LINE_LENGTH: int = POLICY.max_line_length or 78
-
-
-def _qp_line(line: bytes) -> bytes:
-    return body_encode(line.decode("latin-1"), _QP_LINE_LENGTH, "\r\n").encode("ascii") + b"\r\n"
-
-
-# Lines of the per-subscriber parts: most (the footer's list of links) repeat
-# across a body's subscribers.  Bounded: a few thousand short lines.
-_qp_line_cached = lru_cache(maxsize=8192)(_qp_line)
-
-
-def qp_lines(data: bytes, *, cached: bool = False) -> bytes:
-    """Quoted-printable as the email package encodes a text part, CRLF line ends
-    (each line's encoding depends on that line alone)."""
-    return b"".join(map(_qp_line_cached if cached else _qp_line, data.splitlines()))
-
-
-def folded(name: str, value: object) -> bytes:
-    """The header line exactly as the message's policy writes it (slow: parses)."""
-    return POLICY.fold_binary(*POLICY.header_store_parse(name, value))
-
-
-def plain_line(name: str, value: str) -> bytes:
-    if len(value) < _SHORT and "=?" not in value and _PLAIN_VALUE.fullmatch(value):
-        return f"{name}: {value}\r\n".encode("ascii")
-    return folded(name, value)
-
-
-@lru_cache(maxsize=64)
-def date_line(value: str) -> bytes:
-    """The Date line: the policy re-parses dates (two-digit years...), so always
-    its own output; one batch shares one time, hence the cache."""
-    return folded("Date", value)
-
-
-def to_line(name: str, address: str) -> bytes:
-    name = display_name(name)
-    if len(name) + len(address) < _SHORT and _SIMPLE_ADDRESS.fullmatch(address):
-        if not name:
-            return f"To: {address}\r\n".encode("ascii")
-        if _SIMPLE_NAME.fullmatch(name):
-            return f"To: {name} <{address}>\r\n".encode("ascii")
-    return folded("To", Address(display_name=name, addr_spec=address))
 
 
 Piece = bytes | Callable[[Personal, Links], bytes]
@@ -223,6 +159,94 @@ def _lines_around(spans: list[tuple[int, int]], start: int, end: int) -> tuple[i
     return first, last
 
 
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """A subscriber whose address and token are marker strings, so that their places
+    can be found in the message made for them."""
+
+    personal: Personal
+    holes: _Holes
+
+    @classmethod
+    def new(cls) -> _Probe:
+        nonce = secrets.token_hex(8)
+        token, email_mark, email_end = f"zqtok{nonce}", f"zqmail{nonce}", f"zqend{nonce}"
+        personal = Personal(
+            email=email_mark + _HTML_SPECIALS + email_end,
+            to_name=_PROBE_NAME,
+            to_address=_PROBE_ADDRESS,
+            token=token,
+            message_id=f"<probe.{nonce}@example.org>",
+            date=_PROBE_DATE,
+        )
+        marks = (token, email_mark, email_end, nonce)
+        return cls(personal, _Holes(*(m.encode("ascii") for m in marks)))
+
+
+@dataclass(frozen=True, slots=True)
+class _ProbeMessage:
+    """The simple path's message for the probe, and what it was made from."""
+
+    rendered: RenderedDigest
+    footer: bytes  # the text footer as rendered for the probe
+    context: dict[str, object]
+    message: bytes
+    list_unsubscribe: tuple[str, ...]
+
+    @classmethod
+    def build(
+        cls, renderer: Renderer, content: DigestContent, sender: SenderConfig, links_for: LinksFor, probe: _Probe
+    ) -> _ProbeMessage | None:
+        personal = probe.personal
+        links, list_unsubscribe = links_for(personal.token)
+        context = renderer.context(
+            replace(content, subscriber=replace(content.subscriber, email=personal.email)), links
+        )
+        footer_template = renderer.text_footer_template
+        try:
+            rendered = renderer.render_context(context)
+            footer = footer_template.render(context).encode("utf-8") if footer_template is not None else b""
+        except Exception:  # a template that needs more than the context: not ours to splice
+            return None
+        headers = Headers(
+            to_name=personal.to_name,
+            to_address=personal.to_address,
+            message_id=personal.message_id,
+            date=personal.date,
+            list_unsubscribe=list_unsubscribe,
+        )
+        message = build_message(rendered, headers, sender).as_bytes()
+        return cls(rendered, footer, context, message, list_unsubscribe)
+
+
+def _header_pieces(head: bytes, probe: _Probe, list_unsubscribe: tuple[str, ...]) -> list[Piece]:
+    """The header block's fields: the four that differ per subscriber are made for each."""
+    token = probe.personal.token
+    unsubscribe_value = ", ".join(f"<{uri}>" for uri in list_unsubscribe)
+    dynamic: dict[bytes, Callable[[Personal, Links], bytes]] = {
+        b"to": lambda p, _: to_line(p.to_name, p.to_address),
+        b"date": lambda p, _: date_line(format_datetime(p.date)),
+        b"message-id": lambda p, _: plain_line("Message-ID", p.message_id),
+        b"list-unsubscribe": lambda p, _: plain_line("List-Unsubscribe", unsubscribe_value.replace(token, p.token)),
+    }
+    pieces: list[Piece] = []
+    for field in _header_fields(head):
+        make = dynamic.get(field.partition(b":")[0].strip().lower())
+        pieces.append(make if make is not None else field)
+    return pieces
+
+
+def _joined_constants(pieces: list[Piece]) -> list[Piece]:
+    """Adjacent constant bytes joined once, not per message."""
+    merged: list[Piece] = []
+    for piece in pieces:
+        if isinstance(piece, bytes) and merged and isinstance(merged[-1], bytes):
+            merged[-1] += piece
+        else:
+            merged.append(piece)
+    return merged
+
+
 class MessageTemplate:
     """One digest body's message with holes for one subscriber's values."""
 
@@ -286,81 +310,50 @@ class MessageTemplate:
         *pool*: where its constant bytes are kept (shared with other templates)."""
         if content.resend_of is not None or renderer.text_footer_template is None:
             return None
-        nonce = secrets.token_hex(8)
-        token = f"zqtok{nonce}"
-        email_mark, email_end = f"zqmail{nonce}", f"zqend{nonce}"
-        probe = Personal(
-            email=email_mark + _HTML_SPECIALS + email_end,
-            to_name=_PROBE_NAME,
-            to_address=_PROBE_ADDRESS,
-            token=token,
-            message_id=f"<probe.{nonce}@example.org>",
-            date=_PROBE_DATE,
-        )
-        links, list_unsubscribe = links_for(token)
-        context = renderer.context(replace(content, subscriber=replace(content.subscriber, email=probe.email)), links)
-        try:
-            rendered = renderer.render_context(context)
-            footer = renderer.text_footer_template.render(context).encode("utf-8")
-        except Exception:  # a template that needs more than the context: not ours to splice
+        probe = _Probe.new()
+        made = _ProbeMessage.build(renderer, content, sender, links_for, probe)
+        if made is None:
             return None
-        headers = Headers(
-            to_name=probe.to_name,
-            to_address=probe.to_address,
-            message_id=probe.message_id,
-            date=probe.date,
-            list_unsubscribe=list_unsubscribe,
-        )
-        message = build_message(rendered, headers, sender).as_bytes()
-        marker = nonce.encode("ascii")
+        head_end = made.message.find(b"\r\n\r\n") + 2
+        body = cls._body_pieces(made, made.message[head_end:], probe, renderer, footer_substituted)
+        if body is None:
+            return None
+        pieces = _joined_constants([*_header_pieces(made.message[:head_end], probe, made.list_unsubscribe), *body])
+        if any(isinstance(p, bytes) and probe.holes.marker in p for p in pieces):
+            return None  # a per-subscriber value somewhere the splice does not fill
+        template = cls(pieces, links_for, pool)
+        if template.fill(probe.personal) != made.message or template.fill_wire(probe.personal) != prepared(
+            made.message
+        ):
+            template.release()
+            return None
+        return template
 
-        head_end = message.find(b"\r\n\r\n") + 2
-        pieces: list[Piece] = []
-        unsubscribe_value = ", ".join(f"<{uri}>" for uri in list_unsubscribe)
-        dynamic: dict[bytes, Callable[[Personal, Links], bytes]] = {
-            b"to": lambda p, _: to_line(p.to_name, p.to_address),
-            b"date": lambda p, _: date_line(format_datetime(p.date)),
-            b"message-id": lambda p, _: plain_line("Message-ID", p.message_id),
-            b"list-unsubscribe": lambda p, _: plain_line("List-Unsubscribe", unsubscribe_value.replace(token, p.token)),
-        }
-        for field in _header_fields(message[:head_end]):
-            make = dynamic.get(field.partition(b":")[0].strip().lower())
-            pieces.append(make if make is not None else field)
-
-        body = message[head_end:]
-        text = rendered.text.encode("utf-8")
-        html = rendered.html.encode("utf-8")
+    @classmethod
+    def _body_pieces(
+        cls, made: _ProbeMessage, body: bytes, probe: _Probe, renderer: Renderer, footer_substituted: bool
+    ) -> list[Piece] | None:
+        """The body cut around the two parts' encoded lines; each part cut at its holes."""
+        text = made.rendered.text.encode("utf-8")
+        html = made.rendered.html.encode("utf-8")
         text_qp, html_qp = qp_lines(text), qp_lines(html)
         if body.count(text_qp) != 1 or body.count(html_qp) != 1 or body.find(text_qp) > body.find(html_qp):
             return None
         text_at, html_at = body.find(text_qp), body.find(html_qp)
-        pieces.append(body[:text_at])
-        holes = _Holes(token.encode("ascii"), email_mark.encode("ascii"), email_end.encode("ascii"), marker)
         if footer_substituted:
-            text_pieces = cls._line_pieces(text, holes, {_HTML_SPECIALS.encode("utf-8"): "email_raw"})
+            text_pieces = cls._line_pieces(text, probe.holes, {_HTML_SPECIALS.encode("utf-8"): "email_raw"})
         else:
-            text_pieces = cls._text_pieces(text, footer, context, renderer, marker)
-        html_pieces = cls._line_pieces(html, holes, _HTML_FORMS)
+            text_pieces = cls._text_pieces(text, made.footer, made.context, renderer, probe.holes.marker)
+        html_pieces = cls._line_pieces(html, probe.holes, _HTML_FORMS)
         if text_pieces is None or html_pieces is None:
             return None
-        pieces += text_pieces
-        pieces.append(body[text_at + len(text_qp) : html_at])
-        pieces += html_pieces
-        pieces.append(body[html_at + len(html_qp) :])
-
-        merged: list[Piece] = []
-        for piece in pieces:  # adjacent constant bytes joined once, not per message
-            if isinstance(piece, bytes) and merged and isinstance(merged[-1], bytes):
-                merged[-1] += piece
-            else:
-                merged.append(piece)
-        if any(isinstance(p, bytes) and marker in p for p in merged):
-            return None  # a per-subscriber value somewhere the splice does not fill
-        template = cls(merged, links_for, pool)
-        if template.fill(probe) != message or template.fill_wire(probe) != prepared(message):
-            template.release()
-            return None
-        return template
+        return [
+            body[:text_at],
+            *text_pieces,
+            body[text_at + len(text_qp) : html_at],
+            *html_pieces,
+            body[html_at + len(html_qp) :],
+        ]
 
     @staticmethod
     def _text_pieces(

@@ -124,6 +124,29 @@ def digest_contents(
     One ``DigestItem`` object per distinct item, shared by the digests carrying it
     (and by later batches, through *cache*)."""
     cache = cache if cache is not None else ContentCache()
+    heads = _heads(session, digest_ids)
+    source_of = {
+        d.digest_id: d.resend_of_id if d.kind == DigestKind.RESEND.value and d.resend_of_id else d.digest_id
+        for d in heads
+    }
+    rows = _rows_by_digest(session, heads, source_of, cache)
+    cache.load(session, sorted({row[0] for found in rows.values() for row in found}))
+    return {
+        head.digest_id: DigestContent(
+            digest_id=head.digest_id,
+            kind=head.kind,
+            local_date=head.local_date,
+            subscriber=subscriber_view(head),
+            items=tuple(map(cache.item, rows.get(source_of[head.digest_id], ()))),
+            pending=head.pending_count,
+            resend_of=head.resend_of_id,
+        )
+        for head in heads
+    }
+
+
+def _heads(session: Session, digest_ids: Sequence[int]) -> list[Any]:
+    """Each digest's own columns and its subscriber's."""
     heads: list[Any] = []
     for part in chunks(list(digest_ids)):
         heads += session.execute(
@@ -139,20 +162,33 @@ def digest_contents(
             .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
             .where(Digest.id.in_(part))
         ).all()
-    source_of = {
-        d.digest_id: d.resend_of_id if d.kind == DigestKind.RESEND.value and d.resend_of_id else d.digest_id
-        for d in heads
-    }
-    # A digest's own ledger rows never change once planned, so one read serves
-    # every digest with the same body key (a resend reads its original's).
+    return heads
+
+
+def _rows_by_digest(
+    session: Session, heads: list[Any], source_of: dict[int, int], cache: ContentCache
+) -> dict[int, list[LedgerRow]]:
+    """The ledger rows each digest (or, for a resend, its original) carries.
+
+    A digest's own ledger rows never change once planned, so one read serves
+    every digest with the same body key (a resend reads its original's)."""
     keyed = {d.digest_id: d.body_key for d in heads if d.body_key is not None and source_of[d.digest_id] == d.digest_id}
     first_of: dict[str, int] = {}  # per body not read yet, the one digest whose rows are read
     for digest_id, key in keyed.items():
         if key not in cache.bodies:
             first_of.setdefault(key, digest_id)
     unread = {source_of[d.digest_id] for d in heads if d.digest_id not in keyed} | set(first_of.values())
+    rows = _ledger_rows(session, sorted(unread))
+    for key, digest_id in first_of.items():
+        cache.bodies[key] = rows.get(digest_id, [])  # a keyed digest has rows: release_entries drops the key
+    for digest_id, key in keyed.items():
+        rows[digest_id] = cache.bodies[key]
+    return rows
+
+
+def _ledger_rows(session: Session, digest_ids: list[int]) -> dict[int, list[LedgerRow]]:
     rows: dict[int, list[LedgerRow]] = {}
-    for part in chunks(sorted(unread)):
+    for part in chunks(digest_ids):
         found = session.execute(
             select(
                 LedgerEntry.digest_id,
@@ -167,24 +203,7 @@ def digest_contents(
         )
         for digest_id, entry_id, source_id, why, tags, url in found:
             rows.setdefault(digest_id, []).append((entry_id, source_id, why, _tags(tags), url))
-    for key, digest_id in first_of.items():
-        cache.bodies[key] = rows.get(digest_id, [])  # a keyed digest has rows: release_entries drops the key
-    for digest_id, key in keyed.items():
-        rows[digest_id] = cache.bodies[key]
-    entry_ids = sorted({row[0] for found in rows.values() for row in found})
-    cache.load(session, entry_ids)
-    return {
-        head.digest_id: DigestContent(
-            digest_id=head.digest_id,
-            kind=head.kind,
-            local_date=head.local_date,
-            subscriber=subscriber_view(head),
-            items=tuple(map(cache.item, rows.get(source_of[head.digest_id], ()))),
-            pending=head.pending_count,
-            resend_of=head.resend_of_id,
-        )
-        for head in heads
-    }
+    return rows
 
 
 @lru_cache(maxsize=4096)

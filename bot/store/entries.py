@@ -1,16 +1,14 @@
-"""Store: writing entries, appearances and tags, resolving identity against the store in batches.
+"""Store: writing entries, appearances and tags, and loading identity candidates.
 
-A source's entries are matched to stored ones with a handful of indexed
-``IN (...)`` look-ups (arXiv id, DOI, key, normalized title) and written with
-executemany inserts, so ingesting N entries costs O(N) whatever the store
-already holds.
+Candidates come from a handful of indexed ``IN (...)`` look-ups (arXiv id,
+DOI, key, title hash) and rows are written with executemany, so ingesting N
+entries costs O(N) whatever the store already holds.  SQL only: which entry
+is which, and what a source may change, is ``bot.ingest.resolve``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import date, datetime
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import bindparam, delete, literal, select, text, update
@@ -18,172 +16,70 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from bot.choose.tagging import TagRules
-from bot.domain import Announce, EntryKind, ParsedEntry, ParsedSource, TagOrigin, match_text
-from bot.ingest.identity import entry_key, key_for_title_hash, normalize_title, title_hash
+from bot.domain import TagOrigin
 from bot.store.bulk import allocate_ids, bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.schema import Appearance, Entry, EntryTag, Tag
 
 
-@dataclass(slots=True)
-class _Row:
-    """The columns of one entry as resolution sees them (mutable scratch state)."""
-
-    id: int | None
-    key: str
-    kind: str
-    title: str
-    title_norm: str
-    authors: list[str]
-    published: date | None
-    summary: str
-    summary_type: str
-    summary_source_id: int | None
-    links: list[str]
-    arxiv_id: str | None
-    doi: str | None
-    extra: dict[str, str]
-    dirty: bool = False
-    created: bool = False
-    # The summary before this source changed it; NULL variants get it written in.
-    replaced_summary: str | None = None
-    summary_changed: bool = False
-    # Category tags this source gives the entry: (case-folded name, origin) -> label.
-    tags: dict[tuple[str, TagOrigin], str] = field(default_factory=dict)
-
-
-_ROW_COLUMNS = (
-    Entry.id,
-    Entry.key,
-    Entry.kind,
-    Entry.title,
-    Entry.title_norm,
-    Entry.authors,
-    Entry.published,
-    Entry.summary,
-    Entry.summary_type,
-    Entry.summary_source_id,
-    Entry.links,
-    Entry.arxiv_id,
-    Entry.doi,
-    Entry.extra,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class UpsertCounts:
-    entries: int
-    new: int
-    updated: int
-
-
-class _Index:
-    """Stored and just-created entries, findable by each identity we know."""
-
-    def __init__(self) -> None:
-        self.by_key: dict[str, _Row] = {}
-        self.by_arxiv: dict[str, _Row] = {}
-        self.by_doi: dict[str, _Row] = {}
-        self.by_title: dict[str, list[_Row]] = {}
-
-    def add(self, row: _Row) -> None:
-        self.by_key[row.key] = row
-        if row.arxiv_id:
-            self.by_arxiv[row.arxiv_id] = row
-        if row.doi:
-            self.by_doi[row.doi] = row
-        if row.kind == EntryKind.PAPER:
-            self.by_title.setdefault(row.title_norm, []).append(row)
-
-    def find(self, item: ParsedEntry, key: str, title_norm: str) -> _Row | None:
-        if item.arxiv_id and item.arxiv_id in self.by_arxiv:
-            return self.by_arxiv[item.arxiv_id]
-        if item.doi and item.doi in self.by_doi:
-            return self.by_doi[item.doi]
-        if key in self.by_key:
-            return self.by_key[key]
-        if item.kind is EntryKind.PAPER:
-            for row in self.by_title.get(title_norm, ()):
-                # Same title but two different ids: two papers that share a title.
-                if item.arxiv_id and row.arxiv_id and row.arxiv_id != item.arxiv_id:
-                    continue
-                if item.doi and row.doi and row.doi != item.doi:
-                    continue
-                return row
-        return None
-
-
-def _load_candidates(session: Session, items: list[tuple[ParsedEntry, str, str]], hashes: dict[str, int]) -> _Index:
-    index = _Index()
-    arxiv = sorted({i.arxiv_id for i, _, _ in items if i.arxiv_id})
-    dois = sorted({i.doi for i, _, _ in items if i.doi})
-    # A title is found either through the key (a paper keyed by its own title,
-    # whose title_hash column is NULL) or through the partial title_hash index.
-    papers = [t for i, _, t in items if i.kind is EntryKind.PAPER]
-    keys = sorted({k for _, k, _ in items} | {key_for_title_hash(hashes[t]) for t in papers})
-    titles = sorted({hashes[t] for t in papers})
+def entries_matching(
+    session: Session,
+    names: Sequence[str],
+    *,
+    arxiv_ids: Sequence[str],
+    dois: Sequence[str],
+    keys: Sequence[str],
+    title_hashes: Sequence[int],
+) -> Iterator[dict[str, Any]]:
+    """The columns *names* (``id`` among them) of every entry with one of the given
+    arXiv ids, DOIs, keys or title hashes, each entry once."""
+    columns = [getattr(Entry, name) for name in names]
     seen: set[int] = set()
     for column, values in (
-        (Entry.arxiv_id, arxiv),
+        (Entry.arxiv_id, arxiv_ids),
         (Entry.doi, dois),
         (Entry.key, keys),
-        (Entry.title_hash, titles),
+        (Entry.title_hash, title_hashes),
     ):
         for part in chunks(values):
-            for rec in session.execute(select(*_ROW_COLUMNS).where(column.in_(part))):
-                if rec.id in seen:
-                    continue
-                seen.add(rec.id)
-                index.add(_Row(**rec._asdict()))
-    return index
+            for rec in session.execute(select(*columns).where(column.in_(part))):
+                if rec.id not in seen:
+                    seen.add(rec.id)
+                    yield rec._asdict()
 
 
-def _indexed_title_hash(key: str, kind: str, hashed: int) -> int | None:
-    """What goes in ``entries.title_hash``: NULL when a title look-up already
-    finds the entry through its key, or when it is a repo (never matched by title)."""
-    if kind != EntryKind.PAPER or key == key_for_title_hash(hashed):
-        return None
-    return hashed
+def insert_entries(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Insert new entries whose ids were allocated with ``new_entry_ids``."""
+    bulk_insert(session, Entry.__table__, rows)
 
 
-def _merge(row: _Row, item: ParsedEntry, title_norm: str) -> None:
-    """Fold what *item* says about a known entry into *row* (marking it dirty)."""
-
-    def set_(name: str, value: Any) -> None:
-        if getattr(row, name) != value:
-            setattr(row, name, value)
-            row.dirty = True
-
-    # The latest summary wins; every variant stays in entry_appearances.
-    if item.summary and item.summary != row.summary:
-        if row.replaced_summary is None and not row.created:
-            row.replaced_summary = row.summary
-        row.summary_changed = True
-        set_("summary", item.summary)
-        set_("summary_type", item.summary_type)
-    if item.arxiv_id and not row.arxiv_id:
-        set_("arxiv_id", item.arxiv_id)
-    if item.doi and not row.doi:
-        set_("doi", item.doi)
-    if item.announce in (Announce.REPLACE, Announce.REPLACE_CROSS):
-        # A revised paper may change title, authors and date; the key stays.
-        set_("title", item.title)
-        set_("title_norm", title_norm)
-        set_("authors", list(item.authors))
-        if item.published:
-            set_("published", item.published)
-    links: dict[str, str] = {}
-    for url in (*row.links, *item.links):
-        links.setdefault(_link_identity(url), url)
-    set_("links", list(links.values()))
-    if item.extra:
-        set_("extra", {**row.extra, **dict(item.extra)})
+def new_entry_ids(session: Session, count: int) -> Sequence[int]:
+    # Ids are allocated up front so a plain executemany can insert: much
+    # cheaper than INSERT ... RETURNING for a dump's rows.
+    return allocate_ids(session, Entry.__table__, count) if count else []
 
 
-def _link_identity(url: str) -> str:
-    # GitHub owner/name is case-insensitive (DUMPS.md); other URLs may not be.
-    lowered = url.lower()
-    return lowered if lowered.startswith(("https://github.com/", "http://github.com/")) else url
+def update_entries(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Update stored entries by primary key (every row has ``id`` and the same columns)."""
+    if rows:
+        session.execute(update(Entry), rows)
+
+
+def keep_replaced_summaries(session: Session, replaced: list[tuple[int, str]]) -> None:
+    """Appearances that stored NULL (meaning "the entry's summary") get the summary
+    the entry had until now, before the entry's summary changes under them."""
+    if not replaced:
+        return
+    table = Appearance.__table__
+    session.connection().execute(
+        update(table)
+        .where(table.c.entry_id == bindparam("eid"), table.c.summary.is_(None))
+        .values(summary=bindparam("old")),
+        [{"eid": entry_id, "old": old} for entry_id, old in replaced],
+    )
+
+
+def insert_appearances(session: Session, rows: list[dict[str, Any]]) -> None:
+    insert_ignoring_conflicts(session, Appearance.__table__, rows)
 
 
 def ensure_tags(session: Session, labels: Iterable[str]) -> dict[str, int]:
@@ -201,143 +97,6 @@ def ensure_tags(session: Session, labels: Iterable[str]) -> dict[str, int]:
         for part in chunks([m["name"] for m in missing]):
             ids.update(session.execute(select(Tag.name, Tag.id).where(Tag.name.in_(part))).all())
     return ids
-
-
-def upsert_source_entries(
-    session: Session, source_id: int, parsed: ParsedSource, now: datetime, rules: TagRules | None = None
-) -> UpsertCounts:
-    """Store every entry of *parsed* once, record its appearance in *source_id*,
-    attach header and category tags, and (re)compute rule tags of the entries
-    that are new or whose text changed.  Caller owns the transaction."""
-    items = []
-    for e in parsed.entries:
-        title_norm = normalize_title(e.title)
-        items.append((e, entry_key(e, title_norm), title_norm))
-    hashes = {t: title_hash(t) for _, _, t in items}
-    index = _load_candidates(session, items, hashes)
-
-    appearances: dict[int, tuple[_Row, ParsedEntry, int]] = {}
-    ordered: list[_Row] = []
-    for position, (item, key, title_norm) in enumerate(items):
-        row = index.find(item, key, title_norm)
-        if row is None:
-            row = _Row(
-                id=None,
-                key=key,
-                kind=str(item.kind),
-                title=item.title,
-                title_norm=title_norm,
-                authors=list(item.authors),
-                published=item.published,
-                summary=item.summary,
-                summary_type=item.summary_type,
-                summary_source_id=source_id,
-                links=list(item.links),
-                arxiv_id=item.arxiv_id,
-                doi=item.doi,
-                extra=dict(item.extra),
-                created=True,
-            )
-            index.add(row)
-        else:
-            _merge(row, item, title_norm)
-        if id(row) not in appearances:
-            appearances[id(row)] = (row, item, position)
-            ordered.append(row)
-        for label in item.tags:
-            row.tags.setdefault((label.casefold(), TagOrigin.CATEGORY), label)
-
-    created = [r for r in ordered if r.created]
-    if created:
-        # Ids are allocated up front so a plain executemany can insert: much
-        # cheaper than INSERT ... RETURNING for a dump's rows.
-        for row, new_id in zip(created, allocate_ids(session, Entry.__table__, len(created)), strict=True):
-            row.id = new_id
-        bulk_insert(
-            session,
-            Entry.__table__,
-            [
-                {
-                    "id": r.id,
-                    "key": r.key,
-                    "kind": r.kind,
-                    "title": r.title,
-                    "title_norm": r.title_norm,
-                    "title_hash": _indexed_title_hash(r.key, r.kind, hashes[r.title_norm]),
-                    "authors": r.authors,
-                    "published": r.published,
-                    "summary": r.summary,
-                    "summary_type": r.summary_type,
-                    "summary_source_id": source_id,
-                    "links": r.links,
-                    "arxiv_id": r.arxiv_id,
-                    "doi": r.doi,
-                    "extra": r.extra,
-                    "first_seen_source_id": source_id,
-                    "first_seen_at": now,
-                    "updated_at": now,
-                }
-                for r in created
-            ],
-        )
-
-    changed = [r for r in ordered if r.dirty and not r.created]
-    if changed:
-        session.execute(
-            update(Entry),
-            [
-                {
-                    "id": r.id,
-                    "title": r.title,
-                    "title_norm": r.title_norm,
-                    "title_hash": _indexed_title_hash(r.key, r.kind, title_hash(r.title_norm)),
-                    "authors": r.authors,
-                    "published": r.published,
-                    "summary": r.summary,
-                    "summary_type": r.summary_type,
-                    "summary_source_id": source_id if r.summary_changed else r.summary_source_id,
-                    "links": r.links,
-                    "arxiv_id": r.arxiv_id,
-                    "doi": r.doi,
-                    "extra": r.extra,
-                    "updated_at": now,
-                }
-                for r in changed
-            ],
-        )
-
-    replaced = [{"eid": r.id, "old": r.replaced_summary} for r in changed if r.replaced_summary is not None]
-    if replaced:
-        table = Appearance.__table__
-        session.connection().execute(
-            update(table)
-            .where(table.c.entry_id == bindparam("eid"), table.c.summary.is_(None))
-            .values(summary=bindparam("old")),
-            replaced,
-        )
-    insert_ignoring_conflicts(
-        session,
-        Appearance.__table__,
-        [
-            {
-                "entry_id": row.id,
-                "source_id": source_id,
-                "position": position,
-                # NULL: same text as the entry's (now current) summary.
-                "summary": None if item.summary == row.summary else item.summary,
-            }
-            for row, item, position in appearances.values()
-        ],
-    )
-    _attach_source_tags(session, source_id, ordered, parsed.header_tags)
-    if rules is not None and len(rules):
-        retext = [r for r in ordered if r.created or r.dirty]
-        set_rule_tags(
-            session,
-            {r.id: rules.match(r.title, match_text(r.summary, r.extra)) for r in retext},  # type: ignore[misc]  # ids are set once new rows are inserted
-            replace=any(not r.created for r in retext),
-        )
-    return UpsertCounts(entries=len(ordered), new=len(created), updated=len(changed))
 
 
 # An ingest that adds this share of what PostgreSQL believes ``entries`` holds
@@ -375,8 +134,12 @@ def refresh_statistics(session: Session, new_entries: int) -> bool:
     return True
 
 
-def _attach_source_tags(session: Session, source_id: int, rows: list[_Row], header_tags: Sequence[str]) -> None:
-    tag_ids = ensure_tags(session, [*header_tags, *(label for row in rows for label in row.tags.values())])
+def attach_source_tags(
+    session: Session, source_id: int, header_tags: Sequence[str], entry_tags: Sequence[tuple[int, str, TagOrigin]]
+) -> None:
+    """Tag every entry of the source with *header_tags*, and each entry with its own
+    ``(entry id, label, origin)`` tags, creating the tags that are new."""
+    tag_ids = ensure_tags(session, [*header_tags, *(label for _, label, _ in entry_tags)])
     dialect = session.get_bind().dialect.name
     build = pg_insert if dialect == "postgresql" else sqlite_insert
     for name in {label.casefold() for label in header_tags}:
@@ -394,9 +157,8 @@ def _attach_source_tags(session: Session, source_id: int, rows: list[_Row], head
         session,
         EntryTag.__table__,
         [
-            {"entry_id": row.id, "tag_id": tag_ids[name], "origin": str(origin)}
-            for row in rows
-            for name, origin in row.tags
+            {"entry_id": entry_id, "tag_id": tag_ids[label.casefold()], "origin": str(origin)}
+            for entry_id, label, origin in entry_tags
         ],
     )
 

@@ -103,49 +103,15 @@ def upsert_subscribers(
     by_key: dict[str, SubscriberFields] = {}
     for item in items:  # the last row for an address wins, as a person re-editing would expect
         by_key[email_key(item.email)] = item
-    existing: dict[str, int] = {}
-    keys = list(by_key)
-    for part in chunks(keys):
-        existing.update(
-            session.execute(
-                select(SubscriberRow.email_key, SubscriberRow.id).where(SubscriberRow.email_key.in_(part))
-            ).all()
-        )
-    new_rows = []
-    for key, item in by_key.items():
-        if key in existing:
-            continue
-        new_rows.append(
-            {
-                "email": item.email,
-                "email_key": key,
-                "name": item.name if item.name is not None else "",
-                "filter": item.filter if item.filter is not None else defaults.filter,
-                "timezone": item.timezone or defaults.timezone,
-                "send_hour": item.send_hour if item.send_hour is not None else defaults.send_hour,
-                "status": (item.status or SubscriberStatus.ACTIVE).value,
-                "backfill": item.backfill or defaults.backfill,
-                "unsubscribe_secret": secrets.token_hex(16),
-                "bounces": 0,
-                "created_at": now,
-                "updated_at": now,
-            }
-        )
+    existing = _ids_by_key(session, list(by_key))
+    new_rows = [_new_row(key, item, defaults, now) for key, item in by_key.items() if key not in existing]
     bulk_insert(session, SubscriberRow.__table__, new_rows)
     # Updates grouped by which fields they set, one executemany per group.
     groups: dict[tuple[str, ...], list[dict[str, object]]] = {}
     for key, item in by_key.items():
-        if key not in existing:
-            continue
-        values: dict[str, object] = {
-            name: getattr(item, name)
-            for name in ("name", "filter", "timezone", "send_hour", "backfill")
-            if getattr(item, name) is not None
-        }
-        if item.status is not None:
-            values["status"] = item.status.value
-        values.update(email=item.email, updated_at=now, row_id=existing[key])
-        groups.setdefault(tuple(sorted(values)), []).append(values)
+        if key in existing:
+            values = _given_values(item, existing[key], now)
+            groups.setdefault(tuple(sorted(values)), []).append(values)
     table = SubscriberRow.__table__
     for names, rows in groups.items():
         statement = (
@@ -154,8 +120,48 @@ def upsert_subscribers(
             .values({n: bindparam(n) for n in names if n != "row_id"})
         )
         session.connection().execute(statement, rows)
-    updated = sum(len(rows) for rows in groups.values())
-    return len(new_rows), updated
+    return len(new_rows), sum(len(rows) for rows in groups.values())
+
+
+def _ids_by_key(session: Session, keys: list[str]) -> dict[str, int]:
+    existing: dict[str, int] = {}
+    for part in chunks(keys):
+        existing.update(
+            session.execute(
+                select(SubscriberRow.email_key, SubscriberRow.id).where(SubscriberRow.email_key.in_(part))
+            ).all()
+        )
+    return existing
+
+
+def _new_row(key: str, item: SubscriberFields, defaults: SubscriberFields, now: datetime) -> dict[str, object]:
+    return {
+        "email": item.email,
+        "email_key": key,
+        "name": item.name if item.name is not None else "",
+        "filter": item.filter if item.filter is not None else defaults.filter,
+        "timezone": item.timezone or defaults.timezone,
+        "send_hour": item.send_hour if item.send_hour is not None else defaults.send_hour,
+        "status": (item.status or SubscriberStatus.ACTIVE).value,
+        "backfill": item.backfill or defaults.backfill,
+        "unsubscribe_secret": secrets.token_hex(16),
+        "bounces": 0,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _given_values(item: SubscriberFields, row_id: int, now: datetime) -> dict[str, object]:
+    """The columns a known subscriber's row gets: only the fields *item* gives."""
+    values: dict[str, object] = {
+        name: getattr(item, name)
+        for name in ("name", "filter", "timezone", "send_hour", "backfill")
+        if getattr(item, name) is not None
+    }
+    if item.status is not None:
+        values["status"] = item.status.value
+    values.update(email=item.email, updated_at=now, row_id=row_id)
+    return values
 
 
 def set_status(session: Session, subscriber_id: int, status: SubscriberStatus, now: datetime) -> None:

@@ -1,4 +1,6 @@
-"""Sources stage: bytes in, ``ParsedSource`` out.
+"""Sources stage: bytes in, ``ParsedSource`` out; one module per format behind
+one detector (``detect``): ``dumps`` (text dumps), ``xmlfeed`` (RSS, Atom),
+``jsonfeed`` (JSON Feed), with what feed items share in ``feed_items``.
 
 Parsers here are pure: they never touch the store, the network (except
 ``fetch``) or the clock, and they raise only ``SourceFormatError`` subclasses
@@ -8,9 +10,12 @@ for bad input, with a one-line message naming the file and line.
 from __future__ import annotations
 
 from bot.domain import ParsedSource
+from bot.ingest.formats.detect import looks_like_feed, looks_like_json
 from bot.ingest.formats.dumps import DumpFormatError, parse_dump
 from bot.ingest.formats.errors import SourceFormatError
-from bot.ingest.formats.feeds import FeedFormatError, looks_like_feed, parse_feed
+from bot.ingest.formats.feed_items import FeedFormatError
+from bot.ingest.formats.jsonfeed import parse_json_feed
+from bot.ingest.formats.xmlfeed import parse_xml_feed
 
 __all__ = [
     "DumpFormatError",
@@ -21,6 +26,13 @@ __all__ = [
     "parse_dump",
     "parse_feed",
 ]
+
+
+def parse_feed(data: bytes, name: str) -> ParsedSource:
+    """Parse an RSS 2.0, Atom 1.0 or JSON Feed 1.x document."""
+    if looks_like_json(data):
+        return parse_json_feed(data, name)
+    return parse_xml_feed(data, name)
 
 
 def parse_any(data: bytes, name: str) -> ParsedSource:

@@ -188,39 +188,69 @@ def _repo_meta(title: str, meta: _Block, name: str) -> tuple[date, dict[str, str
     return _parse_date(first["date"], name, meta.line), extra
 
 
+class _Meta(NamedTuple):
+    kind: EntryKind
+    published: date
+    authors: tuple[str, ...]
+    extra: dict[str, str]
+
+
 def _entry(blocks: _Lookahead, name: str) -> ParsedEntry:
     """Parse the entry whose title is the next block."""
     title_block = blocks.take()
-    if title_block.is_link_label:
-        raise DumpFormatError(
-            name, title_block.line, f"expected an entry title, found link label {quoted(title_block.lines[0])}"
-        )
-    title = (
-        title_block.lines[0].strip()
-        if len(title_block.lines) == 1
-        else " ".join(line.strip() for line in title_block.lines)
-    )
+    title = _title(title_block, name)
     if blocks.peek() is None:
         raise DumpFormatError(
             name,
             title_block.line,
             f"entry {quoted(title)} is truncated: expected '<authors> YYYY-MM-DD' after the title",
         )
-    meta = blocks.take()
+    meta_block = blocks.take()
+    meta = _meta(title, meta_block, name)
+    summary = _summary(blocks, title, meta_block, name)
+    links: tuple[str, ...] = ()
+    repo = None
+    if meta.kind is EntryKind.REPO:
+        repo = title
+        links = (f"https://github.com/{title}",)
+    links += tuple(u for u in urls_in(summary) if u not in links)
+    return ParsedEntry(
+        kind=meta.kind,
+        title=title,
+        authors=meta.authors,
+        published=meta.published,
+        summary=summary,
+        line=title_block.line,
+        links=links,
+        repo=repo,
+        extra=tuple(sorted(meta.extra.items())),
+    )
+
+
+def _title(block: _Block, name: str) -> str:
+    if block.is_link_label:
+        raise DumpFormatError(name, block.line, f"expected an entry title, found link label {quoted(block.lines[0])}")
+    if len(block.lines) == 1:
+        return block.lines[0].strip()
+    return " ".join(line.strip() for line in block.lines)
+
+
+def _meta(title: str, meta: _Block, name: str) -> _Meta:
+    """A repository's owner line (with stars and language) or a paper's authors and date."""
     if is_repo_name(title) and _REPO_META_RE.match(meta.lines[0]):
         published, extra = _repo_meta(title, meta, name)
-        kind = EntryKind.REPO
-        authors: tuple[str, ...] = (extra["owner"],)
-    else:
-        paper = _paper_meta(meta.lines[0])
-        if paper is None or len(meta.lines) != 1:
-            raise DumpFormatError(
-                name, meta.line, f"expected '<authors, comma separated> YYYY-MM-DD' after title {quoted(title)}"
-            )
-        published = _parse_date(paper[1], name, meta.line)
-        authors = tuple(a.strip() for a in paper[0].split(",") if a.strip())
-        kind, extra = EntryKind.PAPER, {}
+        return _Meta(EntryKind.REPO, published, (extra["owner"],), extra)
+    paper = _paper_meta(meta.lines[0])
+    if paper is None or len(meta.lines) != 1:
+        raise DumpFormatError(
+            name, meta.line, f"expected '<authors, comma separated> YYYY-MM-DD' after title {quoted(title)}"
+        )
+    authors = tuple(a.strip() for a in paper[0].split(",") if a.strip())
+    return _Meta(EntryKind.PAPER, _parse_date(paper[1], name, meta.line), authors, {})
 
+
+def _summary(blocks: _Lookahead, title: str, meta: _Block, name: str) -> str:
+    """The paragraphs up to the link label that ends the entry (taken too)."""
     paragraphs: list[str] = []
     last = meta
     while True:
@@ -233,7 +263,7 @@ def _entry(blocks: _Lookahead, name: str) -> ParsedEntry:
             )
         if block.is_link_label:
             blocks.take()
-            break
+            return "\n\n".join(paragraphs)
         # A one-line block followed by a meta block is the next entry's title:
         # this entry lost its link label.  Refuse rather than merge two entries.
         following = blocks.peek(1)
@@ -243,26 +273,6 @@ def _entry(blocks: _Lookahead, name: str) -> ParsedEntry:
             )
         last = blocks.take()
         paragraphs.append(last.text)
-
-    summary = "\n\n".join(paragraphs)
-    links: tuple[str, ...] = ()
-    repo = None
-    if kind is EntryKind.REPO:
-        repo = title
-        links = (f"https://github.com/{title}",)
-    links += tuple(u for u in urls_in(summary) if u not in links)
-    entry = ParsedEntry(
-        kind=kind,
-        title=title,
-        authors=authors,
-        published=published,
-        summary=summary,
-        line=title_block.line,
-        links=links,
-        repo=repo,
-        extra=tuple(sorted(extra.items())),
-    )
-    return entry
 
 
 def parse_dump(data: bytes, name: str) -> ParsedSource:

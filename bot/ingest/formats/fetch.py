@@ -54,25 +54,11 @@ def fetch(
                 return Fetched(url, True, etag=etag, last_modified=last_modified)
             if response.status_code != 200:
                 raise FetchError(f"{url}: HTTP {response.status_code}")
-            declared = response.headers.get("Content-Length")
-            if declared and declared.isdigit() and int(declared) > max_bytes:
-                raise FetchError(f"{url}: {declared} bytes exceeds feeds.max_bytes={max_bytes}")
-            chunks: list[bytes] = []
-            size = 0
-            # httpx's timeout bounds each read, not the whole body: a server
-            # dripping one byte at a time would otherwise hold us forever.
-            deadline = time.monotonic() + timeout
-            for chunk in response.iter_bytes():
-                size += len(chunk)
-                if size > max_bytes:
-                    raise FetchError(f"{url}: more than feeds.max_bytes={max_bytes} bytes")
-                if time.monotonic() > deadline:
-                    raise FetchError(f"{url}: body not received within {timeout:g} s")
-                chunks.append(chunk)
+            body = _read_body(response, url, timeout=timeout, max_bytes=max_bytes)
             return Fetched(
                 url,
                 False,
-                b"".join(chunks),
+                body,
                 etag=response.headers.get("ETag"),
                 last_modified=response.headers.get("Last-Modified"),
             )
@@ -83,3 +69,22 @@ def fetch(
     finally:
         if own_client:
             client.close()
+
+
+def _read_body(response: httpx.Response, url: str, *, timeout: float, max_bytes: int) -> bytes:
+    declared = response.headers.get("Content-Length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise FetchError(f"{url}: {declared} bytes exceeds feeds.max_bytes={max_bytes}")
+    chunks: list[bytes] = []
+    size = 0
+    # httpx's timeout bounds each read, not the whole body: a server
+    # dripping one byte at a time would otherwise hold us forever.
+    deadline = time.monotonic() + timeout
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > max_bytes:
+            raise FetchError(f"{url}: more than feeds.max_bytes={max_bytes} bytes")
+        if time.monotonic() > deadline:
+            raise FetchError(f"{url}: body not received within {timeout:g} s")
+        chunks.append(chunk)
+    return b"".join(chunks)

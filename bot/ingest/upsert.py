@@ -1,0 +1,160 @@
+"""Ingest: one parsed source's entries into the store, each entry stored once.
+
+Loads the stored entries the source could name, resolves identity and merges
+in memory (``bot.ingest.resolve``), then writes new entries, changed ones,
+appearances and tags in a few batched statements.  The caller owns the
+transaction; this never commits, renders or plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from bot.choose.tagging import TagRules
+from bot.domain import ParsedSource, TagOrigin, match_text
+from bot.ingest.identity import title_hash
+from bot.ingest.resolve import (
+    RECORD_COLUMNS,
+    EntryRecord,
+    IdentityIndex,
+    Resolution,
+    indexed_title_hash,
+    keyed,
+    lookups,
+    resolve,
+    title_hashes,
+)
+from bot.store.entries import (
+    attach_source_tags,
+    entries_matching,
+    insert_appearances,
+    insert_entries,
+    keep_replaced_summaries,
+    new_entry_ids,
+    set_rule_tags,
+    update_entries,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertCounts:
+    entries: int
+    new: int
+    updated: int
+
+
+def upsert_source_entries(
+    session: Session, source_id: int, parsed: ParsedSource, now: datetime, rules: TagRules | None = None
+) -> UpsertCounts:
+    """Store every entry of *parsed* once, record its appearance in *source_id*,
+    attach header and category tags, and (re)compute rule tags of the entries
+    that are new or whose text changed."""
+    items = keyed(parsed.entries)
+    hashes = title_hashes(items)
+    index = IdentityIndex()
+    for columns in entries_matching(session, RECORD_COLUMNS, **lookups(items, hashes)._asdict()):
+        index.add(EntryRecord(**columns))
+    resolution = resolve(items, index, source_id)
+    created, changed = _write_entries(session, source_id, now, resolution, hashes)
+    _write_appearances_and_tags(session, source_id, resolution, parsed.header_tags)
+    if rules is not None and len(rules):
+        _retag(session, rules, [r for r in resolution.records if r.created or r.dirty])
+    return UpsertCounts(entries=len(resolution.records), new=created, updated=changed)
+
+
+def _write_entries(
+    session: Session, source_id: int, now: datetime, resolution: Resolution, hashes: dict[str, int]
+) -> tuple[int, int]:
+    """Insert the new entries and update the changed ones; returns how many of each."""
+    created = [r for r in resolution.records if r.created]
+    if created:
+        for record, new_id in zip(created, new_entry_ids(session, len(created)), strict=True):
+            record.id = new_id
+        insert_entries(session, [_new_row(r, source_id, now, hashes[r.title_norm]) for r in created])
+    changed = [r for r in resolution.records if r.dirty and not r.created]
+    update_entries(session, [_changed_row(r, source_id, now) for r in changed])
+    keep_replaced_summaries(session, [(_id(r), r.replaced_summary) for r in changed if r.replaced_summary is not None])
+    return len(created), len(changed)
+
+
+def _retag(session: Session, rules: TagRules, records: list[EntryRecord]) -> None:
+    """Rule tags of new entries and of entries whose text this source changed."""
+    set_rule_tags(
+        session,
+        {_id(r): rules.match(r.title, match_text(r.summary, r.extra)) for r in records},
+        replace=any(not r.created for r in records),
+    )
+
+
+def _id(record: EntryRecord) -> int:
+    if record.id is None:  # ids are allocated before any row naming one is built
+        raise AssertionError(f"entry {record.key} has no id yet")
+    return record.id
+
+
+def _write_appearances_and_tags(
+    session: Session, source_id: int, resolution: Resolution, header_tags: tuple[str, ...]
+) -> None:
+    insert_appearances(
+        session,
+        [
+            {
+                "entry_id": a.record.id,
+                "source_id": source_id,
+                "position": a.position,
+                # NULL: same text as the entry's (now current) summary.
+                "summary": None if a.item.summary == a.record.summary else a.item.summary,
+            }
+            for a in resolution.appearances
+        ],
+    )
+    entry_tags: list[tuple[int, str, TagOrigin]] = [
+        (_id(record), label, origin) for record in resolution.records for (_, origin), label in record.tags.items()
+    ]
+    attach_source_tags(session, source_id, header_tags, entry_tags)
+
+
+def _new_row(record: EntryRecord, source_id: int, now: datetime, hashed: int) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "key": record.key,
+        "kind": record.kind,
+        "title": record.title,
+        "title_norm": record.title_norm,
+        "title_hash": indexed_title_hash(record.key, record.kind, hashed),
+        "authors": record.authors,
+        "published": record.published,
+        "summary": record.summary,
+        "summary_type": record.summary_type,
+        "summary_source_id": source_id,
+        "links": record.links,
+        "arxiv_id": record.arxiv_id,
+        "doi": record.doi,
+        "extra": record.extra,
+        "first_seen_source_id": source_id,
+        "first_seen_at": now,
+        "updated_at": now,
+    }
+
+
+def _changed_row(record: EntryRecord, source_id: int, now: datetime) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "title": record.title,
+        "title_norm": record.title_norm,
+        "title_hash": indexed_title_hash(record.key, record.kind, title_hash(record.title_norm)),
+        "authors": record.authors,
+        "published": record.published,
+        "summary": record.summary,
+        "summary_type": record.summary_type,
+        "summary_source_id": source_id if record.summary_changed else record.summary_source_id,
+        "links": record.links,
+        "arxiv_id": record.arxiv_id,
+        "doi": record.doi,
+        "extra": record.extra,
+        "updated_at": now,
+    }

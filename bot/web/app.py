@@ -1,0 +1,201 @@
+"""Subscriber endpoint: the pages behind the links in every digest (Starlette, served by uvicorn).
+
+``POST /u/{token}`` unsubscribes (RFC 8058 one-click: mail providers POST
+``List-Unsubscribe=One-Click``; the confirm button posts the same), ``GET
+/u/{token}`` only shows a page with that button (link scanners and
+prefetchers GET every URL in a message), ``GET|POST /m/{token}`` lets the
+subscriber pause, resume or change their filter.  Tokens are HMAC-signed and
+bound to one subscriber; an unknown, forged or altered token gets the same
+404.  A thin shell over ``bot.subscriptions``: never sends mail, never renders
+digests, never writes SQL itself, never logs tokens or keys.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from bot.config import Settings
+from bot.domain import Subscriber, SubscriberStatus
+from bot.subscriptions import SubscriberInputError, by_token, change_status, set_filter
+from bot.tokens import signing_key
+from bot.web.forms import MAX_FORM_BYTES, form_token, parse_form, same_origin
+
+log = logging.getLogger(__name__)
+
+# Pages carry the token in their URL: never leak it in a Referer, never cache it,
+# never frame it, run no script at all.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+}
+
+
+def create_app(
+    settings: Settings, factory: sessionmaker[Session], *, clock: Callable[[], datetime] | None = None
+) -> Starlette:
+    endpoint = _Endpoint(settings, factory, clock or (lambda: datetime.now(UTC)))
+    app = Starlette(
+        routes=[
+            Route("/u/{token}", endpoint.unsubscribe, methods=["GET", "POST"]),
+            Route("/m/{token}", endpoint.manage, methods=["GET", "POST"]),
+            Route("/healthz", endpoint.health, methods=["GET"]),
+        ],
+        exception_handlers={404: endpoint.anything_else, 405: endpoint.anything_else, Exception: endpoint.server_error},
+    )
+    # "/u/TOKEN/" must not answer with a redirect built from the Host header: every
+    # path that is not exactly ours gets the same 404.
+    app.router.redirect_slashes = False
+    return app
+
+
+# What each manage-page action does: from which status, to which, and what the page then says.
+_STATUS_ACTIONS = {
+    "pause": (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED, "Paused: no digests until you resume."),
+    "resume": (SubscriberStatus.PAUSED, SubscriberStatus.ACTIVE, "Resumed: your next digest comes as usual."),
+    "resubscribe": (
+        SubscriberStatus.UNSUBSCRIBED,
+        SubscriberStatus.ACTIVE,
+        "Subscribed again: your next digest comes as usual.",
+    ),
+}
+
+
+class _Endpoint:
+    """The request handlers, sharing the settings, the store and the page template."""
+
+    def __init__(self, settings: Settings, factory: sessionmaker[Session], now: Callable[[], datetime]) -> None:
+        self.settings, self.factory, self.now = settings, factory, now
+        self.key = signing_key(settings)
+        pages = Environment(
+            loader=FileSystemLoader(str(Path(settings.paths.templates_dir) / "web")),
+            autoescape=select_autoescape(enabled_extensions=("html.j2",)),
+            undefined=StrictUndefined,
+        )
+        self.page = pages.get_template("page.html.j2")
+
+    def render(self, view: str, status_code: int = 200, *, token: str = "", **context: object) -> HTMLResponse:
+        html = self.page.render(
+            view=view,
+            list_name=self.settings.sender.from_name,
+            token=token,
+            form_token=form_token(self.key, token) if token else "",
+            **context,
+        )
+        return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+
+    def not_found(self) -> HTMLResponse:
+        return self.render("not_found", 404)
+
+    # The store calls are blocking: they run in Starlette's thread pool, not on the event loop.
+    async def subscriber_of(self, request: Request) -> Subscriber | None:
+        return await run_in_threadpool(by_token, self.factory, self.key, request.path_params["token"])
+
+    async def set_status(self, subscriber: Subscriber, status: SubscriberStatus) -> Subscriber:
+        return await run_in_threadpool(change_status, self.factory, subscriber.email, status, self.now())
+
+    async def unsubscribe(self, request: Request) -> Response:
+        subscriber = await self.subscriber_of(request)
+        if subscriber is None:
+            return self.not_found()
+        token = request.path_params["token"]
+        if request.method in ("GET", "HEAD"):
+            done = subscriber.status is SubscriberStatus.UNSUBSCRIBED
+            return self.render("confirm", token=token, subscriber=subscriber, done=done)
+        form = await form_of(request)
+        if form is None:
+            return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
+        # RFC 8058 asks for exactly this field; our own button posts it too.
+        if form.get("List-Unsubscribe") != "One-Click":
+            return self.render("confirm", 400, token=token, subscriber=subscriber, done=False)
+        if subscriber.status is not SubscriberStatus.UNSUBSCRIBED:
+            subscriber = await self.set_status(subscriber, SubscriberStatus.UNSUBSCRIBED)
+            log.info("subscriber %d unsubscribed through their link", subscriber.id)
+        return self.render("confirm", token=token, subscriber=subscriber, done=True)
+
+    def manage_page(
+        self,
+        request: Request,
+        subscriber: Subscriber,
+        status_code: int = 200,
+        *,
+        message: str | None = None,
+        error: str | None = None,
+        filter_text: str | None = None,
+    ) -> HTMLResponse:
+        return self.render(
+            "manage",
+            status_code,
+            token=request.path_params["token"],
+            subscriber=subscriber,
+            message=message,
+            error=error,
+            filter_text=subscriber.filter if filter_text is None else filter_text,
+        )
+
+    async def manage(self, request: Request) -> Response:
+        subscriber = await self.subscriber_of(request)
+        if subscriber is None:
+            return self.not_found()
+        if request.method in ("GET", "HEAD"):
+            return self.manage_page(request, subscriber)
+        if not same_origin(request, self.settings.web.public_url):
+            return self.render("forbidden", 403)
+        form = await form_of(request)
+        if form is None:
+            return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
+        if not hmac.compare_digest(form.get("form", ""), form_token(self.key, request.path_params["token"])):
+            return self.render("forbidden", 403)
+        action = form.get("action", "")
+        if action == "filter":
+            return await self.change_filter(request, subscriber, form.get("filter", ""))
+        change = _STATUS_ACTIONS.get(action)
+        if change is None or subscriber.status is not change[0]:
+            return self.manage_page(request, subscriber, 400, error="That change is not possible now.")
+        subscriber = await self.set_status(subscriber, change[1])
+        if action == "resubscribe":
+            log.info("subscriber %d subscribed again through their manage page", subscriber.id)
+        return self.manage_page(request, subscriber, message=change[2])
+
+    async def change_filter(self, request: Request, subscriber: Subscriber, raw: str) -> Response:
+        try:
+            subscriber = await run_in_threadpool(set_filter, self.factory, self.settings, subscriber, raw, self.now())
+        except SubscriberInputError as exc:
+            return self.manage_page(request, subscriber, 400, error=str(exc), filter_text=raw)
+        return self.manage_page(request, subscriber, message="Filter saved.")
+
+    async def health(self, _request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def anything_else(self, _request: Request, _exc: Exception) -> Response:
+        return self.not_found()  # unknown paths and methods look like unknown tokens
+
+    async def server_error(self, _request: Request, exc: Exception) -> Response:
+        log.error("request failed: %s", type(exc).__name__)  # no traceback: it could hold the token
+        return self.render("error", 500)
+
+
+async def form_of(request: Request) -> dict[str, str] | None:
+    """The form's fields (first value each), or None when the body is too big."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return None
+    return parse_form(request.headers.get("content-type", ""), body)

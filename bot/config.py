@@ -65,6 +65,12 @@ class WatchConfig(BaseModel):
 class ScheduleConfig(BaseModel):
     default_timezone: str = "UTC"
     default_send_hour: int = Field(8, ge=0, le=23)
+    # A day found with nothing new at the send time stays open until this local hour
+    # (24: midnight): entries that arrive before then still go out that day.
+    day_closes_hour: int = Field(24, ge=0, le=24)
+    # How long past the send time to wait for a dump newer than the subscriber's last
+    # digest before planning anyway (0: plan at the send time).
+    wait_for_dump_minutes: int = Field(0, ge=0, le=720)
 
 
 class SubscribersConfig(BaseModel):

@@ -225,3 +225,13 @@ class DeliverReport:
     def add(self, other: DeliverReport) -> None:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledDay:
+    """What the store holds for one subscriber's local day: its scheduled digest."""
+
+    digest_id: int
+    state: DigestState
+    nothing_at: datetime | None  # when the planner first found nothing new that day
+    checked_at: datetime | None  # when it last looked again

@@ -4,6 +4,7 @@ and digests planned: that work runs in a thread, and a scan stops between files.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -12,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy import Engine
@@ -152,3 +154,86 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
 
         _, longest_gap = asyncio.run(timed_with_heartbeat(work))
     assert longest_gap < 1.0, longest_gap  # built on the loop, a batch held it for seconds
+
+
+def _zone_in_mid_hour() -> tuple[str, int]:
+    """A zone whose local time is well inside an hour for the next minutes, and that hour:
+    the test's subscribers are due at once and stay on the same local day."""
+    for zone in ("UTC", "Asia/Kolkata"):  # Kolkata is 30 minutes off the hour
+        local = datetime.now(UTC).astimezone(ZoneInfo(zone))
+        if 2 <= local.minute <= 45:
+            return zone, local.hour
+    raise AssertionError("unreachable: one of two zones 30 minutes apart is mid-hour")
+
+
+def test_a_dump_that_lands_after_the_send_hour_goes_out_that_day(tmp_path: Path, sink) -> None:
+    """The daemon in real time: both subscribers' send hour is now, nothing is stored, so
+    their day is first empty; a dump lands seconds later and their digests go out."""
+    zone, hour = _zone_in_mid_hour()
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env.update(
+        {
+            "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'd.sqlite3'}",
+            "DIGESTBOT_PATHS__DUMP_DIR": str(folder),
+            "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
+            "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
+            "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+            "DIGESTBOT_SMTP__PORT": str(sink.port),
+            "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
+            "DIGESTBOT_WATCH__INTERVAL_SECONDS": "1",
+        }
+    )
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([DIGESTBOT, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    for who in ("ada", "grace"):
+        cli("subscribers", "add", f"{who}@example.org", "--tz", zone, "--hour", str(hour))
+    database = tmp_path / "d.sqlite3"
+    daemon = subprocess.Popen([DIGESTBOT, "-v", "run"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _states(database) == ["empty", "empty"], daemon, "two empty days")
+        waiting = " ".join(cli("preview", "ada@example.org").split())
+        assert "open until 24:00; these go out as soon as the planner sees them" in waiting, waiting
+        time.sleep(2)
+        seed = sorted((ROOT / "seeds").glob("*.txt"))[0]
+        (folder / "today.txt.tmp").write_bytes(seed.read_bytes())
+        (folder / "today.txt.tmp").rename(folder / "today.txt")
+        _wait_for(lambda: _states(database) == ["sent", "sent"], daemon, "two digests sent")
+        assert len(sink.received) == 2
+        history = cli("history", "--json")
+        after = " ".join(cli("preview", "ada@example.org").split())
+        assert "after today.txt arrived; these go out with tomorrow's digest at " in after, after
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    stories = [line for line in history.splitlines() if '"story"' in line]
+    assert len(stories) == 2 and all("after today.txt arrived" in s and '"nothing at ' in s for s in stories)
+    (today,) = [json.loads(line) for line in cli("stats", "--json").splitlines()]
+    assert (today["sent"], today["empty"]) == (2, 0)
+
+
+def _states(database: Path) -> list[str]:
+    if not database.exists():
+        return []
+    with sqlite3.connect(database) as conn:
+        try:
+            return [state for (state,) in conn.execute("SELECT state FROM digests ORDER BY id")]
+        except sqlite3.OperationalError:  # the daemon has not created the tables yet
+            return []
+
+
+def _wait_for(condition: Callable[[], bool], daemon: subprocess.Popen, what: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if daemon.poll() is not None:
+            raise AssertionError(f"the daemon exited while waiting for {what}: {daemon.stderr.read()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {seconds:g} s")
+        time.sleep(0.2)

@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
@@ -26,17 +27,18 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.select import select_for
 from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.domain import SubscriberStatus
+from bot.domain import DigestState, SubscriberStatus
 from bot.ingest.service import ingest_bytes
 from bot.plan import IdRuns, plan
+from bot.plan.days import closes_at, local_time
 from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.ledger import claimed_entry_ids, claimed_from, release_entries
-from bot.store.schema import Digest, LedgerEntry
+from bot.store.schema import Digest, Entry, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
 from bot.subscriptions import clean_fields, save, set_filter
 from tests.conftest import ROOT
-from tests.helpers import dump_text, filter_expressions
+from tests.helpers import dump_text, filter_expressions, render_dump
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -252,3 +254,174 @@ def test_claimed_rows_read_per_entry_or_through_digests_agree(factory: sessionma
                 sid: e for sid, e in want.items() if sid in subscribers[1:3]
             }
     assert sum(len(e) for e in expected.values()) > 10
+
+
+# --- the open day: the real planner run every simulated minute ------------------------
+
+ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe", "Pacific/Chatham"]
+# Starts around DST changes (Berlin and New York spring forward and fall back, Lord Howe
+# by half an hour) and on an ordinary day, so simulated days cross them.
+STARTS = [
+    datetime(2026, 3, 28, 20, tzinfo=UTC),
+    datetime(2026, 3, 7, 20, tzinfo=UTC),
+    datetime(2026, 10, 24, 20, tzinfo=UTC),
+    datetime(2026, 10, 31, 20, tzinfo=UTC),
+    datetime(2026, 4, 4, 12, tzinfo=UTC),
+    datetime(2026, 11, 23, 5, tzinfo=UTC),
+]
+SPAN_MINUTES = 26 * 60
+
+open_day_cases = st.fixed_dictionaries(
+    {
+        "start": st.sampled_from(STARTS),
+        "close_hour": st.sampled_from([24, 22, 0]),
+        "people": st.lists(
+            st.tuples(st.sampled_from(ZONES), st.integers(0, 23), st.sampled_from(["*", "cs.LG", "cs.CL"])),
+            min_size=1,
+            max_size=3,
+        ),
+        # (minute of arrival, the tag every entry of the dump carries)
+        "dumps": st.lists(st.tuples(st.integers(0, SPAN_MINUTES - 1), st.sampled_from(["cs.LG", "cs.CL"])), max_size=4),
+    }
+)
+
+
+def _open_day_run(folder: Path, case: dict) -> None:
+    engine = make_engine(f"sqlite:///{folder / 'store.sqlite3'}")
+    upgrade(engine)
+    factory = sessions(engine)
+    cfg = Settings.model_validate(
+        {
+            "paths": {"var_dir": str(folder / "var")},
+            "digest": {"max_entries": 100},
+            "schedule": {"day_closes_hour": case["close_hour"]},
+        }
+    )
+    start: datetime = case["start"]
+    people = [
+        clean_fields(f"r{i}@example.org", timezone=zone, send_hour=hour, filter=text)
+        for i, (zone, hour, text) in enumerate(case["people"])
+    ]
+    save(factory, cfg, people, start - timedelta(days=1))
+    arrivals: dict[int, list[tuple[int, str]]] = {}
+    for n, (minute, tag) in enumerate(case["dumps"]):
+        arrivals.setdefault(minute, []).append((n, tag))
+    for minute in range(SPAN_MINUTES):
+        now = start + timedelta(minutes=minute)
+        for n, tag in arrivals.get(minute, []):
+            papers = [(f"Dump {n} paper {k}", ["Ada"], now.date(), f"About {tag}.") for k in range(2)]
+            ingest_bytes(factory, render_dump(papers, [tag]).encode(), name=f"dump-{n}", now=now, rules=RULES)
+        plan(factory, cfg, RULES, now=now)
+    _check_open_days(factory, case, start)
+    engine.dispose()
+
+
+def _check_open_days(factory: sessionmaker[Session], case: dict, start: datetime) -> None:
+    end = start + timedelta(minutes=SPAN_MINUTES)
+    with factory() as session:
+        subscribers = {s.email: s for s in list_subscribers(session)}
+        digests = session.execute(
+            select(Digest.id, Digest.subscriber_id, Digest.local_date, Digest.state, Digest.planned_at)
+        ).all()
+        carried = {
+            (sid, title): digest_id
+            for sid, title, digest_id in session.execute(
+                select(LedgerEntry.subscriber_id, Entry.title, LedgerEntry.digest_id).join(
+                    Entry, Entry.id == LedgerEntry.entry_id
+                )
+            )
+        }
+    days = [(d.subscriber_id, d.local_date) for d in digests]
+    assert len(days) == len(set(days)), "two scheduled digests for one subscriber and day"
+    sent = {d.id: d for d in digests if d.state != DigestState.EMPTY.value}
+    for email, subscriber in subscribers.items():
+        zone = ZoneInfo(subscriber.timezone)
+        mine = [d for d in sent.values() if d.subscriber_id == subscriber.id]
+        for n, (minute, tag) in enumerate(case["dumps"]):
+            arrived = start + timedelta(minutes=minute)
+            day = arrived.astimezone(zone).date()
+            closes = closes_at(
+                day, send_hour=subscriber.send_hour, close_hour=case["close_hour"], timezone=subscriber.timezone
+            )
+            went_earlier = any(d.local_date == day and _utc(d.planned_at) < arrived for d in mine)
+            expected_day = day if arrived < closes and not went_earlier else day + timedelta(days=1)
+            send_at = local_time(expected_day, subscriber.send_hour, subscriber.timezone)
+            for k in range(2):
+                digest_id = carried.get((subscriber.id, f"Dump {n} paper {k}"))
+                where = f"{email} ({subscriber.timezone}, {subscriber.send_hour}h), dump {n} at {arrived:%m-%d %H:%M}"
+                if subscriber.filter.casefold() not in ("*", tag.casefold()):
+                    assert digest_id is None, f"{where}: carried though the filter does not match"
+                elif max(send_at, arrived) >= end:
+                    assert digest_id is None or sent[digest_id].local_date == expected_day, where
+                else:
+                    assert digest_id is not None, f"{where}: never sent (expected on {expected_day})"
+                    assert sent[digest_id].local_date == expected_day, f"{where}: sent on the wrong day"
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@settings(max_examples=12, deadline=None)
+@given(case=open_day_cases)
+@pytest.mark.slow
+def test_a_day_stays_open_until_it_has_carried_something(tmp_path_factory, case: dict) -> None:
+    _open_day_run(tmp_path_factory.mktemp(f"open{next(_runs)}"), case)
+
+
+def test_a_dump_after_the_send_hour_goes_out_that_day(tmp_path: Path) -> None:
+    """The issue's scenario, and its neighbours: the day closes, a second dump waits."""
+    case = {
+        "start": datetime(2026, 11, 23, 7, 55, tzinfo=UTC),
+        "close_hour": 24,
+        "people": [("UTC", 8, "*"), ("Europe/Berlin", 9, "cs.LG"), ("Asia/Kolkata", 13, "cs.CL")],
+        # 08:47 UTC: after every send time; 10:00: after the first digests went out;
+        # 23:30 UTC: after Kolkata's midnight, before the others'.
+        "dumps": [(52, "cs.LG"), (125, "cs.CL"), (935, "cs.LG"), (935, "cs.CL")],
+    }
+    _open_day_run(tmp_path, case)
+
+
+def test_the_send_time_waits_for_the_days_dump(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
+    upgrade(engine)
+    factory = sessions(engine)
+    cfg = Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var")},
+            "schedule": {"wait_for_dump_minutes": 30},
+            "digest": {"max_entries": 2},
+        }
+    )
+    day1 = datetime(2026, 11, 23, 8, tzinfo=UTC)
+    save(factory, cfg, [clean_fields("ada@example.org", timezone="UTC", send_hour=8)], day1 - timedelta(days=1))
+
+    def dump(n: int, at: datetime, count: int = 1) -> None:
+        papers = [(f"Paper {n}.{k}", ["Ada"], at.date(), "About it.") for k in range(count)]
+        ingest_bytes(factory, render_dump(papers).encode(), name=f"dump-{n}", now=at, rules=RULES)
+
+    def planned(at: datetime) -> tuple[int, int]:
+        report = plan(factory, cfg, RULES, now=at)
+        return len(report.planned), report.waiting
+
+    # No digest yet: nothing to wait for, the first day goes at its send time, and
+    # one of its three entries is left for the next digest.
+    dump(0, day1 - timedelta(hours=2), count=3)
+    assert planned(day1) == (1, 0)
+    day2 = day1 + timedelta(days=1)
+    assert planned(day2) == (0, 1)
+    assert planned(day2 + timedelta(minutes=10)) == (0, 1)
+    dump(2, day2 + timedelta(minutes=12))  # the day's dump
+    assert planned(day2 + timedelta(minutes=12)) == (1, 0)
+    with factory() as session:
+        titles = session.scalars(
+            select(Entry.title).join(LedgerEntry, LedgerEntry.entry_id == Entry.id).where(LedgerEntry.digest_id == 2)
+        ).all()
+    assert len(titles) == 2 and "Paper 2.0" in titles  # the leftover and the day's dump in one mail, not two
+    # No dump on day three: after the wait the day is planned anyway (nothing left: empty).
+    day3 = day2 + timedelta(days=1)
+    assert planned(day3 + timedelta(minutes=29)) == (0, 1)
+    assert planned(day3 + timedelta(minutes=30)) == (0, 0)
+    with factory() as session:
+        assert session.scalar(select(Digest.state).where(Digest.local_date == day3.date())) == "empty"
+    engine.dispose()

@@ -4,6 +4,7 @@ the planner, the delivery loop and the daemon."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from bot.cli.shell import (
     app,
     ctx_of,
     digest_json,
+    digest_story,
     digest_table,
     err,
     fail,
@@ -57,6 +59,27 @@ def preview(
         f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
     )
     print_candidates(found, f"{label}: {len(found)} entries", as_json)
+    if not day and not as_json:
+        out.print(_today_note(c, factory, subscriber, as_of), markup=False)
+
+
+def _today_note(c: Context, factory: Any, subscriber: Any, at: datetime) -> str:
+    from bot.plan import find_scheduled
+    from bot.plan.days import DayFacts, closes_at, local_time, local_today, today_note
+
+    tz = subscriber.timezone
+    today = local_today(tz, at)
+    row = find_scheduled(factory, subscriber.id, today)
+    facts = (
+        None if row is None else DayFacts(today, row.state, row.planned_at, row.sent_at, row.nothing_at, row.arrived)
+    )
+    send_at = local_time(today, subscriber.send_hour, tz)
+    if row is not None:
+        send_at = local_time(today + timedelta(days=1), subscriber.send_hour, tz)
+    closes = closes_at(
+        today, send_hour=subscriber.send_hour, close_hour=c.settings.schedule.day_closes_hour, timezone=tz
+    )
+    return today_note(facts, timezone=tz, send_at=send_at, closes_at=closes, now=at)
 
 
 def _report_delivery(report: Any) -> None:
@@ -244,10 +267,12 @@ def history(
     subscriber_id = find_subscriber(factory, email).id if email else None
     with factory() as session:
         digests = list_digests(session, subscriber_id=subscriber_id, state=status, limit=limit)
+    at = now()
+    stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
     if as_json:
-        print_json_lines([digest_json(d) for d in digests])
+        print_json_lines([digest_json(d, story) for d, story in zip(digests, stories, strict=True)])
         return
-    out.print(digest_table(digests, f"Digests ({len(digests)})"))
+    out.print(digest_table(digests, f"Digests ({len(digests)})", stories))
 
 
 @app.command("stats")

@@ -230,7 +230,20 @@ def report_ingest(results: list[IngestResult], as_json: bool) -> None:
         out.print("nothing new to ingest")
 
 
-def digest_json(d: Any) -> dict[str, Any]:
+def digest_story(d: Any, close_hour: int, at: datetime) -> str:
+    """What happened to a digest's day, in a few words (``bot.plan.days.day_story``)."""
+    from bot.domain import DigestKind
+    from bot.plan.days import DayFacts, closes_at, day_story
+
+    facts = DayFacts(d.local_date, d.state, d.planned_at, d.sent_at, d.nothing_at, d.arrived)
+    if d.kind is not DigestKind.SCHEDULED:
+        facts = DayFacts(d.local_date, d.state, d.planned_at, d.sent_at, None, None)
+    tz = d.subscriber_timezone
+    closes = closes_at(d.local_date, send_hour=d.subscriber_send_hour, close_hour=close_hour, timezone=tz)
+    return day_story(facts, timezone=tz, closes_at=closes, now=at)
+
+
+def digest_json(d: Any, story: str = "") -> dict[str, Any]:
     return {
         "id": d.id,
         "subscriber": d.subscriber_email,
@@ -245,12 +258,14 @@ def digest_json(d: Any) -> dict[str, Any]:
         "planned_at": d.planned_at,
         "sent_at": d.sent_at,
         "resend_of": d.resend_of,
+        "nothing_at": d.nothing_at,
+        "story": story,
     }
 
 
-def digest_table(digests: list[Any], title: str) -> Table:
-    table = Table("id", "subscriber", "day", "kind", "state", "entries", "tries", "error", title=title)
-    for d in digests:
+def digest_table(digests: list[Any], title: str, stories: list[str]) -> Table:
+    table = Table("id", "subscriber", "day", "kind", "state", "entries", "tries", "what happened", "error", title=title)
+    for d, story in zip(digests, stories, strict=True):
         kind = f"resend of #{d.resend_of}" if d.resend_of else d.kind.value
         table.add_row(
             str(d.id),
@@ -260,6 +275,7 @@ def digest_table(digests: list[Any], title: str) -> Table:
             d.state.value,
             str(d.entry_count),
             str(d.attempts),
+            story,
             d.last_error or "",
         )
     return table

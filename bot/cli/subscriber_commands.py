@@ -17,6 +17,7 @@ from bot.cli.shell import (
     clean_or_exit,
     ctx_of,
     digest_json,
+    digest_story,
     digest_table,
     err,
     fail,
@@ -268,13 +269,16 @@ def subscribers_show(
     """One subscriber's settings and their last digests."""
     from bot.store.digests import list_digests
 
-    factory = ctx_of(ctx).sessions()
+    c = ctx_of(ctx)
+    factory = c.sessions()
     subscriber = find_subscriber(factory, email)
     with factory() as session:
         digests = list_digests(session, subscriber_id=subscriber.id, limit=10)
+    at = now()
+    stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
     if as_json:
         data = _subscriber_json(subscriber)
-        data["last_digests"] = [digest_json(d) for d in digests]
+        data["last_digests"] = [digest_json(d, story) for d, story in zip(digests, stories, strict=True)]
         print_json_lines([data])
         return
     table = Table(show_header=False, box=None, title=subscriber.email)
@@ -283,4 +287,4 @@ def subscribers_show(
     for key, value in _subscriber_json(subscriber).items():
         table.add_row(key.replace("_", " "), str(jsonable(value)))
     out.print(table)
-    out.print(digest_table(digests, "Last digests"))
+    out.print(digest_table(digests, "Last digests", stories))

@@ -28,7 +28,7 @@ from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.delivery.loop import deliver, worker_name
 from bot.delivery.smtp import SmtpPool
-from bot.domain import DeliverReport
+from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
 from bot.plan import plan
@@ -89,25 +89,32 @@ class Daemon:
         self._planning = asyncio.Lock()
 
     async def elect(self) -> None:
-        """Become the scheduler if nobody is; plan at once when we just did."""
+        """Become the scheduler if nobody is; ingest and plan at once when we just did."""
         if self.stop.is_set():
             return
         was_leader = self.leadership.is_leader
         if self.leadership.try_acquire() and not was_leader:
             log.info("became the scheduler (leader) of this database")
-            await self.watch()
-            await self.plan()
+            if not await self.watch():
+                await self.plan()
 
     # Ingest and planning are CPU and database work of seconds: they run in a thread,
     # so the loop keeps delivering, answering signals and electing meanwhile.
-    async def watch(self) -> None:
+    async def watch(self) -> bool:
+        """Scan the folder and fetch the feeds; when that brought new entries, plan at
+        once (an open day's subscribers get them now, not at the next minute).
+        Returns whether it planned."""
         if self.stop.is_set() or not self.leadership.holds() or self._watching.locked():
-            return
+            return False
         async with self._watching:
-            await self._watch()
+            results = await self._watch()
+        if not any(r.status is SourceStatus.INGESTED and r.new for r in results):
+            return False
+        await self.plan()
+        return True
 
-    async def _watch(self) -> None:
-        await asyncio.to_thread(
+    async def _watch(self) -> list[IngestResult]:
+        results = await asyncio.to_thread(
             scan_folder,
             self.factory,
             self.settings.paths.dump_dir,
@@ -117,7 +124,8 @@ class Daemon:
             stop=self.stop.is_set,
         )
         if self.settings.feeds.urls and not self.stop.is_set():
-            await asyncio.to_thread(fetch_feeds, self.factory, self.settings, rules=self.rules)
+            results += await asyncio.to_thread(fetch_feeds, self.factory, self.settings, rules=self.rules)
+        return results
 
     async def plan(self) -> None:
         if self.stop.is_set() or not self.leadership.holds() or self._planning.locked():

@@ -5,8 +5,9 @@ live in ``bot.delivery``, the ledger in ``ledger``, what a digest carries in ``c
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
+from pathlib import PurePath
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, and_, bindparam, case, exists, func, or_, select, update
@@ -14,7 +15,7 @@ from sqlalchemy.orm import Session, aliased
 
 from bot.domain import DigestKind, DigestState
 from bot.store.bulk import chunks
-from bot.store.schema import Digest, UTCDateTime
+from bot.store.schema import Digest, Entry, LedgerEntry, Source, UTCDateTime
 from bot.store.schema import Subscriber as SubscriberRow
 
 
@@ -102,13 +103,26 @@ class DigestRow:
     sent_at: datetime | None
     resend_of: int | None
     lease_owner: str | None
+    subscriber_timezone: str = "UTC"
+    subscriber_send_hour: int = 0
+    nothing_at: datetime | None = None  # a scheduled day first found empty, then
+    arrived: str | None = None  # the source that brought its newest entry (list_digests)
 
 
-def _row(d: Digest, email: str) -> DigestRow:
+def _with_subscriber() -> Any:
+    return select(Digest, SubscriberRow.email, SubscriberRow.timezone, SubscriberRow.send_hour).join(
+        SubscriberRow, SubscriberRow.id == Digest.subscriber_id
+    )
+
+
+def _row(d: Digest, email: str, timezone: str = "UTC", send_hour: int = 0) -> DigestRow:
     return DigestRow(
         id=d.id,
         subscriber_id=d.subscriber_id,
         subscriber_email=email,
+        subscriber_timezone=timezone,
+        subscriber_send_hour=send_hour,
+        nothing_at=d.nothing_at,
         local_date=d.local_date,
         kind=DigestKind(d.kind),
         state=DigestState(d.state),
@@ -125,11 +139,7 @@ def _row(d: Digest, email: str) -> DigestRow:
 
 
 def get_digest(session: Session, digest_id: int) -> DigestRow | None:
-    found = session.execute(
-        select(Digest, SubscriberRow.email)
-        .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
-        .where(Digest.id == digest_id)
-    ).first()
+    found = session.execute(_with_subscriber().where(Digest.id == digest_id)).first()
     return _row(*found) if found else None
 
 
@@ -137,8 +147,7 @@ def get_digests(session: Session, digest_ids: Sequence[int]) -> list[DigestRow]:
     """The digests that exist among *digest_ids*, in that order."""
     found: dict[int, DigestRow] = {}
     for part in chunks(list(digest_ids)):
-        query = select(Digest, SubscriberRow.email).join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
-        found.update((d.id, _row(d, email)) for d, email in session.execute(query.where(Digest.id.in_(part))))
+        found.update((row[0].id, _row(*row)) for row in session.execute(_with_subscriber().where(Digest.id.in_(part))))
     return [found[i] for i in digest_ids if i in found]
 
 
@@ -151,7 +160,7 @@ def list_digests(
     kind: DigestKind | None = None,
     limit: int | None = None,
 ) -> list[DigestRow]:
-    query = select(Digest, SubscriberRow.email).join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
+    query = _with_subscriber()
     if subscriber_id is not None:
         query = query.where(Digest.subscriber_id == subscriber_id)
     if state is not None:
@@ -163,7 +172,27 @@ def list_digests(
     query = query.order_by(Digest.id.desc())
     if limit is not None:
         query = query.limit(limit)
-    return [_row(d, email) for d, email in session.execute(query)]
+    rows = [_row(*row) for row in session.execute(query)]
+    filled = [r.id for r in rows if r.nothing_at is not None and r.state is not DigestState.EMPTY]
+    arrived = _arrivals(session, filled) if filled else {}
+    return [replace(r, arrived=arrived[r.id]) if r.id in arrived else r for r in rows]
+
+
+def _arrivals(session: Session, digest_ids: Sequence[int]) -> dict[int, str]:
+    """Per digest, the source that first brought the newest of its entries (a file by its
+    name, a feed by its URL)."""
+    newest: dict[int, tuple[datetime, str]] = {}
+    for part in chunks(list(digest_ids)):
+        rows = session.execute(
+            select(LedgerEntry.digest_id, Entry.first_seen_at, Source.path, Source.origin)
+            .join(Entry, Entry.id == LedgerEntry.entry_id)
+            .join(Source, Source.id == Entry.first_seen_source_id)
+            .where(LedgerEntry.digest_id.in_(part))
+        )
+        for digest_id, seen_at, path, origin in rows:
+            if digest_id not in newest or seen_at > newest[digest_id][0]:
+                newest[digest_id] = (seen_at, PurePath(path).name if origin == "file" else path)
+    return {digest_id: path for digest_id, (_, path) in newest.items()}
 
 
 @dataclass(frozen=True, slots=True)

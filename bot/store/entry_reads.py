@@ -180,3 +180,8 @@ def entry_texts(session: Session, *, after_id: int = 0, limit: int = 5000) -> li
         .limit(limit)
     )
     return [(i, title, match_text(summary, extra)) for i, title, summary, extra in rows]
+
+
+def latest_entry_at(session: Session) -> datetime | None:
+    """When the newest entry was first seen (None: the store has none)."""
+    return session.scalar(select(func.max(Entry.first_seen_at)))

@@ -8,11 +8,12 @@ import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any, cast
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
 
-from bot.domain import DigestKind, DigestState
+from bot.domain import DigestKind, DigestState, ScheduledDay
 from bot.store.bulk import CHUNK, allocate_ids, bulk_insert, chunks
 from bot.store.schema import Digest, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
@@ -83,6 +84,7 @@ class NewDigest:
     state: DigestState
     entries: Sequence[Planned]
     pending: int
+    fills: int | None = None  # the empty scheduled digest of the same day this one fills
 
 
 def body_key(rows: Iterable[LedgerRow]) -> str:
@@ -137,10 +139,17 @@ def insert_digests(
                 "planned_at": now,
                 "sent_at": None,
                 "body_key": keys.body(d.entries) if d.entries else None,
+                "nothing_at": now if d.state is DigestState.EMPTY else None,
+                "checked_at": now if d.state is DigestState.EMPTY else None,
             }
             for digest_id, d in zip(ids, digests, strict=True)
         ],
     )
+    _insert_ledger(session, list(zip(ids, digests, strict=True)))
+    return ids
+
+
+def _insert_ledger(session: Session, digests: Sequence[tuple[int, NewDigest]]) -> None:
     # Built and written a chunk at a time: a batch of 1,000 subscribers has ~30,000
     # rows, and as dicts at once they were the planner's peak memory.
     ledger = (
@@ -155,28 +164,94 @@ def insert_digests(
             "tags": p.tags,
             "url": p.url,
         }
-        for digest_id, d in zip(ids, digests, strict=True)
+        for digest_id, d in digests
         for n, p in enumerate(d.entries)
     )
     while part := list(itertools.islice(ledger, 5_000)):
         bulk_insert(session, LedgerEntry.__table__, part)
-    return ids
 
 
-def scheduled_days(session: Session, subscriber_ids: Sequence[int], days: Iterable[date]) -> set[tuple[int, date]]:
-    """Which (subscriber, local day) pairs already have their scheduled digest."""
-    found: set[tuple[int, date]] = set()
+def scheduled_days(
+    session: Session, subscriber_ids: Sequence[int], days: Iterable[date]
+) -> dict[tuple[int, date], ScheduledDay]:
+    """The scheduled digest of each (subscriber, local day) pair that has one."""
+    found: dict[tuple[int, date], ScheduledDay] = {}
     day_list = sorted(set(days))
     for part in chunks(list(subscriber_ids)):
         rows = session.execute(
-            select(Digest.subscriber_id, Digest.local_date).where(
+            select(
+                Digest.subscriber_id, Digest.local_date, Digest.id, Digest.state, Digest.nothing_at, Digest.checked_at
+            ).where(
                 Digest.kind == DigestKind.SCHEDULED.value,
                 Digest.subscriber_id.in_(part),
                 Digest.local_date.in_(day_list),
             )
         )
-        found.update((sid, day) for sid, day in rows)
+        for sid, day, digest_id, state, nothing_at, checked_at in rows:
+            found[(sid, day)] = ScheduledDay(digest_id, DigestState(state), nothing_at, checked_at)
     return found
+
+
+def last_scheduled_at(session: Session, subscriber_ids: Sequence[int], before: date) -> dict[int, datetime]:
+    """When each subscriber's latest scheduled digest before the local day *before* was planned."""
+    found: dict[int, datetime] = {}
+    for part in chunks(list(subscriber_ids)):
+        rows = session.execute(
+            select(Digest.subscriber_id, func.max(Digest.planned_at))
+            .where(
+                Digest.kind == DigestKind.SCHEDULED.value,
+                Digest.subscriber_id.in_(part),
+                Digest.local_date < before,
+            )
+            .group_by(Digest.subscriber_id)
+        )
+        found.update((sid, at) for sid, at in rows if at is not None)
+    return found
+
+
+def mark_checked(session: Session, digest_ids: Sequence[int], now: datetime) -> None:
+    """Empty days looked at again and still empty: remember when."""
+    for part in chunks(list(digest_ids)):
+        session.execute(
+            update(Digest).where(Digest.id.in_(part), Digest.state == DigestState.EMPTY.value).values(checked_at=now)
+        )
+
+
+class DayTaken(Exception):
+    """An empty day another planner filled (or a cancel changed) first."""
+
+
+def fill_empty_days(
+    session: Session,
+    digests: Sequence[tuple[int, NewDigest]],
+    *,
+    now: datetime,
+    message_id: Callable[[int, NewDigest], str],
+) -> None:
+    """Turn empty scheduled days into the digests planned for them, with their ledger rows.
+    Raises ``DayTaken`` when one of them is no longer empty."""
+    keys = _BodyKeys()
+    for digest_id, d in digests:
+        result = cast(
+            CursorResult[Any],
+            session.execute(
+                update(Digest)
+                .where(Digest.id == digest_id, Digest.state == DigestState.EMPTY.value)
+                .values(
+                    state=d.state.value,
+                    next_attempt_at=now,
+                    message_id=message_id(digest_id, d),
+                    entry_count=len(d.entries),
+                    pending_count=d.pending,
+                    planned_at=now,
+                    checked_at=now,
+                    body_key=keys.body(d.entries) if d.entries else None,
+                )
+            ),
+        )
+        if result.rowcount != 1:
+            raise DayTaken(f"digest #{digest_id} is no longer empty")
+    _insert_ledger(session, digests)
 
 
 def create_digest(

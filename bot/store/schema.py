@@ -245,6 +245,10 @@ class Digest(Base):
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # store.digests.body_key of the ledger rows (NULL: not known, read them).
     body_key: Mapped[str | None] = mapped_column(String(32))
+    # A scheduled day the planner found with nothing new: when it first did, and when it
+    # last looked again (the day stays open until schedule.day_closes_hour).
+    nothing_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         Index(

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from bot.domain import FileStamp, SourceStatus
@@ -142,3 +142,10 @@ def save_feed_state(
         feed.etag, feed.last_modified = etag, last_modified
     feed.last_error = error
     feed.last_fetched_at = now
+
+
+def latest_dump_at(session: Session) -> datetime | None:
+    """When the newest source that brought new entries was ingested."""
+    return session.scalar(
+        select(func.max(Source.ingested_at)).where(Source.status == SourceStatus.INGESTED.value, Source.new_count > 0)
+    )

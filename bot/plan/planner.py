@@ -1,18 +1,17 @@
-"""Plan stage: who is due, what each gets, and manual resends.
+"""Plan stage: who is due and what each gets.
 
 Planning decides from the database alone: a subscriber is due once their
 local send time has passed today and they have no scheduled digest for that
-local day (a partial unique index makes a second one impossible).  A digest
-claims its entries in the ledger when planned.  A resend queues a copy of a
-digest, linked to its original, and never touches the ledger.  Never renders,
-never sends.
+local day (a partial unique index makes a second one impossible), or their
+day was found empty and is still open (``bot.plan.days``): then the digest
+planned fills that empty day's row.  A digest claims its entries in the
+ledger when planned.  Never renders, never sends.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import zoneinfo
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,17 +27,21 @@ from bot.config import Settings
 from bot.domain import DigestKind, DigestState, EntryView, Subscriber, SubscriberStatus
 from bot.mail.message import message_id_for
 from bot.mail.render import primary_url
-from bot.store.digests import (
-    DigestRow,
-    failed_without_resend,
-    get_digest,
-    list_digests,
-    lock_digest,
-    pending_resend_of,
-    set_message_id,
-)
+from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
 from bot.store.engine import transaction
-from bot.store.ledger import NewDigest, Planned, claimed_from, create_digest, insert_digests, scheduled_days
+from bot.store.entry_reads import latest_entry_at
+from bot.store.ledger import (
+    DayTaken,
+    NewDigest,
+    Planned,
+    claimed_from,
+    fill_empty_days,
+    insert_digests,
+    last_scheduled_at,
+    mark_checked,
+    scheduled_days,
+)
+from bot.store.sources import latest_dump_at
 from bot.store.subscribers import set_watermarks, subscribers_after, watermarks
 
 log = logging.getLogger(__name__)
@@ -88,10 +91,7 @@ class PlanReport:
     planned: IdRuns = field(default_factory=IdRuns)  # digest ids queued, in order
     empty: int = 0  # due subscribers with nothing new
     not_due: int = 0
-
-
-def local_today(subscriber: Subscriber, now: datetime) -> date:
-    return now.astimezone(zoneinfo.ZoneInfo(subscriber.timezone)).date()
+    waiting: int = 0  # due, but waiting for the day's dump (schedule.wait_for_dump_minutes)
 
 
 PLAN_BATCH = 1000  # subscribers read, selected for and written per transaction
@@ -124,7 +124,8 @@ def plan(
     kind: DigestKind = DigestKind.SCHEDULED,
 ) -> PlanReport:
     """Queue a digest for every active subscriber whose send time has passed today
-    (or every one, with *all_due*) and who has none for today.
+    (or every one, with *all_due*) and who has none for today, or whose day was
+    empty and is still open (``bot.plan.days``) and new entries have arrived.
 
     Set-based: subscribers are read in batches of ``PLAN_BATCH`` by id; each
     (filter, window) is ranked once per pass (``SelectionCache``); a batch's
@@ -133,9 +134,9 @@ def plan(
     so planning reads about a day of entries and ledger rows per subscriber
     however long the history; the result is what the whole window would give,
     because every entry behind the watermark was claimed or did not match."""
-    report = PlanReport()
-    cache = SelectionCache()
-    memo: dict[tuple[int, int], Planned] = {}
+    with factory() as session:
+        latest_entry, latest_dump = latest_entry_at(session), latest_dump_at(session)
+    run = _Pass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump)
     if subscribers is not None:
         chosen = [s for s in subscribers if s.status is SubscriberStatus.ACTIVE]
         batches: Iterable[list[Subscriber]] = (chosen[i : i + PLAN_BATCH] for i in range(0, len(chosen), PLAN_BATCH))
@@ -144,14 +145,31 @@ def plan(
     for batch in batches:
         due: list[tuple[Subscriber, date]] = []
         for subscriber in batch:
-            day = local_today(subscriber, now)
+            day = local_today(subscriber.timezone, now)
             if kind is DigestKind.SCHEDULED and not all_due and now < local_send_time(subscriber, day):
-                report.not_due += 1
+                run.report.not_due += 1
                 continue
             due.append((subscriber, day))
         if due:
-            _plan_batch(factory, settings, rules, due, now=now, kind=kind, cache=cache, memo=memo, report=report)
-    return report
+            _plan_batch(run, due)
+    return run.report
+
+
+@dataclass
+class _Pass:
+    """One planning pass: its inputs, caches and report."""
+
+    factory: sessionmaker[Session]
+    settings: Settings
+    rules: TagRules
+    now: datetime
+    kind: DigestKind
+    all_due: bool
+    latest_entry_at: datetime | None  # the newest entry's first_seen_at
+    latest_dump_at: datetime | None  # when the newest source with new entries was ingested
+    cache: SelectionCache = field(default_factory=SelectionCache)
+    memo: dict[tuple[int, int], Planned] = field(default_factory=dict)
+    report: PlanReport = field(default_factory=PlanReport)
 
 
 def _active_batches(factory: sessionmaker[Session]) -> Iterable[list[Subscriber]]:
@@ -165,51 +183,79 @@ def _active_batches(factory: sessionmaker[Session]) -> Iterable[list[Subscriber]
         after = batch[-1].id
 
 
-def _plan_batch(
-    factory: sessionmaker[Session],
-    settings: Settings,
-    rules: TagRules,
-    due: list[tuple[Subscriber, date]],
-    *,
-    now: datetime,
-    kind: DigestKind,
-    cache: SelectionCache,
-    memo: dict[tuple[int, int], Planned],
-    report: PlanReport,
-) -> None:
-    with factory() as session:
-        if kind is DigestKind.SCHEDULED:
-            done = scheduled_days(session, [s.id for s, _ in due], {d for _, d in due})
-            due = [(s, d) for s, d in due if (s.id, d) not in done]
-        keys = {s.id: planned_key(s, rules) for s, _ in due}
+def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
+    now, settings = run.now, run.settings
+    with run.factory() as session:
+        fills: dict[int, int] = {}
+        if run.kind is DigestKind.SCHEDULED:
+            due, fills = _days_to_plan(session, run, due)
+        keys = {s.id: planned_key(s, run.rules) for s, _ in due}
         starts = _window_starts(session, due, keys)
-        claimed = _claimed(session, due, starts, cache, now)
+        claimed = _claimed(session, due, starts, run.cache, now)
         choices: list[NewDigest] = []
         marks: list[tuple[int, datetime, str]] = []
+        still_empty: list[int] = []
         for subscriber, day in due:
             candidates = select_for(
                 session,
                 subscriber,
-                rules,
+                run.rules,
                 as_of=now,
-                cache=cache,
+                cache=run.cache,
                 start=starts[subscriber.id],
                 exclude=claimed.get(subscriber.id, frozenset()),
             )
             chosen = candidates[: settings.digest.max_entries]
             if len(chosen) == len(candidates):
                 marks.append((subscriber.id, now, keys[subscriber.id]))
-            state = digest_state(len(chosen), send_empty=settings.digest.send_empty, kind=kind)
-            if state is None:
-                report.empty += 1
+            state = digest_state(len(chosen), send_empty=settings.digest.send_empty, kind=run.kind)
+            fill = fills.get(subscriber.id)
+            if state is None or (state is DigestState.EMPTY and fill is not None):
+                if fill is not None:
+                    still_empty.append(fill)
+                run.report.empty += 1
                 continue
-            entries = [_planned_entry(c, settings, memo) for c in chosen]
-            choices.append(NewDigest(subscriber.id, day, kind, state, entries, len(candidates) - len(chosen)))
-    for digest_id, choice in _write(factory, choices, marks, now=now, make_id=_message_id(settings)):
+            entries = [_planned_entry(c, settings, run.memo) for c in chosen]
+            choices.append(NewDigest(subscriber.id, day, run.kind, state, entries, len(candidates) - len(chosen), fill))
+    written = _write(run.factory, choices, marks, still_empty, now=now, make_id=_message_id(settings))
+    for digest_id, choice in written:
         if choice.state is DigestState.EMPTY:
-            report.empty += 1
+            run.report.empty += 1
         else:
-            report.planned.append(digest_id)
+            run.report.planned.append(digest_id)
+
+
+def _days_to_plan(
+    session: Session, run: _Pass, due: list[tuple[Subscriber, date]]
+) -> tuple[list[tuple[Subscriber, date]], dict[int, int]]:
+    """The due subscribers whose day is planned now, and, per subscriber whose day is
+    empty and open, the empty digest that a digest planned now fills."""
+    ids = [s.id for s, _ in due]
+    records = scheduled_days(session, ids, {d for _, d in due})
+    wait = timedelta(minutes=run.settings.schedule.wait_for_dump_minutes)
+    last = last_scheduled_at(session, ids, max(d for _, d in due)) if wait and not run.all_due else {}
+    close_hour = run.settings.schedule.day_closes_hour
+    planned: list[tuple[Subscriber, date]] = []
+    fills: dict[int, int] = {}
+    for subscriber, day in due:
+        record = records.get((subscriber.id, day))
+        closes = closes_at(day, send_hour=subscriber.send_hour, close_hour=close_hour, timezone=subscriber.timezone)
+        step = day_step(record, now=run.now, closes_at=closes, latest_entry_at=run.latest_entry_at)
+        if step is DayStep.SKIP:
+            continue
+        if record is not None:
+            fills[subscriber.id] = record.digest_id
+        elif waits_for_dump(
+            now=run.now,
+            send_at=local_send_time(subscriber, day),
+            wait=wait,
+            last_digest_at=last.get(subscriber.id),
+            latest_dump_at=run.latest_dump_at,
+        ):
+            run.report.waiting += 1
+            continue
+        planned.append((subscriber, day))
+    return planned, fills
 
 
 def digest_state(entries: int, *, send_empty: bool, kind: DigestKind) -> DigestState | None:
@@ -261,6 +307,7 @@ def _write(
     factory: sessionmaker[Session],
     choices: list[NewDigest],
     marks: list[tuple[int, datetime, str]],
+    still_empty: list[int],
     *,
     now: datetime,
     make_id: Callable[[int, NewDigest], str],
@@ -268,23 +315,36 @@ def _write(
     """Write a batch's digests and watermarks in one transaction; the ids and digests written."""
     try:
         with transaction(factory) as session:
-            ids = insert_digests(session, choices, now=now, message_id=make_id)
+            written = _write_digests(session, choices, now=now, make_id=make_id)
+            mark_checked(session, still_empty, now)
             set_watermarks(session, marks)
-        return list(zip(ids, choices, strict=True))
-    except IntegrityError:
+        return written
+    except (IntegrityError, DayTaken):
         pass
     # Another planner took some of these subscribers' days (or entries) first:
     # write the others one by one and leave those alone.
-    written: list[tuple[int, NewDigest]] = []
+    written = []
     for choice in choices:
         try:
             with transaction(factory) as session:
-                (digest_id,) = insert_digests(session, [choice], now=now, message_id=make_id)
+                written += _write_digests(session, [choice], now=now, make_id=make_id)
                 set_watermarks(session, [m for m in marks if m[0] == choice.subscriber_id])
-        except IntegrityError:
+        except (IntegrityError, DayTaken):
             continue
-        written.append((digest_id, choice))
+    with transaction(factory) as session:
+        mark_checked(session, still_empty, now)
     return written
+
+
+def _write_digests(
+    session: Session, choices: list[NewDigest], *, now: datetime, make_id: Callable[[int, NewDigest], str]
+) -> list[tuple[int, NewDigest]]:
+    """New digests inserted, empty days filled; each with its id."""
+    new = [c for c in choices if c.fills is None]
+    fills = [(c.fills, c) for c in choices if c.fills is not None]
+    fill_empty_days(session, fills, now=now, message_id=make_id)
+    ids = insert_digests(session, new, now=now, message_id=make_id) if new else []
+    return [*zip(ids, new, strict=True), *fills]
 
 
 def _planned_entry(candidate: Candidate, settings: Settings, memo: dict[tuple[int, int], Planned]) -> Planned:
@@ -307,65 +367,3 @@ def _message_id(settings: Settings) -> Callable[[int, NewDigest], str]:
         return message_id_for(digest_id, digest.subscriber_id, digest.local_date, digest.kind.value, settings.sender)
 
     return make
-
-
-class DigestNotFound(LookupError):
-    pass
-
-
-class ResendPending(ValueError):
-    """A resend of this digest is already on its way."""
-
-
-def resend(factory: sessionmaker[Session], settings: Settings, digest_id: int, *, now: datetime) -> int:
-    """Queue a copy of a digest: same entries and pinned summaries, a new
-    Message-ID, recorded as a resend of the original; the ledger is not touched.
-    A digest with a resend still on its way gets no second one."""
-    with transaction(factory) as session:
-        original = get_digest(session, digest_id)
-        if original is None or original.state is DigestState.EMPTY:
-            raise DigestNotFound(f"no digest #{digest_id} with entries")
-        source = original.resend_of if original.kind is DigestKind.RESEND and original.resend_of else original.id
-        lock_digest(session, source)  # two resends at once must not both pass the check below
-        pending = pending_resend_of(session, source)
-        if pending is not None:
-            raise ResendPending(f"digest #{source} already has resend #{pending} on its way")
-        new_id = create_digest(
-            session,
-            subscriber_id=original.subscriber_id,
-            local_date=original.local_date,
-            kind=DigestKind.RESEND,
-            state=DigestState.QUEUED,
-            now=now,
-            entries=[],
-            message_id="",
-            resend_of=source,
-        )
-        set_message_id(
-            session,
-            new_id,
-            message_id_for(new_id, original.subscriber_id, original.local_date, "resend", settings.sender),
-        )
-        return new_id
-
-
-def resend_failed(factory: sessionmaker[Session], settings: Settings, *, now: datetime) -> list[int]:
-    """One resend for each failed digest that no resend has delivered or is delivering
-    (failed resends are not resent themselves: their original is); run twice, it
-    queues nothing the second time while the first run's resends are on their way
-    or delivered."""
-    with factory() as session:
-        targets = failed_without_resend(session)
-    queued = []
-    for digest_id in targets:
-        try:
-            queued.append(resend(factory, settings, digest_id, now=now))
-        except ResendPending:  # another run queued it meanwhile
-            continue
-    return queued
-
-
-def find_scheduled(factory: sessionmaker[Session], subscriber_id: int, day: date) -> DigestRow | None:
-    with factory() as session:
-        rows = list_digests(session, subscriber_id=subscriber_id, local_date=day, kind=DigestKind.SCHEDULED)
-    return rows[0] if rows else None

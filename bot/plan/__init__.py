@@ -1,0 +1,20 @@
+"""Plan stage: who is due and what each gets (``planner``), the rules of a
+subscriber's local day (``days``), and manual resends (``resend``)."""
+
+from __future__ import annotations
+
+from bot.plan.planner import IdRuns, PlanReport, digest_state, plan, planned_key
+from bot.plan.resend import DigestNotFound, ResendPending, find_scheduled, resend, resend_failed
+
+__all__ = [
+    "DigestNotFound",
+    "IdRuns",
+    "PlanReport",
+    "ResendPending",
+    "digest_state",
+    "find_scheduled",
+    "plan",
+    "planned_key",
+    "resend",
+    "resend_failed",
+]

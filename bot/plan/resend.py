@@ -1,0 +1,88 @@
+"""Plan stage: manual resends.
+
+A resend queues a copy of a digest, linked to its original, and never touches
+the ledger.  Never renders, never sends.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.domain import DigestKind, DigestState
+from bot.mail.message import message_id_for
+from bot.store.digests import (
+    DigestRow,
+    failed_without_resend,
+    get_digest,
+    list_digests,
+    lock_digest,
+    pending_resend_of,
+    set_message_id,
+)
+from bot.store.engine import transaction
+from bot.store.ledger import create_digest
+
+
+class DigestNotFound(LookupError):
+    pass
+
+
+class ResendPending(ValueError):
+    """A resend of this digest is already on its way."""
+
+
+def resend(factory: sessionmaker[Session], settings: Settings, digest_id: int, *, now: datetime) -> int:
+    """Queue a copy of a digest: same entries and pinned summaries, a new
+    Message-ID, recorded as a resend of the original; the ledger is not touched.
+    A digest with a resend still on its way gets no second one."""
+    with transaction(factory) as session:
+        original = get_digest(session, digest_id)
+        if original is None or original.state is DigestState.EMPTY:
+            raise DigestNotFound(f"no digest #{digest_id} with entries")
+        source = original.resend_of if original.kind is DigestKind.RESEND and original.resend_of else original.id
+        lock_digest(session, source)  # two resends at once must not both pass the check below
+        pending = pending_resend_of(session, source)
+        if pending is not None:
+            raise ResendPending(f"digest #{source} already has resend #{pending} on its way")
+        new_id = create_digest(
+            session,
+            subscriber_id=original.subscriber_id,
+            local_date=original.local_date,
+            kind=DigestKind.RESEND,
+            state=DigestState.QUEUED,
+            now=now,
+            entries=[],
+            message_id="",
+            resend_of=source,
+        )
+        set_message_id(
+            session,
+            new_id,
+            message_id_for(new_id, original.subscriber_id, original.local_date, "resend", settings.sender),
+        )
+        return new_id
+
+
+def resend_failed(factory: sessionmaker[Session], settings: Settings, *, now: datetime) -> list[int]:
+    """One resend for each failed digest that no resend has delivered or is delivering
+    (failed resends are not resent themselves: their original is); run twice, it
+    queues nothing the second time while the first run's resends are on their way
+    or delivered."""
+    with factory() as session:
+        targets = failed_without_resend(session)
+    queued = []
+    for digest_id in targets:
+        try:
+            queued.append(resend(factory, settings, digest_id, now=now))
+        except ResendPending:  # another run queued it meanwhile
+            continue
+    return queued
+
+
+def find_scheduled(factory: sessionmaker[Session], subscriber_id: int, day: date) -> DigestRow | None:
+    with factory() as session:
+        rows = list_digests(session, subscriber_id=subscriber_id, local_date=day, kind=DigestKind.SCHEDULED)
+    return rows[0] if rows else None

@@ -163,6 +163,10 @@ class WebConfig(BaseModel):
     # Where ``digestbot serve`` listens (behind a TLS-terminating proxy at public_url).
     listen_host: str = "127.0.0.1"
     listen_port: int = Field(8080, ge=1, le=65535)
+    # Requests whose token names no subscriber, per client address: this many a second
+    # on average, this many at once; beyond, 429 (0: no limit).  Valid tokens never count.
+    misses_per_second: float = Field(20.0, ge=0)
+    misses_burst: int = Field(200, ge=1)
 
 
 class _TomlWithoutSecrets(TomlConfigSettingsSource):

@@ -8,17 +8,22 @@ import itertools
 import random
 import shutil
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+import httpx
+import uvicorn
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.ingest.service import ingest_bytes
+from bot.sink import free_port
 from bot.store.bulk import allocate_ids, bulk_insert
 from bot.store.engine import transaction
 from bot.store.schema import Digest, LedgerEntry, Subscriber
@@ -242,3 +247,26 @@ result = ingest_file(sessions(engine), Path(sys.argv[1]), max_bytes=40_000_000)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"growth": (after - before) * 1024, "entries": result.entries, "status": str(result.status)}))
 """
+
+
+class Server:
+    """uvicorn serving the app in a thread, stopped by its should_exit flag."""
+
+    def __init__(self, app: object) -> None:
+        self.port = free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> httpx.Client:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
+        return self.client
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -166,6 +166,7 @@ def _zone_in_mid_hour() -> tuple[str, int]:
     raise AssertionError("unreachable: one of two zones 30 minutes apart is mid-hour")
 
 
+@pytest.mark.slow
 def test_a_dump_that_lands_after_the_send_hour_goes_out_that_day(tmp_path: Path, sink) -> None:
     """The daemon in real time: both subscribers' send hour is now, nothing is stored, so
     their day is first empty; a dump lands seconds later and their digests go out."""

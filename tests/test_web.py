@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,7 +19,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
@@ -33,9 +31,10 @@ from bot.sink import Sink, SinkHandler, free_port
 from bot.store.subscribers import get_subscriber
 from bot.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
+from bot.unsubscribes import journal_of
 from bot.web import create_app
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT
+from tests.helpers import DIGESTBOT, Server
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -51,29 +50,6 @@ def settings(tmp_path: Path) -> Settings:
             "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
         }
     )
-
-
-class Server:
-    """uvicorn serving the app in a thread, stopped by its should_exit flag."""
-
-    def __init__(self, app: object) -> None:
-        self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> httpx.Client:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10)
-        return self.client
-
-    def __exit__(self, *exc: object) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 @pytest.fixture
@@ -93,6 +69,9 @@ def web(factory: sessionmaker[Session], settings: Settings) -> Iterator[httpx.Cl
 
 
 def status_of(factory: sessionmaker[Session], email: str) -> SubscriberStatus:
+    """The stored status once every acknowledged unsubscribe is applied (the endpoint
+    applies them in the background; ``test_an_acknowledged_unsubscribe_is_applied`` waits for that)."""
+    journal_of(factory).apply_pending(factory)
     with factory() as session:
         found = get_subscriber(session, email)
         assert found is not None

@@ -178,16 +178,22 @@ def serve_command(
     port: Annotated[
         int | None, typer.Option("--port", min=1, max=65535, help="Port (default: web.listen_port).")
     ] = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, max=64, help="Processes serving the port.")] = 1,
 ) -> None:
     """The subscriber endpoint: one-click unsubscribe (RFC 8058) and the manage page
     behind the links in every digest.  Put it behind HTTPS at web.public_url."""
+    import os
+
     from bot.web import serve
 
     c = ctx_of(ctx)
     web = c.settings.web
     if not web.public_url:
         err.print("note: web.public_url is empty, so digests carry only mailto: unsubscribe links, not links here")
-    serve(c.settings, c.sessions(), host=host or web.listen_host, port=port or web.listen_port)
+    factory = c.sessions()  # migrates SQLite (or refuses an old schema) before any worker starts
+    if c.config_path is not None:
+        os.environ["DIGESTBOT_CONFIG"] = str(c.config_path.resolve())  # what the worker processes load
+    serve(c.settings, factory, host=host or web.listen_host, port=port or web.listen_port, workers=workers)
 
 
 @app.command("send-now")

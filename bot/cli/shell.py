@@ -54,6 +54,7 @@ class Context:
     """What every command needs: settings (loaded once) and a lazily opened store."""
 
     settings: Settings
+    config_path: Path | None = None
     _engine: Engine | None = None
     _rules: TagRules | None = None
 
@@ -138,7 +139,7 @@ def main_callback(
         level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        ctx.obj = Context(load_settings(config))
+        ctx.obj = Context(load_settings(config), config)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
 

@@ -25,10 +25,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.delivery.policy import next_state
 from bot.delivery.smtp import SendResult, SmtpPool
-from bot.domain import DeliverReport, DigestState
-from bot.mail.mailer import Built, Mailer
+from bot.domain import DeliverReport, DigestState, SubscriberStatus
+from bot.mail.mailer import Built, Mailer, cancel_digests
 from bot.store.digests import DigestRow, Finished, claim_due, count_bounce, finish_many, reset_bounces
 from bot.store.engine import transaction
+from bot.unsubscribes import journal_of
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -171,6 +172,7 @@ async def _send_batch(
     worker: str,
 ) -> DeliverReport:
     report = DeliverReport()
+    built = await asyncio.to_thread(_without_leavers, factory, built, worker=worker, now=clock(), report=report)
     results: asyncio.Queue[tuple[DigestRow, SendResult | BaseException]] = asyncio.Queue()
 
     async def send(message: Built) -> None:
@@ -204,6 +206,20 @@ async def _send_batch(
     _record(factory, settings, done, worker=worker, now=clock(), report=report)
     await asyncio.gather(*jobs)  # all finished: surfaces an unexpected error instead of losing it
     return report
+
+
+def _without_leavers(
+    factory: sessionmaker[Session], built: list[Built], *, worker: str, now: datetime, report: DeliverReport
+) -> list[Built]:
+    """The messages whose subscriber has not asked to leave since the batch was built;
+    the others are cancelled here, just before the batch goes on the wire."""
+    leaving = journal_of(factory).pending_subscribers({b.row.subscriber_id for b in built})
+    if not leaving:
+        return built
+    with transaction(factory) as session:
+        gone = [(b.row, SubscriberStatus.UNSUBSCRIBED) for b in built if b.row.subscriber_id in leaving]
+        report.cancelled += cancel_digests(session, gone, worker=worker, now=now)
+    return [b for b in built if b.row.subscriber_id not in leaving]
 
 
 def _record(

@@ -31,6 +31,7 @@ from bot.store.engine import transaction
 from bot.store.ledger import release_entries
 from bot.store.subscribers import subscriber_statuses
 from bot.tokens import make_token, signing_key
+from bot.unsubscribes import journal_of
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -256,6 +257,20 @@ def _resent_message_id(session: Session, row: DigestRow) -> str | None:
     return original.message_id if original else None
 
 
+def cancel_digests(
+    session: Session, rows: Sequence[tuple[DigestRow, SubscriberStatus | None]], *, worker: str, now: datetime
+) -> int:
+    """Cancel claimed digests whose subscriber left (status given, None: deleted) and
+    give their entries back; how many were cancelled."""
+    finished = [
+        Finished(row.id, DigestState.CANCELLED, None, f"subscriber {s.value if s else 'gone'}") for row, s in rows
+    ]
+    for row, _ in rows:
+        if row.kind is not DigestKind.RESEND:
+            release_entries(session, row.id)
+    return len(finish_many(session, finished, worker=worker, now=now))
+
+
 def _prepare_batch(
     factory: sessionmaker[Session], mailer: Mailer, ids: list[int], *, now: datetime, worker: str, report: DeliverReport
 ) -> list[Built]:
@@ -263,21 +278,20 @@ def _prepare_batch(
     fails those whose message cannot be built (recorded at once).  The store is
     read in one short transaction and messages are built after it: on SQLite
     every transaction holds the write lock, which senders need to record."""
+    journal = journal_of(factory)
+    journal.try_apply_pending(factory)
     with transaction(factory) as session:
         rows = get_digests(session, ids)
         statuses = subscriber_statuses(session, {row.subscriber_id for row in rows})
-        live, gone = [], []
-        for row in rows:
-            status = statuses.get(row.subscriber_id)
-            if status is SubscriberStatus.ACTIVE:
-                live.append(row)
-                continue
-            gone.append(
-                Finished(row.id, DigestState.CANCELLED, None, f"subscriber {status.value if status else 'gone'}")
-            )
-            if row.kind is not DigestKind.RESEND:
-                release_entries(session, row.id)
-        report.cancelled += len(finish_many(session, gone, worker=worker, now=now))
+        for subscriber_id in journal.pending_subscribers(statuses):
+            statuses[subscriber_id] = SubscriberStatus.UNSUBSCRIBED  # acknowledged, not applied yet
+        live = [row for row in rows if statuses.get(row.subscriber_id) is SubscriberStatus.ACTIVE]
+        gone = [
+            (row, statuses.get(row.subscriber_id))
+            for row in rows
+            if statuses.get(row.subscriber_id) is not SubscriberStatus.ACTIVE
+        ]
+        report.cancelled += cancel_digests(session, gone, worker=worker, now=now)
         loaded = mailer.load(session, live)
     built = mailer.build_loaded(loaded, now, for_wire=True)
     failed = [Finished(b.row.id, DigestState.FAILED, None, b.error) for b in built if b.error is not None]

@@ -43,6 +43,7 @@ from bot.store.ledger import (
 )
 from bot.store.sources import latest_dump_at
 from bot.store.subscribers import set_watermarks, subscribers_after, watermarks
+from bot.unsubscribes import journal_of
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -134,17 +135,22 @@ def plan(
     so planning reads about a day of entries and ledger rows per subscriber
     however long the history; the result is what the whole window would give,
     because every entry behind the watermark was claimed or did not match."""
+    journal = journal_of(factory)
+    journal.try_apply_pending(factory)
+    leaving = journal.pending_subscribers()  # acknowledged but not applied: as good as gone
     with factory() as session:
         latest_entry, latest_dump = latest_entry_at(session), latest_dump_at(session)
     run = _Pass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump)
     if subscribers is not None:
-        chosen = [s for s in subscribers if s.status is SubscriberStatus.ACTIVE]
+        chosen = [s for s in subscribers if s.status is SubscriberStatus.ACTIVE and s.id not in leaving]
         batches: Iterable[list[Subscriber]] = (chosen[i : i + PLAN_BATCH] for i in range(0, len(chosen), PLAN_BATCH))
     else:
         batches = _active_batches(factory)
     for batch in batches:
         due: list[tuple[Subscriber, date]] = []
         for subscriber in batch:
+            if subscriber.id in leaving:
+                continue
             day = local_today(subscriber.timezone, now)
             if kind is DigestKind.SCHEDULED and not all_due and now < local_send_time(subscriber, day):
                 run.report.not_due += 1

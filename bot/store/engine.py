@@ -24,13 +24,26 @@ if TYPE_CHECKING:
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 
-def make_engine(url: str, *, busy_timeout_ms: int = 5000, sqlite_cache_mb: int = 64) -> Engine:
+def make_engine(
+    url: str,
+    *,
+    busy_timeout_ms: int = 5000,
+    sqlite_cache_mb: int = 64,
+    durable: bool = False,
+    read_only: bool = False,
+) -> Engine:
+    """An engine for *url*; on SQLite, WAL and our pragmas (*durable*: every commit is
+    synced to disk, not only checkpoints: for the unsubscribe journal; *read_only*:
+    transactions begin deferred and may not write, so they never wait for the writer)."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000})
+    # Readers serve the endpoint's thread pool (40 threads): enough pooled connections
+    # that none is opened and closed per request under a burst.
+    pool = {"pool_size": 40, "max_overflow": 10} if read_only else {}
+    engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000}, **pool)
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -38,20 +51,23 @@ def make_engine(url: str, *, busy_timeout_ms: int = 5000, sqlite_cache_mb: int =
         # (below) so a writer takes the lock up front instead of failing later.
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        if not read_only:  # WAL is a property of the file, set by its writers
+            cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         # SQLite's small default page cache makes index inserts into a large
         # store go to the OS for every page; database.sqlite_cache_mb keeps the
         # hot index levels.  It is per connection and counts in the process's memory.
         cursor.execute(f"PRAGMA cache_size=-{int(sqlite_cache_mb) * 1024}")
         cursor.execute("PRAGMA temp_store=MEMORY")
+        if read_only:
+            cursor.execute("PRAGMA query_only=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _sqlite_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -84,7 +100,7 @@ def downgrade(engine: Engine, revision: str) -> None:
 # The newest migration.  Every CLI command compares the database with it, and
 # asking Alembic would import it (see above).  A test keeps it equal to what
 # Alembic finds (head_revision).
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0011"
 
 
 def current_revision(engine: Engine) -> str | None:

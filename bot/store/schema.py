@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Date,
     DateTime,
     ForeignKey,
@@ -296,3 +297,38 @@ class LedgerEntry(Base):
     why: Mapped[str] = mapped_column(Text)
     tags: Mapped[list[str]] = mapped_column(JSON)  # as shown, so a resend shows the same
     url: Mapped[str] = mapped_column(Text)  # where the title links, pinned likewise
+
+
+class UnsubscribeRequest(Base):
+    """An acknowledged unsubscribe, written before the answer is sent (the journal).
+
+    On SQLite this table lives in a database file of its own (``store.journal``),
+    so that a burst of requests never waits for the store's one writer; on
+    PostgreSQL it is a table of the store.  ``applied`` is set once the
+    subscriber's status has changed; ``AppliedUnsubscribe`` makes that happen once."""
+
+    __tablename__ = "unsubscribe_requests"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # uuid4 hex
+    subscriber_id: Mapped[int] = mapped_column(Integer)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    applied: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    __table_args__ = (
+        Index(
+            "ix_unsubscribe_requests_pending",
+            "subscriber_id",
+            sqlite_where=text("NOT applied"),
+            postgresql_where=text("NOT applied"),
+        ),
+    )
+
+
+class AppliedUnsubscribe(Base):
+    """Which journal requests the store has applied: one row each, in the same
+    transaction as the status change, so a request is never applied twice."""
+
+    __tablename__ = "applied_unsubscribes"
+
+    request_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    applied_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,7 +33,10 @@ from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
 from bot.subscriptions import SubscriberInputError, by_token, change_status, set_filter
 from bot.tokens import signing_key
+from bot.unsubscribes import journal_of, reader_of
+from bot.web.acks import Acknowledger
 from bot.web.forms import MAX_FORM_BYTES, form_token, parse_form, same_origin
+from bot.web.limits import MissBudget
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +57,28 @@ def create_app(
     settings: Settings, factory: sessionmaker[Session], *, clock: Callable[[], datetime] | None = None
 ) -> Starlette:
     endpoint = _Endpoint(settings, factory, clock or (lambda: datetime.now(UTC)))
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        endpoint.acks.start()
+        try:
+            yield
+        finally:
+            await endpoint.acks.stop()
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/u/{token}", endpoint.unsubscribe, methods=["GET", "POST"]),
             Route("/m/{token}", endpoint.manage, methods=["GET", "POST"]),
             Route("/healthz", endpoint.health, methods=["GET"]),
         ],
-        exception_handlers={404: endpoint.anything_else, 405: endpoint.anything_else, Exception: endpoint.server_error},
+        exception_handlers={
+            404: endpoint.anything_else,
+            405: endpoint.anything_else,
+            TooManyMisses: endpoint.too_many,
+            Exception: endpoint.server_error,
+        },
     )
     # "/u/TOKEN/" must not answer with a redirect built from the Host header: every
     # path that is not exactly ours gets the same 404.
@@ -77,12 +98,22 @@ _STATUS_ACTIONS = {
 }
 
 
+class TooManyMisses(Exception):
+    """The client used up its budget of tokens that name no subscriber."""
+
+
 class _Endpoint:
     """The request handlers, sharing the settings, the store and the page template."""
 
     def __init__(self, settings: Settings, factory: sessionmaker[Session], now: Callable[[], datetime]) -> None:
         self.settings, self.factory, self.now = settings, factory, now
         self.key = signing_key(settings)
+        self.journal = journal_of(factory)
+        # Look-ups read without the store's write lock (SQLite), so a long delivery or
+        # ingest never holds a page or an unsubscribe back.
+        self.reader = reader_of(factory)
+        self.acks = Acknowledger(self.journal, factory, now)
+        self.misses = MissBudget(settings.web.misses_per_second, settings.web.misses_burst)
         pages = Environment(
             loader=FileSystemLoader(str(Path(settings.paths.templates_dir) / "web")),
             autoescape=select_autoescape(enabled_extensions=("html.j2",)),
@@ -105,10 +136,31 @@ class _Endpoint:
 
     # The store calls are blocking: they run in Starlette's thread pool, not on the event loop.
     async def subscriber_of(self, request: Request) -> Subscriber | None:
-        return await run_in_threadpool(by_token, self.factory, self.key, request.path_params["token"])
+        """The token's subscriber, shown unsubscribed once an unsubscribe is acknowledged;
+        raises ``TooManyMisses`` for a client that sent too many tokens naming nobody."""
+        client = request.client.host if request.client else ""
+        if self.misses.exhausted(client, time.monotonic()):
+            raise TooManyMisses
+        # A one-click POST is journaled whatever the journal holds already (applying
+        # twice is harmless): it skips the journal look-up that pages need.
+        journal = request.method != "POST" or request.url.path.startswith("/m/")
+        found = await run_in_threadpool(self._subscriber_of, request.path_params["token"], journal)
+        if found is None:
+            self.misses.spend(client, time.monotonic())
+        return found
+
+    def _subscriber_of(self, token: str, journal: bool) -> Subscriber | None:
+        found = by_token(self.reader, self.key, token)
+        if found is None or found.status is SubscriberStatus.UNSUBSCRIBED:
+            return found
+        if found.id in self.acks.acknowledged or (journal and self.journal.pending_subscribers([found.id])):
+            return replace(found, status=SubscriberStatus.UNSUBSCRIBED)
+        return found
 
     async def set_status(self, subscriber: Subscriber, status: SubscriberStatus) -> Subscriber:
-        return await run_in_threadpool(change_status, self.factory, subscriber.email, status, self.now())
+        changed = await run_in_threadpool(change_status, self.factory, subscriber.email, status, self.now())
+        self.acks.acknowledged.discard(subscriber.id)  # settled: the store says it now
+        return changed
 
     async def unsubscribe(self, request: Request) -> Response:
         subscriber = await self.subscriber_of(request)
@@ -125,8 +177,9 @@ class _Endpoint:
         if form.get("List-Unsubscribe") != "One-Click":
             return self.render("confirm", 400, token=token, subscriber=subscriber, done=False)
         if subscriber.status is not SubscriberStatus.UNSUBSCRIBED:
-            subscriber = await self.set_status(subscriber, SubscriberStatus.UNSUBSCRIBED)
-            log.info("subscriber %d unsubscribed through their link", subscriber.id)
+            # Answered once durable in the journal; applied to the store in the background.
+            await self.acks.acknowledge(subscriber.id)
+            subscriber = replace(subscriber, status=SubscriberStatus.UNSUBSCRIBED)
         return self.render("confirm", token=token, subscriber=subscriber, done=True)
 
     def manage_page(
@@ -162,6 +215,8 @@ class _Endpoint:
             return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
         if not hmac.compare_digest(form.get("form", ""), form_token(self.key, request.path_params["token"])):
             return self.render("forbidden", 403)
+        if not await run_in_threadpool(self._settle, subscriber):
+            return self.manage_page(request, subscriber, 503, error="Busy: please try again in a moment.")
         action = form.get("action", "")
         if action == "filter":
             return await self.change_filter(request, subscriber, form.get("filter", ""))
@@ -172,6 +227,15 @@ class _Endpoint:
         if action == "resubscribe":
             log.info("subscriber %d subscribed again through their manage page", subscriber.id)
         return self.manage_page(request, subscriber, message=change[2])
+
+    def _settle(self, subscriber: Subscriber) -> bool:
+        """Apply a pending unsubscribe of *subscriber* before their page changes anything
+        (a later apply must not undo what they do here); False while the store is busy."""
+        if subscriber.status is not SubscriberStatus.UNSUBSCRIBED or not self.journal.pending_subscribers(
+            [subscriber.id]
+        ):
+            return True
+        return self.journal.try_apply_pending(self.factory)
 
     async def change_filter(self, request: Request, subscriber: Subscriber, raw: str) -> Response:
         try:
@@ -185,6 +249,9 @@ class _Endpoint:
 
     async def anything_else(self, _request: Request, _exc: Exception) -> Response:
         return self.not_found()  # unknown paths and methods look like unknown tokens
+
+    async def too_many(self, _request: Request, _exc: Exception) -> Response:
+        return PlainTextResponse("too many requests", 429, headers={**SECURITY_HEADERS, "Retry-After": "10"})
 
     async def server_error(self, _request: Request, exc: Exception) -> Response:
         log.error("request failed: %s", type(exc).__name__)  # no traceback: it could hold the token

@@ -1,0 +1,183 @@
+"""Unsubscribe burst benchmark: one-click POSTs against a real `digestbot serve` while a
+real `digestbot worker` delivers to the same subscribers and writes the same store.
+
+Usage: python bench/unsubscribe.py [--requests 5000] [--concurrency 200] [--workers 1] [--pg URL]
+                                  [--no-delivery]
+
+Queues one digest for each of --requests subscribers, starts the worker (into Postfix's
+smtp-sink when installed, else the in-process sink of bot.sink) and the endpoint, waits
+until the delivery is under way, then POSTs one unsubscribe per subscriber with httpx at
+--concurrency.  Prints the rate, p50/p99 latency and status codes of the burst, how many
+digests the worker delivered meanwhile, and, once the journal is applied, how many
+acknowledged unsubscribes the store holds (lost = acknowledged but not applied).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sqlalchemy import func, select  # noqa: E402
+
+from bot.sink import Sink, free_port  # noqa: E402
+from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
+from bot.store.schema import Digest, Subscriber  # noqa: E402
+from bot.tokens import make_token  # noqa: E402
+from bot.unsubscribes import journal_of  # noqa: E402
+from tests.helpers import DIGESTBOT, postgres_schema, queue_digests  # noqa: E402
+
+KEY = "bench-signing-key-" + "k" * 16
+BODY = b"List-Unsubscribe=One-Click"
+
+
+def wait_until(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"no {what} within {seconds:g} s")
+        time.sleep(0.05)
+
+
+def answers(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+async def burst(port: int, tokens: list[str], concurrency: int) -> tuple[list[float], Counter[str], float]:
+    """POST one unsubscribe per token over *concurrency* keep-alive connections.
+
+    A small HTTP/1.1 client on asyncio streams: httpx's pool costs more CPU per request
+    than the endpoint at this concurrency, and would measure itself."""
+    latencies: list[float] = []
+    codes: Counter[str] = Counter()
+    queue = list(reversed(tokens))
+
+    async def connection() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            while queue:
+                token = queue.pop()
+                request = (
+                    f"POST /u/{token} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(BODY)}\r\n\r\n"
+                ).encode("ascii") + BODY
+                started = time.perf_counter()
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    )
+                )
+                await reader.readexactly(length)
+                latencies.append(time.perf_counter() - started)
+                codes[head.split(b" ", 2)[1].decode()] += 1
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            codes[type(exc).__name__] += 1
+        finally:
+            writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(connection() for _ in range(concurrency)))
+    return latencies, codes, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--pg", help="a PostgreSQL URL (a throw-away schema is used)")
+    parser.add_argument("--no-delivery", action="store_true", help="the burst alone, no worker")
+    parser.add_argument("--workers", type=int, default=1, help="digestbot serve --workers")
+    args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        url = stack.enter_context(postgres_schema(args.pg)) if args.pg else f"sqlite:///{folder / 'store.sqlite3'}"
+        engine = make_engine(url)
+        stack.callback(engine.dispose)
+        upgrade(engine)
+        factory = sessions(engine)
+        queue_digests(factory, args.requests)
+        with factory() as session:
+            tokens = [
+                make_token(KEY.encode(), sid, secret)
+                for sid, secret in session.execute(select(Subscriber.id, Subscriber.unsubscribe_secret))
+            ]
+        smtp_port = free_port()
+        if shutil.which("smtp-sink"):
+            sink = subprocess.Popen(
+                ["smtp-sink", "-u", "nobody", f"127.0.0.1:{smtp_port}", "1000"], stderr=subprocess.DEVNULL
+            )
+            stack.callback(sink.terminate)
+        else:
+            stack.enter_context(Sink(port=smtp_port))
+        web_port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+        env |= {
+            "DIGESTBOT_DATABASE__URL": url,
+            "DIGESTBOT_PATHS__VAR_DIR": str(folder / "var"),
+            "DIGESTBOT_WEB__SIGNING_KEY": KEY,
+            "DIGESTBOT_SMTP__PORT": str(smtp_port),
+            "DIGESTBOT_SMTP__POOL_SIZE": "4",
+        }
+        processes = []
+        commands = [["serve", "--port", str(web_port), "--workers", str(args.workers)]] + (
+            [] if args.no_delivery else [["worker"]]
+        )
+        for command in commands:
+            proc = subprocess.Popen([DIGESTBOT, *command], env=env, cwd=folder, stderr=subprocess.DEVNULL)
+            processes.append(proc)
+            stack.callback(proc.send_signal, signal.SIGTERM)
+        wait_until(lambda: answers(web_port), 30, "answer from digestbot serve")
+
+        def sent() -> int:
+            with factory() as session:
+                return session.scalar(select(func.count()).where(Digest.state == "sent")) or 0
+
+        if not args.no_delivery:
+            wait_until(lambda: sent() > 0, 60, "digest delivered")
+        before = sent()
+        latencies, codes, spent = asyncio.run(burst(web_port, tokens, args.concurrency))
+        during = sent() - before
+        journal = journal_of(factory)
+        wait_until(lambda: not journal.pending_subscribers(), 120, "journal applied")
+        with factory() as session:
+            left = session.scalar(select(func.count()).where(Subscriber.status == "unsubscribed")) or 0
+        cuts = statistics.quantiles(latencies, n=100)
+        print(
+            f"store: {'PostgreSQL' if args.pg else 'SQLite'}; serve --workers {args.workers}; "
+            f"{len(tokens):,} POSTs at concurrency {args.concurrency}"
+        )
+        print(f"rate: {len(tokens) / spent:,.0f} requests/s ({spent:.2f} s)")
+        print(
+            f"latency: p50 {cuts[49] * 1000:.0f} ms, p99 {cuts[98] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms"
+        )
+        print(f"answers: {dict(codes)}")
+        print(f"delivered by the worker during the burst: {during:,} digests")
+        acknowledged = codes.get("200", 0)
+        print(
+            f"acknowledged: {acknowledged:,}; unsubscribed in the store: {left:,}; lost: {max(0, acknowledged - left)}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Subscriber endpoint: a per-client budget for requests that name no subscriber.
+
+A token is checked with one primary-key read and one HMAC, so a forged one costs
+little; a client that keeps sending them (a scanner, a flood) uses up its budget
+and is answered 429 without any look-up until the budget refills.  Requests with
+valid tokens never spend the budget: a provider's burst of real one-click
+unsubscribes is never limited.  Pure bookkeeping; never touches the store.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+# Clients remembered at once; the least recently seen are forgotten first.
+MAX_CLIENTS = 10_000
+
+
+class MissBudget:
+    """Token buckets of misses (404s) per client: *per_second* refill, *burst* capacity."""
+
+    def __init__(self, per_second: float, burst: int) -> None:
+        self.per_second, self.burst = per_second, burst
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # client -> (tokens, at)
+
+    def _tokens(self, client: str, now: float) -> float:
+        tokens, at = self._buckets.get(client, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - at) * self.per_second)
+
+    def exhausted(self, client: str, now: float) -> bool:
+        """Whether *client* has no misses left (then answer 429 and look nothing up)."""
+        return self.per_second > 0 and self._tokens(client, now) < 1
+
+    def spend(self, client: str, now: float) -> None:
+        """Count one miss of *client*."""
+        if self.per_second <= 0:
+            return
+        self._buckets[client] = (self._tokens(client, now) - 1, now)
+        self._buckets.move_to_end(client)
+        while len(self._buckets) > MAX_CLIENTS:
+            self._buckets.popitem(last=False)

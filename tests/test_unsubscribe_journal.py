@@ -1,0 +1,359 @@
+"""Acknowledged unsubscribes are never lost: journaled before the answer, applied to the
+store in the background, honoured by the planner and the worker before they are applied.
+Real uvicorn, httpx, SQLite files (and PostgreSQL when DIGESTBOT_TEST_PG is set)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.tagging import load_rules
+from bot.config import Settings
+from bot.delivery.loop import deliver_now
+from bot.domain import DigestState, SubscriberStatus
+from bot.ingest.service import ingest_file
+from bot.plan import plan
+from bot.sink import Sink, free_port
+from bot.store.schema import AppliedUnsubscribe, Digest, UnsubscribeRequest
+from bot.store.subscribers import get_subscriber, list_subscribers
+from bot.subscriptions import clean_fields, save
+from bot.tokens import make_token, signing_key
+from bot.unsubscribes import journal_of, reader_of
+from bot.web import create_app
+from bot.web.forms import form_token
+from bot.web.limits import MissBudget
+from tests.conftest import ROOT, SEEDS
+from tests.helpers import DIGESTBOT, Server
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+KEY = "k" * 32
+ONE_CLICK = {"content-type": "application/x-www-form-urlencoded"}
+NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+            "web": {"public_url": "https://digest.example.org", "signing_key": KEY},
+        }
+    )
+
+
+def _people(factory: sessionmaker[Session], settings: Settings, count: int) -> dict[int, str]:
+    """subscriber id -> token for *count* new subscribers."""
+    save(factory, settings, [clean_fields(f"r{i}@example.org", send_hour=0) for i in range(count)], NOW)
+    key = signing_key(settings)
+    with factory() as session:
+        return {s.id: make_token(key, s.id, s.unsubscribe_secret) for s in list_subscribers(session)}
+
+
+def _stored_status(factory: sessionmaker[Session], email: str) -> SubscriberStatus:
+    with factory() as session:
+        found = get_subscriber(session, email)
+        assert found is not None
+        return found.status
+
+
+def _post_all(port: int, tokens: list[str], concurrency: int = 50) -> list[int]:
+    async def run() -> list[int]:
+        limits = httpx.Limits(max_connections=concurrency)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30, limits=limits) as client:
+            gate = asyncio.Semaphore(concurrency)
+
+            async def one(token: str) -> int:
+                async with gate:
+                    response = await client.post(
+                        f"/u/{token}", content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK
+                    )
+                    return response.status_code
+
+            return list(await asyncio.gather(*(one(t) for t in tokens)))
+
+    return asyncio.run(run())
+
+
+def test_an_acknowledged_unsubscribe_is_applied_in_the_background(
+    factory: sessionmaker[Session], settings: Settings
+) -> None:
+    tokens = _people(factory, settings, 2)
+    first = min(tokens)
+    with Server(create_app(settings, factory)) as client:
+        response = client.post(f"/u/{tokens[first]}", content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK)
+        assert response.status_code == 200 and "You are unsubscribed" in response.text
+        # The page shows it at once, before the store has it.
+        assert "You are unsubscribed" in client.get(f"/u/{tokens[first]}").text
+        deadline = time.monotonic() + 10
+        while _stored_status(factory, "r0@example.org") is not SubscriberStatus.UNSUBSCRIBED:
+            assert time.monotonic() < deadline, "not applied within 10 s"
+            time.sleep(0.1)
+    assert _stored_status(factory, "r1@example.org") is SubscriberStatus.ACTIVE
+
+
+def test_a_burst_while_the_store_is_locked_is_answered_and_applied_later(
+    engine, factory: sessionmaker[Session], settings: Settings
+) -> None:
+    if engine.dialect.name != "sqlite":
+        pytest.skip("the store's one writer lock is SQLite's")
+    tokens = _people(factory, settings, 300)
+    locker = sqlite3.connect(engine.url.database, isolation_level=None, timeout=0)
+    with Server(create_app(settings, factory)) as client:
+        port = int(str(client.base_url).rsplit(":", 1)[1])
+        locker.execute("BEGIN IMMEDIATE")  # a long delivery or ingest holding the writer
+        try:
+            started = time.monotonic()
+            codes = _post_all(port, list(tokens.values()))
+            spent = time.monotonic() - started
+            assert codes == [200] * len(tokens)
+            assert spent < 10, f"{spent:.1f} s for {len(tokens)} answers behind a locked store"
+            with reader_of(factory)() as session:
+                assert {s.status for s in list_subscribers(session)} == {SubscriberStatus.ACTIVE}
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        deadline = time.monotonic() + 15
+        while True:
+            with factory() as session:
+                statuses = {s.status for s in list_subscribers(session)}
+            if statuses == {SubscriberStatus.UNSUBSCRIBED}:
+                break
+            assert time.monotonic() < deadline, f"not all applied 15 s after the lock went: {statuses}"
+            time.sleep(0.2)
+    with factory() as session:
+        assert session.scalar(select(func.count()).select_from(AppliedUnsubscribe)) == len(tokens)
+
+
+def test_an_acknowledged_address_gets_no_digest_even_before_it_is_applied(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink
+) -> None:
+    tokens = _people(factory, settings, 3)
+    first, second, third = sorted(tokens)
+    for seed in sorted(SEEDS.glob("*.txt"))[:1]:
+        ingest_file(factory, seed, rules=RULES)
+    settings = settings.model_copy(update={"smtp": settings.smtp.model_copy(update={"port": sink.port})})
+    journal = journal_of(factory)
+    # Acknowledged before planning: the planner leaves them out.
+    journal.append([first], NOW)
+    # The second is acknowledged after planning, before delivery, and the store is not
+    # told: as if the endpoint's applier had not run yet.
+    journal_first = journal.pending_subscribers()
+    assert journal_first == {first}
+    original_apply = journal.try_apply_pending
+    journal.try_apply_pending = lambda _factory: False  # type: ignore[method-assign]  # the store "busy"
+    try:
+        report = plan(factory, settings, RULES, now=datetime.now(UTC), all_due=True)
+        assert len(report.planned) == 2  # second and third
+        journal.append([second], NOW)
+        delivered = asyncio.run(deliver_now(factory, settings, clock=lambda: datetime.now(UTC)))
+    finally:
+        journal.try_apply_pending = original_apply  # type: ignore[method-assign]
+    assert delivered.sent == 1 and delivered.cancelled == 1
+    assert [m.recipients for m in sink.received] == [["r2@example.org"]]
+    with factory() as session:
+        states = dict(session.execute(select(Digest.subscriber_id, Digest.state)).all())
+    assert states == {second: DigestState.CANCELLED.value, third: DigestState.SENT.value}
+    journal.apply_pending(factory)
+    assert _stored_status(factory, "r0@example.org") is SubscriberStatus.UNSUBSCRIBED
+    assert _stored_status(factory, "r1@example.org") is SubscriberStatus.UNSUBSCRIBED
+
+
+@pytest.mark.slow
+def test_kill_9_in_a_burst_loses_no_acknowledged_unsubscribe(tmp_path: Path) -> None:
+    database = tmp_path / "web.sqlite3"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env |= {
+        "DIGESTBOT_DATABASE__URL": f"sqlite:///{database}",
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+        "DIGESTBOT_WEB__SIGNING_KEY": KEY,
+    }
+    subprocess.run([DIGESTBOT, "db", "upgrade"], env=env, cwd=tmp_path, check=True, capture_output=True)
+    from bot.store.engine import make_engine, sessions
+
+    engine = make_engine(f"sqlite:///{database}")
+    factory = sessions(engine)
+    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "web": {"signing_key": KEY}})
+    tokens = _people(factory, settings, 2000)
+
+    def serve() -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [DIGESTBOT, "serve", "--port", str(port)], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
+        )
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                return proc
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+
+    proc = serve()
+    answered: dict[int, int] = {}
+
+    async def burst() -> None:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            gate = asyncio.Semaphore(100)
+
+            async def one(sid: int, token: str) -> None:
+                async with gate:
+                    try:
+                        response = await client.post(
+                            f"/u/{token}", content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK
+                        )
+                        answered[sid] = response.status_code
+                    except httpx.TransportError:
+                        pass  # the server died under it: not acknowledged
+
+            async def killer() -> None:
+                while len(answered) < 600:
+                    await asyncio.sleep(0.005)
+                proc.send_signal(signal.SIGKILL)
+
+            await asyncio.gather(killer(), *(one(s, t) for s, t in tokens.items()))
+
+    asyncio.run(burst())
+    proc.wait(timeout=10)
+    acknowledged = {sid for sid, code in answered.items() if code == 200}
+    assert 600 <= len(acknowledged) < len(tokens), len(acknowledged)
+    assert set(answered.values()) == {200}
+    proc = serve()  # the restarted endpoint applies what the killed one journaled
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with factory() as session:
+                left = {s.id for s in list_subscribers(session) if s.status is SubscriberStatus.UNSUBSCRIBED}
+            if acknowledged <= left:
+                break
+            assert time.monotonic() < deadline, f"{len(acknowledged - left)} acknowledged, not applied"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    journal = journal_of(factory)
+    with journal.factory() as session:
+        requests = session.scalar(select(func.count()).select_from(UnsubscribeRequest))
+        pending = journal.pending_subscribers()
+    with factory() as session:
+        applied = session.scalar(select(func.count()).select_from(AppliedUnsubscribe))
+        left = {s.id for s in list_subscribers(session) if s.status is SubscriberStatus.UNSUBSCRIBED}
+    assert not pending and applied == requests  # each journaled request applied once
+    assert left <= set(tokens) and len(left) == requests  # nobody else, nobody twice
+    engine.dispose()
+
+
+def test_the_miss_budget_refills_and_forgets_old_clients() -> None:
+    budget = MissBudget(per_second=2, burst=3)
+    for _ in range(3):
+        assert not budget.exhausted("a", 0.0)
+        budget.spend("a", 0.0)
+    assert budget.exhausted("a", 0.0) and not budget.exhausted("b", 0.0)
+    assert not budget.exhausted("a", 0.5)  # one miss back after half a second
+    assert not MissBudget(per_second=0, burst=1).exhausted("a", 0.0)  # 0: no limit
+
+
+def test_a_flood_of_forged_tokens_is_limited_per_client_and_valid_ones_still_answer(
+    factory: sessionmaker[Session], settings: Settings
+) -> None:
+    settings = settings.model_copy(
+        update={"web": settings.web.model_copy(update={"misses_per_second": 1.0, "misses_burst": 50})}
+    )
+    tokens = _people(factory, settings, 2)
+    flood = {"x-forwarded-for": "203.0.113.9", **ONE_CLICK}
+    with Server(create_app(settings, factory)) as client:
+        codes = Counter(
+            client.post(f"/u/{n}.{'A' * 24}", content=b"List-Unsubscribe=One-Click", headers=flood).status_code
+            for n in range(1, 81)
+        )
+        assert codes[404] == 50 and codes[429] == 30
+        provider = {"x-forwarded-for": "198.51.100.7", **ONE_CLICK}
+        for token in tokens.values():
+            response = client.post(f"/u/{token}", content=b"List-Unsubscribe=One-Click", headers=provider)
+            assert response.status_code == 200
+        assert client.get(f"/u/{min(tokens)}.{'B' * 24}", headers=flood).status_code == 429
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_serve_with_several_workers(tmp_path: Path, backend: str) -> None:
+    from tests.helpers import postgres_schema
+
+    pg = os.environ.get("DIGESTBOT_TEST_PG")
+    if backend == "postgresql" and not pg:
+        pytest.skip("PostgreSQL tests need DIGESTBOT_TEST_PG=postgresql+psycopg://user@host/db (CI sets it)")
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(postgres_schema(pg)) if backend == "postgresql" else f"sqlite:///{tmp_path / 'w.db'}"
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+        env |= {"DIGESTBOT_DATABASE__URL": url, "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var")}
+        env["DIGESTBOT_WEB__SIGNING_KEY"] = KEY
+        subprocess.run([DIGESTBOT, "db", "upgrade"], env=env, cwd=tmp_path, check=True, capture_output=True)
+        from bot.store.engine import make_engine, sessions
+
+        engine = make_engine(url)
+        stack.callback(engine.dispose)
+        factory = sessions(engine)
+        settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "web": {"signing_key": KEY}})
+        tokens = _people(factory, settings, 200)
+        proc = subprocess.Popen(
+            [DIGESTBOT, "serve", "--port", str(port), "--workers", "2"],
+            env=env,
+            cwd=tmp_path,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                    break
+                except httpx.TransportError:
+                    assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                    time.sleep(0.1)
+            assert _post_all(port, list(tokens.values()), concurrency=20) == [200] * len(tokens)
+            deadline = time.monotonic() + 20
+            while True:
+                with factory() as session:
+                    statuses = {s.status for s in list_subscribers(session)}
+                if statuses == {SubscriberStatus.UNSUBSCRIBED}:
+                    break
+                assert time.monotonic() < deadline, statuses
+                time.sleep(0.2)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, errors = proc.communicate(timeout=30)
+        assert proc.returncode == 0, errors
+        with factory() as session:
+            assert session.scalar(select(func.count()).select_from(AppliedUnsubscribe)) == len(tokens)
+
+
+def test_subscribing_again_on_the_manage_page_is_not_undone_by_a_pending_unsubscribe(
+    factory: sessionmaker[Session], settings: Settings
+) -> None:
+    tokens = _people(factory, settings, 1)
+    ((subscriber_id, token),) = tokens.items()
+    journal_of(factory).append([subscriber_id], NOW)  # acknowledged by another worker, not applied
+    with Server(create_app(settings, factory)) as client:
+        page = client.get(f"/m/{token}")
+        assert page.status_code == 200 and "Subscribe again" in page.text
+        form = {"form": form_token(KEY.encode(), token), "action": "resubscribe"}
+        again = client.post(f"/m/{token}", data=form)
+        assert again.status_code == 200 and "Subscribed again" in again.text
+        time.sleep(1.5)  # the background applier runs meanwhile
+    assert _stored_status(factory, "r0@example.org") is SubscriberStatus.ACTIVE
+    assert not journal_of(factory).pending_subscribers()

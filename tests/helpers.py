@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -270,3 +271,15 @@ class Server:
         self.client.close()
         self.server.should_exit = True
         self.thread.join(10)
+
+
+def wait_until_serving(proc: subprocess.Popen[str], port: int, seconds: float = 30) -> httpx.Response:
+    """``digestbot serve``'s answer to /healthz once it answers (the process must stay up)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+        except httpx.TransportError:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"digestbot serve did not answer within {seconds:g} s"
+            time.sleep(0.1)

@@ -36,7 +36,7 @@ from bot.web import create_app
 from bot.web.forms import form_token
 from bot.web.limits import MissBudget
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import DIGESTBOT, Server
+from tests.helpers import DIGESTBOT, Server, wait_until_serving
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 KEY = "k" * 32
@@ -193,14 +193,8 @@ def test_kill_9_in_a_burst_loses_no_acknowledged_unsubscribe(tmp_path: Path) -> 
         proc = subprocess.Popen(
             [DIGESTBOT, "serve", "--port", str(port)], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True
         )
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                return proc
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.1)
+        wait_until_serving(proc, port)
+        return proc
 
     proc = serve()
     answered: dict[int, int] = {}
@@ -317,14 +311,7 @@ def test_serve_with_several_workers(tmp_path: Path, backend: str) -> None:
             text=True,
         )
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                    break
-                except httpx.TransportError:
-                    assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                    time.sleep(0.1)
+            wait_until_serving(proc, port)
             assert _post_all(port, list(tokens.values()), concurrency=20) == [200] * len(tokens)
             deadline = time.monotonic() + 20
             while True:

@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email import policy
@@ -34,7 +33,7 @@ from bot.tokens import make_token, signing_key
 from bot.unsubscribes import journal_of
 from bot.web import create_app
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT, Server
+from tests.helpers import DIGESTBOT, Server, wait_until_serving
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -321,14 +320,7 @@ def test_digestbot_serve_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-                time.sleep(0.1)
+        health = wait_until_serving(proc, port)
         assert health.status_code == 200 and health.text == "ok"
         assert httpx.get(f"http://127.0.0.1:{port}/u/1.{'A' * 24}").status_code == 404
     finally:

@@ -2,14 +2,16 @@
 real `digestbot worker` delivers to the same subscribers and writes the same store.
 
 Usage: python bench/unsubscribe.py [--requests 5000] [--concurrency 200] [--workers 1] [--pg URL]
-                                  [--no-delivery]
+                                  [--no-delivery] [--forged N]
 
 Queues one digest for each of --requests subscribers, starts the worker (into Postfix's
 smtp-sink when installed, else the in-process sink of bot.sink) and the endpoint, waits
-until the delivery is under way, then POSTs one unsubscribe per subscriber with httpx at
---concurrency.  Prints the rate, p50/p99 latency and status codes of the burst, how many
-digests the worker delivered meanwhile, and, once the journal is applied, how many
-acknowledged unsubscribes the store holds (lost = acknowledged but not applied).
+until the delivery is under way, then POSTs one unsubscribe per subscriber at
+--concurrency.  With --forged N, another client (from 127.0.0.2) POSTs N forged tokens at
+concurrency 50 meanwhile.  Prints the rate, p50/p99 latency and status codes of the burst
+(and the flood's answers), how many digests the worker delivered meanwhile, and, once the
+journal is applied, how many acknowledged unsubscribes the store holds (lost =
+acknowledged but not applied).
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ def answers(port: int) -> bool:
         return False
 
 
-async def burst(port: int, tokens: list[str], concurrency: int) -> tuple[list[float], Counter[str], float]:
-    """POST one unsubscribe per token over *concurrency* keep-alive connections.
+async def burst(
+    port: int, tokens: list[str], concurrency: int, source: str = "127.0.0.1"
+) -> tuple[list[float], Counter[str], float]:
+    """POST one unsubscribe per token over *concurrency* keep-alive connections from *source*.
 
     A small HTTP/1.1 client on asyncio streams: httpx's pool costs more CPU per request
     than the endpoint at this concurrency, and would measure itself."""
@@ -70,7 +74,7 @@ async def burst(port: int, tokens: list[str], concurrency: int) -> tuple[list[fl
     queue = list(reversed(tokens))
 
     async def connection() -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
         try:
             while queue:
                 token = queue.pop()
@@ -108,6 +112,7 @@ def main() -> None:
     parser.add_argument("--pg", help="a PostgreSQL URL (a throw-away schema is used)")
     parser.add_argument("--no-delivery", action="store_true", help="the burst alone, no worker")
     parser.add_argument("--workers", type=int, default=1, help="digestbot serve --workers")
+    parser.add_argument("--forged", type=int, default=0, help="forged tokens POSTed meanwhile by another client")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -156,7 +161,17 @@ def main() -> None:
         if not args.no_delivery:
             wait_until(lambda: sent() > 0, 60, "digest delivered")
         before = sent()
-        latencies, codes, spent = asyncio.run(burst(web_port, tokens, args.concurrency))
+        forged = [t[:-4] + ("AAAA" if not t.endswith("AAAA") else "BBBB") for t in tokens]
+        forged = (forged * (args.forged // len(forged) + 1))[: args.forged]
+
+        async def bursts() -> tuple[tuple[list[float], Counter[str], float], Counter[str] | None]:
+            valid = burst(web_port, tokens, args.concurrency)
+            if not forged:
+                return await valid, None
+            measured, (_, flood, _) = await asyncio.gather(valid, burst(web_port, forged, 50, "127.0.0.2"))
+            return measured, flood
+
+        (latencies, codes, spent), flood = asyncio.run(bursts())
         during = sent() - before
         journal = journal_of(factory)
         wait_until(lambda: not journal.pending_subscribers(), 120, "journal applied")
@@ -172,6 +187,8 @@ def main() -> None:
             f"latency: p50 {cuts[49] * 1000:.0f} ms, p99 {cuts[98] * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms"
         )
         print(f"answers: {dict(codes)}")
+        if flood is not None:
+            print(f"forged flood from 127.0.0.2: {len(forged):,} POSTs, answers {dict(flood)}")
         print(f"delivered by the worker during the burst: {during:,} digests")
         acknowledged = codes.get("200", 0)
         print(

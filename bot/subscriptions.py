@@ -25,10 +25,10 @@ from bot.domain import Subscriber, SubscriberFields, SubscriberStatus
 from bot.store.engine import transaction
 from bot.store.subscribers import (
     get_subscriber,
-    get_subscriber_by_id,
     list_subscribers,
     purge_subscriber,
     set_status,
+    subscribers_by_ids,
     upsert_subscribers,
 )
 from bot.text import CONTROL_CHARACTERS, header_text, hides_control_characters
@@ -328,17 +328,20 @@ def find(factory: sessionmaker[Session], email: str) -> Subscriber:
         return _require(session, email)
 
 
-def by_token(factory: sessionmaker[Session], key: bytes, token: str) -> Subscriber | None:
-    """The subscriber a signed link token belongs to; None for unknown, forged or
-    altered tokens alike (callers answer all three the same way)."""
-    subscriber_id = token_subscriber_id(token)
-    if subscriber_id is None:
-        return None
+def by_tokens(factory: sessionmaker[Session], key: bytes, tokens: Iterable[str]) -> dict[str, Subscriber]:
+    """The subscribers signed link tokens belong to, by token, read at once; unknown,
+    forged and altered tokens are all simply absent (callers answer them the same way)."""
+    named = {token: sid for token in tokens if (sid := token_subscriber_id(token)) is not None}
+    if not named:
+        return {}
     with factory() as session:
-        found = get_subscriber_by_id(session, subscriber_id)
-    if found is None or not token_is_valid(key, token, found.id, found.unsubscribe_secret):
-        return None
-    return found
+        found = subscribers_by_ids(session, named.values())
+    return {
+        token: subscriber
+        for token, sid in named.items()
+        if (subscriber := found.get(sid)) is not None
+        and token_is_valid(key, token, subscriber.id, subscriber.unsubscribe_secret)
+    }
 
 
 def set_filter(

@@ -12,12 +12,13 @@ import sqlite3
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
@@ -33,6 +34,7 @@ from bot.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
 from bot.unsubscribes import journal_of, reader_of
 from bot.web import create_app
+from bot.web.acks import APPLY_EVERY_SECONDS
 from bot.web.forms import form_token
 from bot.web.limits import MissBudget
 from tests.conftest import ROOT, SEEDS
@@ -104,27 +106,42 @@ def test_an_acknowledged_unsubscribe_is_applied_in_the_background(
     assert _stored_status(factory, "r1@example.org") is SubscriberStatus.ACTIVE
 
 
+@contextlib.contextmanager
+def _store_held(engine: Engine) -> Iterator[None]:
+    """A long delivery or ingest in the middle of its transaction: on SQLite it holds
+    the one writer lock, on PostgreSQL a lock on every subscriber's row."""
+    if engine.dialect.name == "sqlite":
+        locker = sqlite3.connect(engine.url.database, isolation_level=None, timeout=0)
+        locker.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        return
+    with engine.connect() as connection:
+        connection.execute(text("UPDATE subscribers SET updated_at = updated_at"))
+        try:
+            yield
+        finally:
+            connection.rollback()
+
+
 def test_a_burst_while_the_store_is_locked_is_answered_and_applied_later(
-    engine, factory: sessionmaker[Session], settings: Settings
+    engine: Engine, factory: sessionmaker[Session], settings: Settings
 ) -> None:
-    if engine.dialect.name != "sqlite":
-        pytest.skip("the store's one writer lock is SQLite's")
     tokens = _people(factory, settings, 300)
-    locker = sqlite3.connect(engine.url.database, isolation_level=None, timeout=0)
     with Server(create_app(settings, factory)) as client:
         port = int(str(client.base_url).rsplit(":", 1)[1])
-        locker.execute("BEGIN IMMEDIATE")  # a long delivery or ingest holding the writer
-        try:
+        with _store_held(engine):
             started = time.monotonic()
             codes = _post_all(port, list(tokens.values()))
             spent = time.monotonic() - started
             assert codes == [200] * len(tokens)
             assert spent < 10, f"{spent:.1f} s for {len(tokens)} answers behind a locked store"
+            time.sleep(3 * APPLY_EVERY_SECONDS)  # the applier has tried, and waits
             with reader_of(factory)() as session:
                 assert {s.status for s in list_subscribers(session)} == {SubscriberStatus.ACTIVE}
-        finally:
-            locker.execute("ROLLBACK")
-            locker.close()
         deadline = time.monotonic() + 15
         while True:
             with factory() as session:
@@ -344,3 +361,50 @@ def test_subscribing_again_on_the_manage_page_is_not_undone_by_a_pending_unsubsc
         time.sleep(1.5)  # the background applier runs meanwhile
     assert _stored_status(factory, "r0@example.org") is SubscriberStatus.ACTIVE
     assert not journal_of(factory).pending_subscribers()
+
+
+def test_manage_pages_stay_correct_during_a_burst(factory: sessionmaker[Session], settings: Settings) -> None:
+    tokens = _people(factory, settings, 300)
+    ids = sorted(tokens)
+    leaving, pausing, refiltering = ids[:200], ids[200:250], ids[250:]
+    key = KEY.encode()
+
+    async def run(port: int) -> tuple[list[int], list[tuple[int, str]]]:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+
+            async def leave(sid: int) -> int:
+                body = b"List-Unsubscribe=One-Click"
+                return (await client.post(f"/u/{tokens[sid]}", content=body, headers=ONE_CLICK)).status_code
+
+            async def manage(sid: int) -> tuple[int, str]:
+                page = await client.get(f"/m/{tokens[sid]}")
+                assert page.status_code == 200 and "status: <strong>active</strong>" in page.text
+                form = {"form": form_token(key, tokens[sid])}
+                if sid in pausing:
+                    form["action"] = "pause"
+                else:
+                    form.update(action="filter", filter=f'"topic {sid}"')
+                changed = await client.post(f"/m/{tokens[sid]}", data=form)
+                return changed.status_code, changed.text
+
+            burst = asyncio.gather(*(leave(sid) for sid in leaving))
+            pages = asyncio.gather(*(manage(sid) for sid in pausing + refiltering))
+            return list(await burst), list(await pages)
+
+    with Server(create_app(settings, factory)) as client:
+        port = int(str(client.base_url).rsplit(":", 1)[1])
+        codes, answers = asyncio.run(run(port))
+        assert codes == [200] * len(leaving)
+        assert [code for code, _ in answers] == [200] * len(answers)
+        assert all("Paused" in text for _, text in answers[: len(pausing)])
+        assert all("Filter saved" in text for _, text in answers[len(pausing) :])
+        # A page opened after the burst shows each leaver unsubscribed, applied or not.
+        for sid in leaving[:20]:
+            assert "status: <strong>unsubscribed</strong>" in client.get(f"/m/{tokens[sid]}").text
+    journal_of(factory).apply_pending(factory)
+    with factory() as session:
+        stored = {s.id: s for s in list_subscribers(session)}
+    assert {stored[sid].status for sid in leaving} == {SubscriberStatus.UNSUBSCRIBED}
+    assert {stored[sid].status for sid in pausing} == {SubscriberStatus.PAUSED}
+    assert all(stored[sid].filter == f'"topic {sid}"' for sid in refiltering)
+    assert {stored[sid].status for sid in refiltering} == {SubscriberStatus.ACTIVE}

@@ -40,9 +40,13 @@ def get_subscriber(session: Session, email: str) -> Subscriber | None:
     return _view(row) if row else None
 
 
-def get_subscriber_by_id(session: Session, subscriber_id: int) -> Subscriber | None:
-    row = session.get(SubscriberRow, subscriber_id)
-    return _view(row) if row else None
+def subscribers_by_ids(session: Session, subscriber_ids: Iterable[int]) -> dict[int, Subscriber]:
+    """Those of *subscriber_ids* that exist, by id."""
+    found: dict[int, Subscriber] = {}
+    for part in chunks(sorted(set(subscriber_ids))):
+        rows = session.scalars(select(SubscriberRow).where(SubscriberRow.id.in_(part)))
+        found.update((row.id, _view(row)) for row in rows)
+    return found
 
 
 def subscriber_statuses(session: Session, subscriber_ids: Iterable[int]) -> dict[int, SubscriberStatus]:

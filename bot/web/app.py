@@ -31,12 +31,13 @@ from starlette.routing import Route
 
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
-from bot.subscriptions import SubscriberInputError, by_token, change_status, set_filter
+from bot.subscriptions import SubscriberInputError, change_status, set_filter
 from bot.tokens import signing_key
 from bot.unsubscribes import journal_of, reader_of
 from bot.web.acks import Acknowledger
 from bot.web.forms import MAX_FORM_BYTES, form_token, parse_form, same_origin
 from bot.web.limits import MissBudget
+from bot.web.lookups import TokenLookups
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         endpoint.acks.start()
+        endpoint.lookups.start()
         try:
             yield
         finally:
+            await endpoint.lookups.stop()
             await endpoint.acks.stop()
 
     app = Starlette(
@@ -112,6 +115,7 @@ class _Endpoint:
         # Look-ups read without the store's write lock (SQLite), so a long delivery or
         # ingest never holds a page or an unsubscribe back.
         self.reader = reader_of(factory)
+        self.lookups = TokenLookups(self.reader, self.key)
         self.acks = Acknowledger(self.journal, factory, now)
         self.misses = MissBudget(settings.web.misses_per_second, settings.web.misses_burst)
         pages = Environment(
@@ -141,19 +145,18 @@ class _Endpoint:
         client = request.client.host if request.client else ""
         if self.misses.exhausted(client, time.monotonic()):
             raise TooManyMisses
-        # A one-click POST is journaled whatever the journal holds already (applying
-        # twice is harmless): it skips the journal look-up that pages need.
-        journal = request.method != "POST" or request.url.path.startswith("/m/")
-        found = await run_in_threadpool(self._subscriber_of, request.path_params["token"], journal)
+        found = await self.lookups.subscriber(request.path_params["token"])
         if found is None:
             self.misses.spend(client, time.monotonic())
-        return found
-
-    def _subscriber_of(self, token: str, journal: bool) -> Subscriber | None:
-        found = by_token(self.reader, self.key, token)
-        if found is None or found.status is SubscriberStatus.UNSUBSCRIBED:
+            return None
+        if found.status is SubscriberStatus.UNSUBSCRIBED:
             return found
-        if found.id in self.acks.acknowledged or (journal and self.journal.pending_subscribers([found.id])):
+        # A one-click POST is journaled whatever the journal holds already (applying
+        # twice is harmless): it skips the journal look-up that pages need.
+        one_click = request.method == "POST" and request.url.path.startswith("/u/")
+        if found.id in self.acks.acknowledged or (
+            not one_click and bool(await run_in_threadpool(self.journal.pending_subscribers, [found.id]))
+        ):
             return replace(found, status=SubscriberStatus.UNSUBSCRIBED)
         return found
 

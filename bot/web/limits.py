@@ -1,8 +1,8 @@
 """Subscriber endpoint: a per-client budget for requests that name no subscriber.
 
-A token is checked with one primary-key read and one HMAC, so a forged one costs
-little; a client that keeps sending them (a scanner, a flood) uses up its budget
-and is answered 429 without any look-up until the budget refills.  Requests with
+A token is checked with its share of one grouped read and one HMAC, so a forged
+one costs little; a client that keeps sending them (a scanner, a flood) uses up
+its budget and is answered 429 without any look-up until the budget refills.  Requests with
 valid tokens never spend the budget: a provider's burst of real one-click
 unsubscribes is never limited.  Pure bookkeeping; never touches the store.
 """

@@ -134,6 +134,8 @@ class SenderConfig(BaseModel):
 
 class DigestConfig(BaseModel):
     max_entries: int = Field(30, ge=1)  # the rest rolls into the next digest, best first
+    # Longer summaries are cut at a sentence near this length (0: always whole).
+    summary_chars: int = Field(400, ge=0, le=100_000)
     send_empty: bool = False
     # Papers without an arXiv/DOI link or URL in their summary link to this search.
     search_url: str = "https://arxiv.org/search/?query={title}&searchtype=title"

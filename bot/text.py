@@ -4,9 +4,12 @@ value and a web link.  Pure functions; never reads or writes anything.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 from email.policy import default as _default_policy
+
+import nh3
 
 # C0/C1 controls and the Unicode line/paragraph separators: never part of a name,
 # title, tag or address, and a way to smuggle line breaks into a mail header.  Lone
@@ -97,3 +100,22 @@ def is_utf8_name(path: str | os.PathLike[str]) -> bool:
 
 def is_web_url(url: str | None) -> bool:
     return bool(url) and _WEB_URL.fullmatch(url or "") is not None
+
+
+_PROSE_URL = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)  # in prose: stops at brackets
+
+
+def urls_in(text: str) -> tuple[str, ...]:
+    """URLs a summary names, in order, without trailing sentence punctuation."""
+    if "://" not in text:  # the common case; the case-insensitive regex scans every character
+        return ()
+    seen: dict[str, None] = {}
+    for match in _PROSE_URL.finditer(text):
+        seen.setdefault(match.group(0).rstrip(".,;:!?"), None)
+    return tuple(seen)
+
+
+def html_text(fragment: str) -> str:
+    """The text of an HTML fragment on one line (an Atom ``type="html"`` title): tags
+    dropped, entities decoded."""
+    return one_line(html.unescape(nh3.clean(fragment, tags=set(), clean_content_tags={"script", "style"})))

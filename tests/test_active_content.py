@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from datetime import UTC, date, datetime, timedelta
 from email import policy
 from email.parser import BytesParser
@@ -23,7 +24,8 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
-from bot.mail.render import ALLOWED_TAGS, sanitize_html
+from bot.mail import render
+from bot.mail.prose import ALLOWED_TAGS, sanitize_html
 from bot.plan import plan
 from bot.sink import Sink
 from bot.subscriptions import clean_fields, save
@@ -110,7 +112,23 @@ PAYLOADS = [
 ]
 
 # What the digest template itself produces, plus what the sanitizer lets through.
-TEMPLATE_TAGS = {"html", "head", "meta", "title", "body", "div", "p", "a", "span", "h1", "h2"}
+TEMPLATE_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "div",
+    "p",
+    "a",
+    "span",
+    "h1",
+    "h2",
+    "ol",
+    "li",
+    "mark",
+}
 SAFE_TAGS = TEMPLATE_TAGS | ALLOWED_TAGS
 SAFE_SCHEMES = {"http", "https", "mailto"}
 URL_ATTRIBUTES = {
@@ -149,7 +167,8 @@ class Audit(HTMLParser):
                     self.images.append(value)
                 scheme = urlsplit(value.strip()).scheme.lower()
                 allowed = {"https"} if tag == "img" else SAFE_SCHEMES
-                if name not in {"href", "src"} or scheme not in allowed:
+                own_anchor = tag == "a" and name == "href" and re.fullmatch(r"#e\d+", value) is not None
+                if (name not in {"href", "src"} or scheme not in allowed) and not own_anchor:
                     self.problems.append(f"<{tag} {name}={value!r}>")
             if name == "style" and any(
                 bad in value.lower() for bad in ("expression", "javascript", "url(", "@import", "behavior")
@@ -230,12 +249,14 @@ def dump(payloads: list[str]) -> bytes:
     ).encode()
 
 
-def deliver_everything(factory: sessionmaker[Session], tmp_path: Path, sink: Sink, *, remote_images: bool) -> str:
+def deliver_everything(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink, *, remote_images: bool, summary_chars: int = 400
+) -> str:
     settings = Settings.model_validate(
         {
             "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
             "smtp": {"port": sink.port, "timeout_seconds": 10},
-            "digest": {"max_entries": 1000, "remote_images": remote_images},
+            "digest": {"max_entries": 1000, "remote_images": remote_images, "summary_chars": summary_chars},
         }
     )
     save(factory, settings, [clean_fields("reader@example.org", name="Reader")], DAY - timedelta(days=1))
@@ -255,18 +276,29 @@ def deliver_everything(factory: sessionmaker[Session], tmp_path: Path, sink: Sin
     return message.get_body(("html",)).get_content()
 
 
-def test_no_payload_survives_the_full_render(factory: sessionmaker[Session], tmp_path: Path, sink: Sink) -> None:
-    html = deliver_everything(factory, tmp_path, sink, remote_images=False)
+@pytest.fixture(autouse=True)
+def _no_size_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every entry in full: the corpus makes one digest far over the size budget, and
+    compact entries would show no summary to audit."""
+    monkeypatch.setattr(render, "HTML_BUDGET", 1 << 40)
+
+
+@pytest.mark.parametrize("summary_chars", [400, 0])
+def test_no_payload_survives_the_full_render(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink, summary_chars: int
+) -> None:
+    html = deliver_everything(factory, tmp_path, sink, remote_images=False, summary_chars=summary_chars)
     checker = audit(html)
     print(f"\nXSS corpus: {len(PAYLOADS)} payloads x 4 formats x (title, link, summary, author, tag)")
     assert checker.problems == []
     assert checker.images == []
     assert "alert(1)</script>" not in html
-    assert html.count('class="entry"') == 4 * len(PAYLOADS)  # every entry rendered
+    assert html.count('class="entry"') == 4 * len(PAYLOADS)  # every entry rendered ...
+    assert html.count('class="summary"') == 4 * len(PAYLOADS)  # ... in full
 
 
 def test_https_images_pass_only_when_configured(factory: sessionmaker[Session], tmp_path: Path, sink: Sink) -> None:
-    html = deliver_everything(factory, tmp_path, sink, remote_images=True)
+    html = deliver_everything(factory, tmp_path, sink, remote_images=True, summary_chars=0)
     checker = audit(html)
     assert checker.problems == []
     assert checker.images and all(src.startswith("https://") for src in checker.images)

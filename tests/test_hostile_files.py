@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.domain import SourceStatus
+from bot.domain import DigestItem, EntryKind, SourceStatus
 from bot.ingest.formats import parse_any
 from bot.ingest.formats.errors import SourceFormatError
 from bot.ingest.service import ingest_file
 from bot.ingest.watcher import expand, scan_folder
-from bot.mail.render import html_to_text
+from bot.mail.prose import html_to_text, marks_pattern, summary_of
 from bot.store.sources import list_sources
 from tests.conftest import ROOT, copy_aged
 from tests.helpers import INGEST_MEMORY_PROBE, dump_of_size
@@ -153,6 +153,32 @@ def test_html_to_text_is_linear_on_unclosed_tags() -> None:
     normal = "<p>" + "word " * (LONG // 5) + "</p>"
     baseline = timed(lambda: html_to_text(normal))
     assert timed(lambda: html_to_text("<br" * (LONG // 3))) < 10 * baseline + 0.5
+
+
+def test_summaries_and_marks_are_linear_on_hostile_html_and_latex() -> None:
+    marks = marks_pattern(("kv cache", "gpu"))
+    normal = "<p>" + "kv cache word " * (LONG // 14) + "</p>"
+    baseline = timed(lambda: summary_of(_html_item(normal), 400, marks))
+    for shape in (
+        "<a href='" * (LONG // 9),
+        '<"' * (LONG // 2),
+        "\\alpha" * (LONG // 6),
+        "\\mu" + " " * LONG,
+        "$" * LONG,
+        ". " * (LONG // 2),
+        "kv " * (LONG // 3),
+        "<p>" + "kv-" * (LONG // 3),
+    ):
+        for kind in ("text/html", "text/plain"):
+            spent = timed(lambda shape=shape, kind=kind: summary_of(_html_item(shape, kind), 400, marks))
+            assert spent < 10 * baseline + 0.5, (shape[:20], kind, spent)
+
+
+def _html_item(summary: str, kind: str = "text/html") -> DigestItem:
+    return DigestItem(
+        key="k", kind=EntryKind.PAPER, title="t", authors=(), published=None, summary=summary,
+        summary_type=kind, tags=(), why="", arxiv_id=None, doi=None, links=(),
+    )  # fmt: skip
 
 
 # --- bounded memory ------------------------------------------------------------------

@@ -109,9 +109,10 @@ def test_spliced_messages_equal_the_simple_path_byte_for_byte(
         wired = mailer.build(session, rows, now, for_wire=True)
     assert mailer.spliced == 2 * len(ids)  # the fast path was taken, not fallen back from
     assert len(mailer.templates) == 4  # one body per filter
-    # The four bodies share their entries' lines: the pool holds them once.
+    # The four bodies share their entries' lines (those without a filter's marks): the
+    # pool holds them once.
     held = sum(t.constant_size for t in mailer.templates.values() if t is not None)
-    assert mailer.chunks.nbytes < 0.8 * held, (mailer.chunks.nbytes, held)
+    assert mailer.chunks.nbytes < 0.9 * held, (mailer.chunks.nbytes, held)
     for fast, wire, (data, sender, recipient) in zip(built, wired, simple, strict=True):
         assert fast.error is None
         assert (fast.sender, fast.recipient) == (sender, recipient)

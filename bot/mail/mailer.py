@@ -15,15 +15,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import cast
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import TagRulesError, load_rules
 from bot.config import Settings
 from bot.domain import DeliverReport, DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.mail.chunks import ChunkPool
 from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for
-from bot.mail.render import Links, Renderer
+from bot.mail.render import Keywords, Links, Renderer
 from bot.mail.splice import MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
 from bot.store.contents import ContentCache, digest_content, digest_contents
 from bot.store.digests import DigestRow, Finished, finish_many, get_digest, get_digests
@@ -68,6 +70,8 @@ class Mailer:
             settings.paths.templates_dir,
             search_url=settings.digest.search_url,
             remote_images=settings.digest.remote_images,
+            summary_chars=settings.digest.summary_chars,
+            keywords=rule_keywords(settings.paths.tags_file),
         )
         self.key = signing_key(settings)
         self.envelope_sender = envelope_address(settings.sender.from_address)
@@ -255,6 +259,16 @@ def _resent_message_id(session: Session, row: DigestRow) -> str | None:
         return None
     original = get_digest(session, row.resend_of)
     return original.message_id if original else None
+
+
+def rule_keywords(path: Path | None) -> Keywords:
+    """Each rule tag's keywords, to mark in digests; none when the rules cannot be read
+    (ingest and planning report that file themselves)."""
+    try:
+        rules = load_rules(path)
+    except TagRulesError:
+        return ()
+    return tuple((rule.name, rule.keywords) for rule in rules.rules)
 
 
 def cancel_digests(

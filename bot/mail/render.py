@@ -1,154 +1,39 @@
 """Render stage: a ``DigestContent`` in, subject + plain text + HTML out.
 
 Jinja2 templates from ``paths.templates_dir`` (autoescaped HTML, StrictUndefined),
-one stylesheet inlined with css-inline, LaTeX in summaries turned into readable
-text with pylatexenc, feed HTML sanitized with nh3.  Pure: never reads the
-store, never sends.  The text conversions are pure and cached: a day's entries
-are rendered for many subscribers.
+one stylesheet inlined with css-inline (its ``@media`` rules, dark mode among
+them, kept in a ``<style>``), the words of each entry from ``prose``.  A digest
+whose HTML part would pass ``HTML_BUDGET`` shows its last entries in a compact
+form instead, so Gmail never clips it.  Pure: never reads the store, never sends.
 """
 
 from __future__ import annotations
 
-import html
 import re
 import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from urllib.parse import quote, quote_plus
 
 import css_inline
-import nh3
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup, escape
-from pylatexenc.latex2text import LatexNodes2Text
+from markupsafe import Markup
 
-from bot.domain import DigestContent, DigestItem, EntryKind, EntryView, RenderedDigest
-from bot.text import is_web_url, one_line
+from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter
+from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest
+from bot.links import primary_url, side_links
+from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
+from bot.text import one_line
 
 MAX_AUTHORS = 6
 TEXT_FOOTER = "_footer.txt.j2"
-_LATEX = LatexNodes2Text(math_mode="text", strict_latex_spaces=False)
-_URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)  # in prose: stops at brackets
-# Characters LaTeX treats specially that plain prose uses literally.
-_BARE_SPECIALS = re.compile(r"(?<!\\)([%&#])")
-_PLACEHOLDER = "zzlatexurl{}zz"
-# A tag that ends a line of text.  Its attributes stop at the next "<" as well as at
-# ">": with [^>]* an unclosed "<br<br<br..." rescanned the rest of the summary per tag.
-_BLOCK_END = re.compile(r"<\s*(?:br|/p|/li|/blockquote)\b[^<>]*>", re.IGNORECASE)
-
-ALLOWED_TAGS = {"p", "br", "b", "strong", "i", "em", "a", "ul", "ol", "li", "code", "pre", "sub", "sup", "blockquote"}
-ALLOWED_ATTRIBUTES = {"a": {"href", "title"}}
-ALLOWED_SCHEMES = {"http", "https", "mailto"}
-
-
-@lru_cache(maxsize=8192)
-def latex_to_text(text: str) -> str:
-    """Readable text from a summary that may carry LaTeX ("$1.45\\times$" -> "1.45×").
-
-    Only text with a backslash or a dollar sign goes through pylatexenc; URLs
-    are protected from it and bare %, & and # stay literal (in a dump they are
-    prose: "67.2% and ..."), so nothing is ever lost."""
-    if "\\" not in text and "$" not in text:
-        return text
-    urls: list[str] = []
-
-    def stash(match: re.Match[str]) -> str:
-        urls.append(match.group(0))
-        return _PLACEHOLDER.format(len(urls) - 1)
-
-    guarded = _BARE_SPECIALS.sub(r"\\\1", _URL_RE.sub(stash, text))
-    try:
-        converted = _LATEX.latex_to_text(guarded)
-    except Exception:  # pylatexenc is lenient, but a summary must never break a digest
-        return text
-    converted = converted.replace("\u00a0", " ")
-    for index, url in enumerate(urls):
-        converted = converted.replace(_PLACEHOLDER.format(index), url)
-    return str(converted)
-
-
-@lru_cache(maxsize=8192)
-def sanitize_html(fragment: str, *, remote_images: bool = False) -> str:
-    """Feed HTML reduced to a small allow-list: no scripts, styles, forms or event
-    handlers; images (remote by nature in a feed, so a tracking risk) only when
-    *remote_images*, and then only https ones."""
-    if not remote_images:
-        return nh3.clean(
-            fragment,
-            tags=ALLOWED_TAGS,
-            attributes=ALLOWED_ATTRIBUTES,
-            url_schemes=ALLOWED_SCHEMES,
-            link_rel="noopener noreferrer nofollow",
-            strip_comments=True,
-            url_relative="deny",  # a relative URL means nothing in a mailbox
-        )
-    return nh3.clean(
-        fragment,
-        tags=ALLOWED_TAGS | {"img"},
-        attributes={**ALLOWED_ATTRIBUTES, "img": {"src", "alt", "width", "height"}},
-        url_schemes=ALLOWED_SCHEMES,
-        attribute_filter=_https_images_only,
-        link_rel="noopener noreferrer nofollow",
-        strip_comments=True,
-        url_relative="deny",  # a relative URL means nothing in a mailbox
-    )
-
-
-def _https_images_only(tag: str, attribute: str, value: str) -> str | None:
-    if tag == "img" and attribute == "src" and not value.lower().startswith("https://"):
-        return None
-    return value
-
-
-@lru_cache(maxsize=8192)
-def html_to_text(fragment: str) -> str:
-    blocky = _BLOCK_END.sub("\n", fragment)
-    stripped = nh3.clean(blocky, tags=set(), clean_content_tags={"script", "style"})
-    return "\n".join(" ".join(line.split()) for line in html.unescape(stripped).splitlines()).strip()
-
-
-def plain_summary(item: DigestItem) -> str:
-    if item.summary_type == "text/html":
-        return html_to_text(item.summary)
-    return latex_to_text(item.summary)
-
-
-def _linkify(text: str) -> Markup:
-    out: list[str] = []
-    last = 0
-    for match in _URL_RE.finditer(text):
-        url = match.group(0).rstrip(".,;:!?")
-        out.append(str(escape(text[last : match.start()])))
-        out.append(f'<a href="{escape(url)}">{escape(url)}</a>')
-        last = match.start() + len(url)
-    out.append(str(escape(text[last:])))
-    return Markup("".join(out))
-
-
-def html_summary(item: DigestItem, *, remote_images: bool = False) -> Markup:
-    if item.summary_type == "text/html":
-        return Markup(sanitize_html(item.summary, remote_images=remote_images))
-    paragraphs = [p for p in latex_to_text(item.summary).split("\n\n") if p.strip()]
-    return Markup("".join(f"<p>{_linkify(p)}</p>" for p in paragraphs))
-
-
-def primary_url(item: DigestItem | EntryView, search_url: str) -> str:
-    """Where the title links: GitHub for repositories; for papers the arXiv or
-    DOI page, else the first link the source gave or the summary names, else a search."""
-    if isinstance(item, DigestItem) and is_web_url(item.url):
-        return item.url
-    if item.kind is EntryKind.REPO and item.links and is_web_url(item.links[0]):
-        return item.links[0]
-    if item.arxiv_id:
-        return f"https://arxiv.org/abs/{quote(item.arxiv_id, safe='./')}"
-    if item.doi:
-        return f"https://doi.org/{quote(item.doi, safe='/:;()._-')}"
-    for url in item.links:
-        if is_web_url(url):
-            return url
-    return search_url.format(title=quote_plus(item.title))
+# Gmail clips an HTML part over 102 KB, hiding the rest (the unsubscribe link with it).
+HTML_BUDGET = 90_000
+# The most a subscriber's own values (address, links) add to a body measured without them.
+PERSONAL_ALLOWANCE = 1_500
+PREHEADER_TITLES = 3
+CONTENTS_FROM = 3  # entries; a shorter digest is its own contents
 
 
 def byline(item: DigestItem) -> str:
@@ -211,6 +96,52 @@ def _wrap(text: str, width: int = 78, indent: str = "", first: str | None = None
     return "\n\n".join(out)
 
 
+Keywords = tuple[tuple[str, tuple[str, ...]], ...]  # (tag name, its rule's keywords)
+
+
+@lru_cache(maxsize=4096)
+def filter_marks(filter_text: str, keywords: Keywords = ()) -> re.Pattern[str] | None:
+    """What to mark in a subscriber's entries: the phrases their filter asks for, and for
+    each tag it asks for, the tag's name and its rule's keywords (nothing under a "not")."""
+    try:
+        expr = parse_filter(filter_text)
+    except FilterError:
+        return None
+    by_tag = dict(keywords)
+    wanted: list[str] = []
+    for atom in positive_atoms(expr):
+        wanted += [atom.text] if isinstance(atom, Phrase) else [atom.name, *by_tag.get(atom.name, ())]
+    return marks_pattern(tuple(w for w in wanted if w.strip()))
+
+
+def positive_atoms(expr: object) -> list[Tag | Phrase]:
+    if isinstance(expr, (Tag, Phrase)):
+        return [expr]
+    if isinstance(expr, (And, Or)):
+        return [a for item in expr.items for a in positive_atoms(item)]
+    return []  # a "not", or everything
+
+
+# The first atom of a "why" line: a quoted phrase or a tag name, before its colon.
+_FIRST_ATOM = re.compile(r'\A("(?:[^"\\]|\\.)*"|[^:;"]+):')
+
+
+def contents_groups(items: list[dict[str, object]]) -> list[tuple[str, list[dict[str, object]]]]:
+    """The entries grouped by the filter atom that brought each (the first of its "why"),
+    groups in the order of their best entry; one unnamed group when all share one."""
+    groups: dict[str, list[dict[str, object]]] = {}
+    for item in items:
+        match = _FIRST_ATOM.match(str(item["why"]))
+        groups.setdefault(match.group(1).strip() if match else "", []).append(item)
+    return list(groups.items()) if len(groups) > 1 else [("", items)]
+
+
+def preheader(items: list[dict[str, object]]) -> str:
+    """The line a mailbox shows under the subject: the top titles."""
+    line = " · ".join(str(item["title"]) for item in items[:PREHEADER_TITLES])
+    return line if len(line) <= 150 else line[:149].rsplit(" ", 1)[0] + " …"
+
+
 @dataclass(frozen=True, slots=True)
 class Links:
     unsubscribe_url: str
@@ -226,9 +157,19 @@ def personal_context(email: str, links: Links) -> dict[str, object]:
 class Renderer:
     """Templates and stylesheet loaded once; ``render`` is called per digest."""
 
-    def __init__(self, templates_dir: Path, *, search_url: str, remote_images: bool = False) -> None:
+    def __init__(
+        self,
+        templates_dir: Path,
+        *,
+        search_url: str,
+        remote_images: bool = False,
+        summary_chars: int = 400,
+        keywords: Keywords = (),
+    ) -> None:
         self.search_url = search_url
+        self.keywords = keywords  # marked where a filter names their tag
         self.remote_images = remote_images
+        self.summary_chars = summary_chars
         self.env = Environment(
             loader=FileSystemLoader(str(templates_dir)),
             autoescape=select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
@@ -246,40 +187,81 @@ class Renderer:
         css_path = templates_dir / "digest.css"
         css = css_path.read_text(encoding="utf-8") if css_path.is_file() else ""
         self.inliner = css_inline.CSSInliner(
-            keep_style_tags=False, load_remote_stylesheets=False, extra_css=css or None
+            keep_style_tags=False,
+            keep_at_rules=True,
+            minify_css=True,
+            load_remote_stylesheets=False,
+            extra_css=css or None,
         )
 
     def context(self, content: DigestContent, links: Links) -> dict[str, object]:
-        items = []
-        url_refs: list[tuple[int, str]] = []
-        for n, item in enumerate(content.items, start=1):
-            url = primary_url(item, self.search_url)
-            url_refs.append((n, url))
-            items.append(
-                {
-                    "title": one_line(item.title),
-                    "url": url,
-                    "ref": n,
-                    "byline": byline(item),
-                    "summary_text": plain_summary(item),
-                    "summary_html": html_summary(item, remote_images=self.remote_images),
-                    "tags": list(item.tags),
-                    "why": item.why,
-                }
-            )
+        marks = filter_marks(content.subscriber.filter, self.keywords)
+        items = [self._item(n, item, marks) for n, item in enumerate(content.items, start=1)]
         count = len(content.items)
-        return {
+        context: dict[str, object] = {
             "subject": subject_of(content),
             "heading": "Your research digest",
+            "preheader": preheader(items),
             "date_label": content.local_date.strftime("%A, %d %B %Y"),
             "count_label": f"{count} new {'entry' if count == 1 else 'entries'}",
             "subscriber_filter": content.subscriber.filter,
             "items": items,
+            "contents": contents_groups(items) if len(items) >= CONTENTS_FROM else [],
             "pending": content.pending,
             "resend_of": content.resend_of,
-            "links": url_refs,
+            "links": [(item["ref"], item["url"]) for item in items],
             **personal_context(content.subscriber.email, links),
         }
+        self._fit(context, items)
+        return context
+
+    def _item(self, ref: int, item: DigestItem, marks: re.Pattern[str] | None) -> dict[str, object]:
+        url = primary_url(item, self.search_url)
+        summary = summary_of(item, self.summary_chars, marks, remote_images=self.remote_images)
+        summary_html = summary.html
+        if summary.cut and summary_html.endswith("</p>"):
+            more = Markup(' <a class="readmore" href="{}">more</a></p>').format(url)
+            summary_html = Markup(str(summary_html)[: -len("</p>")]) + more
+        description = dict(item.extra).get("description", "") if item.kind is EntryKind.REPO else ""
+        return {
+            "title": title_text(item.title),
+            "title_html": title_html(item.title, marks),
+            "url": url,
+            "ref": ref,
+            "byline": byline(item),
+            "side_links": side_links(item),
+            "description": title_text(description),
+            "description_html": title_html(description, marks),
+            "summary_text": summary.text + (f" (more: [{ref}])" if summary.cut else ""),
+            "summary_html": summary_html,
+            "tags": list(item.tags),
+            "why": item.why,
+            "compact": False,
+        }
+
+    def _fit(self, context: dict[str, object], items: list[dict[str, object]]) -> None:
+        """Show the last entries compact (title and byline) while the HTML part would pass
+        the budget; as few as possible.  Measured without the subscriber's own values, so
+        every subscriber of one body gets the same layout."""
+        budget = HTML_BUDGET - PERSONAL_ALLOWANCE
+
+        def fits(full: int) -> bool:
+            for index, item in enumerate(items):
+                item["compact"] = index >= full
+            measured = {**context, **personal_context("", Links("", None))}
+            return len(self.inliner.inline(self.html_template.render(measured)).encode("utf-8")) <= budget
+
+        low, high = 0, len(items)
+        if fits(high):
+            return
+        while low < high:  # the most entries shown in full that still fit
+            middle = (low + high + 1) // 2
+            if fits(middle):
+                low = middle
+            else:
+                high = middle - 1
+        for index, item in enumerate(items):
+            item["compact"] = index >= low
 
     def render(self, content: DigestContent, links: Links) -> RenderedDigest:
         return self.render_context(self.context(content, links))

@@ -25,8 +25,8 @@ from bot.choose.select import Candidate, SelectionCache, effective_start, local_
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import DigestKind, DigestState, EntryView, Subscriber, SubscriberStatus
+from bot.links import primary_url
 from bot.mail.message import message_id_for
-from bot.mail.render import primary_url
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
 from bot.store.engine import transaction
 from bot.store.entry_reads import latest_entry_at

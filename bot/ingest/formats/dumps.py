@@ -19,7 +19,7 @@ from typing import NamedTuple
 from bot.domain import EntryKind, ParsedEntry, ParsedSource
 from bot.ingest.formats.errors import SourceFormatError, quoted
 from bot.ingest.identity import is_repo_name
-from bot.text import tag_label
+from bot.text import tag_label, urls_in
 
 LINK_LABELS = frozenset({"PDF", "Code"})
 TAG_SEPARATOR = "\u00d7"  # "×"
@@ -30,7 +30,6 @@ _DATE = r"(?P<date>\d{4}-\d{2}-\d{2})"
 _DATE_RE = re.compile(_DATE)
 _REPO_META_RE = re.compile(rf"^(?P<owner>\S+)\s+{_DATE}(?:\s+(?P<stars>[\d,]+))?(?:\s+(?P<language>.+))?$")
 _COUNTS_RE = re.compile(r"^(?P<stars>[\d,]+)\s+(?P<forks>[\d,]+)$")
-_URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)
 
 
 # About twice the blocks of a dump as big as watch.max_file_bytes allows: past
@@ -150,16 +149,6 @@ def _parse_date(value: str, name: str, line: int) -> date:
         return date.fromisoformat(value)
     except ValueError:
         raise DumpFormatError(name, line, f"invalid date {quoted(value)} (expected YYYY-MM-DD)") from None
-
-
-def urls_in(text: str) -> tuple[str, ...]:
-    """URLs a summary names, in order, without trailing sentence punctuation."""
-    if "://" not in text:  # the common case; the case-insensitive regex scans every character
-        return ()
-    seen: dict[str, None] = {}
-    for match in _URL_RE.finditer(text):
-        seen.setdefault(match.group(0).rstrip(".,;:!?"), None)
-    return tuple(seen)
 
 
 def _repo_meta(title: str, meta: _Block, name: str) -> tuple[date, dict[str, str]]:

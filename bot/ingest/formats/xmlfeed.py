@@ -22,7 +22,7 @@ from bot.ingest.formats.feed_items import (
     quoted_id,
     title_from,
 )
-from bot.text import one_line, tag_label
+from bot.text import html_text, one_line, tag_label
 
 # feedparser's time grows with the elements (twice when the strict parse fails and
 # its loose parser retries): beyond this a document would hold the watcher for
@@ -62,7 +62,7 @@ def _item(item: Any) -> FeedItem | None:
     content = item.get("content") or []
     detail = content[0] if content else item.get("summary_detail") or {}
     summary = detail.get("value", item.get("summary", "")) or ""
-    title = one_line(item.get("title")) or title_from(summary)
+    title = _title_text(item) or title_from(summary)
     if not title:
         return None
     names = [a.get("name", "") for a in item.get("authors", []) if isinstance(a, dict)]
@@ -78,6 +78,15 @@ def _item(item: Any) -> FeedItem | None:
         announce=announce(item.get("arxiv_announce_type")),
         doi_hint=" ".join(str(item.get(k, "")) for k in ("prism_doi", "arxiv_doi", "dc_identifier")),
     )
+
+
+def _title_text(item: Any) -> str:
+    """The item's title as text: of an HTML-typed one (Atom ``type="html"``, "Scheduling
+    <i>MoE</i> Experts") the words, not the tags."""
+    title = item.get("title") or ""
+    if (item.get("title_detail") or {}).get("type") in ("text/html", "application/xhtml+xml"):
+        title = html_text(title)
+    return one_line(title)
 
 
 def _struct_date(value: time.struct_time | None) -> date | None:

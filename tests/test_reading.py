@@ -1,0 +1,312 @@
+"""The digest as a reader sees it: real sources shown right, short summaries, marks,
+contents, links, and the size budget that keeps Gmail from clipping a message."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import UTC, date, datetime, timedelta
+from email import policy
+from email.message import EmailMessage
+from email.parser import BytesParser
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.tagging import load_rules
+from bot.config import Settings
+from bot.delivery.loop import deliver_now
+from bot.domain import DigestItem, EntryKind
+from bot.ingest.service import ingest_bytes, ingest_file
+from bot.links import primary_url, side_links
+from bot.mail.prose import cut_at_sentence, latex_to_text, marks_pattern, summary_of, title_text
+from bot.mail.render import HTML_BUDGET, filter_marks
+from bot.plan import plan
+from bot.sink import Sink
+from bot.subscriptions import clean_fields, save
+from tests.conftest import ROOT, SEEDS
+from tests.helpers import render_dump
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DAY = datetime(2026, 6, 15, 12, tzinfo=UTC)
+FIXTURES = Path(__file__).parent / "fixtures"
+SEARCH = "https://arxiv.org/search/?query={title}&searchtype=title"
+
+
+def _settings(tmp_path: Path, sink: Sink, **digest: object) -> Settings:
+    return Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+            "smtp": {"port": sink.port, "timeout_seconds": 5},
+            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
+            "digest": digest,
+        }
+    )
+
+
+def _deliver(factory: sessionmaker[Session], settings: Settings, sink: Sink, *filters: str) -> list[EmailMessage]:
+    people = [clean_fields(f"r{n}@example.org", filter=f) for n, f in enumerate(filters)]
+    save(factory, settings, people, DAY - timedelta(days=2))
+    plan(factory, settings, RULES, now=DAY, all_due=True)
+    before = len(sink.received)
+    asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
+    parser = BytesParser(policy=policy.default)
+    messages = [parser.parsebytes(r.data) for r in sink.received[before:]]
+    return [m for m in messages if isinstance(m, EmailMessage)]
+
+
+def _parts(message: EmailMessage) -> tuple[str, str]:
+    text, html = message.get_body(("plain",)), message.get_body(("html",))
+    assert text is not None and html is not None
+    return text.get_content(), html.get_content()
+
+
+def _item(summary: str, *, title: str = "A paper", summary_type: str = "text/plain", **fields: object) -> DigestItem:
+    values: dict[str, object] = {
+        "key": "k",
+        "kind": EntryKind.PAPER,
+        "title": title,
+        "authors": ("Ada Lovelace",),
+        "published": date(2026, 6, 14),
+        "summary": summary,
+        "summary_type": summary_type,
+        "tags": (),
+        "why": "matches everything",
+        "arxiv_id": None,
+        "doi": None,
+        "links": (),
+    }
+    values.update(fields)
+    return DigestItem(**values)  # type: ignore[arg-type]
+
+
+# --- LaTeX and HTML, wherever they occur -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("latex", "shown"),
+    [
+        ("$150~\\mu s$", "150 μs"),
+        ("$149~μs$", "149 μs"),
+        ("$3.2\\times$ faster", "3.2× faster"),
+        ("$O(n \\log n)$", "O(n log n)"),
+        ("an $\\alpha$-stable law", "an α-stable law"),
+        ("$\\times 3$", "× 3"),
+        ("67.2% and 5 & 6 at https://x.example/a_b$c", "67.2% and 5 & 6 at https://x.example/a_b$c"),
+    ],
+)
+def test_latex_reads_as_text(latex: str, shown: str) -> None:
+    assert latex_to_text(latex) == shown
+
+
+def test_latex_in_an_html_summary_is_converted_between_tags_only() -> None:
+    summary = (
+        '<p>Cuts memory by $2.5\\times$ at <a href="https://x.example/$2.5\\times$">the $\\mu$ site</a>'
+        " in $150~\\mu s$.</p>"
+    )
+    shown = summary_of(_item(summary, summary_type="text/html"), 0)
+    assert "2.5×" in shown.html and "150 μs" in shown.html and "the μ site" in shown.html
+    assert 'href="https://x.example/$2.5\\times$"' in shown.html  # attributes untouched
+    assert "2.5×" in shown.text and "150 μs" in shown.text and "\\times" not in shown.text
+
+
+def test_titles_are_text_with_their_latex_converted() -> None:
+    assert title_text("Speeding up $O(n \\log n)$ sorts by $3.2\\times$") == "Speeding up O(n log n) sorts by 3.2×"
+
+
+def test_real_arxiv_and_atom_feeds_show_right(factory: sessionmaker[Session], tmp_path: Path, sink: Sink) -> None:
+    rss = (FIXTURES / "arxiv_day1.rss").read_text(encoding="utf-8")
+    # arXiv's own shape: LaTeX in the title and in the (typed HTML) description.
+    latex_item = """<item>
+      <title>Sorting in $O(n \\log n)$ at $3.2\\times$ the speed</title>
+      <link>https://arxiv.org/abs/2606.09999</link>
+      <description>arXiv:2606.09999v1 Announce Type: new
+Abstract: A sort that runs in $150~\\mu s$ and reaches $2.5\\times$ on GPUs.</description>
+      <guid isPermaLink="false">oai:arXiv.org:2606.09999v1</guid>
+      <category>cs.DC</category>
+      <dc:creator>Ada Lovelace</dc:creator>
+    </item>
+    <item>"""
+    rss = rss.replace("<item>", latex_item, 1)
+    settings = _settings(tmp_path, sink)
+    for name, data in (("arxiv.rss", rss.encode()), ("journal.atom", (FIXTURES / "journal.atom").read_bytes())):
+        assert ingest_bytes(factory, data, name=name, now=DAY, rules=RULES).status.value == "ingested"
+    (message,) = _deliver(factory, settings, sink, "*")
+    text, html = _parts(message)
+    flat_text, flat_html = " ".join(text.split()), " ".join(html.split())
+    for shown in ("Sorting in O(n log n) at 3.2× the speed", "150 μs", "2.5×"):
+        assert shown in flat_text, shown
+        assert shown in flat_html, shown
+    assert "\\times" not in text + html and "\\log" not in text + html and "$" not in text
+    # Atom type="html" title: its words, not its tags.
+    assert "Scheduling MoE Experts Across Pods" in flat_text and "Scheduling MoE Experts Across Pods" in flat_html
+    assert "&lt;i&gt;" not in html and "<i>" not in text
+    # The title goes to the paper; its PDF is one click away.
+    assert '<a href="https://arxiv.org/abs/2606.09999"' in html
+    assert 'href="https://arxiv.org/pdf/2606.09999"' in html and "PDF: https://arxiv.org/pdf/2606.09999" in text
+
+
+# --- links -------------------------------------------------------------------------
+
+
+def test_a_paper_title_links_to_the_paper_and_its_code_gets_its_own_link() -> None:
+    summary = (
+        "We release models at https://huggingface.co/collections/org/models and code at https://github.com/org/repo."
+    )
+    paper = _item(summary, title="A Model", links=("https://huggingface.co/collections/org/models",))
+    assert primary_url(paper, SEARCH) == SEARCH.format(title="A+Model")  # not the model collection
+    assert side_links(paper) == (
+        ("Code", "https://github.com/org/repo"),
+        ("Model", "https://huggingface.co/collections/org/models"),
+    )
+    arxiv = _item("x", arxiv_id="2606.01234", links=("https://arxiv.org/abs/2606.01234",))
+    assert primary_url(arxiv, SEARCH) == "https://arxiv.org/abs/2606.01234"
+    assert side_links(arxiv) == (("PDF", "https://arxiv.org/pdf/2606.01234"),)
+    # A feed's own link for a paper with no id, named as a "Read more" in its HTML: the title's.
+    feed = _item('<p>x <a href="https://blog.example/post">Read more</a></p>', summary_type="text/html")
+    feed = _item(feed.summary, summary_type="text/html", links=("https://blog.example/post",))
+    assert primary_url(feed, SEARCH) == "https://blog.example/post"
+
+
+def test_seed_repositories_show_their_description_and_papers_their_code(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink
+) -> None:
+    for path in sorted(SEEDS.glob("*.txt")):
+        ingest_file(factory, path, now=DAY - timedelta(hours=1), rules=RULES)
+    settings = _settings(tmp_path, sink, max_entries=1000)
+    (message,) = _deliver(factory, settings, sink, '"kv cache"')
+    text, html = _parts(message)
+    description = "LMCache: Supercharge Your LLM with the Fastest KV Cache Layer"
+    assert description in " ".join(text.split())
+    assert re.search(r'<p class="description"[^>]*>LMCache: Supercharge Your LLM with the Fastest <mark', html)
+
+
+# --- summaries in proportion -------------------------------------------------------
+
+
+def test_a_long_abstract_is_cut_at_a_sentence_and_links_to_the_rest() -> None:
+    sentence = "This sentence has exactly sixty characters in it, you see. "
+    abstract = sentence * 20
+    short = cut_at_sentence(abstract, 400)
+    assert short is not None and short.endswith("you see.") and 300 <= len(short) <= 500
+    assert cut_at_sentence(sentence * 6, 400) is None  # a quarter over: shown whole
+    one_long = "word " * 400
+    cut = cut_at_sentence(one_long, 400)
+    assert cut is not None and cut.endswith(" …") and len(cut) <= 402
+    shown = summary_of(_item(abstract), 400)
+    assert shown.cut and shown.text == short
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab .!?A1\n\"'("), max_size=3000), st.integers(0, 1000))
+def test_a_cut_summary_is_a_prefix_near_the_limit(text: str, limit: int) -> None:
+    cut = cut_at_sentence(text, limit)
+    if cut is None:
+        assert limit <= 0 or len(text) <= limit + limit // 4
+        return
+    body = cut.removesuffix(" …")
+    assert text.startswith(body)
+    assert len(body) <= limit + limit // 4
+
+
+# --- marks -------------------------------------------------------------------------
+
+
+def test_the_filters_words_are_marked_in_html_only_never_inside_a_tag() -> None:
+    marks = filter_marks('"kv cache" or (gpu and not fpga)')
+    assert marks is not None
+    summary = '<p>A KV-cache for GPUs on an FPGA, see <a href="https://x.example/kv-cache">kv cache docs</a>.</p>'
+    shown = summary_of(_item(summary, summary_type="text/html"), 0, marks)
+    assert "<mark>KV-cache</mark>" in shown.html and "<mark>kv cache</mark> docs" in shown.html
+    assert 'href="https://x.example/kv-cache"' in shown.html
+    assert "FPGA" in shown.html and "<mark>FPGA</mark>" not in shown.html  # under a "not"
+    assert "GPUs" in shown.html and "<mark>GPUs</mark>" not in shown.html  # a tag name is a whole word
+    assert "<mark>" not in shown.text
+    assert marks_pattern(()) is None and filter_marks("*") is None
+    # A tag's rule keywords are marked where the filter names the tag.
+    keywords = (("gpu", ("CUDA", "tensor core")), ("fpga", ("Verilog",)))
+    with_rules = filter_marks("gpu and not fpga", keywords)
+    assert with_rules is not None
+    shown = summary_of(_item("CUDA tensor-cores and tensor core kernels in Verilog on a GPU."), 0, with_rules)
+    assert "<mark>CUDA</mark>" in shown.html and "<mark>tensor core</mark>" in shown.html
+    assert "<mark>GPU</mark>" in shown.html and "<mark>Verilog</mark>" not in shown.html
+
+
+# --- layout, dark mode, and the size budget -----------------------------------------
+
+
+def test_contents_preheader_and_dark_mode(factory: sessionmaker[Session], tmp_path: Path, sink: Sink) -> None:
+    for path in sorted(SEEDS.glob("*.txt")):
+        ingest_file(factory, path, now=DAY - timedelta(hours=1), rules=RULES)
+    grouping = '"sparse attention" or snn or fpga or "kv cache"'
+    messages = _deliver(factory, _settings(tmp_path, sink), sink, "*", grouping)
+    for message in messages:
+        text, html = _parts(message)
+        titles = re.findall(r'<div class="entry" id="e(\d+)"', html)
+        assert len(titles) >= 3
+        for ref in titles:  # the contents link every entry
+            assert f'href="#e{ref}"' in html
+        first = re.search(r"<h2[^>]*><a[^>]*>(.*?)</a>", html, re.S)
+        assert first is not None
+        preheader = re.search(r'<div class="preheader"[^>]*>(.*?)</div>', html, re.S)
+        assert preheader is not None and re.sub(r"<[^>]*>", "", first.group(1))[:40] in preheader.group(1)
+        assert '<html lang="en">' in html and '<meta name="color-scheme" content="light dark">' in html
+        assert "prefers-color-scheme: dark" in html
+        assert all(len(line) <= 78 or "://" in line for line in text.splitlines())
+    (filtered,) = [m for m in messages if m["To"].addresses[0].addr_spec == "r1@example.org"]
+    grouped = filtered.get_body(("html",))
+    assert grouped is not None
+    labels = re.findall(r'<p class="group"[^>]*>(.*?)</p>', grouped.get_content())
+    assert len(labels) >= 2 and len(set(labels)) == len(labels)
+
+
+def _worst_case_rss(count: int) -> bytes:
+    """*count* arXiv-like items at their worst: 300-character titles with LaTeX, 60
+    authors, 15 categories, one-line 5,000-character HTML abstracts full of links."""
+    items = []
+    for n in range(count):
+        title = f"Paper {n}: " + "Scaling $O(n \\log n)$ attention kernels " * 7
+        words = " ".join(f"word{n}x{i} https://example.org/{n}/{i}/" + "a" * 40 for i in range(60))
+        abstract = f"&lt;p&gt;{words} $2.5\\times$ " + "x" * (5000 - len(words)) + "&lt;/p&gt;"
+        categories = "".join(f"<category>cs.C{c}</category>" for c in range(15))
+        authors = ", ".join(f"Author Number{a} Withalongsurname" for a in range(60))
+        items.append(
+            f"<item><title>{title}</title><link>https://arxiv.org/abs/2606.{n:05d}</link>"
+            f"<description>arXiv:2606.{n:05d}v1 Announce Type: new\nAbstract: {abstract}</description>"
+            f"<guid>oai:arXiv.org:2606.{n:05d}v1</guid>{categories}<dc:creator>{authors}</dc:creator></item>"
+        )
+    return (
+        '<?xml version="1.0"?><rss version="2.0" xmlns:dc="http://purl.org/dc/elements/1.1/"><channel>'
+        "<title>worst</title>" + "".join(items) + "</channel></rss>"
+    ).encode()
+
+
+@pytest.mark.parametrize("summary_chars", [400, 0])
+def test_every_message_stays_under_the_clipping_size(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink, summary_chars: int
+) -> None:
+    data = _worst_case_rss(40)
+    assert ingest_bytes(factory, data, name="worst.rss", now=DAY, rules=RULES).status.value == "ingested"
+    long_dump = render_dump(
+        [
+            (f"Dump paper {n} " + "on long titles " * 15, ["A. Author"] * 40, date(2026, 6, 14), "Long. " * 900)
+            for n in range(10)
+        ]
+    )
+    assert ingest_bytes(factory, long_dump.encode(), name="long.txt", now=DAY, rules=RULES).status.value == "ingested"
+    settings = _settings(tmp_path, sink, max_entries=30, summary_chars=summary_chars)
+    (message,) = _deliver(factory, settings, sink, "*")
+    raw = sink.received[-1].data
+    text, html = _parts(message)
+    assert len(html.encode()) <= HTML_BUDGET, len(html.encode())
+    assert len(raw) <= 200_000, len(raw)
+    # Every entry is there, the late ones compact (title and byline), none cut off ...
+    assert html.count('class="entry"') == 30 and len(re.findall(r"^\[\d+\] (?!https?:)\S", text, re.M)) == 30
+    # ... and the footer with the unsubscribe link survives.
+    assert "Unsubscribe" in html[-3000:]
+    if summary_chars == 0:
+        assert html.count('class="summary"') < 30  # whole abstracts do not all fit

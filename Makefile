@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install clean bench
+.PHONY: demo test test-fast lint install clean bench screens
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/import_csv.py
+
+screens: demo
+	$(BIN)/python bench/screens.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis .mypy_cache .ruff_cache build dist

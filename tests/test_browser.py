@@ -1,0 +1,160 @@
+"""What a person sees: worst-case digests laid out by headless Chromium at a phone's
+width and a desktop's.  Needs Debian's ``chromium`` (``.ci/run`` installs it)."""
+
+from __future__ import annotations
+
+import html as html_lib
+import json
+import re
+import shutil
+import subprocess
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pytest
+
+from bot.domain import DigestContent, DigestItem, EntryKind, Subscriber, SubscriberStatus
+from bot.mail.render import Links, Renderer
+from tests.conftest import ROOT
+
+CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium here (Debian: apt-get install chromium; .ci/run installs it)"
+)
+
+# Measures the laid-out page once it has loaded and writes what it found into the DOM,
+# which --dump-dom prints.
+PROBE = """<script>
+window.addEventListener("load", () => {
+  const width = window.innerWidth, wide = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    const box = el.getBoundingClientRect();
+    if (box.width > 0 && (box.right > width + 0.5 || box.left < -0.5)) {
+      wide.push(`${el.tagName}.${el.className} ${Math.round(box.left)}..${Math.round(box.right)}`);
+    }
+  }
+  const found = {
+    width, scrollWidth: document.documentElement.scrollWidth, wide: wide.slice(0, 10),
+    links: [...document.querySelectorAll("a")].map(a => a.getAttribute("href")),
+    contents: document.querySelectorAll(".toc li").length,
+    entries: document.querySelectorAll(".entry").length,
+  };
+  parent.postMessage(JSON.stringify(found), "*");
+});
+</script>"""
+
+# Chromium's window is at least 500 px wide: the digest is laid out in a frame of the
+# width under test, and the frame's measurement is written where --dump-dom prints it.
+FRAME = """<!DOCTYPE html><html><body style="margin:0">
+<iframe src="{src}" style="width:{width}px;height:900px;border:0"></iframe>
+<script>
+window.addEventListener("message", (event) => {{
+  const out = document.createElement("pre");
+  out.id = "probe";
+  out.textContent = event.data;
+  document.body.appendChild(out);
+}});
+</script></body></html>"""
+
+LONG_WORD = "Supercalifragilistic" * 15  # 300 characters, no break
+LONG_URL = "https://example.org/" + "/".join(f"segment{n}" for n in range(30)) + "?q=" + "x" * 80
+
+
+def _item(n: int, summary: str, summary_type: str = "text/plain", **fields: object) -> DigestItem:
+    values: dict[str, object] = {
+        "key": f"k{n}",
+        "kind": EntryKind.PAPER,
+        "title": f"Entry {n}: {LONG_WORD} and $O(n \\log n)$ " + "long title words " * 10,
+        "authors": tuple(f"Author{a} {LONG_WORD[:40]}" for a in range(12)),
+        "published": date(2026, 6, 14),
+        "summary": summary,
+        "summary_type": summary_type,
+        "tags": tuple(f"tag{t}-{LONG_WORD[:30]}" for t in range(8)),
+        "why": f'"{LONG_WORD[:60]}": phrase in title',
+        "arxiv_id": f"2606.{n:05d}",
+        "doi": None,
+        "links": (),
+    }
+    values.update(fields)
+    return DigestItem(**values)  # type: ignore[arg-type]
+
+
+def _worst_cases() -> list[DigestContent]:
+    items = (
+        _item(1, f"A summary with {LONG_WORD} and a link {LONG_URL} in it. " * 3),
+        _item(
+            2,
+            f"<p>HTML with <code>{LONG_WORD}</code>, <a href='{LONG_URL}'>{LONG_URL}</a></p>"
+            f"<pre>{'wide_preformatted_line ' * 12}{LONG_WORD}</pre>"
+            f"<blockquote>{LONG_WORD}</blockquote><ul><li>{LONG_WORD}</li></ul>",
+            "text/html",
+        ),
+        _item(3, "Short one.", kind=EntryKind.REPO, extra=(("owner", LONG_WORD), ("description", LONG_WORD))),
+        *(_item(n, "One sentence. " * 60) for n in range(4, 31)),
+    )
+    subscriber = Subscriber(
+        id=7,
+        email="a-very-long-local-part-for-testing@" + "sub." * 10 + "example.org",
+        name="Reader",
+        filter=f'"{LONG_WORD[:60]}" or gpu',
+        timezone="UTC",
+        send_hour=7,
+        status=SubscriberStatus.ACTIVE,
+        backfill="none",
+        created_at=datetime(2026, 6, 1, tzinfo=UTC),
+        updated_at=datetime(2026, 6, 1, tzinfo=UTC),
+    )
+    return [
+        DigestContent(digest_id=1, kind="scheduled", local_date=date(2026, 6, 15), subscriber=subscriber, items=items),
+        DigestContent(
+            digest_id=2, kind="scheduled", local_date=date(2026, 6, 15), subscriber=subscriber, items=items[:4]
+        ),
+    ]
+
+
+def _laid_out(page: Path, width: int) -> dict[str, object]:
+    assert CHROMIUM is not None
+    frame = page.with_suffix(f".{width}.frame.html")
+    frame.write_text(FRAME.format(src=page.name, width=width), encoding="utf-8")
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--window-size={max(width, 500) + 100},1000",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+            frame.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, re.S)
+    assert found is not None, f"chromium printed no measurement (rc {done.returncode}): {done.stderr[-500:]}"
+    result: dict[str, object] = json.loads(html_lib.unescape(found.group(1)))
+    return result
+
+
+@pytest.mark.parametrize("width", [375, 1200])
+def test_worst_case_digests_fit_the_screen(tmp_path: Path, width: int) -> None:
+    renderer = Renderer(ROOT / "templates", search_url="https://arxiv.org/search/?query={title}")
+    links = Links(
+        unsubscribe_url="https://digest.example.org/u/7.AAAAAAAAAAAAAAAAAAAAAAAA",
+        manage_url="https://digest.example.org/m/7.AAAAAAAAAAAAAAAAAAAAAAAA",
+    )
+    for content in _worst_cases():
+        page = tmp_path / f"digest-{content.digest_id}.html"
+        page.write_text(renderer.render(content, links).html.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+        seen = _laid_out(page, width)
+        assert seen["width"] == width
+        assert seen["scrollWidth"] == width and seen["wide"] == [], seen  # no horizontal scrolling
+        hrefs = seen["links"]
+        assert isinstance(hrefs, list) and hrefs
+        assert all(re.match(r"(https:|mailto:|#e\d+$)", h) for h in hrefs), [
+            h for h in hrefs if not h.startswith("https:")
+        ]
+        assert seen["contents"] == seen["entries"] == len(content.items)

@@ -15,10 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
+from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.quiet import outlook, outlook_note
 from bot.choose.tagging import load_rules
-from bot.config import Settings
+from bot.config import Settings, WebConfig
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestItem, EntryKind
 from bot.ingest.service import ingest_bytes, ingest_file
@@ -27,9 +29,12 @@ from bot.mail.prose import cut_at_sentence, latex_to_text, marks_pattern, summar
 from bot.mail.render import HTML_BUDGET, filter_marks
 from bot.plan import plan
 from bot.sink import Sink
+from bot.store.subscribers import get_subscriber
 from bot.subscriptions import clean_fields, save
+from bot.tokens import make_token, signing_key
+from bot.web import create_app
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import render_dump
+from tests.helpers import Server, render_dump
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 15, 12, tzinfo=UTC)
@@ -310,3 +315,37 @@ def test_every_message_stays_under_the_clipping_size(
     assert "Unsubscribe" in html[-3000:]
     if summary_chars == 0:
         assert html.count('class="summary"') < 30  # whole abstracts do not all fit
+
+
+# --- quiet days: "no email today: why?" ---------------------------------------------
+
+
+def test_the_preview_and_the_manage_page_say_why_a_day_is_quiet(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink
+) -> None:
+    settings = _settings(tmp_path, sink).model_copy(
+        update={"web": WebConfig(public_url="https://digest.example.org", signing_key=SecretStr("k" * 32))}
+    )
+    people = [clean_fields("quiet@example.org", filter='"quantum gravity"'), clean_fields("all@example.org")]
+    save(factory, settings, people, DAY - timedelta(days=2))
+    for path in sorted(SEEDS.glob("*.txt")):
+        ingest_file(factory, path, now=DAY - timedelta(hours=1), rules=RULES)
+    with factory() as session:
+        quiet, everyone = (get_subscriber(session, e) for e in ("quiet@example.org", "all@example.org"))
+        assert quiet is not None and everyone is not None
+        nothing_matches = outlook(session, quiet, RULES, as_of=DAY)
+        waiting = outlook(session, everyone, RULES, as_of=DAY)
+        before_anything = outlook(session, quiet, RULES, as_of=DAY - timedelta(days=1))
+    assert nothing_matches.matching == 0 and nothing_matches.unseen == waiting.unseen > 0
+    note = outlook_note(nothing_matches)
+    assert note.startswith(f"No email: {waiting.unseen} new entries have arrived since ")
+    assert "none matches your filter. Their tags: " in note and "llm (" in note
+    assert waiting.matching == waiting.unseen and "go out in your next digest" in outlook_note(waiting)
+    assert before_anything.unseen == 0 and "nothing new has arrived" in outlook_note(before_anything)
+
+    key = signing_key(settings)
+    with Server(create_app(settings, factory, clock=lambda: DAY)) as client:
+        page = client.get(f"/m/{make_token(key, quiet.id, quiet.unsubscribe_secret)}")
+        assert page.status_code == 200 and "none matches your filter" in page.text
+        page = client.get(f"/m/{make_token(key, everyone.id, everyone.unsubscribe_secret)}")
+        assert "go out in your next digest" in page.text

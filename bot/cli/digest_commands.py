@@ -59,6 +59,11 @@ def preview(
         f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
     )
     print_candidates(found, f"{label}: {len(found)} entries", as_json)
+    if not found and not as_json:
+        from bot.choose.quiet import outlook, outlook_note
+
+        with factory() as session:
+            out.print(outlook_note(outlook(session, subscriber, c.rules, as_of=as_of)), markup=False)
     if not day and not as_json:
         out.print(_today_note(c, factory, subscriber, as_of), markup=False)
 

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
 from bot.subscriptions import SubscriberInputError, change_status, set_filter
@@ -38,6 +39,7 @@ from bot.web.acks import Acknowledger
 from bot.web.forms import MAX_FORM_BYTES, form_token, parse_form, same_origin
 from bot.web.limits import MissBudget
 from bot.web.lookups import TokenLookups
+from bot.web.outlooks import Outlooks
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,7 @@ class _Endpoint:
         # ingest never holds a page or an unsubscribe back.
         self.reader = reader_of(factory)
         self.lookups = TokenLookups(self.reader, self.key)
+        self.outlooks = Outlooks(self.reader, _rules_or_none(settings))
         self.acks = Acknowledger(self.journal, factory, now)
         self.misses = MissBudget(settings.web.misses_per_second, settings.web.misses_burst)
         pages = Environment(
@@ -194,6 +197,7 @@ class _Endpoint:
         message: str | None = None,
         error: str | None = None,
         filter_text: str | None = None,
+        outlook: str | None = None,
     ) -> HTMLResponse:
         return self.render(
             "manage",
@@ -203,6 +207,7 @@ class _Endpoint:
             message=message,
             error=error,
             filter_text=subscriber.filter if filter_text is None else filter_text,
+            outlook=outlook,
         )
 
     async def manage(self, request: Request) -> Response:
@@ -210,7 +215,7 @@ class _Endpoint:
         if subscriber is None:
             return self.not_found()
         if request.method in ("GET", "HEAD"):
-            return self.manage_page(request, subscriber)
+            return self.manage_page(request, subscriber, outlook=await self.outlooks.line(subscriber, self.now()))
         if not same_origin(request, self.settings.web.public_url):
             return self.render("forbidden", 403)
         form = await form_of(request)
@@ -245,7 +250,9 @@ class _Endpoint:
             subscriber = await run_in_threadpool(set_filter, self.factory, self.settings, subscriber, raw, self.now())
         except SubscriberInputError as exc:
             return self.manage_page(request, subscriber, 400, error=str(exc), filter_text=raw)
-        return self.manage_page(request, subscriber, message="Filter saved.")
+        self.outlooks.forget(subscriber.id)
+        outlook = await self.outlooks.line(subscriber, self.now())
+        return self.manage_page(request, subscriber, message="Filter saved.", outlook=outlook)
 
     async def health(self, _request: Request) -> Response:
         return PlainTextResponse("ok")
@@ -259,6 +266,16 @@ class _Endpoint:
     async def server_error(self, _request: Request, exc: Exception) -> Response:
         log.error("request failed: %s", type(exc).__name__)  # no traceback: it could hold the token
         return self.render("error", 500)
+
+
+def _rules_or_none(settings: Settings) -> TagRules:
+    """The tag rules, for the manage page's outlook; none (logged) when the file is bad:
+    the page must still let a subscriber leave."""
+    try:
+        return load_rules(settings.paths.tags_file)
+    except TagRulesError as exc:
+        log.warning("manage pages work without tag rules: %s", exc)
+        return TagRules(())
 
 
 async def form_of(request: Request) -> dict[str, str] | None:

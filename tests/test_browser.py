@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.domain import DigestContent, DigestItem, EntryKind, Subscriber, SubscriberStatus
-from bot.mail.render import Links, Renderer
+from bot.mail.render import Renderer, web_links
 from tests.conftest import ROOT
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
@@ -142,10 +142,7 @@ def _laid_out(page: Path, width: int) -> dict[str, object]:
 @pytest.mark.parametrize("width", [375, 1200])
 def test_worst_case_digests_fit_the_screen(tmp_path: Path, width: int) -> None:
     renderer = Renderer(ROOT / "templates", search_url="https://arxiv.org/search/?query={title}")
-    links = Links(
-        unsubscribe_url="https://digest.example.org/u/7.AAAAAAAAAAAAAAAAAAAAAAAA",
-        manage_url="https://digest.example.org/m/7.AAAAAAAAAAAAAAAAAAAAAAAA",
-    )
+    links = web_links("https://digest.example.org", "7.AAAAAAAAAAAAAAAAAAAAAAAA")
     for content in _worst_cases():
         page = tmp_path / f"digest-{content.digest_id}.html"
         page.write_text(renderer.render(content, links).html.replace("</body>", PROBE + "</body>"), encoding="utf-8")

@@ -25,6 +25,7 @@ from bot.delivery.loop import deliver_now
 from bot.domain import DigestItem, EntryKind
 from bot.ingest.service import ingest_bytes, ingest_file
 from bot.links import primary_url, side_links
+from bot.mail.bibtex import bibtex_of
 from bot.mail.prose import cut_at_sentence, latex_to_text, marks_pattern, summary_of, title_text
 from bot.mail.render import HTML_BUDGET, filter_marks
 from bot.plan import plan
@@ -349,3 +350,67 @@ def test_the_preview_and_the_manage_page_say_why_a_day_is_quiet(
         assert page.status_code == 200 and "none matches your filter" in page.text
         page = client.get(f"/m/{make_token(key, everyone.id, everyone.unsubscribe_secret)}")
         assert "go out in your next digest" in page.text
+
+
+# --- the web version and BibTeX ----------------------------------------------------
+
+
+def test_the_web_version_shows_every_summary_whole_and_exports_bibtex(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink
+) -> None:
+    settings = _settings(tmp_path, sink).model_copy(
+        update={"web": WebConfig(public_url="https://digest.example.org", signing_key=SecretStr("k" * 32))}
+    )
+    rss = (FIXTURES / "arxiv_day1.rss").read_bytes()
+    assert ingest_bytes(factory, rss, name="arxiv.rss", now=DAY, rules=RULES).status.value == "ingested"
+    long_abstract = "First sentence of a long abstract. " + "Middle sentence. " * 60 + "The very last sentence."
+    dump = render_dump([("A paper with a long abstract", ["Ada Lovelace"], date(2026, 6, 14), long_abstract)])
+    assert ingest_bytes(factory, dump.encode(), name="long.txt", now=DAY, rules=RULES).status.value == "ingested"
+    (message,) = _deliver(factory, settings, sink, "*")
+    text, html = _parts(message)
+    assert "The very last sentence." not in html  # cut in the message ...
+    browser = re.search(r'<a href="https://digest\.example\.org(/d/[^"]+/2026-06-15)"[^>]*>View in your browser', html)
+    assert browser is not None and f"https://digest.example.org{browser.group(1)}" in text
+    readmore = re.findall(r'class="readmore"[^>]*><a href="https://digest\.example\.org(/d/[^"#]+)#e(\d+)"', html)
+    assert readmore and all(path == browser.group(1) for path, _ in readmore)
+    with Server(create_app(settings, factory, clock=lambda: DAY)) as client:
+        page = client.get(browser.group(1))
+        assert page.status_code == 200 and "The very last sentence." in page.text  # ... whole on the web
+        assert page.headers["content-security-policy"].startswith("default-src 'none'")
+        assert 'class="readmore"' not in page.text and "View in your browser" not in page.text
+        everything = client.get(browser.group(1) + ".bib")
+        assert everything.status_code == 200 and everything.headers["content-type"].startswith("application/x-bibtex")
+        entries = re.findall(r"^@(\w+)\{([^,]+),$", everything.text, re.M)
+        assert len(entries) == html.count('class="entry"') == 4
+        assert "eprint = {2606.01234}" in everything.text and "archiveprefix = {arXiv}" in everything.text
+        one = client.get(browser.group(1) + "/1.bib")
+        assert one.status_code == 200 and one.text.count("@") == 1 and one.text in everything.text
+        token_path = browser.group(1).rsplit("/", 1)[0]
+        forged = token_path[:-1] + ("A" if not token_path.endswith("A") else "B")
+        for wrong in (
+            f"{token_path}/2026-06-14",
+            f"{token_path}/2026-13-45",
+            f"{token_path}/2026-06-15/0.bib",
+            f"{token_path}/2026-06-15/5.bib",
+            f"{token_path}/2026-06-15.bib/1.bib",
+            f"{token_path}/2026-06-15.html",
+            f"{forged}/2026-06-15",
+        ):
+            assert client.get(wrong).status_code == 404, wrong
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(st.text(max_size=200), st.lists(st.text(max_size=60), max_size=5), st.text(max_size=40))
+def test_bibtex_braces_stay_balanced_whatever_the_title(title: str, authors: list[str], doi: str) -> None:
+    item = _item("x", title=title or "t", authors=tuple(authors), doi=doi or None, arxiv_id="2606.01234")
+    for line in bibtex_of([item, item], SEARCH).split("\n"):
+        if line.startswith("  "):  # a field: "name = {value},"
+            value = line.split(" = ", 1)[1]
+            assert value.startswith("{") and value.endswith("},")
+            unescaped = re.sub(r"\\.", "", value[1:-2])
+            depth = 0
+            for char in unescaped:
+                depth += {"{": 1, "}": -1}.get(char, 0)
+                assert depth >= 0, line
+            assert depth == 0, line
+            assert "\n" not in value

@@ -294,12 +294,15 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
         mailer.renderer, content, settings.sender, mailer.links_for_token, footer_substituted=mailer.footer_substituted
     )
     assert template is not None
-    # Made per subscriber: 4 header lines, the HTML footer's 2 lines and, from the
-    # shipped text footer, only its 3 lines with the address or a link (a footer
+    # Made per subscriber: 4 header lines; in the HTML, the footer's 2 lines, the
+    # "view in your browser" line and each "read the whole summary" link; from the
+    # shipped text footer, only its 4 lines with the address or a link (a footer
     # that wraps them is rendered whole, its list of links included).
+    readmore = mailer.renderer.render(content, mailer.links_for_token("t")[0]).html.count('class="readmore"')
+    assert readmore > 0
     per_subscriber = [p.__qualname__ for p in template.wire_pieces if callable(p)]
     footer_lines = "MessageTemplate._text_pieces.<locals>.footer_lines"
-    assert len(per_subscriber) == (9 if footer == "shipped" else 7), per_subscriber
+    assert len(per_subscriber) == (11 if footer == "shipped" else 8) + readmore, per_subscriber
     assert (footer_lines in per_subscriber) is (footer == "wrapping")
 
     @given(

@@ -25,7 +25,7 @@ from bot.config import Settings
 from bot.domain import DeliverReport, DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.mail.chunks import ChunkPool
 from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for
-from bot.mail.render import Keywords, Links, Renderer
+from bot.mail.render import Keywords, Links, Renderer, web_links
 from bot.mail.splice import MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
 from bot.store.contents import ContentCache, digest_content, digest_contents
 from bot.store.digests import DigestRow, Finished, finish_many, get_digest, get_digests
@@ -121,10 +121,9 @@ class Mailer:
         """Footer links and List-Unsubscribe URIs (https first when there is a public URL)."""
         sender = self.settings.sender
         mailto = f"mailto:{sender.unsubscribe_address or sender.from_address}?subject=unsubscribe%20{token}"
-        public = self.settings.web.public_url.rstrip("/")
-        if public:
-            https = f"{public}/u/{token}"
-            return Links(https, f"{public}/m/{token}"), (https, mailto)
+        if self.settings.web.public_url:
+            links = web_links(self.settings.web.public_url, token)
+            return links, (links.unsubscribe_url, mailto)
         return Links(mailto, None), (mailto,)
 
     def message_bytes(self, session: Session, row: DigestRow, now: datetime) -> tuple[bytes, str, str]:

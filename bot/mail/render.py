@@ -18,7 +18,6 @@ from pathlib import Path
 
 import css_inline
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup
 
 from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter
 from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest
@@ -146,12 +145,24 @@ def preheader(items: list[dict[str, object]]) -> str:
 class Links:
     unsubscribe_url: str
     manage_url: str | None
+    web_url: str | None = None  # the subscriber's web versions: <web_url>/<date>, .bib exports
+
+
+def web_links(public_url: str, token: str) -> Links:
+    """The https links of a subscriber whose endpoint is served at *public_url*."""
+    public = public_url.rstrip("/")
+    return Links(f"{public}/u/{token}", f"{public}/m/{token}", f"{public}/d/{token}")
 
 
 def personal_context(email: str, links: Links) -> dict[str, object]:
     """The only context values that differ between two subscribers of one digest
     body (``bot.mail.splice`` relies on it: everything else is rendered once)."""
-    return {"subscriber_email": email, "unsubscribe_url": links.unsubscribe_url, "manage_url": links.manage_url}
+    return {
+        "subscriber_email": email,
+        "unsubscribe_url": links.unsubscribe_url,
+        "manage_url": links.manage_url,
+        "web_url": links.web_url,
+    }
 
 
 class Renderer:
@@ -165,8 +176,10 @@ class Renderer:
         remote_images: bool = False,
         summary_chars: int = 400,
         keywords: Keywords = (),
+        fit: bool = True,
     ) -> None:
         self.search_url = search_url
+        self.fit = fit  # keep the HTML part within HTML_BUDGET (off for the web version)
         self.keywords = keywords  # marked where a filter names their tag
         self.remote_images = remote_images
         self.summary_chars = summary_chars
@@ -203,6 +216,8 @@ class Renderer:
             "heading": "Your research digest",
             "preheader": preheader(items),
             "date_label": content.local_date.strftime("%A, %d %B %Y"),
+            "date_iso": content.local_date.isoformat(),
+            "web_page": not self.fit,
             "count_label": f"{count} new {'entry' if count == 1 else 'entries'}",
             "subscriber_filter": content.subscriber.filter,
             "items": items,
@@ -218,10 +233,6 @@ class Renderer:
     def _item(self, ref: int, item: DigestItem, marks: re.Pattern[str] | None) -> dict[str, object]:
         url = primary_url(item, self.search_url)
         summary = summary_of(item, self.summary_chars, marks, remote_images=self.remote_images)
-        summary_html = summary.html
-        if summary.cut and summary_html.endswith("</p>"):
-            more = Markup(' <a class="readmore" href="{}">more</a></p>').format(url)
-            summary_html = Markup(str(summary_html)[: -len("</p>")]) + more
         description = dict(item.extra).get("description", "") if item.kind is EntryKind.REPO else ""
         return {
             "title": title_text(item.title),
@@ -233,7 +244,8 @@ class Renderer:
             "description": title_text(description),
             "description_html": title_html(description, marks),
             "summary_text": summary.text + (f" (more: [{ref}])" if summary.cut else ""),
-            "summary_html": summary_html,
+            "summary_html": summary.html,
+            "cut": summary.cut,
             "tags": list(item.tags),
             "why": item.why,
             "compact": False,
@@ -244,6 +256,8 @@ class Renderer:
         the budget; as few as possible.  Measured without the subscriber's own values, so
         every subscriber of one body gets the same layout."""
         budget = HTML_BUDGET - PERSONAL_ALLOWANCE
+        if not self.fit:
+            return
 
         def fits(full: int) -> bool:
             for index, item in enumerate(items):

@@ -115,7 +115,8 @@ def _print_values_only(renderer: Renderer, names: list[str]) -> bool:
         for child in node.iter_child_nodes():
             if isinstance(child, nodes.Name) and child.name in personal:
                 printed = isinstance(node, nodes.Output) and not captured
-                tested = isinstance(node, nodes.If) and node.test is child and child.name == "manage_url"
+                # Whether there are web links is the configuration's, the same for everyone.
+                tested = isinstance(node, nodes.If) and node.test is child and child.name in ("manage_url", "web_url")
                 if not (printed or tested):
                     return False
             if isinstance(child, nodes.Include) and not isinstance(child.template, nodes.Const):

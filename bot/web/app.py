@@ -40,6 +40,7 @@ from bot.web.forms import MAX_FORM_BYTES, form_token, parse_form, same_origin
 from bot.web.limits import MissBudget
 from bot.web.lookups import TokenLookups
 from bot.web.outlooks import Outlooks
+from bot.web.versions import WebVersions, wanted
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ def create_app(
         routes=[
             Route("/u/{token}", endpoint.unsubscribe, methods=["GET", "POST"]),
             Route("/m/{token}", endpoint.manage, methods=["GET", "POST"]),
+            Route("/d/{token}/{day}", endpoint.web_version, methods=["GET"]),
+            Route("/d/{token}/{day}/{ref}", endpoint.web_version, methods=["GET"]),
             Route("/healthz", endpoint.health, methods=["GET"]),
         ],
         exception_handlers={
@@ -119,6 +122,7 @@ class _Endpoint:
         self.reader = reader_of(factory)
         self.lookups = TokenLookups(self.reader, self.key)
         self.outlooks = Outlooks(self.reader, _rules_or_none(settings))
+        self.versions = WebVersions(settings, self.reader)
         self.acks = Acknowledger(self.journal, factory, now)
         self.misses = MissBudget(settings.web.misses_per_second, settings.web.misses_burst)
         pages = Environment(
@@ -253,6 +257,27 @@ class _Endpoint:
         self.outlooks.forget(subscriber.id)
         outlook = await self.outlooks.line(subscriber, self.now())
         return self.manage_page(request, subscriber, message="Filter saved.", outlook=outlook)
+
+    async def web_version(self, request: Request) -> Response:
+        """A sent digest with every summary whole, or its BibTeX (``bot.web.versions``)."""
+        subscriber = await self.subscriber_of(request)
+        asked = wanted(request.path_params["day"], request.path_params.get("ref"))
+        if subscriber is None or asked is None:
+            return self.not_found()
+        content = await run_in_threadpool(self.versions.content, subscriber, asked.day)
+        if content is None:
+            return self.not_found()
+        if not asked.bibtex:
+            page = await run_in_threadpool(self.versions.page, content, request.path_params["token"])
+            return HTMLResponse(page, headers=SECURITY_HEADERS)
+        text = self.versions.bibtex(content, asked.ref)
+        if text is None:
+            return self.not_found()
+        name = f"digest-{asked.day.isoformat()}" + (f"-{asked.ref}" if asked.ref else "")
+        download = {"Content-Disposition": f'attachment; filename="{name}.bib"'}
+        return Response(
+            text, media_type="application/x-bibtex; charset=utf-8", headers={**SECURITY_HEADERS, **download}
+        )
 
     async def health(self, _request: Request) -> Response:
         return PlainTextResponse("ok")

@@ -1,0 +1,76 @@
+"""Render stage: BibTeX for a digest's entries (the web version's export).
+
+Built from what the store knows (title, authors, year, arXiv id, DOI, link); every
+value goes through pylatexenc's encoder, so braces, %, & and accents in a title
+cannot break the file.  Pure: never reads the store.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+
+from pylatexenc.latexencode import unicode_to_latex
+
+from bot.domain import DigestItem, EntryKind
+from bot.links import primary_url
+from bot.mail.prose import title_text
+from bot.text import CONTROL_CHARACTERS
+
+_KEY_WORD = re.compile(r"[A-Za-z0-9]+")
+_UNSAFE_IN_IDENTIFIERS = str.maketrans("", "", "{}\\")
+
+
+def _ascii_words(text: str) -> list[str]:
+    flat = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
+    return _KEY_WORD.findall(flat)
+
+
+def _key(item: DigestItem) -> str:
+    """``lamport2026scheduling``: the first author's last name, the year, the title's first word."""
+    first_author = (item.authors[0] if item.authors else dict(item.extra).get("owner", "")).split()
+    surname = (_ascii_words(first_author[-1]) or ["anon"])[0] if first_author else "anon"
+    year = str(item.published.year) if item.published else ""
+    word = next((w for w in _ascii_words(title_text(item.title)) if len(w) > 3), "entry")
+    return f"{surname}{year}{word}".lower()
+
+
+def bibtex_entry(item: DigestItem, search_url: str, key: str | None = None) -> str:
+    """One ``@misc``/``@article``/``@software`` entry for *item*."""
+    fields: list[tuple[str, str]] = [("title", title_text(item.title))]
+    if item.authors:
+        fields.append(("author", " and ".join(item.authors)))
+    if item.published:
+        fields.append(("year", str(item.published.year)))
+    kind = "misc"
+    if item.kind is EntryKind.REPO:
+        kind = "software"
+    elif item.doi:
+        kind = "article"
+        fields.append(("doi", item.doi))
+    if item.arxiv_id:
+        fields += [("eprint", item.arxiv_id), ("archiveprefix", "arXiv")]
+    fields.append(("url", primary_url(item, search_url)))
+    lines = [f"@{kind}{{{key or _key(item)},"]
+    for name, raw in fields:
+        value = " ".join(CONTROL_CHARACTERS.sub(" ", raw).split())
+        if name in ("url", "doi", "eprint"):  # kept as they are, less what would break the file
+            shown = value.translate(_UNSAFE_IN_IDENTIFIERS)
+        else:
+            shown = unicode_to_latex(value, unknown_char_policy="keep")
+        lines.append(f"  {name} = {{{shown}}},")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def bibtex_of(items: Sequence[DigestItem], search_url: str) -> str:
+    """Entries for *items*, a repeated key numbered (``lamport2026scheduling-2``)."""
+    seen: dict[str, int] = {}
+    out = []
+    for item in items:
+        key = _key(item)
+        count = seen.get(key, 0)
+        seen[key] = count + 1
+        out.append(bibtex_entry(item, search_url, key if count == 0 else f"{key}-{count + 1}"))
+    return "\n".join(out)

@@ -158,6 +158,7 @@ class Subscriber:
     created_at: datetime
     updated_at: datetime
     unsubscribe_secret: str = field(repr=False, default="")
+    send_updates: bool = True  # "Updated since we sent it" in their digests
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +195,15 @@ class DigestItem:
 
 
 @dataclass(frozen=True, slots=True)
+class Update:
+    """An entry a subscriber already received, revised since (an arXiv ``replace``)."""
+
+    title: str  # as it is now
+    note: str  # what changed: 'title was "…"', "abstract revised"
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
 class DigestContent:
     """Everything the render stage needs for one message; no database behind it."""
 
@@ -204,6 +214,7 @@ class DigestContent:
     items: tuple[DigestItem, ...]
     pending: int = 0  # matching entries left for the next digest
     resend_of: int | None = None
+    updates: tuple[Update, ...] = ()  # entries sent before and revised since
 
 
 @dataclass(frozen=True, slots=True)

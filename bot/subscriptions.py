@@ -27,6 +27,7 @@ from bot.store.subscribers import (
     get_subscriber,
     list_subscribers,
     purge_subscriber,
+    set_send_updates,
     set_status,
     subscribers_by_ids,
     upsert_subscribers,
@@ -308,6 +309,14 @@ def change_status(factory: sessionmaker[Session], email: str, status: Subscriber
     with transaction(factory) as session:
         found = _require(session, email)
         set_status(session, found.id, status, now)
+        return _require(session, email)
+
+
+def set_updates(factory: sessionmaker[Session], email: str, on: bool, now: datetime) -> Subscriber:
+    """Whether their digests tell of entries revised since they were sent."""
+    with transaction(factory) as session:
+        found = _require(session, email)
+        set_send_updates(session, found.id, on, now)
         return _require(session, email)
 
 

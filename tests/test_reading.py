@@ -4,6 +4,7 @@ contents, links, and the size budget that keeps Gmail from clipping a message.""
 from __future__ import annotations
 
 import asyncio
+import html as html_lib
 import re
 from datetime import UTC, date, datetime, timedelta
 from email import policy
@@ -28,12 +29,14 @@ from bot.links import primary_url, side_links
 from bot.mail.bibtex import bibtex_of
 from bot.mail.prose import cut_at_sentence, latex_to_text, marks_pattern, summary_of, title_text
 from bot.mail.render import HTML_BUDGET, filter_marks
-from bot.plan import plan
+from bot.plan import plan, resend
 from bot.sink import Sink
+from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
-from bot.subscriptions import clean_fields, save
+from bot.subscriptions import clean_fields, save, set_updates
 from bot.tokens import make_token, signing_key
 from bot.web import create_app
+from bot.web.forms import form_token
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import Server, render_dump
 
@@ -414,3 +417,85 @@ def test_bibtex_braces_stay_balanced_whatever_the_title(title: str, authors: lis
                 assert depth >= 0, line
             assert depth == 0, line
             assert "\n" not in value
+
+
+# --- changed since sent ------------------------------------------------------------
+
+
+def _cycle(factory: sessionmaker[Session], settings: Settings, sink: Sink, at: datetime) -> dict[str, EmailMessage]:
+    """Plan and deliver at *at*; the messages sent, by recipient."""
+    plan(factory, settings, RULES, now=at, all_due=True)
+    before = len(sink.received)
+    asyncio.run(deliver_now(factory, settings, clock=lambda: at))
+    parser = BytesParser(policy=policy.default)
+    found = {}
+    for received in sink.received[before:]:
+        message = parser.parsebytes(received.data)
+        assert isinstance(message, EmailMessage)
+        found[received.recipients[0]] = message
+    return found
+
+
+def test_an_entry_revised_since_it_was_sent_is_told_once_to_those_who_want_it(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink
+) -> None:
+    settings = _settings(tmp_path, sink)
+    people = [clean_fields(f"{who}@example.org") for who in ("told", "optout", "late")]
+    save(factory, settings, people[:2], DAY - timedelta(days=2))
+    set_updates(factory, "optout@example.org", False, DAY - timedelta(days=2))
+    assert ingest_bytes(factory, (FIXTURES / "arxiv_day1.rss").read_bytes(), name="d1", now=DAY, rules=RULES)
+    day1 = _cycle(factory, settings, sink, DAY)
+    assert set(day1) == {"told@example.org", "optout@example.org"}
+    save(factory, settings, people[2:], DAY + timedelta(hours=2))  # joins after the first version went out
+
+    day2_at = DAY + timedelta(days=1)
+    assert ingest_bytes(factory, (FIXTURES / "arxiv_day2.rss").read_bytes(), name="d2", now=day2_at, rules=RULES)
+    day2 = _cycle(factory, settings, sink, day2_at)
+    text, html = _parts(day2["told@example.org"])
+    new_title = "Elastic KV-Cache Offloading for Multi-Tenant LLM Serving Systems"
+    note = 'title was "Elastic KV Cache Offloading for Multi-Tenant LLM Serving"; abstract revised'
+    assert "Updated since we sent it" in html and "Updated since we sent it" in text
+    flat_text, flat_html = " ".join(text.split()), " ".join(html.split())
+    assert new_title in flat_text and note in flat_text
+    assert new_title in flat_html and note in html_lib.unescape(flat_html)
+    # Never the whole entry again: the revised paper is not one of the day's entries.
+    assert html.count('class="entry"') == 1 and "Spiking Transformers on FPGAs" in html
+    for other in ("optout@example.org", "late@example.org"):  # opted out; never had the old one
+        assert "Updated since we sent it" not in _parts(day2[other])[1]
+
+    # A resend shows what the original showed; the next digest does not tell it again.
+    with factory() as session:
+        told = get_subscriber(session, "told@example.org")
+        assert told is not None
+        (original,) = [d for d in list_digests(session, subscriber_id=told.id) if d.local_date == day2_at.date()]
+    resend(factory, settings, original.id, now=day2_at + timedelta(hours=1))
+    asyncio.run(deliver_now(factory, settings, clock=lambda: day2_at + timedelta(hours=1)))
+    copy = BytesParser(policy=policy.default).parsebytes(sink.received[-1].data)
+    assert isinstance(copy, EmailMessage) and new_title in " ".join(_parts(copy)[1].split())
+    day3_at = day2_at + timedelta(days=1)
+    dump = render_dump([("A later paper", ["Ada Lovelace"], date(2026, 6, 16), "Something new.")])
+    assert ingest_bytes(factory, dump.encode(), name="d3.txt", now=day3_at, rules=RULES)
+    day3 = _cycle(factory, settings, sink, day3_at)
+    assert "Updated since we sent it" not in _parts(day3["told@example.org"])[1]
+
+
+def test_the_manage_page_turns_the_updates_list_off_and_on(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink
+) -> None:
+    settings = _settings(tmp_path, sink).model_copy(
+        update={"web": WebConfig(public_url="https://digest.example.org", signing_key=SecretStr("k" * 32))}
+    )
+    save(factory, settings, [clean_fields("reader@example.org")], DAY)
+    with factory() as session:
+        reader = get_subscriber(session, "reader@example.org")
+    assert reader is not None and reader.send_updates
+    token = make_token(signing_key(settings), reader.id, reader.unsubscribe_secret)
+    form = {"form": form_token(signing_key(settings), token)}
+    with Server(create_app(settings, factory, clock=lambda: DAY)) as client:
+        assert "Stop listing revised entries" in client.get(f"/m/{token}").text
+        off = client.post(f"/m/{token}", data={**form, "action": "updates_off"})
+        assert off.status_code == 200 and "List revised entries again" in off.text
+        with factory() as session:
+            assert get_subscriber(session, "reader@example.org").send_updates is False  # type: ignore[union-attr]
+        on = client.post(f"/m/{token}", data={**form, "action": "updates_on"})
+        assert on.status_code == 200 and "Stop listing revised entries" in on.text

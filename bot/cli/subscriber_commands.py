@@ -113,14 +113,20 @@ def subscribers_edit(
     tz: TzOption = None,
     hour: HourOption = None,
     backfill: BackfillOption = None,
+    updates: Annotated[
+        bool | None,
+        typer.Option("--updates/--no-updates", help="Tell of entries revised since they were sent (default on)."),
+    ] = None,
 ) -> None:
     """Change the given fields of a subscriber."""
-    from bot.subscriptions import SubscriberNotFound, edit
+    from bot.subscriptions import SubscriberNotFound, edit, set_updates
 
     c = ctx_of(ctx)
     fields = clean_or_exit(email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill)
     try:
         subscriber = edit(c.sessions(), c.settings, fields, now())
+        if updates is not None:
+            subscriber = set_updates(c.sessions(), fields.email, updates, now())
     except SubscriberNotFound as exc:
         fail(str(exc))
         return

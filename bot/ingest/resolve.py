@@ -41,6 +41,8 @@ class EntryRecord:
     # The summary before this source changed it; NULL variants get it written in.
     replaced_summary: str | None = None
     summary_changed: bool = False
+    # What a revision (arXiv ``replace``) changed, for those who had the entry before.
+    revision: str | None = None
     # Category tags this source gives the entry: (case-folded name, origin) -> label.
     tags: dict[tuple[str, TagOrigin], str] = field(default_factory=dict)
 
@@ -198,10 +200,25 @@ def _link_identity(url: str) -> str:
     return lowered if lowered.startswith(("https://github.com/", "http://github.com/")) else url
 
 
+def revision_note(old_title: str, changes: dict[str, Any], announce: Announce) -> str | None:
+    """What a revised paper (``replace``) changed that a reader would want told: a new
+    title (the old one quoted), a new abstract; None for anything else."""
+    if announce not in (Announce.REPLACE, Announce.REPLACE_CROSS):
+        return None
+    said = []
+    if "title_norm" in changes:  # not a change of case or spacing alone
+        said.append(f'title was "{old_title}"')
+    if "summary" in changes:
+        said.append("abstract revised")
+    return "; ".join(said) or None
+
+
 def _merge(record: EntryRecord, item: ParsedEntry, title_norm: str) -> None:
     changes = merge_changes(record, item, title_norm)
     if not changes:
         return
+    if not record.created:
+        record.revision = revision_note(record.title, changes, item.announce) or record.revision
     if "summary" in changes:
         if record.replaced_summary is None and not record.created:
             record.replaced_summary = record.summary

@@ -34,6 +34,7 @@ from bot.store.entries import (
     insert_appearances,
     insert_entries,
     keep_replaced_summaries,
+    mark_revised,
     new_entry_ids,
     set_rule_tags,
     update_entries,
@@ -78,6 +79,7 @@ def _write_entries(
     changed = [r for r in resolution.records if r.dirty and not r.created]
     update_entries(session, [_changed_row(r, source_id, now) for r in changed])
     keep_replaced_summaries(session, [(_id(r), r.replaced_summary) for r in changed if r.replaced_summary is not None])
+    mark_revised(session, [(_id(r), r.revision) for r in changed if r.revision is not None], now)
     return len(created), len(changed)
 
 

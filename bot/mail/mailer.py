@@ -176,6 +176,7 @@ class Mailer:
                         content.pending,
                         content.subscriber.filter,
                         tuple(map(id, content.items)),
+                        content.updates,
                     )
                     if quick not in in_batch:
                         in_batch[quick] = self._template(content)
@@ -207,7 +208,14 @@ class Mailer:
 
     def _template(self, content: DigestContent) -> MessageTemplate | None:
         # Everything the body depends on but the subscriber's own values (render.personal_context).
-        key = (content.kind, content.local_date, content.pending, content.subscriber.filter, content.items)
+        key = (
+            content.kind,
+            content.local_date,
+            content.pending,
+            content.subscriber.filter,
+            content.items,
+            content.updates,
+        )
         found = self.templates.get(key, _UNSEEN)  # one hash of 30 items, not three
         if found is not _UNSEEN:
             self.templates.move_to_end(key)

@@ -222,6 +222,7 @@ class Renderer:
             "subscriber_filter": content.subscriber.filter,
             "items": items,
             "contents": contents_groups(items) if len(items) >= CONTENTS_FROM else [],
+            "updates": [{"title": title_text(u.title), "note": u.note, "url": u.url} for u in content.updates],
             "pending": content.pending,
             "resend_of": content.resend_of,
             "links": [(item["ref"], item["url"]) for item in items],

@@ -41,6 +41,7 @@ from bot.store.ledger import (
     mark_checked,
     scheduled_days,
 )
+from bot.store.revisions import attach_revisions
 from bot.store.sources import latest_dump_at
 from bot.store.subscribers import set_watermarks, subscribers_after, watermarks
 from bot.unsubscribes import journal_of
@@ -350,7 +351,9 @@ def _write_digests(
     fills = [(c.fills, c) for c in choices if c.fills is not None]
     fill_empty_days(session, fills, now=now, message_id=make_id)
     ids = insert_digests(session, new, now=now, message_id=make_id) if new else []
-    return [*zip(ids, new, strict=True), *fills]
+    written = [*zip(ids, new, strict=True), *fills]
+    attach_revisions(session, [(digest_id, c.subscriber_id) for digest_id, c in written if c.entries], now)
+    return written
 
 
 def _planned_entry(candidate: Candidate, settings: Settings, memo: dict[tuple[int, int], Planned]) -> Planned:

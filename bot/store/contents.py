@@ -10,9 +10,9 @@ from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Text, select, type_coerce
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
-from bot.domain import DigestContent, DigestItem, DigestKind, EntryKind
+from bot.domain import DigestContent, DigestItem, DigestKind, EntryKind, Update
 from bot.store.bulk import chunks
 from bot.store.ledger import LedgerRow
 from bot.store.schema import Appearance, Digest, Entry, LedgerEntry
@@ -140,14 +140,27 @@ def digest_contents(
             items=tuple(map(cache.item, rows.get(source_of[head.digest_id], ()))),
             pending=head.pending_count,
             resend_of=head.resend_of_id,
+            updates=_updates(head.original_updates if head.resend_of_id else head.own_updates),
         )
         for head in heads
     }
 
 
+def _updates(pinned: Any) -> tuple[Update, ...]:
+    """The revised entries a digest tells of, as the planner pinned them."""
+    if not isinstance(pinned, list):
+        return ()
+    return tuple(
+        Update(str(u.get("title", "")), str(u.get("note", "")), str(u.get("url", "")))
+        for u in pinned
+        if isinstance(u, dict)
+    )
+
+
 def _heads(session: Session, digest_ids: Sequence[int]) -> list[Any]:
     """Each digest's own columns and its subscriber's."""
     heads: list[Any] = []
+    original = aliased(Digest)
     for part in chunks(list(digest_ids)):
         heads += session.execute(
             select(
@@ -157,9 +170,12 @@ def _heads(session: Session, digest_ids: Sequence[int]) -> list[Any]:
                 Digest.resend_of_id,
                 Digest.pending_count,
                 Digest.body_key,
+                Digest.updates.label("own_updates"),
+                original.updates.label("original_updates"),  # a resend shows its original's
                 *SubscriberRow.__table__.c,
             )
             .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
+            .outerjoin(original, original.id == Digest.resend_of_id)
             .where(Digest.id.in_(part))
         ).all()
     return heads

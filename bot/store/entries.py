@@ -9,6 +9,7 @@ is which, and what a source may change, is ``bot.ingest.resolve``'s.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, literal, select, text, update
@@ -75,6 +76,17 @@ def keep_replaced_summaries(session: Session, replaced: list[tuple[int, str]]) -
         .where(table.c.entry_id == bindparam("eid"), table.c.summary.is_(None))
         .values(summary=bindparam("old")),
         [{"eid": entry_id, "old": old} for entry_id, old in replaced],
+    )
+
+
+def mark_revised(session: Session, revised: list[tuple[int, str]], now: datetime) -> None:
+    """Entries a revision changed (``resolve.revision_note``): when, and what."""
+    if not revised:
+        return
+    table = Entry.__table__
+    session.connection().execute(
+        update(table).where(table.c.id == bindparam("eid")).values(revised_at=now, revision_note=bindparam("note")),
+        [{"eid": entry_id, "note": note} for entry_id, note in revised],
     )
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     text,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -131,6 +132,10 @@ class Entry(Base):
     first_seen_source_id: Mapped[int | None] = mapped_column(ForeignKey("sources.id"))
     first_seen_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # When an arXiv ``replace`` last changed its title or abstract, and what changed
+    # (migration 0012): digests tell those who had it before.
+    revised_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revision_note: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         # Partial: most entries have neither id, and NULLs need no index entry.
@@ -146,6 +151,12 @@ class Entry(Base):
             "title_hash",
             sqlite_where=text("title_hash IS NOT NULL"),
             postgresql_where=text("title_hash IS NOT NULL"),
+        ),
+        Index(
+            "ix_entries_revised_at",
+            "revised_at",
+            sqlite_where=text("revised_at IS NOT NULL"),
+            postgresql_where=text("revised_at IS NOT NULL"),
         ),
         Index(
             "uq_entries_doi",
@@ -216,6 +227,7 @@ class Subscriber(Base):
     # planned_through were all weighed, valid while planned_key still matches.
     planned_through: Mapped[datetime | None] = mapped_column(UTCDateTime)
     planned_key: Mapped[str | None] = mapped_column(String(64))
+    send_updates: Mapped[bool] = mapped_column(Boolean, server_default=true())
 
 
 class Digest(Base):
@@ -250,6 +262,8 @@ class Digest(Base):
     # last looked again (the day stays open until schedule.day_closes_hour).
     nothing_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Entries sent before and revised since, as this digest shows them (pinned for resends).
+    updates: Mapped[list[dict[str, str]] | None] = mapped_column(JSON)
 
     __table_args__ = (
         Index(
@@ -297,6 +311,8 @@ class LedgerEntry(Base):
     why: Mapped[str] = mapped_column(Text)
     tags: Mapped[list[str]] = mapped_column(JSON)  # as shown, so a resend shows the same
     url: Mapped[str] = mapped_column(Text)  # where the title links, pinned likewise
+    # When a revision of the entry was last told to the subscriber (migration 0012).
+    reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class UnsubscribeRequest(Base):

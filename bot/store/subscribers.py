@@ -32,6 +32,7 @@ def _view(row: SubscriberRow) -> Subscriber:
         created_at=row.created_at,
         updated_at=row.updated_at,
         unsubscribe_secret=row.unsubscribe_secret,
+        send_updates=bool(row.send_updates),
     )
 
 
@@ -171,6 +172,12 @@ def _given_values(item: SubscriberFields, row_id: int, now: datetime) -> dict[st
 def set_status(session: Session, subscriber_id: int, status: SubscriberStatus, now: datetime) -> None:
     session.execute(
         update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values(status=status.value, updated_at=now)
+    )
+
+
+def set_send_updates(session: Session, subscriber_id: int, on: bool, now: datetime) -> None:
+    session.execute(
+        update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values(send_updates=on, updated_at=now)
     )
 
 

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
-from bot.subscriptions import SubscriberInputError, change_status, set_filter
+from bot.subscriptions import SubscriberInputError, change_status, set_filter, set_updates
 from bot.tokens import signing_key
 from bot.unsubscribes import journal_of, reader_of
 from bot.web.acks import Acknowledger
@@ -103,6 +103,13 @@ _STATUS_ACTIONS = {
         SubscriberStatus.ACTIVE,
         "Subscribed again: your next digest comes as usual.",
     ),
+}
+
+
+# Whether digests tell of entries revised since they were sent.
+_UPDATES_ACTIONS = {
+    "updates_on": (True, "Revised entries you were sent will be listed in your digests."),
+    "updates_off": (False, "Revised entries will no longer be listed in your digests."),
 }
 
 
@@ -232,6 +239,10 @@ class _Endpoint:
         action = form.get("action", "")
         if action == "filter":
             return await self.change_filter(request, subscriber, form.get("filter", ""))
+        if action in _UPDATES_ACTIONS:
+            on, said = _UPDATES_ACTIONS[action]
+            subscriber = await run_in_threadpool(set_updates, self.factory, subscriber.email, on, self.now())
+            return self.manage_page(request, subscriber, message=said)
         change = _STATUS_ACTIONS.get(action)
         if change is None or subscriber.status is not change[0]:
             return self.manage_page(request, subscriber, 400, error="That change is not possible now.")

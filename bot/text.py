@@ -102,7 +102,7 @@ def is_web_url(url: str | None) -> bool:
     return bool(url) and _WEB_URL.fullmatch(url or "") is not None
 
 
-_PROSE_URL = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)  # in prose: stops at brackets
+PROSE_URL = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)  # in prose: stops at brackets
 
 
 def urls_in(text: str) -> tuple[str, ...]:
@@ -110,7 +110,7 @@ def urls_in(text: str) -> tuple[str, ...]:
     if "://" not in text:  # the common case; the case-insensitive regex scans every character
         return ()
     seen: dict[str, None] = {}
-    for match in _PROSE_URL.finditer(text):
+    for match in PROSE_URL.finditer(text):
         seen.setdefault(match.group(0).rstrip(".,;:!?"), None)
     return tuple(seen)
 

@@ -20,9 +20,9 @@ from pylatexenc.latex2text import LatexNodes2Text
 
 from bot.choose.filters import phrase_pattern
 from bot.domain import DigestItem
+from bot.text import PROSE_URL
 
 _LATEX = LatexNodes2Text(math_mode="text", strict_latex_spaces=False)
-_URL_RE = re.compile(r"https?://[^\s<>\"'\[\]()]+", re.IGNORECASE)  # in prose: stops at brackets
 # Characters LaTeX treats specially that plain prose uses literally.
 _BARE_SPECIALS = re.compile(r"(?<!\\)([%&#])")
 _PLACEHOLDER = "zzlatexurl{}zz"
@@ -74,7 +74,7 @@ def latex_to_text(text: str) -> str:
         urls.append(match.group(0))
         return _PLACEHOLDER.format(len(urls) - 1)
 
-    guarded = _BARE_SPECIALS.sub(r"\\\1", _URL_RE.sub(stash, text))
+    guarded = _BARE_SPECIALS.sub(r"\\\1", PROSE_URL.sub(stash, text))
     guarded = _CONTROL_WORD_SPACE.sub(_join_letter_macros, guarded)
     try:
         converted = _LATEX.latex_to_text(guarded)
@@ -178,7 +178,7 @@ def _linkified(text: str, marks: re.Pattern[str] | None) -> Markup:
     """*text* escaped, its URLs made links, the rest marked."""
     out: list[str] = []
     last = 0
-    for match in _URL_RE.finditer(text):
+    for match in PROSE_URL.finditer(text):
         url = match.group(0).rstrip(".,;:!?")
         out.append(str(_marked(text[last : match.start()], marks)))
         out.append(f'<a href="{escape(url)}">{escape(url)}</a>')

@@ -140,7 +140,7 @@ def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Pat
 
     def add_subscribers(first: int, count: int) -> None:
         for n in range(first, first + count):
-            subprocess.run(
+            done = subprocess.run(
                 [
                     DIGESTBOT,
                     "subscribers",
@@ -155,9 +155,11 @@ def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Pat
                 ],
                 cwd=tmp_path,
                 env=env,
-                check=True,
+                check=False,
                 capture_output=True,
+                text=True,
             )
+            assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
 
     def scheduled_for(emails_from: int, count: int) -> int:
         with factory() as session:

@@ -4,10 +4,12 @@
 ``List-Unsubscribe=One-Click``; the confirm button posts the same), ``GET
 /u/{token}`` only shows a page with that button (link scanners and
 prefetchers GET every URL in a message), ``GET|POST /m/{token}`` lets the
-subscriber pause, resume or change their filter.  Tokens are HMAC-signed and
-bound to one subscriber; an unknown, forged or altered token gets the same
-404.  A thin shell over ``bot.subscriptions``: never sends mail, never renders
-digests, never writes SQL itself, never logs tokens or keys.
+subscriber pause, resume, change their filter or the list of revised entries,
+``GET /d/{token}/{date}`` is the web version of a sent digest and its BibTeX.
+Tokens are HMAC-signed and bound to one subscriber; an unknown, forged or
+altered token gets the same 404.  A thin shell over ``bot.subscriptions`` and
+``bot.web.versions``: never sends mail, never writes SQL itself, never logs
+tokens or keys.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from email.headerregistry import Address
 from email.quoprimime import body_encode
 from functools import lru_cache
 
-from bot.mail.message import POLICY, display_name
+from bot.mail.message import POLICY, QP_LINE_LENGTH, display_name
 
 # Values the email package writes verbatim (checked against it in tests/test_splice.py).
 _SIMPLE_NAME = re.compile(r"[A-Za-z0-9]+(?: [A-Za-z0-9]+)*")
@@ -31,8 +31,8 @@ def html_escape(value: str, *, attribute: bool) -> str:
     return value.replace("<", "&lt;").replace(">", "&gt;")
 
 
-# Quoted-printable lines as the message's policy writes them.
-_QP_LINE_LENGTH: int = POLICY.max_line_length or 78
+# Quoted-printable lines as build_message writes them.
+_QP_LINE_LENGTH = QP_LINE_LENGTH
 
 
 def _qp_line(line: bytes) -> bytes:

@@ -82,6 +82,10 @@ class Headers:
 # Header lines are not folded below RFC 5322's hard limit: a folded
 # List-Unsubscribe starts with whitespace that some parsers keep.
 POLICY = SMTP.clone(max_line_length=998)
+# Quoted-printable body lines, soft line breaks included, are at most 76 characters
+# (RFC 2045 6.7); the parts are encoded under this policy.
+QP_LINE_LENGTH = 76
+PART_POLICY = POLICY.clone(max_line_length=QP_LINE_LENGTH)
 # Fixed, so that one message is the same bytes however it is built (bot.mail.splice).
 # Safe because both parts are quoted-printable, where "=_" cannot occur.
 BOUNDARY = "=_digestbot_alternative"
@@ -103,8 +107,12 @@ def build_message(rendered: RenderedDigest, headers: Headers, sender: SenderConf
     msg["Precedence"] = "bulk"
     if headers.resend_of:
         msg["X-Digestbot-Resend-Of"] = headers.resend_of
-    msg.set_content(rendered.text, subtype="plain", charset="utf-8", cte="quoted-printable")
-    msg.add_alternative(rendered.html, subtype="html", charset="utf-8", cte="quoted-printable")
+    msg.policy = PART_POLICY  # the email package encodes a body at its policy's line length
+    try:
+        msg.set_content(rendered.text, subtype="plain", charset="utf-8", cte="quoted-printable")
+        msg.add_alternative(rendered.html, subtype="html", charset="utf-8", cte="quoted-printable")
+    finally:
+        msg.policy = POLICY
     msg.set_boundary(BOUNDARY)
     return msg
 

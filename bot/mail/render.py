@@ -283,5 +283,7 @@ class Renderer:
 
     def render_context(self, context: dict[str, object]) -> RenderedDigest:
         html_doc = self.inliner.inline(self.html_template.render(context))
+        if not html_doc.endswith("\n"):  # as the part decodes: the email package ends a body with one
+            html_doc += "\n"
         text = self.text_template.render(context)
         return RenderedDigest(subject=str(context["subject"]), text=text, html=html_doc)

@@ -115,6 +115,9 @@ class SenderConfig(BaseModel):
     list_id: str = "digest.digestbot.localhost"
     # Where "mailto:" unsubscribe requests go (default: from_address).
     unsubscribe_address: str = ""
+    # Gmail's feedback loop: "" sends no Feedback-ID header; "{list_id}" and "{domain}"
+    # are filled in, e.g. "digest:{list_id}:{domain}".
+    feedback_id: str = ""
 
     # These go into every message's headers: a line break in one would add headers.
     @field_validator("from_name")
@@ -124,12 +127,18 @@ class SenderConfig(BaseModel):
             raise ValueError("contains control characters (line breaks included, RFC 2047 encoded or not)")
         return value
 
-    @field_validator("from_address", "list_id", "unsubscribe_address")
+    @field_validator("from_address", "list_id", "unsubscribe_address", "feedback_id")
     @classmethod
     def _no_spaces_or_controls(cls, value: str) -> str:
         if "=?" in value or CONTROL_CHARACTERS.search(value) or any(c.isspace() or c in '<>",' for c in value):
             raise ValueError("must not contain spaces, control characters, quotes, commas, angle brackets or '=?'")
         return value
+
+
+def feedback_id_of(sender: SenderConfig) -> str:
+    """The Feedback-ID header's value ("" for none)."""
+    domain = sender.from_address.rpartition("@")[2] or "localhost"
+    return sender.feedback_id.replace("{list_id}", sender.list_id).replace("{domain}", domain)
 
 
 class DigestConfig(BaseModel):

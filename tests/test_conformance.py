@@ -155,3 +155,66 @@ def test_generated_digests_are_standards_clean_by_both_paths(
         again = mailer.renderer.render(replace(content, subscriber=other), mailer.links_for_token(other_token)[0])
         _check(filled, again.text, again.html)
         assert other_id != message_id
+
+
+def test_the_bulk_sender_checklist() -> None:
+    """Gmail's and Yahoo's 2024 rules, as far as one message shows them."""
+    base = _mailer().settings
+    for public_url, feedback in (("https://digest.example.org", "digest:{list_id}:{domain}"), ("", "")):
+        mailer = Mailer(
+            base.model_copy(
+                update={
+                    "web": base.web.model_copy(update={"public_url": public_url}),
+                    "sender": base.sender.model_copy(update={"feedback_id": feedback, "list_id": "list.bot.example"}),
+                }
+            )
+        )
+        subscriber = Subscriber(
+            id=5,
+            email="reader@example.org",
+            name="Reader",
+            filter="*",
+            timezone="UTC",
+            send_hour=7,
+            status=SubscriberStatus.ACTIVE,
+            backfill="7d",
+            created_at=WHEN,
+            updated_at=WHEN,
+            unsubscribe_secret="0123456789abcdef",
+        )
+        items = (_item(1, "A paper", "Its summary.", "text/plain"),)
+        content = DigestContent(
+            digest_id=7, kind="scheduled", local_date=WHEN.date(), subscriber=subscriber, items=items
+        )
+        token = make_token(mailer.key, 5, subscriber.unsubscribe_secret)
+        links, unsubscribe = mailer.links_for_token(token)
+        rendered = mailer.renderer.render(content, links)
+        message_id = message_id_for(7, 5, WHEN.date(), "scheduled", mailer.settings.sender)
+        data = build_message(
+            rendered, Headers("Reader", subscriber.email, message_id, WHEN, unsubscribe), mailer.settings.sender
+        ).as_bytes()
+        template = MessageTemplate.build(
+            mailer.renderer, content, mailer.settings.sender, mailer.links_for_token, footer_substituted=True
+        )
+        assert template is not None
+        assert template.fill(Personal(subscriber.email, "Reader", subscriber.email, token, message_id, WHEN)) == data
+        message = BytesParser(policy=policy.default).parsebytes(data)
+        assert isinstance(message, EmailMessage)
+        text, html = (message.get_body((kind,)) for kind in ("plain", "html"))
+        assert text is not None and html is not None
+        # A visible unsubscribe link in both parts, the header's first URI among them.
+        first = re.match(r"<([^>]+)>", message["List-Unsubscribe"])
+        assert first is not None
+        assert first.group(1) in text.get_content()
+        assert re.search(rf'<a href="{re.escape(first.group(1))}"[^>]*>Unsubscribe</a>', html.get_content())
+        if public_url:
+            assert first.group(1).startswith("https://digest.example.org/u/")
+            assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+            assert message["Feedback-ID"] == "digest:list.bot.example:bot.example"
+        else:
+            assert first.group(1).startswith("mailto:") and message["List-Unsubscribe-Post"] is None
+            assert message["Feedback-ID"] is None
+        # From and Message-ID in the sender's domain; Auto-Submitted, and no Precedence.
+        assert message["From"].addresses[0].domain == "bot.example"
+        assert message["Message-ID"].endswith("@bot.example>")
+        assert message["Auto-Submitted"] == "auto-generated" and message["Precedence"] is None

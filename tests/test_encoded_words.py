@@ -48,7 +48,6 @@ EXPECTED = [
     "List-Id",
     "List-Unsubscribe",
     "Auto-Submitted",
-    "Precedence",
     "MIME-Version",
     "Content-Type",
 ]

@@ -261,7 +261,7 @@ def test_contents_preheader_and_dark_mode(factory: sessionmaker[Session], tmp_pa
             assert f'href="#e{ref}"' in html
         first = re.search(r"<h2[^>]*><a[^>]*>(.*?)</a>", html, re.S)
         assert first is not None
-        preheader = re.search(r'<div class="preheader"[^>]*>(.*?)</div>', html, re.S)
+        preheader = re.search(r'<p class="preheader"[^>]*>(.*?)</p>', html, re.S)
         assert preheader is not None and re.sub(r"<[^>]*>", "", first.group(1))[:40] in preheader.group(1)
         assert '<html lang="en">' in html and '<meta name="color-scheme" content="light dark">' in html
         assert "prefers-color-scheme: dark" in html

@@ -20,7 +20,7 @@ from email.utils import format_datetime
 
 from email_validator import EmailNotValidError, validate_email
 
-from bot.config import SenderConfig
+from bot.config import SenderConfig, feedback_id_of
 from bot.domain import RenderedDigest
 from bot.text import header_text
 
@@ -103,8 +103,11 @@ def build_message(rendered: RenderedDigest, headers: Headers, sender: SenderConf
     if any(uri.startswith("https://") for uri in headers.list_unsubscribe):
         # RFC 8058 one-click needs an https URI that accepts the POST.
         msg["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    # Auto-Submitted (RFC 3834) alone tells responders not to answer; Precedence is not
+    # standard (RFC 2076 advises against it) and some filters count it against bulk mail.
     msg["Auto-Submitted"] = "auto-generated"
-    msg["Precedence"] = "bulk"
+    if feedback_id_of(sender):
+        msg["Feedback-ID"] = feedback_id_of(sender)
     if headers.resend_of:
         msg["X-Digestbot-Resend-Of"] = headers.resend_of
     msg.policy = PART_POLICY  # the email package encodes a body at its policy's line length

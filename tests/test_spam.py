@@ -1,0 +1,117 @@
+"""No spam points of our own making: every demo digest and a worst-case one scored by
+SpamAssassin with local tests only (Debian's ``spamassassin``; ``.ci/run`` installs it).
+
+The positive points must sum to at most 0.5; list-manager bonuses (negative) do not
+count, so a receiver that does not trust our list headers sees the same."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import pytest
+
+from bot.config import Settings
+from bot.domain import DigestContent, DigestItem, EntryKind, Subscriber, SubscriberStatus
+from bot.mail.mailer import Mailer
+from bot.mail.message import Headers, build_message, message_id_for
+from bot.tokens import make_token
+from tests.conftest import ROOT
+from tests.helpers import DIGESTBOT
+
+SPAMASSASSIN = shutil.which("spamassassin")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        SPAMASSASSIN is None, reason="no spamassassin here (Debian: apt-get install spamassassin; .ci/run installs it)"
+    ),
+]
+MOST_POINTS = 0.5
+_RULE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s+([A-Z0-9_]+)\s", re.M)
+
+
+def positive_rules(message: bytes) -> dict[str, float]:
+    assert SPAMASSASSIN is not None
+    done = subprocess.run([SPAMASSASSIN, "-L", "-t"], input=message, capture_output=True, timeout=180, check=False)
+    report = done.stdout.decode("utf-8", "replace").split("Content analysis details:", 1)
+    assert len(report) == 2, f"no SpamAssassin report (rc {done.returncode}): {done.stderr[-300:]!r}"
+    return {name: float(points) for points, name in _RULE.findall(report[1]) if float(points) > 0}
+
+
+def _demo_inbox(tmp_path: Path) -> list[Path]:
+    for folder in ("config", "seeds", "templates"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env |= {"DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "seeds"), "DIGESTBOT_PATHS__TAGS_FILE": "config/tags.toml"}
+    subprocess.run([DIGESTBOT, "demo"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)
+    return sorted((tmp_path / "var" / "inbox").glob("*.eml"))
+
+
+def _worst_case(tmp_path: Path) -> bytes:
+    """30 entries of long LaTeX titles, many authors and tags, long abstracts full of
+    links and quotes, for a subscriber with a phrase filter, with https unsubscribe links."""
+    mailer = Mailer(
+        Settings.model_validate(
+            {
+                "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+                "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
+                "web": {"public_url": "https://digest.example.org", "signing_key": "spam-test-key-0123456789"},
+            }
+        )
+    )
+    items = tuple(
+        DigestItem(
+            key=f"k{n}",
+            kind=EntryKind.PAPER,
+            title=f'Scaling $O(n \\log n)$ "sparse attention" kernels, part {n}: ' + "a study of GPUs " * 6,
+            authors=tuple(f"Author{a} Surname{a}" for a in range(20)),
+            published=date(2026, 6, 14),
+            summary=(
+                f"We present kernel {n} for sparse attention on GPUs, reaching $2.5\\times$ at "
+                f"https://github.com/org/repo{n} and https://huggingface.co/org/model{n}. "
+            )
+            * 12,
+            summary_type="text/plain",
+            tags=("gpu", "llm", "attention", "kernels", "sparsity"),
+            why='"sparse attention": phrase in title and summary',
+            arxiv_id=f"2606.{n:05d}",
+            doi=None,
+            links=(),
+        )
+        for n in range(30)
+    )
+    subscriber = Subscriber(
+        id=9,
+        email="reader@example.org",
+        name='Ada "Countess" Lovelace',
+        filter='"sparse attention" or gpu',
+        timezone="UTC",
+        send_hour=7,
+        status=SubscriberStatus.ACTIVE,
+        backfill="7d",
+        created_at=datetime(2026, 6, 1, tzinfo=UTC),
+        updated_at=datetime(2026, 6, 1, tzinfo=UTC),
+        unsubscribe_secret="0123456789abcdef",
+    )
+    content = DigestContent(
+        digest_id=3, kind="scheduled", local_date=date(2026, 6, 15), subscriber=subscriber, items=items
+    )
+    links, unsubscribe = mailer.links_for_token(make_token(mailer.key, 9, subscriber.unsubscribe_secret))
+    rendered = mailer.renderer.render(content, links)
+    message_id = message_id_for(3, 9, content.local_date, "scheduled", mailer.settings.sender)
+    headers = Headers(subscriber.name, subscriber.email, message_id, datetime(2026, 6, 15, 7, tzinfo=UTC), unsubscribe)
+    return build_message(rendered, headers, mailer.settings.sender).as_bytes()
+
+
+def test_no_digest_collects_spam_points_of_its_own(tmp_path: Path) -> None:
+    messages = {path.name: path.read_bytes() for path in _demo_inbox(tmp_path / "demo")}
+    assert len(messages) == 9
+    messages["worst case"] = _worst_case(tmp_path)
+    scores = {name: positive_rules(data) for name, data in messages.items()}
+    print(f"\nSpamAssassin positive rules: {scores}")
+    too_many = {name: rules for name, rules in scores.items() if sum(rules.values()) > MOST_POINTS}
+    assert not too_many, too_many

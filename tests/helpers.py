@@ -283,3 +283,25 @@ def wait_until_serving(proc: subprocess.Popen[str], port: int, seconds: float = 
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, f"digestbot serve did not answer within {seconds:g} s"
             time.sleep(0.1)
+
+
+def reader(subscriber_id: int, *, email: str = "reader@example.org", name: str = "Reader", filter: str = "*"):  # noqa: A002
+    """An active subscriber as the render stage sees it, for tests that build digests
+    without a store."""
+    from bot.domain import Subscriber as SubscriberView
+    from bot.domain import SubscriberStatus
+
+    joined = datetime(2026, 6, 1, tzinfo=UTC)
+    return SubscriberView(
+        id=subscriber_id,
+        email=email,
+        name=name,
+        filter=filter,
+        timezone="UTC",
+        send_hour=7,
+        status=SubscriberStatus.ACTIVE,
+        backfill="7d",
+        created_at=joined,
+        updated_at=joined,
+        unsubscribe_secret="0123456789abcdef",
+    )

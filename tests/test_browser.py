@@ -8,14 +8,15 @@ import json
 import re
 import shutil
 import subprocess
-from datetime import UTC, date, datetime
+from datetime import date
 from pathlib import Path
 
 import pytest
 
-from bot.domain import DigestContent, DigestItem, EntryKind, Subscriber, SubscriberStatus
+from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.mail.render import Renderer, web_links
 from tests.conftest import ROOT
+from tests.helpers import reader
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = pytest.mark.skipif(
@@ -92,17 +93,10 @@ def _worst_cases() -> list[DigestContent]:
         _item(3, "Short one.", kind=EntryKind.REPO, extra=(("owner", LONG_WORD), ("description", LONG_WORD))),
         *(_item(n, "One sentence. " * 60) for n in range(4, 31)),
     )
-    subscriber = Subscriber(
-        id=7,
+    subscriber = reader(
+        7,
         email="a-very-long-local-part-for-testing@" + "sub." * 10 + "example.org",
-        name="Reader",
         filter=f'"{LONG_WORD[:60]}" or gpu',
-        timezone="UTC",
-        send_hour=7,
-        status=SubscriberStatus.ACTIVE,
-        backfill="none",
-        created_at=datetime(2026, 6, 1, tzinfo=UTC),
-        updated_at=datetime(2026, 6, 1, tzinfo=UTC),
     )
     return [
         DigestContent(digest_id=1, kind="scheduled", local_date=date(2026, 6, 15), subscriber=subscriber, items=items),

@@ -19,12 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.config import Settings
-from bot.domain import DigestContent, DigestItem, EntryKind, Subscriber, SubscriberStatus
+from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.mail.mailer import Mailer
 from bot.mail.message import Headers, build_message, message_id_for
 from bot.mail.splice import MessageTemplate, Personal
 from bot.tokens import make_token
 from tests.conftest import ROOT
+from tests.helpers import reader
 
 WHEN = datetime(2026, 6, 15, 7, 3, tzinfo=UTC)
 _LONG_WORD = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=300, max_size=300)
@@ -115,19 +116,7 @@ def test_generated_digests_are_standards_clean_by_both_paths(
 ) -> None:
     mailer = _mailer()
     _, filter_, entries = contents
-    subscriber = Subscriber(
-        id=42,
-        email="reader@example.org",
-        name=subscriber_name,
-        filter=filter_,
-        timezone="UTC",
-        send_hour=7,
-        status=SubscriberStatus.ACTIVE,
-        backfill="7d",
-        created_at=WHEN,
-        updated_at=WHEN,
-        unsubscribe_secret="0123456789abcdef",
-    )
+    subscriber = reader(42, name=subscriber_name, filter=filter_)
     items = tuple(_item(n, title, summary, kind) for n, (title, summary, kind) in enumerate(entries, start=1))
     content = DigestContent(digest_id=7, kind="scheduled", local_date=WHEN.date(), subscriber=subscriber, items=items)
     token = make_token(mailer.key, subscriber.id, subscriber.unsubscribe_secret)
@@ -169,19 +158,7 @@ def test_the_bulk_sender_checklist() -> None:
                 }
             )
         )
-        subscriber = Subscriber(
-            id=5,
-            email="reader@example.org",
-            name="Reader",
-            filter="*",
-            timezone="UTC",
-            send_hour=7,
-            status=SubscriberStatus.ACTIVE,
-            backfill="7d",
-            created_at=WHEN,
-            updated_at=WHEN,
-            unsubscribe_secret="0123456789abcdef",
-        )
+        subscriber = reader(5)
         items = (_item(1, "A paper", "Its summary.", "text/plain"),)
         content = DigestContent(
             digest_id=7, kind="scheduled", local_date=WHEN.date(), subscriber=subscriber, items=items

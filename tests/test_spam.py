@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from bot.config import Settings
-from bot.domain import DigestContent, DigestItem, EntryKind, Subscriber, SubscriberStatus
+from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.mail.mailer import Mailer
 from bot.mail.message import Headers, build_message, message_id_for
 from bot.tokens import make_token
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT
+from tests.helpers import DIGESTBOT, reader
 
 SPAMASSASSIN = shutil.which("spamassassin")
 pytestmark = [
@@ -84,19 +84,7 @@ def _worst_case(tmp_path: Path) -> bytes:
         )
         for n in range(30)
     )
-    subscriber = Subscriber(
-        id=9,
-        email="reader@example.org",
-        name='Ada "Countess" Lovelace',
-        filter='"sparse attention" or gpu',
-        timezone="UTC",
-        send_hour=7,
-        status=SubscriberStatus.ACTIVE,
-        backfill="7d",
-        created_at=datetime(2026, 6, 1, tzinfo=UTC),
-        updated_at=datetime(2026, 6, 1, tzinfo=UTC),
-        unsubscribe_secret="0123456789abcdef",
-    )
+    subscriber = reader(9, name='Ada "Countess" Lovelace', filter='"sparse attention" or gpu')
     content = DigestContent(
         digest_id=3, kind="scheduled", local_date=date(2026, 6, 15), subscriber=subscriber, items=items
     )

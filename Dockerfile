@@ -3,17 +3,16 @@ FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    DIGESTBOT_PATHS__TEMPLATES_DIR=/app/templates \
-    DIGESTBOT_PATHS__TAGS_FILE=/app/config/tags.toml \
     DIGESTBOT_PATHS__VAR_DIR=/data/var \
     DIGESTBOT_PATHS__DUMP_DIR=/data/dumps
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md ./
 COPY bot ./bot
-RUN pip install --no-cache-dir '.[postgres]'
 COPY templates ./templates
 COPY config ./config
+# The wheel carries the templates and the default tag rules (bot/shipped_files/).
+RUN pip install --no-cache-dir '.[postgres]'
 
 RUN useradd --system --uid 10001 digestbot \
     && mkdir -p /data/var /data/dumps \

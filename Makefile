@@ -31,8 +31,8 @@ test-fast: $(STAMP)
 # Lint (pyflakes, pycodestyle, isort, bugbear, pyupgrade), formatting, strict types,
 # and the size limits (CONTRIBUTING.md, Limits).
 lint: $(STAMP)
-	$(BIN)/ruff check bot tests bench .ci
-	$(BIN)/ruff format --check bot tests bench .ci
+	$(BIN)/ruff check bot tests bench .ci setup.py
+	$(BIN)/ruff format --check bot tests bench .ci setup.py
 	$(BIN)/mypy
 	$(BIN)/python .ci/complexity.py bot
 

@@ -12,14 +12,16 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
+from bot.shipped import TAG_RULES, TEMPLATES, shipped
 from bot.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url
 
 ENV_PREFIX = "DIGESTBOT_"
@@ -30,31 +32,42 @@ class ConfigError(Exception):
     """The configuration file or environment holds a value we cannot use."""
 
 
-SHIPPED_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+class _Section(BaseModel):
+    # A misspelled key ("prot") is an error, not a silently kept default.
+    model_config = ConfigDict(extra="forbid")
 
 
-class PathsConfig(BaseModel):
+class PathsConfig(_Section):
     var_dir: Path = Path("var")
     dump_dir: Path = Path("seeds")
-    # The shipped templates wherever digestbot is run from; point it at a copy to customize.
-    templates_dir: Path = SHIPPED_TEMPLATES
-    tags_file: Path = Path("config/tags.toml")  # tag rules; a missing file means none
+    # The shipped templates and tag rules wherever digestbot runs from; point these
+    # at the copies ``digestbot init`` writes to customize them.
+    templates_dir: Path = Field(default_factory=lambda: shipped(TEMPLATES))
+    tags_file: Path = Field(default_factory=lambda: shipped(TAG_RULES))
 
 
-class DatabaseConfig(BaseModel):
+class DatabaseConfig(_Section):
     # Empty means "SQLite file digestbot.sqlite3 inside paths.var_dir".
     url: str = ""
     busy_timeout_ms: int = Field(5000, ge=0)
     sqlite_cache_mb: int = Field(64, ge=1)  # page cache per SQLite connection
 
 
-class FeedsConfig(BaseModel):
+class FeedsConfig(_Section):
     urls: list[str] = []
     timeout_seconds: float = Field(20.0, gt=0)
     max_bytes: int = Field(20_000_000, gt=0)
 
+    @field_validator("urls")
+    @classmethod
+    def _http_only(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return urls
 
-class WatchConfig(BaseModel):
+
+class WatchConfig(_Section):
     interval_seconds: int = Field(60, ge=1)
     # A file whose mtime is younger than this is assumed to be still written.
     quiet_seconds: float = Field(5.0, ge=0)
@@ -62,7 +75,7 @@ class WatchConfig(BaseModel):
     max_file_bytes: int = Field(32_000_000, gt=0)
 
 
-class ScheduleConfig(BaseModel):
+class ScheduleConfig(_Section):
     default_timezone: str = "UTC"
     default_send_hour: int = Field(8, ge=0, le=23)
     # A day found with nothing new at the send time stays open until this local hour
@@ -73,14 +86,14 @@ class ScheduleConfig(BaseModel):
     wait_for_dump_minutes: int = Field(0, ge=0, le=720)
 
 
-class SubscribersConfig(BaseModel):
+class SubscribersConfig(_Section):
     # What a new subscriber receives first: entries first seen in the last N
     # days ("7d"), "all", or "none".
     default_backfill: str = Field("7d", pattern=r"^(?:all|none|\d{1,4}d)$")
     default_filter: str = "*"
 
 
-class SmtpConfig(BaseModel):
+class SmtpConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(1025, ge=1, le=65535)
     tls: Literal["none", "starttls", "tls"] = "none"
@@ -109,7 +122,7 @@ class SmtpConfig(BaseModel):
         return SecretStr("")
 
 
-class SenderConfig(BaseModel):
+class SenderConfig(_Section):
     from_address: str = "digestbot@localhost"
     from_name: str = "digestbot"
     list_id: str = "digest.digestbot.localhost"
@@ -141,7 +154,7 @@ def feedback_id_of(sender: SenderConfig) -> str:
     return sender.feedback_id.replace("{list_id}", sender.list_id).replace("{domain}", domain)
 
 
-class DigestConfig(BaseModel):
+class DigestConfig(_Section):
     max_entries: int = Field(30, ge=1)  # the rest rolls into the next digest, best first
     # Longer summaries are cut at a sentence near this length (0: always whole).
     summary_chars: int = Field(400, ge=0, le=100_000)
@@ -155,7 +168,7 @@ class DigestConfig(BaseModel):
     build_processes: int = Field(0, ge=0, le=16)
 
 
-class WebConfig(BaseModel):
+class WebConfig(_Section):
     # e.g. "https://digest.example.org": enables https List-Unsubscribe and manage links.
     public_url: str = ""
 
@@ -214,14 +227,6 @@ class Settings(BaseSettings):
     digest: DigestConfig = DigestConfig()
     web: WebConfig = WebConfig()
 
-    @field_validator("feeds")
-    @classmethod
-    def _feed_urls_are_http(cls, feeds: FeedsConfig) -> FeedsConfig:
-        for url in feeds.urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"feeds.urls: {url!r} is not an http(s) URL")
-        return feeds
-
     @classmethod
     def settings_customise_sources(
         cls,
@@ -278,10 +283,81 @@ def load_settings(path: Path | None = None) -> Settings:
     try:
         return _FileSettings()
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"{path or 'defaults'}: {where}: {first['msg']}") from None
+        raise ConfigError(_explain(exc.errors()[0], path)) from None
+    except SettingsError as exc:  # an environment variable that is not the JSON a list or table needs
+        raise ConfigError(_unparsable_variable(str(exc))) from None
     except (ValueError, OSError) as exc:  # TOML syntax errors surface as ValueError
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def _unparsable_variable(message: str) -> str:
+    section = message.partition('field "')[2].partition('"')[0]
+    prefix = f"{ENV_PREFIX}{section}__".upper()
+    names = sorted(name for name in os.environ if name.upper().startswith(prefix))
+    if not names:
+        return f"environment: {message}"
+    key = names[0][len(prefix) :].lower()
+    return f'environment variable {names[0]} ({section}.{key}): must be JSON, e.g. ["a", "b"] for a list'
+
+
+_SECRET_KEYS = {"password", "signing_key"}
+
+
+def _explain(error: Any, path: Path | None) -> str:
+    """One line in our words: where the bad value came from (the environment variable
+    or the file), the key, and what it must be."""
+    loc = tuple(str(part) for part in error["loc"])
+    where = ".".join(loc)
+    variable = (ENV_PREFIX + "__".join(loc)).upper()
+    from_env = next((name for name in os.environ if name.upper() == variable), None)
+    if from_env:
+        return f"environment variable {from_env} ({where}): {_what_is_wrong(error, loc)}"
+    return f"{path or 'defaults'}: {where}: {_what_is_wrong(error, loc)}"
+
+
+def _what_is_wrong(error: Any, loc: tuple[str, ...]) -> str:
+    kind, context = error["type"], error.get("ctx") or {}
+    shown = "" if loc[-1] in _SECRET_KEYS else f", not {str(error.get('input'))[:60]!r}"
+    if kind == "extra_forbidden":
+        return f"unknown {'key' if len(loc) > 1 else 'section'}{_closest(loc)}"
+    simple = {
+        "int_parsing": "must be a whole number",
+        "int_from_float": "must be a whole number",
+        "float_parsing": "must be a number",
+        "bool_parsing": "must be true or false",
+        "string_type": "must be text",
+        "list_type": "must be a list",
+        "dict_type": "must be a table",
+        "model_type": "must be a table",
+    }
+    if kind in simple:
+        return simple[kind] + shown
+    bounds = {
+        "greater_than_equal": "at least {ge}",
+        "less_than_equal": "at most {le}",
+        "greater_than": "more than {gt}",
+        "less_than": "less than {lt}",
+    }
+    if kind in bounds:
+        return "must be " + bounds[kind].format(**context) + shown
+    if kind == "literal_error":
+        return f"must be one of {context.get('expected', '')}" + shown
+    if kind == "string_pattern_mismatch" and loc[-1] == "default_backfill":
+        return "must be 'all', 'none' or a number of days such as '7d'" + shown
+    message = str(error["msg"])
+    return message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+
+
+def _closest(loc: tuple[str, ...]) -> str:
+    import difflib
+
+    model: type[BaseModel] = Settings
+    for part in loc[:-1]:
+        annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return ""
+        model = annotation
+    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -110,6 +110,9 @@ class SinkHandler:
     lock: threading.Lock = field(default_factory=threading.Lock)
     connections: itertools.count[int] = field(default_factory=itertools.count)
     refused_greetings: int = 0
+    keep_index: bool = False  # rewrite inbox/index.html after each message (``digestbot sink``)
+    first_number: int = 0  # files are numbered after this one (``digestbot sink`` keeps old ones)
+    on_received: Callable[[Received, Path | None], None] | None = None
 
     @classmethod
     def with_rates(cls, rates: FaultRates, inbox: Path | None = None) -> SinkHandler:
@@ -151,12 +154,20 @@ class SinkHandler:
         data = envelope.original_content or envelope.content
         if isinstance(data, str):
             data = data.encode("utf-8")
+        received = Received(envelope.mail_from, list(envelope.rcpt_tos), data)
         with self.lock:
-            self.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), data))
-            number = len(self.received)
+            self.received.append(received)
+            number = self.first_number + len(self.received)
+        saved = None
         if self.inbox is not None:
             self.inbox.mkdir(parents=True, exist_ok=True)
-            (self.inbox / f"{number:04d}.eml").write_bytes(data)
+            saved = self.inbox / f"{number:04d}.eml"
+            saved.write_bytes(data)
+            if self.keep_index:
+                with self.lock:
+                    write_index(self.inbox)
+        if self.on_received is not None:
+            self.on_received(received, saved)
         return "250 2.0.0 OK: queued"
 
 
@@ -208,6 +219,7 @@ class Sink:
         *,
         logins: dict[str, str] | None = None,
         authenticator: Any = None,
+        host: str = "127.0.0.1",
     ) -> None:
         """*logins*: require SMTP AUTH (PLAIN/LOGIN, no TLS on loopback) with these user -> password
         pairs; *authenticator*: an aiosmtpd authenticator to use instead (a server that misbehaves)."""
@@ -219,7 +231,7 @@ class Sink:
             auth = {"authenticator": authenticator or _Logins(logins), "auth_required": True, "auth_require_tls": False}
         self.controller = _Controller(
             handler,
-            hostname="127.0.0.1",
+            hostname=host,
             port=self.port,
             ready_timeout=10,
             decode_data=False,
@@ -244,26 +256,47 @@ class Sink:
         return self.handler.received
 
 
+_INDEX_STYLE = (
+    "body{font:16px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:46rem;"
+    "padding:1rem;color:#1f2328;background:#fff}h1{font-size:1.4rem;margin:.2rem 0 1rem}"
+    "ol{list-style:none;padding:0;margin:0}li{border-top:1px solid #d0d7de;padding:.7rem 0}"
+    "a{color:#0a58ca}.subject{font-weight:600;overflow-wrap:anywhere}"
+    ".meta{color:#57606a;font-size:.9rem;overflow-wrap:anywhere}"
+)
+
+
+def last_number(inbox: Path) -> int:
+    """The highest ``NNNN.eml`` number already in *inbox* (0: none)."""
+    numbers = [int(p.stem) for p in inbox.glob("*.eml") if p.stem.isdigit()]
+    return max(numbers, default=0)
+
+
 def write_index(inbox: Path) -> Path:
-    """``index.html`` listing every .eml in *inbox* with its subject and recipient;
-    each message's HTML part is saved next to it for a browser."""
-    rows = []
-    for path in sorted(inbox.glob("*.eml")):
+    """``index.html``: every .eml in *inbox*, newest first, with its subject (linked to
+    its HTML part, saved next to it), recipient, date and a link to the .eml itself.
+    A page for a phone as much as a desk."""
+    items = []
+    paths = sorted(inbox.glob("*.eml"))
+    for path in reversed(paths):
         msg = email.message_from_bytes(path.read_bytes(), policy=default_policy)
         html_part = msg.get_body(preferencelist=("html",))
         view = path.with_suffix(".html")
         if html_part is not None:
             view.write_text(html_part.get_content(), encoding="utf-8")
-        rows.append(
-            f"<tr><td>{html.escape(path.name)}</td><td>{html.escape(str(msg['To']))}</td>"
-            f'<td><a href="{html.escape(view.name)}">{html.escape(str(msg["Subject"]))}</a></td>'
-            f"<td>{html.escape(str(msg['Date']))}</td></tr>"
+        subject = html.escape(str(msg["Subject"] or "(no subject)"))
+        title = f'<a href="{html.escape(view.name)}">{subject}</a>' if html_part is not None else subject
+        items.append(
+            f'<li><div class="subject">{title}</div><div class="meta">to {html.escape(str(msg["To"]))}'
+            f" · {html.escape(str(msg['Date']))} · "
+            f'<a href="{html.escape(path.name)}" download>{html.escape(path.name)}</a></div></li>'
         )
+    count = f"{len(paths)} message" + ("" if len(paths) == 1 else "s")
     index = inbox / "index.html"
     index.write_text(
-        "<!DOCTYPE html><meta charset=utf-8><title>digestbot inbox</title>"
-        "<h1>digestbot inbox</h1><table border=1 cellpadding=4>"
-        "<tr><th>file</th><th>to</th><th>subject</th><th>date</th></tr>" + "".join(rows) + "</table>",
+        '<!DOCTYPE html><html lang="en"><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        f"<title>digestbot inbox</title><style>{_INDEX_STYLE}</style>"
+        f"<h1>digestbot inbox</h1><p class=meta>{count}</p><ol>{''.join(items)}</ol></html>\n",
         encoding="utf-8",
     )
     return index

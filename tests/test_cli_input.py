@@ -122,3 +122,16 @@ def test_export_round_trips_exactly_and_can_be_made_spreadsheet_safe(cli: Cli, t
     safe = cli("subscribers", "export", "--spreadsheet").stdout
     assert "'=HYPERLINK(" in safe and ",'+1 Grace," in safe
     assert all(not cell.startswith(("=", "+", "-", "@")) for line in safe.splitlines() for cell in line.split(","))
+
+
+def test_a_missing_dump_folder_or_tag_rules_file_stops_the_start(cli: Cli, tmp_path: Path) -> None:
+    """A typo in paths.dump_dir is not "nothing new": the commands that scan it refuse
+    to start, naming it; so does a tags_file that is not there."""
+    for command in (["dumps", "ingest"], ["run", "--once"], ["scheduler"]):
+        line = one_error_line(cli(*command, code=2))
+        assert line == f"error: paths.dump_dir: {tmp_path / 'dumps'} is not a folder (it does not exist or is a file)"
+    (tmp_path / "dumps").mkdir()
+    assert cli("dumps", "ingest").stdout == "nothing new to ingest\n"
+    cli.env["DIGESTBOT_PATHS__TAGS_FILE"] = str(tmp_path / "tagz.toml")
+    for command in (["dumps", "ingest"], ["run", "--once"], ["tags", "list"]):
+        assert one_error_line(cli(*command, code=2)).endswith("tagz.toml: tag rules file not found (paths.tags_file)")

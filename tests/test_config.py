@@ -77,3 +77,88 @@ def test_bad_values_name_the_field(tmp_path: Path, content: str, message: str) -
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="config file not found"):
         load_settings(tmp_path / "nope.toml")
+
+
+def _leaf_fields() -> list[tuple[str, str, type]]:
+    """(section, key, annotation) of every setting but the secrets, which the file
+    refuses whatever their value (test_password_in_file_is_refused)."""
+    from bot.config import Settings
+
+    found = []
+    for section, field in Settings.model_fields.items():
+        model = field.annotation
+        assert isinstance(model, type)
+        for key, leaf in model.model_fields.items():  # type: ignore[attr-defined]
+            if key not in ("password", "signing_key"):
+                found.append((section, key, leaf.annotation))
+    return found
+
+
+PYDANTIC_WORDING = ("Value error", "unable to parse", "Input should", "validation error", "pydantic")
+
+
+def test_a_misspelled_key_or_section_is_an_error_naming_the_closest(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    for content, expected in (
+        ("[smtp]\nprot = 25\n", "smtp.prot: unknown key; did you mean 'port'?"),
+        ("[paths]\ndumps_dir = 'x'\n", "paths.dumps_dir: unknown key; did you mean 'dump_dir'?"),
+        ("[smpt]\nport = 25\n", "smpt: unknown section; did you mean 'smtp'?"),
+        ("[smtp]\nzzzz = 1\n", "smtp.zzzz: unknown key"),
+    ):
+        cfg.write_text(content)
+        with pytest.raises(ConfigError) as info:
+            load_settings(cfg)
+        assert str(info.value) == f"{cfg}: {expected}"
+
+
+@pytest.mark.parametrize(("section", "key", "annotation"), _leaf_fields())
+def test_every_bad_value_is_one_line_in_our_words_naming_its_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: str, key: str, annotation: type
+) -> None:
+    """Each setting given a value of the wrong kind, from the file and then from the
+    environment: the message names that source and the key, and no pydantic wording."""
+    if annotation is str:
+        bad_toml, bad_env = "[1, 2]", None  # any text is a string; a list is not
+    else:
+        bad_toml, bad_env = '"not-a-valid-value"', "not-a-valid-value"
+    if annotation == list[str]:
+        bad_toml = "3"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[{section}]\n{key} = {bad_toml}\n")
+    try:
+        load_settings(cfg)
+    except ConfigError as exc:
+        message = str(exc)
+        assert message.startswith(f"{cfg}: {section}.{key}: ") and "\n" not in message
+        assert not any(words in message for words in PYDANTIC_WORDING), message
+    else:
+        assert annotation in (Path, Path | None), f"{section}.{key} took {bad_toml}"
+    if bad_env is None or annotation in (Path, Path | None):
+        return
+    cfg.write_text("")
+    monkeypatch.setenv(f"DIGESTBOT_{section.upper()}__{key.upper()}", bad_env)
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    message = str(info.value)
+    expected = f"environment variable DIGESTBOT_{section.upper()}__{key.upper()} ({section}.{key}): "
+    assert message.startswith(expected) and "\n" not in message
+    assert not any(words in message for words in PYDANTIC_WORDING), message
+
+
+def test_numbers_out_of_range_say_the_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DIGESTBOT_SMTP__PORT", "70000")
+    with pytest.raises(ConfigError) as info:
+        load_settings(None)
+    assert (
+        str(info.value) == "environment variable DIGESTBOT_SMTP__PORT (smtp.port): must be at most 65535, not '70000'"
+    )
+
+
+def test_secrets_are_not_echoed_in_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DIGESTBOT_WEB__SIGNING_KEY", '["hunter2-key"]')
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("")
+    try:
+        load_settings(cfg)
+    except ConfigError as exc:
+        assert "hunter2" not in str(exc)

@@ -1,34 +1,117 @@
-"""The wheel `pip install .` installs carries what digestbot reads at run time: the
-templates (digests and the subscriber pages) and the migrations, beside the package."""
+"""The wheel `pip install .` installs is the whole product: installed into a fresh
+virtualenv and run from an empty folder, it finds its templates and tag rules,
+ingests, sends, and writes an editable starter with ``digestbot init``."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import sysconfig
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from bot.sink import free_port
 from tests.conftest import ROOT
+
+SEEDS = sorted((ROOT / "seeds").glob("*.txt"))
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    # Built from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
+    source = tmp_path / "source"
+    for part in ("bot", "templates", "config"):
+        shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy(ROOT / part, source / part)
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path)]
+    build = subprocess.run([*command, str(source)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    (wheel,) = tmp_path.glob("digestbot-*.whl")
+    return wheel
+
+
+def _fresh_venv(tmp_path: Path, wheel: Path) -> Path:
+    """A new virtualenv holding the wheel; its dependencies are this interpreter's
+    (a path entry, so nothing else from this environment, the checkout included)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    Path(purelib, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)]
+    done = subprocess.run(install, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return venv
 
 
 @pytest.mark.slow
-def test_the_wheel_carries_templates_and_migrations(tmp_path: Path) -> None:
-    # Built from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
-    source = tmp_path / "source"
-    for part in ("bot", "templates"):
-        shutil.copytree(ROOT / part, source / part)
-    for part in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / part, source / part)
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(source)]
-    build = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr
-    (wheel,) = tmp_path.glob("digestbot-*.whl")
+def test_an_installed_wheel_works_from_an_empty_folder(tmp_path: Path) -> None:
+    wheel = _build_wheel(tmp_path)
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"templates/{p.relative_to(ROOT / 'templates')}" for p in (ROOT / "templates").rglob("*") if p.is_file()}
-    assert shipped and shipped <= names, sorted(shipped - names)
+    for folder in ("templates", "config"):
+        files = {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).rglob("*") if p.is_file()}
+        assert {f"bot/shipped_files/{f}" for f in files} <= names
     migrations = {f"bot/migrations/versions/{p.name}" for p in (ROOT / "bot/migrations/versions").glob("*.py")}
     assert migrations <= names, sorted(migrations - names)
-    assert not {n for n in names if n.startswith(("tests/", "bench/"))}
+    assert not {n for n in names if n.startswith(("tests/", "bench/", "templates/", "config/"))}
+
+    venv = _fresh_venv(tmp_path, wheel)
+    work = tmp_path / "empty"
+    work.mkdir()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DIGESTBOT_", "PYTHON"))}
+    port = free_port()
+    environment["DIGESTBOT_SMTP__PORT"] = str(port)
+    digestbot = str(venv / "bin" / "digestbot")
+
+    def run(*arguments: str, code: int = 0) -> str:
+        done = subprocess.run(
+            [digestbot, *arguments], cwd=work, env=environment, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == code, (arguments, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+        return done.stdout
+
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import bot; print(bot.__file__)"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
+    assert where.stdout.startswith(str(venv)), where.stdout
+
+    assert "snn" in run("tags", "list")  # the shipped tag rules, found from anywhere
+    sink = subprocess.Popen(
+        [digestbot, "sink", "--port", str(port), "--dir", "inbox"], cwd=work, env=environment, stdout=subprocess.PIPE
+    )
+    try:
+        assert sink.stdout is not None and "listening" in sink.stdout.readline().decode()
+        run("dumps", "ingest", *map(str, SEEDS))
+        run("subscribers", "add", "reader@example.org", "--filter", "snn")
+        assert "sent 1," in run("send-now", "reader@example.org")
+        deadline = time.monotonic() + 10
+        while not (work / "inbox" / "index.html").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        sink.send_signal(signal.SIGTERM)
+        sink.wait(timeout=20)
+    assert sink.returncode == 0
+    html = (work / "inbox" / "0001.html").read_text()
+    assert "SupraSNN" in html and "Unsubscribe" in html
+    assert "0001.eml" in (work / "inbox" / "index.html").read_text()
+
+    run("init", "site")
+    assert (work / "site/templates/digest.html.j2").read_bytes() == (ROOT / "templates/digest.html.j2").read_bytes()
+    with open(work / "site/config/tags.toml", "a") as rules:
+        rules.write('\n[operator-made]\nkeywords = ["spiking"]\n')
+    work = work / "site"  # where the starter's config is found, and its relative paths start
+    shown = run("config", "show")
+    assert '"templates_dir": "templates"' in shown and '"tags_file": "config/tags.toml"' in shown
+    assert "operator-made" in run("tags", "list")

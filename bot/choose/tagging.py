@@ -141,9 +141,11 @@ class TagRules:
 
 
 def load_rules(path: Path | None) -> TagRules:
-    """Rules from a TOML file; no file (or None) means no rule tags."""
-    if path is None or not path.is_file():
+    """Rules from a TOML file; None means no rule tags, a missing file is an error."""
+    if path is None:
         return TagRules(())
+    if not path.is_file():
+        raise TagRulesError(f"{path}: tag rules file not found (paths.tags_file)")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -1,12 +1,15 @@
-"""CLI commands ``db`` (migrations) and ``config`` (the effective configuration)."""
+"""CLI commands ``db`` (migrations), ``config`` (the effective configuration) and
+``init`` (an editable copy of the shipped files)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from bot.cli.shell import ctx_of, out
+from bot.cli.shell import EXIT_USAGE, ctx_of, fail, out, plural
 from bot.store import engine as store_engine
 
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
@@ -34,3 +37,64 @@ def db_current(ctx: typer.Context) -> None:
 def config_show(ctx: typer.Context) -> None:
     """Print the effective configuration as JSON (secrets masked)."""
     print(json.dumps(ctx_of(ctx).settings.redacted(), indent=2))
+
+
+def init_command(
+    folder: Annotated[Path, typer.Argument(help="Where to write (created when missing).", metavar="DIR")],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files that are already there.")] = False,
+) -> None:
+    """Write an editable copy of the configuration, tag rules, example subscribers and
+    templates into DIR.  Run digestbot from DIR afterwards (it reads
+    config/digestbot.toml there), or pass --config DIR/config/digestbot.toml."""
+    from bot.starter import StarterExists, write_starter
+
+    try:
+        written = write_starter(folder, overwrite=force)
+    except StarterExists as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"{exc.filename or folder}: {exc.strerror}")
+    out.print(f"wrote {plural(len(written), 'file')} to {folder}", markup=False)
+    out.print(f"next: cd {folder} && digestbot config show", markup=False)
+
+
+def sink_command(
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 1025,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    folder: Annotated[
+        Path, typer.Option("--dir", help="Where messages go (.eml, .html, index.html).", metavar="DIR")
+    ] = Path("var/inbox"),
+) -> None:
+    """A local SMTP server that keeps every message it accepts, as the demo's does:
+    DIR/NNNN.eml, its HTML part as NNNN.html and an index.html to open in a browser.
+    For trying a configuration without a real mail server (smtp.host/port pointing
+    here, tls = "none").  Ctrl-C or SIGTERM stops it."""
+    import signal
+    import threading
+
+    from bot.sink import Received, Sink, SinkHandler, last_number
+
+    def announce(received: Received, saved: Path | None) -> None:
+        subject = str(received.message["Subject"] or "")
+        out.print(f"{saved.name if saved else '-'}: to {', '.join(received.recipients)}: {subject}", markup=False)
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"--dir {folder}: {exc.strerror}", EXIT_USAGE)
+    handler = SinkHandler(inbox=folder, keep_index=True, first_number=last_number(folder), on_received=announce)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        sink = Sink(handler, port, host=host).__enter__()
+    except (OSError, RuntimeError) as exc:
+        fail(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}")
+    out.print(f"listening on {host}:{port}; messages go to {folder}/ (open {folder / 'index.html'})", markup=False)
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sink.__exit__()
+    out.print(f"stopped after {plural(len(handler.received), 'message')}", markup=False)

@@ -121,15 +121,16 @@ def run_command(
     from bot.plan import plan
 
     c = ctx_of(ctx)
-    factory = c.sessions()
     if all_due and not once:
         fail("--all-due only goes with --once", EXIT_USAGE)
+    c.check_watch_inputs()
+    factory = c.sessions()
     if not once:
         _daemon(c, factory, plan_jobs=True, deliver_jobs=True)
         return
     results = scan_folder(
         factory,
-        c.settings.paths.dump_dir,
+        c.dump_dir,
         quiet_seconds=c.settings.watch.quiet_seconds,
         rules=c.rules,
         max_bytes=c.settings.watch.max_file_bytes,
@@ -165,6 +166,7 @@ def scheduler_command(ctx: typer.Context) -> None:
     """The scheduler role only: watch dumps and feeds, plan digests.  Several may run;
     one is elected (PostgreSQL advisory lock), the others stand by and take over."""
     c = ctx_of(ctx)
+    c.check_watch_inputs()
     _daemon(c, c.sessions(), plan_jobs=True, deliver_jobs=False)
 
 

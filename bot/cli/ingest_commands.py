@@ -55,7 +55,7 @@ def dumps_ingest(
     else:
         results = scan_folder(
             factory,
-            c.settings.paths.dump_dir,
+            c.dump_dir,
             quiet_seconds=c.settings.watch.quiet_seconds,
             rules=c.rules,
             max_bytes=c.settings.watch.max_file_bytes,

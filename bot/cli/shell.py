@@ -78,6 +78,20 @@ class Context:
             )
         return self._engine
 
+    @property
+    def dump_dir(self) -> Path:
+        """The folder the watcher scans; a usage error when it is not there, so a typo
+        in the config is not mistaken for "nothing new"."""
+        folder = self.settings.paths.dump_dir
+        if not folder.is_dir():
+            fail(f"paths.dump_dir: {folder} is not a folder (it does not exist or is a file)", EXIT_USAGE)
+        return folder
+
+    def check_watch_inputs(self) -> None:
+        """Exit with a usage error, before anything starts, when the dump folder or the
+        tag rules a watching process needs cannot be read."""
+        _ = self.dump_dir, self.rules
+
     def sessions(self, *, migrate: bool = True) -> sessionmaker[Session]:
         """Sessions on an up-to-date schema: SQLite is migrated on start, other
         databases must have been migrated with ``digestbot db upgrade``."""
@@ -94,6 +108,13 @@ class Context:
 def fail(message: str, code: int = EXIT_INPUT_FAILED) -> NoReturn:
     err.print(f"error: {message}", markup=False)
     raise typer.Exit(code)
+
+
+def plural(count: int, noun: str, many: str = "") -> str:
+    """``1 entry``, ``2 entries``: *many* when adding an s is wrong."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {many or noun + 's'}"
 
 
 def ctx_of(ctx: typer.Context) -> Context:

@@ -51,7 +51,8 @@ def main() -> None:
             elapsed = time.perf_counter() - t0
             print(
                 f"{label:24s} {elapsed:6.2f} s ({args.rows / elapsed:,.0f} rows/s): "
-                f"{report.created} added, {report.updated} updated, {len(report.errors)} bad rows"
+                f"{report.created} added, {report.updated} updated, {report.unchanged} unchanged, "
+                f"{len(report.errors)} bad rows"
             )
 
 

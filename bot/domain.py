@@ -175,6 +175,15 @@ class SubscriberFields:
 
 
 @dataclass(frozen=True, slots=True)
+class UpsertCounts:
+    """What saving a batch of subscriber fields did."""
+
+    created: int
+    updated: int
+    unchanged: int  # known addresses whose given fields already held those values
+
+
+@dataclass(frozen=True, slots=True)
 class DigestItem:
     """One entry as a digest carries it (summary pinned when the digest was planned)."""
 

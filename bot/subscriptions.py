@@ -21,9 +21,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.filters import FilterError, normalize_filter
 from bot.config import Settings
-from bot.domain import Subscriber, SubscriberFields, SubscriberStatus
+from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.store.engine import transaction
 from bot.store.subscribers import (
+    email_key,
     get_subscriber,
     list_subscribers,
     purge_subscriber,
@@ -140,7 +141,7 @@ def defaults(settings: Settings) -> SubscriberFields:
 
 def save(
     factory: sessionmaker[Session], settings: Settings, items: list[SubscriberFields], now: datetime
-) -> tuple[int, int]:
+) -> UpsertCounts:
     with transaction(factory) as session:
         return upsert_subscribers(session, items, defaults=defaults(settings), now=now)
 
@@ -155,6 +156,7 @@ class RowError:
 class ImportReport:
     created: int
     updated: int
+    unchanged: int
     errors: tuple[RowError, ...]
 
 
@@ -196,14 +198,21 @@ def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
         return [], [RowError(header_line, str(exc))]
     good: list[SubscriberFields] = []
     bad: list[RowError] = []
+    first_line: dict[str, int] = {}
     for line, raw in lines[1:]:
         try:
             fields = _csv_row(header, raw)
         except SubscriberInputError as exc:
             bad.append(RowError(line, str(exc)))
             continue
-        if fields is not None:
-            good.append(fields)
+        if fields is None:
+            continue
+        # Two rows for one address: which one the operator meant is theirs to say.
+        seen = first_line.setdefault(email_key(fields.email), line)
+        if seen != line:
+            bad.append(RowError(line, f"{fields.email} is already on line {seen} (one row per address)"))
+            continue
+        good.append(fields)
     return good, bad
 
 
@@ -233,8 +242,8 @@ def _csv_row(header: list[str], line: str) -> SubscriberFields | None:
 def import_csv(factory: sessionmaker[Session], settings: Settings, text: str, now: datetime) -> ImportReport:
     """Idempotent upsert of every good row; bad rows are reported, not fatal."""
     good, bad = read_csv(text)
-    created, updated = save(factory, settings, good, now) if good else (0, 0)
-    return ImportReport(created, updated, tuple(bad))
+    counts = save(factory, settings, good, now) if good else UpsertCounts(0, 0, 0)
+    return ImportReport(counts.created, counts.updated, counts.unchanged, tuple(bad))
 
 
 def export_rows(subscribers: Iterable[Subscriber]) -> Iterator[list[str]]:

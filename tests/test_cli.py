@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.sink import Fault
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import DIGESTBOT
 from tests.seed_facts import MINIMAX
@@ -155,8 +156,9 @@ def test_config_show_masks_the_password(run) -> None:
 def test_subscriber_workflow(run, tmp_path: Path) -> None:
     run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")))
     imported = run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv")).stdout
-    assert "5 added, 0 updated, 0 bad rows" in imported
-    assert "0 added, 5 updated" in run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv")).stdout
+    assert "5 added, 0 updated, 0 unchanged, 0 bad rows" in imported
+    again = run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv")).stdout
+    assert "0 added, 0 updated, 5 unchanged, 0 bad rows" in again
 
     everyone = json_lines(run("subscribers", "list", "--json").stdout)
     assert [s["email"] for s in everyone] == [
@@ -225,7 +227,7 @@ def test_subscriber_workflow(run, tmp_path: Path) -> None:
     broken = tmp_path / "broken.csv"
     broken.write_text("email,send_hour\nok@example.org,8\nbad@@example.org,8\nlate@example.org,99\n")
     proc = run("subscribers", "import", str(broken), code=1)
-    assert "1 added, 0 updated, 2 bad rows" in proc.stdout
+    assert "1 added, 0 updated, 0 unchanged, 2 bad rows" in proc.stdout
     assert "3 " in proc.stderr and "4 " in proc.stderr and "send_hour: 99" in proc.stderr
 
 
@@ -241,7 +243,7 @@ def test_tags_commands(run, tmp_path: Path) -> None:
     rules = tmp_path / "tags.toml"
     rules.write_text('[snn]\nkeywords = ["spiking"]\n')
     applied = run("tags", "apply", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)})
-    assert "re-tagged 16 entries with 1 rules" in applied.stdout
+    assert "re-tagged 16 entries with 1 rule from" in applied.stdout
     assert json_lines(run("tags", "list", "--json", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}).stdout)
     rules.write_text("[snn]\n")
     assert (
@@ -252,6 +254,7 @@ def test_tags_commands(run, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> None:
+    (tmp_path / "dumps").mkdir()  # the folder run --once scans
     smtp = {
         "DIGESTBOT_SMTP__PORT": str(sink.port),
         "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
@@ -279,9 +282,9 @@ def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> No
     )
 
     grace = next(h for h in sent if h["subscriber"] == "grace@example.org")
-    assert "queued 1 resends" in run("resend", str(grace["id"]), extra_env=smtp).stdout
+    assert "queued 1 resend:" in run("resend", str(grace["id"]), extra_env=smtp).stdout
     assert (
-        "queued 1 resends"
+        "queued 1 resend:"
         in run("resend", "--subscriber", "grace@example.org", "--date", grace["local_date"], extra_env=smtp).stdout
     )
     assert "queued 0 resends" in run("resend", "--failed", extra_env=smtp).stdout
@@ -290,8 +293,16 @@ def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> No
     assert len(sink.received) == 6 and sink.received[-1].message["Subject"].startswith("[resent] ")
 
     nothing = run("send-now", "ada@example.org", extra_env=smtp).stdout
-    assert "queued 0 digests (1 subscribers had nothing new)" in nothing
+    assert "queued 0 digests; 1 subscriber had nothing new" in nothing
     run("send-now", "nobody@example.org", code=1, extra_env=smtp)
+
+    # Something asked for and not done is exit 1, with the reason.
+    run("subscribers", "remove", "ada@example.org", extra_env=smtp)
+    left = run("send-now", "ada@example.org", code=1, extra_env=smtp)
+    assert left.stderr == "error: ada@example.org is unsubscribed: nothing sent\n"
+    sink.handler.faults = lambda recipient, attempt: Fault("rcpt", "550 5.1.1 no such mailbox")
+    refused = run("resend", str(grace["id"]), code=1, extra_env=smtp).stdout
+    assert "bounced 1," in refused
 
 
 def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:

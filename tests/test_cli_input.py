@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,52 @@ def test_a_missing_dump_folder_or_tag_rules_file_stops_the_start(cli: Cli, tmp_p
     cli.env["DIGESTBOT_PATHS__TAGS_FILE"] = str(tmp_path / "tagz.toml")
     for command in (["dumps", "ingest"], ["run", "--once"], ["tags", "list"]):
         assert one_error_line(cli(*command, code=2)).endswith("tagz.toml: tag rules file not found (paths.tags_file)")
+
+
+def _every_command() -> list[list[str]]:
+    import typer.main
+
+    from bot.cli import app
+
+    found: list[list[str]] = []
+
+    def walk(command: object, path: list[str]) -> None:
+        found.append(path)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+@pytest.mark.parametrize("command", _every_command(), ids=lambda c: " ".join(c) or "digestbot")
+def test_help_screens_show_values_the_unix_way(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """EMAIL, [EMAIL], PATHS..., --hour N, a bare --flag: never Python type names."""
+    import typer.main
+
+    from bot.cli import app
+    from bot.cli.shell import plain_help, run_command_line
+
+    root = typer.main.get_command(app)
+    plain_help(root)
+    saved, sys.argv = sys.argv, ["digestbot", *command, "--help"]
+    try:
+        assert run_command_line(root) == 0
+    finally:
+        sys.argv = saved
+    shown = capsys.readouterr().out
+    assert shown.startswith("Usage: digestbot")
+    for python_words in ("<int", "<str", "<bool", "<path", "<list", "<float", "{", "list[", " str ", " int ", " bool"):
+        assert python_words not in shown, (python_words, shown)
+
+
+def test_usage_errors_are_one_line_in_our_words(cli: Cli) -> None:
+    assert one_error_line(cli("subscribers", "add", "a@example.org", "--hour", "x", code=2)) == (
+        "error: --hour: must be a whole number (see 'digestbot subscribers add --help')"
+    )
+    assert one_error_line(cli("history", "--status", "lost", code=2)).startswith(
+        "error: --status: 'lost' is not one of 'queued'"
+    )
+    assert one_error_line(cli("subscribers", "add", code=2)) == (
+        "error: Missing argument 'EMAIL' (see 'digestbot subscribers add --help')"
+    )

@@ -82,7 +82,7 @@ def test_csv_import_of_10k_rows_keeps_the_good_and_lists_the_bad(factory: sessio
     assert len(bad) == 300
     assert {e.line: e.reason.split(":")[0] for e in report.errors} == bad
     again = import_csv(factory, Settings(), text, NOW)  # idempotent
-    assert (again.created, again.updated, len(again.errors)) == (0, 9_700, 300)
+    assert (again.created, again.updated, again.unchanged, len(again.errors)) == (0, 0, 9_700, 300)
     with factory() as s:
         assert len(list_subscribers(s)) == 9_700
 
@@ -107,8 +107,27 @@ def test_export_round_trips_through_import(factory: sessionmaker[Session], tmp_p
     exported = export_csv(factory)
     assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill"
     report = import_csv(factory, Settings(), exported, NOW)
-    assert (report.created, report.updated, report.errors) == (0, 5, ())
+    assert (report.created, report.updated, report.unchanged, report.errors) == (0, 0, 5, ())
     assert export_csv(factory) == exported
+
+
+def test_a_repeated_address_is_a_bad_row_and_changes_are_told_from_no_change(factory: sessionmaker[Session]) -> None:
+    text = "email,name\nada@example.org,Ada\nbob@example.org,Bob\nADA@example.org,Ada L.\n"
+    report = import_csv(factory, Settings(), text, NOW)
+    assert (report.created, report.updated, report.unchanged) == (2, 0, 0)
+    assert [(e.line, e.reason) for e in report.errors] == [
+        (4, "ADA@example.org is already on line 2 (one row per address)")
+    ]
+    with factory() as session:
+        assert {s.email: s.name for s in list_subscribers(session)} == {
+            "ada@example.org": "Ada",
+            "bob@example.org": "Bob",
+        }
+    changed = import_csv(factory, Settings(), "email,name\nada@example.org,Ada L.\nbob@example.org,Bob\n", NOW)
+    assert (changed.created, changed.updated, changed.unchanged, changed.errors) == (0, 1, 1, ())
+    # A row that gives fewer fields changes only those it gives.
+    fewer = import_csv(factory, Settings(), "email\nada@example.org\n", NOW)
+    assert (fewer.updated, fewer.unchanged) == (0, 1)
 
 
 def test_soft_remove_then_add_reactivates_and_purge_deletes(factory: sessionmaker[Session]) -> None:

@@ -31,9 +31,15 @@ app.command("sink")(sink_command)
 
 
 def main() -> None:
+    import typer.main
+
+    from bot.cli.shell import plain_help, run_command_line
+
     for position, argument in enumerate(sys.argv[1:], start=1):
         if not is_utf8_name(argument):  # the shell passed bytes that are not UTF-8
             shown = argument.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             err.print(f"error: argument {position} is not valid UTF-8: {shown!r}", markup=False)
             raise SystemExit(EXIT_USAGE)
-    app()
+    command = typer.main.get_command(app)
+    plain_help(command)
+    raise SystemExit(run_command_line(command))

@@ -9,13 +9,13 @@ from typing import Annotated
 
 import typer
 
-from bot.cli.shell import EXIT_USAGE, ctx_of, fail, out, plural
+from bot.cli.shell import EXIT_USAGE, command_group, ctx_of, fail, out, plural
 from bot.store import engine as store_engine
 
-db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+db_app = command_group("Database schema (Alembic migrations).")
 
 
-config_app = typer.Typer(help="Inspect the effective configuration.", no_args_is_help=True)
+config_app = command_group("Inspect the effective configuration.")
 
 
 @db_app.command("upgrade")

@@ -27,21 +27,20 @@ from bot.cli.shell import (
     now,
     out,
     parse_date,
+    plural,
     print_candidates,
     print_json_lines,
     progress_bar,
     report_ingest,
 )
-from bot.domain import DigestState, SourceStatus
+from bot.domain import DigestState, SourceStatus, SubscriberStatus
 
 
 @app.command("preview")
 def preview(
     ctx: typer.Context,
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
-    date_: Annotated[
-        str | None, typer.Option("--date", help="As of this day's send time (YYYY-MM-DD; default: now).")
-    ] = None,
+    date_: Annotated[str | None, typer.Option("--date", help="As of this day's send time (default: now).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """What EMAIL's next digest would contain and why; sends and records nothing."""
@@ -58,7 +57,7 @@ def preview(
     label = (
         f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
     )
-    print_candidates(found, f"{label}: {len(found)} entries", as_json)
+    print_candidates(found, f"{label}: {plural(len(found), 'entry', 'entries')}", as_json)
     if not found and not as_json:
         from bot.choose.quiet import outlook, outlook_note
 
@@ -87,12 +86,14 @@ def _today_note(c: Context, factory: Any, subscriber: Any, at: datetime) -> str:
     return today_note(facts, timezone=tz, send_at=send_at, closes_at=closes, now=at)
 
 
-def _report_delivery(report: Any) -> None:
+def _report_delivery(report: Any) -> bool:
+    """Print what a delivery run did; whether any message failed for good."""
     out.print(
         f"sent {report.sent}, retrying {report.retrying}, failed {report.failed}, bounced {report.bounced}, "
         f"cancelled {report.cancelled}",
         markup=False,
     )
+    return bool(report.failed or report.bounced)
 
 
 def _deliver_with_progress(c: Context, factory: Any) -> Any:
@@ -140,10 +141,11 @@ def run_command(
     report_ingest(results, False)
     planned = plan(factory, c.settings, c.rules, now=now(), all_due=all_due)
     out.print(
-        f"planned {len(planned.planned)} digests ({planned.empty} with nothing new, {planned.not_due} not due yet)"
+        f"planned {plural(len(planned.planned), 'digest')} "
+        f"({planned.empty} with nothing new, {planned.not_due} not due yet)"
     )
-    _report_delivery(_deliver_with_progress(c, factory))
-    if any(r.status is SourceStatus.FAILED for r in results):
+    undelivered = _report_delivery(_deliver_with_progress(c, factory))
+    if undelivered or any(r.status is SourceStatus.FAILED for r in results):
         raise typer.Exit(EXIT_INPUT_FAILED)
 
 
@@ -216,9 +218,18 @@ def send_now(
     c = ctx_of(ctx)
     factory = c.sessions()
     chosen = [find_subscriber(factory, e) for e in emails] if emails else None
+    inactive = [s for s in chosen or () if s.status is not SubscriberStatus.ACTIVE]
+    for subscriber in inactive:
+        err.print(f"error: {subscriber.email} is {subscriber.status.value}: nothing sent", markup=False)
+    if chosen is not None:
+        chosen = [s for s in chosen if s.status is SubscriberStatus.ACTIVE]
+    if chosen == []:
+        raise typer.Exit(EXIT_INPUT_FAILED)
     planned = plan(factory, c.settings, c.rules, now=now(), subscribers=chosen, kind=DigestKind.MANUAL)
-    out.print(f"queued {len(planned.planned)} digests ({planned.empty} subscribers had nothing new)")
-    _report_delivery(_deliver_with_progress(c, factory))
+    nothing = f"; {plural(planned.empty, 'subscriber')} had nothing new" if planned.empty else ""
+    out.print(f"queued {plural(len(planned.planned), 'digest')}{nothing}", markup=False)
+    if _report_delivery(_deliver_with_progress(c, factory)) or inactive:
+        raise typer.Exit(EXIT_INPUT_FAILED)
 
 
 @app.command("resend")
@@ -228,7 +239,7 @@ def resend_command(
     subscriber: Annotated[
         str | None, typer.Option("--subscriber", help="With --date: that subscriber's scheduled digest.")
     ] = None,
-    date_: Annotated[str | None, typer.Option("--date", help="The local day of the digest (YYYY-MM-DD).")] = None,
+    date_: Annotated[str | None, typer.Option("--date", help="The local day of the digest.")] = None,
     failed: Annotated[bool, typer.Option("--failed", help="Resend every failed digest.")] = False,
 ) -> None:
     """Send a digest again: same entries and summaries, marked as a resend; the
@@ -240,8 +251,9 @@ def resend_command(
     targets: list[int] = []
     if failed:
         queued = resend_failed(factory, c.settings, now=now())
-        out.print(f"queued {len(queued)} resends: {', '.join(f'#{q}' for q in queued) or 'none'}")
-        _report_delivery(_deliver_with_progress(c, factory))
+        out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
+        if _report_delivery(_deliver_with_progress(c, factory)):
+            raise typer.Exit(EXIT_INPUT_FAILED)
         return
     if digest_id is not None:
         targets = [digest_id]
@@ -260,8 +272,9 @@ def resend_command(
     except (DigestNotFound, ResendPending) as exc:
         fail(str(exc))
         return
-    out.print(f"queued {len(queued)} resends: {', '.join(f'#{q}' for q in queued) or 'none'}")
-    _report_delivery(_deliver_with_progress(c, factory))
+    out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
+    if _report_delivery(_deliver_with_progress(c, factory)):
+        raise typer.Exit(EXIT_INPUT_FAILED)
 
 
 @app.command("history")
@@ -341,4 +354,4 @@ def demo(ctx: typer.Context) -> None:
         table.add_row(str(r.day), r.dump, r.subscriber, str(r.entries), r.status)
     out.print(table)
     count = len(list(inbox.glob("*.eml")))
-    out.print(f"{count} messages in {inbox}/ (open {inbox / 'index.html'} in a browser)", markup=False)
+    out.print(f"{plural(count, 'message')} in {inbox}/ (open {inbox / 'index.html'} in a browser)", markup=False)

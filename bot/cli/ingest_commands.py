@@ -12,6 +12,7 @@ from rich.table import Table
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     JsonOption,
+    command_group,
     ctx_of,
     display_path,
     fail,
@@ -22,13 +23,13 @@ from bot.cli.shell import (
 )
 from bot.domain import SourceStatus
 
-dumps_app = typer.Typer(help="Ingest dump files and feeds; list what was ingested.", no_args_is_help=True)
+dumps_app = command_group("Ingest dump files and feeds; list what was ingested.")
 
 
-entries_app = typer.Typer(help="Browse stored entries.", no_args_is_help=True)
+entries_app = command_group("Browse stored entries.")
 
 
-feeds_app = typer.Typer(help="Fetch the configured feed URLs.", no_args_is_help=True)
+feeds_app = command_group("Fetch the configured feed URLs.")
 
 
 @dumps_app.command("ingest")

@@ -15,6 +15,7 @@ from bot.cli.shell import (
     EXIT_USAGE,
     JsonOption,
     clean_or_exit,
+    command_group,
     ctx_of,
     digest_json,
     digest_story,
@@ -25,11 +26,12 @@ from bot.cli.shell import (
     jsonable,
     now,
     out,
+    plural,
     print_json_lines,
 )
 from bot.domain import SubscriberStatus
 
-subscribers_app = typer.Typer(help="Manage subscribers: add, import, edit, pause, remove.", no_args_is_help=True)
+subscribers_app = command_group("Manage subscribers: add, import, edit, pause, remove.")
 
 
 NameOption = Annotated[str | None, typer.Option("--name", help="Display name.")]
@@ -209,13 +211,19 @@ def subscribers_import(
     report = import_csv(c.sessions(), c.settings, text, now())
     if as_json:
         print_json_lines(
-            [{"created": report.created, "updated": report.updated, "bad_rows": len(report.errors)}]
+            [
+                {
+                    "created": report.created,
+                    "updated": report.updated,
+                    "unchanged": report.unchanged,
+                    "bad_rows": len(report.errors),
+                }
+            ]
             + [{"line": e.line, "error": e.reason} for e in report.errors]
         )
     else:
-        out.print(
-            f"{file}: {report.created} added, {report.updated} updated, {len(report.errors)} bad rows", markup=False
-        )
+        counts = f"{report.created} added, {report.updated} updated, {report.unchanged} unchanged"
+        out.print(f"{file}: {counts}, {plural(len(report.errors), 'bad row')}", markup=False)
         if report.errors:
             table = Table("line", "reason", title="Bad rows (not imported)")
             for e in report.errors:

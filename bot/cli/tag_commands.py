@@ -11,15 +11,17 @@ from rich.table import Table
 from bot.cli.shell import (
     EXIT_USAGE,
     JsonOption,
+    command_group,
     ctx_of,
     fail,
     out,
+    plural,
     print_candidates,
     print_json_lines,
     progress_bar,
 )
 
-tags_app = typer.Typer(help="Tags and tag rules: counts, test a filter, re-apply rules.", no_args_is_help=True)
+tags_app = command_group("Tags and tag rules: counts, test a filter, re-apply rules.")
 
 
 @tags_app.command("list")
@@ -67,7 +69,7 @@ def tags_test(
         return
     with c.sessions()() as session:
         found = matching(session, expr, c.rules, limit=limit)
-    print_candidates(found, f"{to_text(expr)}: {len(found)} entries", as_json)
+    print_candidates(found, f"{to_text(expr)}: {plural(len(found), 'entry', 'entries')}", as_json)
 
 
 @tags_app.command("apply")
@@ -82,4 +84,8 @@ def tags_apply(ctx: typer.Context) -> None:
         total = count_entries(session)
     with progress_bar("re-tagging", total) as advance:
         done = retag_all(factory, c.rules, progress=advance)
-    out.print(f"re-tagged {done} entries with {len(c.rules)} rules from {c.settings.paths.tags_file}", markup=False)
+    out.print(
+        f"re-tagged {plural(done, 'entry', 'entries')} with {plural(len(c.rules), 'rule')} "
+        f"from {c.settings.paths.tags_file}",
+        markup=False,
+    )

@@ -10,7 +10,7 @@ from typing import cast
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
-from bot.domain import Subscriber, SubscriberFields, SubscriberStatus
+from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.store.bulk import bulk_insert, chunks
 from bot.store.schema import Subscriber as SubscriberRow
 
@@ -100,22 +100,31 @@ def list_subscribers(session: Session, *, status: SubscriberStatus | None = None
     return [_view(r) for r in session.scalars(query)]
 
 
+_GIVEN = ("name", "filter", "timezone", "send_hour", "backfill")
+
+
 def upsert_subscribers(
     session: Session, items: Sequence[SubscriberFields], *, defaults: SubscriberFields, now: datetime
-) -> tuple[int, int]:
+) -> UpsertCounts:
     """Insert new addresses (missing fields from *defaults*) and update the given
-    fields of known ones, in batches.  Returns (created, updated)."""
+    fields of known ones, in batches; a row that would change nothing is left alone."""
     by_key: dict[str, SubscriberFields] = {}
-    for item in items:  # the last row for an address wins, as a person re-editing would expect
+    for item in items:  # the last row for an address wins (callers report repeats before this)
         by_key[email_key(item.email)] = item
-    existing = _ids_by_key(session, list(by_key))
+    existing = _current_by_key(session, list(by_key))
     new_rows = [_new_row(key, item, defaults, now) for key, item in by_key.items() if key not in existing]
     bulk_insert(session, SubscriberRow.__table__, new_rows)
     # Updates grouped by which fields they set, one executemany per group.
     groups: dict[tuple[str, ...], list[dict[str, object]]] = {}
+    unchanged = 0
     for key, item in by_key.items():
         if key in existing:
-            values = _given_values(item, existing[key], now)
+            row_id, current = existing[key]
+            values = _given_values(item)
+            if all(current.get(name) == value for name, value in values.items()):
+                unchanged += 1
+                continue
+            values.update(updated_at=now, row_id=row_id)
             groups.setdefault(tuple(sorted(values)), []).append(values)
     table = SubscriberRow.__table__
     for names, rows in groups.items():
@@ -125,17 +134,17 @@ def upsert_subscribers(
             .values({n: bindparam(n) for n in names if n != "row_id"})
         )
         session.connection().execute(statement, rows)
-    return len(new_rows), sum(len(rows) for rows in groups.values())
+    return UpsertCounts(len(new_rows), sum(len(rows) for rows in groups.values()), unchanged)
 
 
-def _ids_by_key(session: Session, keys: list[str]) -> dict[str, int]:
-    existing: dict[str, int] = {}
+def _current_by_key(session: Session, keys: list[str]) -> dict[str, tuple[int, dict[str, object]]]:
+    """Each known address's row id and the values an import may set."""
+    columns = [getattr(SubscriberRow, name) for name in ("email", *_GIVEN, "status")]
+    existing: dict[str, tuple[int, dict[str, object]]] = {}
     for part in chunks(keys):
-        existing.update(
-            session.execute(
-                select(SubscriberRow.email_key, SubscriberRow.id).where(SubscriberRow.email_key.in_(part))
-            ).all()
-        )
+        query = select(SubscriberRow.email_key, SubscriberRow.id, *columns).where(SubscriberRow.email_key.in_(part))
+        for key, row_id, *values in session.execute(query):
+            existing[key] = (row_id, dict(zip(("email", *_GIVEN, "status"), values, strict=True)))
     return existing
 
 
@@ -156,16 +165,12 @@ def _new_row(key: str, item: SubscriberFields, defaults: SubscriberFields, now: 
     }
 
 
-def _given_values(item: SubscriberFields, row_id: int, now: datetime) -> dict[str, object]:
+def _given_values(item: SubscriberFields) -> dict[str, object]:
     """The columns a known subscriber's row gets: only the fields *item* gives."""
-    values: dict[str, object] = {
-        name: getattr(item, name)
-        for name in ("name", "filter", "timezone", "send_hour", "backfill")
-        if getattr(item, name) is not None
-    }
+    values: dict[str, object] = {name: getattr(item, name) for name in _GIVEN if getattr(item, name) is not None}
     if item.status is not None:
         values["status"] = item.status.value
-    values.update(email=item.email, updated_at=now, row_id=row_id)
+    values["email"] = item.email
     return values
 
 

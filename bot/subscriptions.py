@@ -19,10 +19,13 @@ from datetime import datetime
 from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.filters import FilterError, normalize_filter
+from bot.choose.filters import FilterError, atoms, normalize_filter, parse_filter
+from bot.choose.tagging import TagRules
+from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.store.engine import transaction
+from bot.store.entry_reads import tag_names
 from bot.store.subscribers import (
     email_key,
     get_subscriber,
@@ -158,6 +161,7 @@ class ImportReport:
     updated: int
     unchanged: int
     errors: tuple[RowError, ...]
+    warnings: tuple[RowError, ...] = ()  # imported, but worth a look (a filter naming an unknown tag)
 
 
 # Longer than any valid row (an address, a 200-character name, a 2,000-character filter).
@@ -186,6 +190,12 @@ def _csv_cells(line: str) -> list[str]:
 
 def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
     """Rows of a subscriber CSV (header required; only ``email`` is mandatory)."""
+    rows, bad = _read_rows(text)
+    return [fields for _, fields in rows], bad
+
+
+def _read_rows(text: str) -> tuple[list[tuple[int, SubscriberFields]], list[RowError]]:
+    """The good rows with their line numbers, and the bad rows."""
     # Lines end at LF (CRLF allowed), as editors number them; str.splitlines() would
     # also break at form feeds and the like, and a bare CR stays in its cell (an error).
     lines = [(number, line.removesuffix("\r")) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
@@ -196,7 +206,7 @@ def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
         header = _csv_header(header_text)
     except SubscriberInputError as exc:
         return [], [RowError(header_line, str(exc))]
-    good: list[SubscriberFields] = []
+    good: list[tuple[int, SubscriberFields]] = []
     bad: list[RowError] = []
     first_line: dict[str, int] = {}
     for line, raw in lines[1:]:
@@ -212,7 +222,7 @@ def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
         if seen != line:
             bad.append(RowError(line, f"{fields.email} is already on line {seen} (one row per address)"))
             continue
-        good.append(fields)
+        good.append((line, fields))
     return good, bad
 
 
@@ -239,11 +249,32 @@ def _csv_row(header: list[str], line: str) -> SubscriberFields | None:
     return clean_fields(**{column: cells[i] if i < len(cells) else "" for i, column in enumerate(header)})
 
 
-def import_csv(factory: sessionmaker[Session], settings: Settings, text: str, now: datetime) -> ImportReport:
-    """Idempotent upsert of every good row; bad rows are reported, not fatal."""
-    good, bad = read_csv(text)
+def import_csv(
+    factory: sessionmaker[Session], settings: Settings, text: str, now: datetime, rules: TagRules | None = None
+) -> ImportReport:
+    """Idempotent upsert of every good row; bad rows are reported, not fatal.  With
+    *rules*, rows whose filter names a tag nothing carries are reported as warnings."""
+    rows, bad = _read_rows(text)
+    good = [fields for _, fields in rows]
     counts = save(factory, settings, good, now) if good else UpsertCounts(0, 0, 0)
-    return ImportReport(counts.created, counts.updated, counts.unchanged, tuple(bad))
+    warnings = _filter_warnings(factory, rules, rows) if rules is not None else ()
+    return ImportReport(counts.created, counts.updated, counts.unchanged, tuple(bad), warnings)
+
+
+def _filter_warnings(
+    factory: sessionmaker[Session], rules: TagRules, rows: list[tuple[int, SubscriberFields]]
+) -> tuple[RowError, ...]:
+    known = known_tags(factory, rules)
+    notes: dict[str, str] = {}
+    found = []
+    for line, fields in rows:
+        if fields.filter is None:
+            continue
+        if fields.filter not in notes:
+            notes[fields.filter] = unknown_tags_note(unknown_tags(parse_filter(fields.filter), known))
+        if notes[fields.filter]:
+            found.append(RowError(line, notes[fields.filter]))
+    return tuple(found)
 
 
 def export_rows(subscribers: Iterable[Subscriber]) -> Iterator[list[str]]:
@@ -360,6 +391,21 @@ def by_tokens(factory: sessionmaker[Session], key: bytes, tokens: Iterable[str])
         if (subscriber := found.get(sid)) is not None
         and token_is_valid(key, token, subscriber.id, subscriber.unsubscribe_secret)
     }
+
+
+def filter_warning(factory: sessionmaker[Session], rules: TagRules, filter_text: str) -> str:
+    """A note on the tags *filter_text* names that no entry carries and no rule makes
+    (``bot.choose.vocabulary``); "" when there are none.  The filter is valid."""
+    expr = parse_filter(filter_text)
+    if not atoms(expr):
+        return ""
+    return unknown_tags_note(unknown_tags(expr, known_tags(factory, rules)))
+
+
+def known_tags(factory: sessionmaker[Session], rules: TagRules) -> set[str]:
+    """The tags entries carry or rules make, case-folded."""
+    with factory() as session:
+        return tag_names(session) | {rule.name for rule in rules.rules}
 
 
 def set_filter(

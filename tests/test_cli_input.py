@@ -185,3 +185,20 @@ def test_usage_errors_are_one_line_in_our_words(cli: Cli) -> None:
     assert one_error_line(cli("subscribers", "add", code=2)) == (
         "error: Missing argument 'EMAIL' (see 'digestbot subscribers add --help')"
     )
+
+
+def test_a_filter_naming_a_tag_nothing_carries_is_saved_with_a_warning(cli: Cli, tmp_path: Path) -> None:
+    added = cli("subscribers", "add", "a@example.org", "--filter", "gpuu and snn")
+    assert added.stderr == (
+        "warning: filter 'gpuu and snn': no entry has the tag 'gpuu' (did you mean gpu?) "
+        "and no tag rule makes it, so it matches nothing for now\n"
+    )
+    assert cli("subscribers", "edit", "a@example.org", "--filter", "gpu and snn").stderr == ""
+    people = tmp_path / "people.csv"
+    people.write_text("email,filter\nb@example.org,fpgaa\nc@example.org,fpga\n")
+    imported = cli("subscribers", "import", str(people))
+    assert "2 added" in imported.stdout
+    assert imported.stderr.startswith("warning: line 2: no entry has the tag 'fpgaa' (did you mean fpga?)")
+    assert imported.stderr.count("\n") == 1
+    tested = cli("tags", "test", 'gpuu or "no such words"')
+    assert tested.stderr == 'matched no entry on its own: "no such words", gpuu (did you mean gpu?)\n'

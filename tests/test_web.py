@@ -169,7 +169,13 @@ def test_manage_page_pauses_resumes_and_edits_the_filter(
     saved = web.post(
         url, data={"form": form, "action": "filter", "filter": '(GPU or fpga) and not  "sparse attention"'}
     )
-    assert saved.status_code == 200 and "Filter saved" in saved.text
+    assert saved.status_code == 200 and "Filter saved" in saved.text and "Note:" not in saved.text
+    typo = web.post(url, data={"form": form, "action": "filter", "filter": "gpuu or fpga"})
+    assert typo.status_code == 200 and "Filter saved" in typo.text  # saved, with a note on the typo
+    assert "Note: no entry has the tag &#39;gpuu&#39; (did you mean gpu?)" in typo.text
+    saved = web.post(
+        url, data={"form": form, "action": "filter", "filter": '(GPU or fpga) and not  "sparse attention"'}
+    )
     with factory() as session:
         ada = get_subscriber(session, "ada@example.org")
         assert ada is not None and ada.filter == '(gpu or fpga) and not "sparse attention"'

@@ -21,7 +21,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from sqlalchemy.orm import Session
 
-from bot.choose.filters import Doc, Explanation, Expr, explain, matches, parse_filter
+from bot.choose.filters import Doc, Explanation, Expr, Phrase, Tag, atoms, explain, matches, parse_filter, to_text
 from bot.choose.tagging import TagRules, nfkc
 from bot.domain import EntryView, Subscriber, match_text
 from bot.store.entry_reads import entries_first_seen_between
@@ -181,6 +181,14 @@ def select_for(
     cache = cache or SelectionCache()
     ranked = cache.ranked(session, subscriber.filter, effective_start(subscriber, start), as_of, rules)
     return [c for c in ranked if c.entry.id not in exclude] if exclude else list(ranked)
+
+
+def unmatched_atoms(session: Session, expr: Expr, rules: TagRules) -> list[Tag | Phrase]:
+    """The tags and phrases of *expr* that no stored entry matches on its own (for
+    ``tags test``: the part of a filter that cannot be doing anything)."""
+    entries = entries_first_seen_between(session, None, datetime.max.replace(tzinfo=UTC))
+    alone = sorted(atoms(expr), key=to_text)
+    return [atom for atom in alone if not any(explain_entry(atom, e, rules).matched for e in entries)]
 
 
 def matching(session: Session, expr: Expr, rules: TagRules, *, limit: int | None = None) -> list[Candidate]:

@@ -13,6 +13,7 @@ from rich.table import Table
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     EXIT_USAGE,
+    Context,
     JsonOption,
     clean_or_exit,
     command_group,
@@ -104,6 +105,17 @@ def subscribers_add(
     out.print(
         f"{'added' if created else 're-subscribed'} {subscriber.email} (filter: {subscriber.filter})", markup=False
     )
+    _warn_about_filter(c, fields.filter)
+
+
+def _warn_about_filter(c: Context, filter_text: str | None) -> None:
+    """Say so when the filter names a tag nothing carries (a typo, most likely)."""
+    from bot.subscriptions import filter_warning
+
+    if filter_text:
+        note = filter_warning(c.sessions(), c.rules, filter_text)
+        if note:
+            err.print(f"warning: filter {filter_text!r}: {note}", markup=False)
 
 
 @subscribers_app.command("edit")
@@ -133,6 +145,7 @@ def subscribers_edit(
         fail(str(exc))
         return
     out.print(_subscriber_table([subscriber], "Updated"))
+    _warn_about_filter(c, fields.filter)
 
 
 def _set_status(ctx: typer.Context, email: str, status: Any, verb: str) -> None:
@@ -208,7 +221,7 @@ def subscribers_import(
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"{file}: cannot read: {exc}", EXIT_INPUT_FAILED)
         return
-    report = import_csv(c.sessions(), c.settings, text, now())
+    report = import_csv(c.sessions(), c.settings, text, now(), rules=c.rules)
     if as_json:
         print_json_lines(
             [
@@ -220,6 +233,7 @@ def subscribers_import(
                 }
             ]
             + [{"line": e.line, "error": e.reason} for e in report.errors]
+            + [{"line": w.line, "warning": w.reason} for w in report.warnings]
         )
     else:
         counts = f"{report.created} added, {report.updated} updated, {report.unchanged} unchanged"
@@ -229,6 +243,8 @@ def subscribers_import(
             for e in report.errors:
                 table.add_row(str(e.line), e.reason)
             err.print(table)
+        for w in report.warnings:
+            err.print(f"warning: line {w.line}: {w.reason}", markup=False)
     if report.errors:
         raise typer.Exit(EXIT_INPUT_FAILED)
 

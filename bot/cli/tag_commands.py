@@ -13,6 +13,7 @@ from bot.cli.shell import (
     JsonOption,
     command_group,
     ctx_of,
+    err,
     fail,
     out,
     plural,
@@ -59,7 +60,9 @@ def tags_test(
 ) -> None:
     """The stored entries a filter matches, best first, with why."""
     from bot.choose.filters import FilterError, parse_filter, to_text
-    from bot.choose.select import matching
+    from bot.choose.select import matching, unmatched_atoms
+    from bot.choose.vocabulary import idle_atoms_note, unknown_tags
+    from bot.store.entry_reads import tag_names
 
     c = ctx_of(ctx)
     try:
@@ -69,7 +72,11 @@ def tags_test(
         return
     with c.sessions()() as session:
         found = matching(session, expr, c.rules, limit=limit)
+        idle = unmatched_atoms(session, expr, c.rules)
+        known = tag_names(session) | {rule.name for rule in c.rules.rules}
     print_candidates(found, f"{to_text(expr)}: {plural(len(found), 'entry', 'entries')}", as_json)
+    if idle and not as_json:
+        err.print(idle_atoms_note(idle, unknown_tags(expr, known)), markup=False)
 
 
 @tags_app.command("apply")

@@ -155,6 +155,11 @@ def count_entries(session: Session) -> int:
     return session.scalar(select(func.count()).select_from(Entry)) or 0
 
 
+def tag_names(session: Session) -> set[str]:
+    """Every tag label the store knows, case-folded."""
+    return {label.casefold() for label in session.scalars(select(Tag.label))}
+
+
 def tag_counts(session: Session) -> list[tuple[str, int, dict[str, int]]]:
     """(label, distinct entries, entries per origin) for every tag, most used first."""
     per_origin: dict[int, dict[str, int]] = {}

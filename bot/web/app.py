@@ -34,7 +34,7 @@ from starlette.routing import Route
 from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
-from bot.subscriptions import SubscriberInputError, change_status, set_filter, set_updates
+from bot.subscriptions import SubscriberInputError, change_status, filter_warning, set_filter, set_updates
 from bot.tokens import signing_key
 from bot.unsubscribes import journal_of, reader_of
 from bot.web.acks import Acknowledger
@@ -130,7 +130,8 @@ class _Endpoint:
         # ingest never holds a page or an unsubscribe back.
         self.reader = reader_of(factory)
         self.lookups = TokenLookups(self.reader, self.key)
-        self.outlooks = Outlooks(self.reader, _rules_or_none(settings))
+        self.rules = _rules_or_none(settings)
+        self.outlooks = Outlooks(self.reader, self.rules)
         self.versions = WebVersions(settings, self.reader)
         self.acks = Acknowledger(self.journal, factory, now)
         self.misses = MissBudget(settings.web.misses_per_second, settings.web.misses_burst)
@@ -211,6 +212,7 @@ class _Endpoint:
         error: str | None = None,
         filter_text: str | None = None,
         outlook: str | None = None,
+        warning: str | None = None,
     ) -> HTMLResponse:
         return self.render(
             "manage",
@@ -221,6 +223,7 @@ class _Endpoint:
             error=error,
             filter_text=subscriber.filter if filter_text is None else filter_text,
             outlook=outlook,
+            warning=warning,
         )
 
     async def manage(self, request: Request) -> Response:
@@ -269,7 +272,8 @@ class _Endpoint:
             return self.manage_page(request, subscriber, 400, error=str(exc), filter_text=raw)
         self.outlooks.forget(subscriber.id)
         outlook = await self.outlooks.line(subscriber, self.now())
-        return self.manage_page(request, subscriber, message="Filter saved.", outlook=outlook)
+        warning = await run_in_threadpool(filter_warning, self.factory, self.rules, subscriber.filter)
+        return self.manage_page(request, subscriber, message="Filter saved.", outlook=outlook, warning=warning)
 
     async def web_version(self, request: Request) -> Response:
         """A sent digest with every summary whole, or its BibTeX (``bot.web.versions``)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -195,7 +196,8 @@ def test_a_dump_that_lands_after_the_send_hour_goes_out_that_day(tmp_path: Path,
     for who in ("ada", "grace"):
         cli("subscribers", "add", f"{who}@example.org", "--tz", zone, "--hour", str(hour))
     database = tmp_path / "d.sqlite3"
-    daemon = subprocess.Popen([DIGESTBOT, "-v", "run"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    # No -v: a daemon logs each event that matters by default.
+    daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(lambda: _states(database) == ["empty", "empty"], daemon, "two empty days")
         waiting = " ".join(cli("preview", "ada@example.org").split())
@@ -214,10 +216,29 @@ def test_a_dump_that_lands_after_the_send_hour_goes_out_that_day(tmp_path: Path,
     finally:
         if daemon.poll() is None:
             daemon.kill()
+    assert daemon.stderr is not None
+    _assert_one_line_per_event(daemon.stderr.read(), sink.port)
     stories = [line for line in history.splitlines() if '"story"' in line]
     assert len(stories) == 2 and all("after today.txt arrived" in s and '"nothing at ' in s for s in stories)
     (today,) = [json.loads(line) for line in cli("stats", "--json").splitlines()]
     assert (today["sent"], today["empty"]) == (2, 0)
+
+
+def _assert_one_line_per_event(logged: str, port: int) -> None:
+    events = [line.split(": ", 1)[1] if ": " in line else line for line in logged.splitlines()]
+    assert events[0].startswith("digestbot ") and " started as scheduler and worker " in events[0]
+    assert "database sqlite:///" in events[0] and f"SMTP 127.0.0.1:{port} (tls none)" in events[0]
+    assert "planned 0 digests (2 with nothing new, 0 not due yet)" in events
+    assert any(e.endswith("today.txt: 5 entries, 5 new, 0 updated") and e.startswith("ingested ") for e in events)
+    assert "planned 2 digests (0 with nothing new, 0 not due yet)" in events
+    delivered = [e for e in events if e.startswith("delivered: ")]
+    assert len(delivered) == 1 and re.fullmatch(
+        r"delivered: sent 2, retrying 0, failed 0, bounced 0, cancelled 0 in [\d.]+ s \([\d.]+ messages/s\)",
+        delivered[0],
+    )
+    assert events[-1] == "stopped"
+    assert "apscheduler" not in logged and "Running job" not in logged and "Traceback" not in logged
+    assert len(events) <= 12, logged  # one line per event, not per tick
 
 
 def _states(database: Path) -> list[str]:
@@ -238,3 +259,25 @@ def _wait_for(condition: Callable[[], bool], daemon: subprocess.Popen, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"no {what} within {seconds:g} s")
         time.sleep(0.2)
+
+
+def test_log_lines_can_be_json_for_log_shippers(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{tmp_path / 'd.sqlite3'}"
+    env["DIGESTBOT_SMTP__PORT"] = "9"  # nothing is due, so nothing is sent
+    daemon = subprocess.Popen(
+        [DIGESTBOT, "--log-format", "json", "worker"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert daemon.stderr is not None
+        first = json.loads(daemon.stderr.readline())
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+        rest = [json.loads(line) for line in daemon.stderr.read().splitlines()]
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    assert first["level"] == "INFO" and first["logger"] == "bot.run.scheduler"
+    assert first["message"].startswith("digestbot ") and " started as worker " in first["message"]
+    assert datetime.fromisoformat(first["time"]).tzinfo is not None
+    assert rest[-1]["message"] == "stopped"

@@ -155,6 +155,7 @@ def _daemon(c: Context, factory: Any, *, plan_jobs: bool, deliver_jobs: bool) ->
     from bot.run.roles import RoleTaken
     from bot.run.scheduler import Daemon
 
+    c.log_as_daemon()
     try:
         daemon = Daemon(factory, c.settings, c.rules, engine=c.engine, plan_jobs=plan_jobs, deliver_jobs=deliver_jobs)
     except RoleTaken as exc:
@@ -196,6 +197,7 @@ def serve_command(
     from bot.web import serve
 
     c = ctx_of(ctx)
+    c.log_as_daemon()
     web = c.settings.web
     if not web.public_url:
         err.print("note: web.public_url is empty, so digests carry only mailto: unsubscribe links, not links here")

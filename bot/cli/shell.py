@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -145,12 +144,19 @@ EXIT_INPUT_FAILED, EXIT_USAGE = 1, 2  # and 0 for success
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object per line instead of a table.")]
 
 
+class LogFormatChoice(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
 @dataclass
 class Context:
     """What every command needs: settings (loaded once) and a lazily opened store."""
 
     settings: Settings
     config_path: Path | None = None
+    verbosity: int = 0
+    log_format: Literal["text", "json"] = "text"
     _engine: Engine | None = None
     _rules: TagRules | None = None
 
@@ -182,6 +188,12 @@ class Context:
         if not folder.is_dir():
             fail(f"paths.dump_dir: {folder} is not a folder (it does not exist or is a file)", EXIT_USAGE)
         return folder
+
+    def log_as_daemon(self) -> None:
+        """A long-running process logs each event that matters (INFO) by default."""
+        from bot import logs
+
+        logs.configure(self.verbosity, self.log_format, daemon=True)
 
     def check_watch_inputs(self) -> None:
         """Exit with a usage error, before anything starts, when the dump folder or the
@@ -250,13 +262,18 @@ def main_callback(
         Path | None,
         typer.Option("--config", "-c", help="Config file (default: $DIGESTBOT_CONFIG or config/digestbot.toml)."),
     ] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress to stderr.")] = False,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="Log more to stderr: -v events, -vv debug.")
+    ] = 0,
+    log_format: Annotated[
+        LogFormatChoice, typer.Option("--log-format", help="Log lines as text or as JSON objects (log shippers).")
+    ] = LogFormatChoice.TEXT,
 ) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from bot import logs
+
+    logs.configure(verbose, log_format.value)
     try:
-        ctx.obj = Context(load_settings(config), config)
+        ctx.obj = Context(load_settings(config), config, verbosity=verbose, log_format=log_format.value)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
 

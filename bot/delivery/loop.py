@@ -261,4 +261,10 @@ def _record(
                 report.failed += 1
             if decision.bounce and count_bounce(session, row.subscriber_id, threshold=smtp.bounce_threshold, now=now):
                 report.bounced += 1
-            log.info("digest %d: %s (%s)", row.id, decision.state.value, result.detail)
+            _log_outcome(row.id, row.subscriber_id, decision.state, result.detail)
+
+
+def _log_outcome(digest_id: int, subscriber_id: int, state: DigestState, detail: str) -> None:
+    """Each failure with its reason; a sent message only at debug (a run sends thousands)."""
+    level = {DigestState.SENT: logging.DEBUG, DigestState.RETRY_WAIT: logging.INFO}.get(state, logging.WARNING)
+    log.log(level, "digest %d (subscriber %d): %s: %s", digest_id, subscriber_id, state.value, detail)

@@ -104,7 +104,6 @@ def scan_folder(
         if stop():
             break
         result = ingest_file(factory, stamp.path, now=now, rules=rules, max_bytes=max_bytes, follow_links=False)
-        _log_result(result)
         results.append(result)
     return results
 
@@ -145,13 +144,5 @@ def fetch_feeds(
                 save_feed_state(
                     session, url, etag=fetched.etag, last_modified=fetched.last_modified, error=result.error, now=now
                 )
-        _log_result(result)
         results.append(result)
     return results
-
-
-def _log_result(result: IngestResult) -> None:
-    if result.status is SourceStatus.FAILED:
-        log.warning("%s", result.error)
-    else:
-        log.info("%s: %s, %d entries, %d new", result.path, result.status, result.entries, result.new)

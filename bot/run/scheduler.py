@@ -14,8 +14,10 @@ be recorded, exit 0.  Never holds business logic of its own.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +26,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot import __version__
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.delivery.loop import deliver, worker_name
@@ -47,13 +50,38 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _log_delivery(task: asyncio.Task[DeliverReport]) -> None:
+def _log_delivery(started: float, task: asyncio.Task[DeliverReport]) -> None:
     if task.cancelled():
         return
     if (exc := task.exception()) is not None:
-        log.error("delivery stopped by an unexpected error", exc_info=exc)
-    elif any(vars(report := task.result()).values()):
-        log.info("delivery: %s", report)
+        log.error("delivery stopped by an unexpected error: %s: %s", type(exc).__name__, exc)
+        return
+    report = task.result()
+    if not any(vars(report).values()):
+        return
+    seconds = max(time.monotonic() - started, 1e-3)
+    log.info(
+        "delivered: sent %d, retrying %d, failed %d, bounced %d, cancelled %d in %.1f s (%.1f messages/s)",
+        report.sent,
+        report.retrying,
+        report.failed,
+        report.bounced,
+        report.cancelled,
+        seconds,
+        report.sent / seconds,
+    )
+
+
+def _log_ingest(results: list[IngestResult]) -> None:
+    for result in results:
+        if result.status is SourceStatus.FAILED:
+            log.warning("ingest failed: %s", result.error)
+        elif result.status is SourceStatus.INGESTED:
+            log.info(
+                "ingested %s: %d entries, %d new, %d updated", result.path, result.entries, result.new, result.updated
+            )
+        else:
+            log.debug("%s: %s", result.path, result.status.value)
 
 
 class Daemon:
@@ -108,6 +136,7 @@ class Daemon:
             return False
         async with self._watching:
             results = await self._watch()
+        _log_ingest(results)
         if not any(r.status is SourceStatus.INGESTED and r.new for r in results):
             return False
         await self.plan()
@@ -132,8 +161,15 @@ class Daemon:
             return
         async with self._planning:
             report = await asyncio.to_thread(plan, self.factory, self.settings, self.rules, now=self.clock())
+        level = logging.INFO if report.planned or report.empty else logging.DEBUG
+        log.log(
+            level,
+            "planned %d digests (%d with nothing new, %d not due yet)",
+            len(report.planned),
+            report.empty,
+            report.not_due,
+        )
         if report.planned:
-            log.info("planned %d digests (%d empty)", len(report.planned), report.empty)
             if self.deliver_jobs:
                 await self.deliver()
 
@@ -161,7 +197,7 @@ class Daemon:
                 stop=self.stop,
             )
         )
-        self._delivering.add_done_callback(_log_delivery)
+        self._delivering.add_done_callback(functools.partial(_log_delivery, time.monotonic()))
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -193,7 +229,16 @@ class Daemon:
                 self.deliver, IntervalTrigger(seconds=DELIVER_EVERY_SECONDS), id="deliver", next_run_time=now
             )
         scheduler.start()
-        log.info("digestbot running (worker %s); SIGTERM or Ctrl-C to stop", self.worker)
+        log.info(
+            "digestbot %s started as %s (worker %s): database %s, SMTP %s:%d (tls %s); SIGTERM or Ctrl-C stops it",
+            __version__,
+            " and ".join(role for role, on in (("scheduler", self.plan_jobs), ("worker", self.deliver_jobs)) if on),
+            self.worker,
+            self.settings.redacted()["database"]["effective_url"],
+            self.settings.smtp.host,
+            self.settings.smtp.port,
+            self.settings.smtp.tls,
+        )
         try:
             if self.plan_jobs:
                 # Winning the election ingests what is waiting and plans at once (in

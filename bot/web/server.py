@@ -43,6 +43,7 @@ def serve(settings: Settings, factory: sessionmaker[Session], *, host: str, port
             proxy_headers=True,
             server_header=False,
             log_level="info",
+            log_config=None,  # digestbot's own handler and format (bot.logs)
         )
         return
 

@@ -202,3 +202,24 @@ def test_a_filter_naming_a_tag_nothing_carries_is_saved_with_a_warning(cli: Cli,
     assert imported.stderr.count("\n") == 1
     tested = cli("tags", "test", 'gpuu or "no such words"')
     assert tested.stderr == 'matched no entry on its own: "no such words", gpuu (did you mean gpu?)\n'
+
+
+HEAVY = ("sqlalchemy", "pydantic_settings", "alembic", "lark", "jinja2", "aiosmtplib", "apscheduler", "feedparser")
+
+
+@pytest.mark.parametrize(
+    "arguments", [["--help"], ["--version"], ["subscribers", "--help"], ["tags", "test", "--help"]]
+)
+def test_help_and_version_load_no_heavy_library(arguments: list[str]) -> None:
+    """What makes --help fast (bench/startup.py): the store, config and mail libraries
+    are imported by the commands that use them, not by every command."""
+    probe = (
+        "import sys\n"
+        f"sys.argv = ['digestbot', *{arguments!r}]\n"
+        "from bot.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"

@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from bot.cli.shell import EXIT_USAGE, command_group, ctx_of, fail, out, plural
-from bot.store import engine as store_engine
 
 db_app = command_group("Database schema (Alembic migrations).")
 
@@ -21,6 +20,8 @@ config_app = command_group("Inspect the effective configuration.")
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Apply pending migrations (run automatically on start for SQLite)."""
+    from bot.store import engine as store_engine
+
     c = ctx_of(ctx)
     store_engine.upgrade(c.engine)
     out.print(f"database at revision {store_engine.current_revision(c.engine)}")
@@ -29,6 +30,8 @@ def db_upgrade(ctx: typer.Context) -> None:
 @db_app.command("current")
 def db_current(ctx: typer.Context) -> None:
     """Show the schema revision of the database and of this code."""
+    from bot.store import engine as store_engine
+
     c = ctx_of(ctx)
     out.print(f"database: {store_engine.current_revision(c.engine) or 'empty'}; code: {store_engine.head_revision()}")
 

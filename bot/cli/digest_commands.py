@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
@@ -24,6 +23,7 @@ from bot.cli.shell import (
     err,
     fail,
     find_subscriber,
+    new_table,
     now,
     out,
     parse_date,
@@ -330,7 +330,9 @@ def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if as_json:
         print_json_lines(rows)
         return
-    table = Table("day", "planned", "sent", "failed", "bounced", "pending", "empty", "resent", title="Digests per day")
+    table = new_table(
+        "day", "planned", "sent", "failed", "bounced", "pending", "empty", "resent", title="Digests per day"
+    )
     for r in rows:
         table.add_row(
             r["day"].isoformat(),
@@ -349,7 +351,7 @@ def demo(ctx: typer.Context) -> None:
     if not csv_path.is_file():
         fail(f"{csv_path}: not found (run the demo from the project folder)", EXIT_USAGE)
     rows, inbox = run_demo(c.settings, c.rules, subscribers_csv=csv_path)
-    table = Table(
+    table = new_table(
         "day", "dump", "subscriber", "entries", "status", title="Seed replay: one digest per subscriber and day"
     )
     for r in rows:

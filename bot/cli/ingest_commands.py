@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
@@ -16,6 +15,7 @@ from bot.cli.shell import (
     ctx_of,
     display_path,
     fail,
+    new_table,
     out,
     parse_date,
     print_json_lines,
@@ -99,7 +99,7 @@ def dumps_list(
             ]
         )
         return
-    table = Table("id", "file", "entries", "new", "status", "error", title="Sources")
+    table = new_table("id", "file", "entries", "new", "status", "error", title="Sources")
     for s in sources:
         table.add_row(
             str(s.id),
@@ -166,7 +166,7 @@ def entries_list(
     if as_json:
         print_json_lines([_entry_json(e) for e in entries])
         return
-    table = Table(title=f"Entries ({len(entries)})")
+    table = new_table(title=f"Entries ({len(entries)})")
     # Keys are what `entries show` takes: never truncate them.
     table.add_column("key", no_wrap=True, min_width=max((len(e.key) for e in entries), default=3))
     for column in ("kind", "title", "date", "tags"):
@@ -207,7 +207,7 @@ def entries_show(
         ]
         print_json_lines([data])
         return
-    table = Table(show_header=False, box=None, title=f"{entry.kind.value} {entry.key}")
+    table = new_table(show_header=False, box=None, title=f"{entry.kind.value} {entry.key}")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     table.add_row("title", entry.title)
@@ -223,7 +223,7 @@ def entries_show(
     table.add_row("links", "\n".join(entry.links))
     table.add_row("summary", entry.summary)
     out.print(table)
-    variants = Table("source", "file", "summary variant", title=f"Appearances ({len(appearances)})")
+    variants = new_table("source", "file", "summary variant", title=f"Appearances ({len(appearances)})")
     for a in appearances:
         text = a.summary if len(a.summary) <= 160 else a.summary[:157] + "..."
         variants.add_row(str(a.source_id), display_path(a.path), text)

@@ -14,19 +14,21 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from enum import Enum, StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
-from bot.choose.tagging import TagRules, TagRulesError, load_rules
-from bot.config import ConfigError, Settings, load_settings
 from bot.domain import IngestResult, SourceStatus
-from bot.store import engine as store_engine
+
+if TYPE_CHECKING:  # imported where used: every command pays for what it imports here
+    from rich.table import Table
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from bot.choose.tagging import TagRules
+    from bot.config import Settings
 
 
 def command_group(help: str) -> typer.Typer:
@@ -151,17 +153,31 @@ class LogFormatChoice(StrEnum):
 
 @dataclass
 class Context:
-    """What every command needs: settings (loaded once) and a lazily opened store."""
+    """What every command needs: settings, tag rules and a store, each loaded once on
+    first use (``--help`` and ``init`` need none of them)."""
 
-    settings: Settings
     config_path: Path | None = None
     verbosity: int = 0
     log_format: Literal["text", "json"] = "text"
+    _settings: Settings | None = None
     _engine: Engine | None = None
     _rules: TagRules | None = None
 
     @property
+    def settings(self) -> Settings:
+        from bot.config import ConfigError, load_settings
+
+        if self._settings is None:
+            try:
+                self._settings = load_settings(self.config_path)
+            except ConfigError as exc:
+                fail(str(exc), EXIT_USAGE)
+        return self._settings
+
+    @property
     def rules(self) -> TagRules:
+        from bot.choose.tagging import TagRulesError, load_rules
+
         if self._rules is None:
             try:
                 self._rules = load_rules(self.settings.paths.tags_file)
@@ -171,6 +187,8 @@ class Context:
 
     @property
     def engine(self) -> Engine:
+        from bot.store import engine as store_engine
+
         if self._engine is None:
             database = self.settings.database
             self._engine = store_engine.make_engine(
@@ -203,6 +221,8 @@ class Context:
     def sessions(self, *, migrate: bool = True) -> sessionmaker[Session]:
         """Sessions on an up-to-date schema: SQLite is migrated on start, other
         databases must have been migrated with ``digestbot db upgrade``."""
+        from bot.store import engine as store_engine
+
         if migrate:
             current = store_engine.current_revision(self.engine)
             if current != store_engine.HEAD_REVISION:
@@ -255,6 +275,14 @@ def display_path(path: str) -> str:
         return path
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from bot import __version__
+
+        out.print(f"digestbot {__version__}", markup=False)
+        raise typer.Exit(0)
+
+
 @app.callback()
 def main_callback(
     ctx: typer.Context,
@@ -268,14 +296,15 @@ def main_callback(
     log_format: Annotated[
         LogFormatChoice, typer.Option("--log-format", help="Log lines as text or as JSON objects (log shippers).")
     ] = LogFormatChoice.TEXT,
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version and exit."),
+    ] = False,
 ) -> None:
     from bot import logs
 
     logs.configure(verbose, log_format.value)
-    try:
-        ctx.obj = Context(load_settings(config), config, verbosity=verbose, log_format=log_format.value)
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
+    ctx.obj = Context(config, verbosity=verbose, log_format=log_format.value)
 
 
 def now() -> datetime:
@@ -399,8 +428,17 @@ def digest_json(d: Any, story: str = "") -> dict[str, Any]:
     }
 
 
+def new_table(*columns: str, **options: Any) -> Table:
+    """A Rich table (imported on first use: most commands print none)."""
+    from rich.table import Table
+
+    return Table(*columns, **options)
+
+
 def digest_table(digests: list[Any], title: str, stories: list[str]) -> Table:
-    table = Table("id", "subscriber", "day", "kind", "state", "entries", "tries", "what happened", "error", title=title)
+    table = new_table(
+        "id", "subscriber", "day", "kind", "state", "entries", "tries", "what happened", "error", title=title
+    )
     for d, story in zip(digests, stories, strict=True):
         kind = f"resend of #{d.resend_of}" if d.resend_of else d.kind.value
         table.add_row(
@@ -434,7 +472,7 @@ def print_candidates(found: list[Any], title: str, as_json: bool) -> None:
             ]
         )
         return
-    table = Table("score", "key", "title", "why", title=title)
+    table = new_table("score", "key", "title", "why", title=title)
     for f in found:
         table.add_row(str(f.explanation.score), f.entry.key, f.entry.title, f.explanation.why())
     out.print(table)

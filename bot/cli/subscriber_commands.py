@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
@@ -25,11 +24,15 @@ from bot.cli.shell import (
     fail,
     find_subscriber,
     jsonable,
+    new_table,
     now,
     out,
     plural,
     print_json_lines,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
 from bot.domain import SubscriberStatus
 
 subscribers_app = command_group("Manage subscribers: add, import, edit, pause, remove.")
@@ -73,7 +76,7 @@ def _subscriber_json(s: Any) -> dict[str, Any]:
 
 
 def _subscriber_table(subscribers: list[Any], title: str) -> Table:
-    table = Table(title=title)
+    table = new_table(title=title)
     table.add_column("email", no_wrap=True)
     for column in ("name", "filter", "zone", "hour", "status"):
         table.add_column(column)
@@ -239,7 +242,7 @@ def subscribers_import(
         counts = f"{report.created} added, {report.updated} updated, {report.unchanged} unchanged"
         out.print(f"{file}: {counts}, {plural(len(report.errors), 'bad row')}", markup=False)
         if report.errors:
-            table = Table("line", "reason", title="Bad rows (not imported)")
+            table = new_table("line", "reason", title="Bad rows (not imported)")
             for e in report.errors:
                 table.add_row(str(e.line), e.reason)
             err.print(table)
@@ -311,7 +314,7 @@ def subscribers_show(
         data["last_digests"] = [digest_json(d, story) for d, story in zip(digests, stories, strict=True)]
         print_json_lines([data])
         return
-    table = Table(show_header=False, box=None, title=subscriber.email)
+    table = new_table(show_header=False, box=None, title=subscriber.email)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for key, value in _subscriber_json(subscriber).items():

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from bot.cli.shell import (
     EXIT_USAGE,
@@ -15,6 +14,7 @@ from bot.cli.shell import (
     ctx_of,
     err,
     fail,
+    new_table,
     out,
     plural,
     print_candidates,
@@ -45,7 +45,7 @@ def tags_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
             ]
         )
         return
-    table = Table("tag", "entries", "header", "category", "rule", "description", title=f"Tags ({len(rows)})")
+    table = new_table("tag", "entries", "header", "category", "rule", "description", title=f"Tags ({len(rows)})")
     for t, n, o, d in rows:
         table.add_row(t, str(n), str(o.get("header", "")), str(o.get("category", "")), str(o.get("rule", "")), d)
     out.print(table)

@@ -193,6 +193,29 @@ class WebConfig(_Section):
     misses_burst: int = Field(200, ge=1)
 
 
+class MetricsConfig(_Section):
+    # /metrics and /healthz of run, scheduler and worker, on a port of their own (0: off).
+    listen_host: str = "127.0.0.1"
+    listen_port: int = Field(0, ge=0, le=65535)
+    # /healthz answers 503 when the planning pass (scheduler) or the delivery run
+    # (worker) last succeeded longer ago than this.
+    stale_after_minutes: int = Field(15, ge=1)
+    # Who may read /metrics on `digestbot serve` (a public port): these networks only.
+    allow_from: list[str] = ["127.0.0.0/8", "::1/128"]
+
+    @field_validator("allow_from")
+    @classmethod
+    def _networks(cls, networks: list[str]) -> list[str]:
+        import ipaddress
+
+        for network in networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ValueError(f"{network!r} is not an IP network such as 10.0.0.0/8") from None
+        return networks
+
+
 class _TomlWithoutSecrets(TomlConfigSettingsSource):
     """The TOML source, refusing secrets: a config file gets copied and committed."""
 
@@ -226,6 +249,7 @@ class Settings(BaseSettings):
     sender: SenderConfig = SenderConfig()
     digest: DigestConfig = DigestConfig()
     web: WebConfig = WebConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -160,7 +160,7 @@ def test_help_screens_show_values_the_unix_way(command: list[str], capsys: pytes
     import typer.main
 
     from bot.cli import app
-    from bot.cli.shell import plain_help, run_command_line
+    from bot.cli.command_line import plain_help, run_command_line
 
     root = typer.main.get_command(app)
     plain_help(root)

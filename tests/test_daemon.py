@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+import httpx
 import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.run.scheduler import Daemon
+from bot.sink import free_port
 from bot.store.sources import list_sources
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT, dump_of_size
@@ -185,6 +187,7 @@ def test_a_dump_that_lands_after_the_send_hour_goes_out_that_day(tmp_path: Path,
             "DIGESTBOT_SMTP__PORT": str(sink.port),
             "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
             "DIGESTBOT_WATCH__INTERVAL_SECONDS": "1",
+            "DIGESTBOT_METRICS__LISTEN_PORT": str(metrics_port := free_port()),
         }
     )
 
@@ -208,6 +211,7 @@ def test_a_dump_that_lands_after_the_send_hour_goes_out_that_day(tmp_path: Path,
         (folder / "today.txt.tmp").rename(folder / "today.txt")
         _wait_for(lambda: _states(database) == ["sent", "sent"], daemon, "two digests sent")
         assert len(sink.received) == 2
+        _assert_metrics_tell_the_day(metrics_port)
         history = cli("history", "--json")
         after = " ".join(cli("preview", "ada@example.org").split())
         assert "after today.txt arrived; these go out with tomorrow's digest at " in after, after
@@ -222,6 +226,33 @@ def test_a_dump_that_lands_after_the_send_hour_goes_out_that_day(tmp_path: Path,
     assert len(stories) == 2 and all("after today.txt arrived" in s and '"nothing at ' in s for s in stories)
     (today,) = [json.loads(line) for line in cli("stats", "--json").splitlines()]
     assert (today["sent"], today["empty"]) == (2, 0)
+
+
+def _assert_metrics_tell_the_day(port: int) -> None:
+    """/metrics parsed with prometheus-client's own parser; /healthz fresh."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+    assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain; version=")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(scraped.text)
+        for s in family.samples
+    }
+    assert samples[("digestbot_entries_ingested_total", (("change", "new"),))] == 5
+    assert samples[("digestbot_sources_total", (("status", "ingested"),))] == 1
+    assert samples[("digestbot_digests_planned_total", ())] == 2
+    assert samples[("digestbot_messages_total", (("outcome", "sent"),))] == 2
+    assert samples[("digestbot_smtp_replies_total", (("class", "2xx"),))] == 2
+    assert samples[("digestbot_delivery_latency_seconds_count", ())] == 2
+    assert samples[("digestbot_digests_due", ())] == 0
+    assert samples[("digestbot_oldest_due_digest_age_seconds", ())] == 0
+    assert samples[("digestbot_digests_waiting", (("state", "queued"),))] == 0
+    for job in ("ingest", "plan", "deliver"):
+        assert time.time() - samples[("digestbot_last_success_timestamp_seconds", (("job", job),))] < 60
+    health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10)
+    assert health.status_code == 200 and health.text.startswith("plan: ok") and "deliver: ok" in health.text
+    assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).status_code == 404
 
 
 def _assert_one_line_per_event(logged: str, port: int) -> None:

@@ -33,7 +33,7 @@ app.command("sink")(sink_command)
 def main() -> None:
     import typer.main
 
-    from bot.cli.shell import plain_help, run_command_line
+    from bot.cli.command_line import plain_help, run_command_line
 
     for position, argument in enumerate(sys.argv[1:], start=1):
         if not is_utf8_name(argument):  # the shell passed bytes that are not UTF-8

@@ -161,6 +161,10 @@ def _daemon(c: Context, factory: Any, *, plan_jobs: bool, deliver_jobs: bool) ->
     except RoleTaken as exc:
         fail(str(exc))
         return
+    except OSError as exc:  # the metrics port
+        where = f"{c.settings.metrics.listen_host}:{c.settings.metrics.listen_port}"
+        fail(f"metrics.listen_port: cannot listen on {where}: {exc.strerror or exc}", EXIT_USAGE)
+        return
     asyncio.run(daemon.run())
 
 

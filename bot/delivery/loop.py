@@ -11,6 +11,7 @@ the crash are affected.  Never renders (``bot.mail``), never talks SMTP itself
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -27,6 +28,7 @@ from bot.delivery.policy import next_state
 from bot.delivery.smtp import SendResult, SmtpPool
 from bot.domain import DeliverReport, DigestState, SubscriberStatus
 from bot.mail.mailer import Built, Mailer, cancel_digests
+from bot.metrics import Metrics
 from bot.store.digests import DigestRow, Finished, claim_due, count_bounce, finish_many, reset_bounces
 from bot.store.engine import transaction
 from bot.unsubscribes import journal_of
@@ -50,12 +52,15 @@ async def deliver(
     batch: int = 200,
     stop: asyncio.Event | None = None,
     progress: Callable[[int], None] | None = None,
+    metrics: Metrics | None = None,
 ) -> DeliverReport:
     """Send every digest due now, batch by batch, until none is left (or *stop* is set
     between batches: sends in flight always finish and are recorded).  The next
     batch is claimed and built while the previous one is on the wire."""
     mailer.new_run()
-    line = _Pipeline(factory, settings, mailer, pool, clock=clock, worker=worker or worker_name(), progress=progress)
+    line = _Pipeline(
+        factory, settings, mailer, pool, clock=clock, worker=worker or worker_name(), progress=progress, metrics=metrics
+    )
     ahead = max(1, settings.digest.build_processes)  # batches being built while one is sent
     try:
         while True:
@@ -89,6 +94,7 @@ class _Pipeline:
         clock: Clock,
         worker: str,
         progress: Callable[[int], None] | None,
+        metrics: Metrics | None,
     ) -> None:
         self.factory, self.settings, self.mailer, self.pool = factory, settings, mailer, pool
         self.clock, self.worker, self.progress = clock, worker, progress
@@ -96,6 +102,7 @@ class _Pipeline:
         self.building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
         self.sending: asyncio.Future[DeliverReport] | None = None
         self.sending_count = 0
+        self.metrics = metrics
 
     def claim(self, limit: int) -> bool:
         """Claim up to *limit* due digests and start building them; False when none is due."""
@@ -117,7 +124,15 @@ class _Pipeline:
         self.total.add(report)
         await self.sent()
         self.sending = asyncio.ensure_future(
-            _send_batch(self.factory, self.settings, self.pool, built, clock=self.clock, worker=self.worker)
+            _send_batch(
+                self.factory,
+                self.settings,
+                self.pool,
+                built,
+                clock=self.clock,
+                worker=self.worker,
+                metrics=self.metrics,
+            )
         )
         self.sending_count = count
 
@@ -170,8 +185,10 @@ async def _send_batch(
     *,
     clock: Clock,
     worker: str,
+    metrics: Metrics | None = None,
 ) -> DeliverReport:
     report = DeliverReport()
+    record = functools.partial(_record, factory, settings, worker=worker, report=report, metrics=metrics)
     built = await asyncio.to_thread(_without_leavers, factory, built, worker=worker, now=clock(), report=report)
     results: asyncio.Queue[tuple[DigestRow, SendResult | BaseException]] = asyncio.Queue()
 
@@ -191,19 +208,19 @@ async def _send_batch(
         try:
             outcome = await asyncio.wait_for(results.get(), wait)
         except TimeoutError:
-            _record(factory, settings, done, worker=worker, now=clock(), report=report)
+            record(done, now=clock())
             done = []
             outcome = await results.get()
         if isinstance(outcome[1], BaseException):
-            _record(factory, settings, done, worker=worker, now=clock(), report=report)
+            record(done, now=clock())
             raise outcome[1]
         if not done:
             first_done_at = time.monotonic()
         done.append((outcome[0], outcome[1]))
         if len(done) >= RECORD_EVERY:
-            _record(factory, settings, done, worker=worker, now=clock(), report=report)
+            record(done, now=clock())
             done = []
-    _record(factory, settings, done, worker=worker, now=clock(), report=report)
+    record(done, now=clock())
     await asyncio.gather(*jobs)  # all finished: surfaces an unexpected error instead of losing it
     return report
 
@@ -230,6 +247,7 @@ def _record(
     worker: str,
     now: datetime,
     report: DeliverReport,
+    metrics: Metrics | None = None,
 ) -> None:
     if not outcomes:
         return
@@ -262,6 +280,8 @@ def _record(
             if decision.bounce and count_bounce(session, row.subscriber_id, threshold=smtp.bounce_threshold, now=now):
                 report.bounced += 1
             _log_outcome(row.id, row.subscriber_id, decision.state, result.detail)
+            if metrics is not None:
+                metrics.message_done(decision.state, result.code, row.planned_at, now)
 
 
 def _log_outcome(digest_id: int, subscriber_id: int, state: DigestState, detail: str) -> None:

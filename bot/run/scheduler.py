@@ -34,7 +34,9 @@ from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
+from bot.metrics import Metrics
 from bot.plan import plan
+from bot.run.exporter import Exporter
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import transaction
@@ -50,13 +52,14 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def _log_delivery(started: float, task: asyncio.Task[DeliverReport]) -> None:
+def _delivery_done(metrics: Metrics, started: float, task: asyncio.Task[DeliverReport]) -> None:
     if task.cancelled():
         return
     if (exc := task.exception()) is not None:
         log.error("delivery stopped by an unexpected error: %s: %s", type(exc).__name__, exc)
         return
     report = task.result()
+    metrics.delivery_done(report)
     if not any(vars(report).values()):
         return
     seconds = max(time.monotonic() - started, 1e-3)
@@ -112,9 +115,25 @@ class Daemon:
         self.mailer = Mailer(settings)
         self.pool = SmtpPool(settings.smtp, settings.smtp.resolved_password())
         self._delivering: asyncio.Task[DeliverReport] | None = None
+        self.metrics = Metrics(factory, clock)
+        self.exporter: Exporter | None = None
+        if settings.metrics.listen_port:  # bound here: a port in use stops the start, not a thread
+            self.exporter = Exporter(
+                self.metrics,
+                settings.metrics.listen_host,
+                settings.metrics.listen_port,
+                jobs=self.fresh_jobs,
+                stale_after=settings.metrics.stale_after_minutes * 60,
+            )
         # A tick that finds the last scan or planning pass still running skips.
         self._watching = asyncio.Lock()
         self._planning = asyncio.Lock()
+
+    def fresh_jobs(self) -> list[str]:
+        """The jobs /healthz holds this process to: planning while it leads, delivery
+        when it is a worker."""
+        jobs = ["plan"] if self.plan_jobs and self.leadership.is_leader else []
+        return jobs + (["deliver"] if self.deliver_jobs else [])
 
     async def elect(self) -> None:
         """Become the scheduler if nobody is; ingest and plan at once when we just did."""
@@ -137,6 +156,7 @@ class Daemon:
         async with self._watching:
             results = await self._watch()
         _log_ingest(results)
+        self.metrics.ingested(results)
         if not any(r.status is SourceStatus.INGESTED and r.new for r in results):
             return False
         await self.plan()
@@ -161,6 +181,7 @@ class Daemon:
             return
         async with self._planning:
             report = await asyncio.to_thread(plan, self.factory, self.settings, self.rules, now=self.clock())
+        self.metrics.plan_done(len(report.planned))
         level = logging.INFO if report.planned or report.empty else logging.DEBUG
         log.log(
             level,
@@ -195,16 +216,14 @@ class Daemon:
                 clock=self.clock,
                 worker=self.worker,
                 stop=self.stop,
+                metrics=self.metrics,
             )
         )
-        self._delivering.add_done_callback(functools.partial(_log_delivery, time.monotonic()))
+        self._delivering.add_done_callback(functools.partial(_delivery_done, self.metrics, time.monotonic()))
 
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop.set)
+    def _scheduler(self, now: datetime) -> AsyncIOScheduler:
+        """The jobs this process's roles run, not yet started."""
         scheduler = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
-        now = utcnow()
         if self.plan_jobs:
             scheduler.add_job(self.elect, IntervalTrigger(seconds=ELECTION_EVERY_SECONDS), id="elect")
             interval = self.settings.watch.interval_seconds
@@ -217,18 +236,13 @@ class Daemon:
             scheduler.add_job(
                 self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now + timedelta(minutes=1)
             )
-        if self.worker_lock is not None:
-            # The only SQLite worker: whatever is still "sending" was left by a
-            # previous process that died; it need not wait for its leases to run out.
-            with transaction(self.factory) as session:
-                taken_back = expire_leases(session, now)
-            if taken_back:
-                log.warning("%d digests were being sent when the last worker stopped; sending them again", taken_back)
         if self.deliver_jobs:
             scheduler.add_job(
                 self.deliver, IntervalTrigger(seconds=DELIVER_EVERY_SECONDS), id="deliver", next_run_time=now
             )
-        scheduler.start()
+        return scheduler
+
+    def _announce(self) -> None:
         log.info(
             "digestbot %s started as %s (worker %s): database %s, SMTP %s:%d (tls %s); SIGTERM or Ctrl-C stops it",
             __version__,
@@ -239,6 +253,27 @@ class Daemon:
             self.settings.smtp.port,
             self.settings.smtp.tls,
         )
+        if self.exporter is not None:
+            host = self.settings.metrics.listen_host
+            log.info("metrics on http://%s:%d/metrics, health on /healthz", host, self.exporter.port)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        now = utcnow()
+        scheduler = self._scheduler(now)
+        if self.worker_lock is not None:
+            # The only SQLite worker: whatever is still "sending" was left by a
+            # previous process that died; it need not wait for its leases to run out.
+            with transaction(self.factory) as session:
+                taken_back = expire_leases(session, now)
+            if taken_back:
+                log.warning("%d digests were being sent when the last worker stopped; sending them again", taken_back)
+        scheduler.start()
+        if self.exporter is not None:
+            self.exporter.start()
+        self._announce()
         try:
             if self.plan_jobs:
                 # Winning the election ingests what is waiting and plans at once (in
@@ -255,6 +290,8 @@ class Daemon:
                 await asyncio.gather(self._delivering, return_exceptions=True)  # in-flight sends finish
             await self.pool.close()
             self.mailer.close()
+            if self.exporter is not None:
+                self.exporter.stop()
             self.leadership.release()
             if self.worker_lock is not None:
                 self.worker_lock.release()

@@ -50,6 +50,29 @@ def count_due(session: Session, now: datetime) -> int:
     return sum(session.scalar(select(func.count()).select_from(query.subquery())) or 0 for query in _due_queries(now))
 
 
+LIVE_STATES = (DigestState.QUEUED, DigestState.SENDING, DigestState.RETRY_WAIT)
+
+
+def live_counts(session: Session) -> dict[DigestState, int]:
+    """How many digests wait in each state that is not final (``ix_digests_due``'s
+    ranges: the cost follows the queue, not the history)."""
+    query = (
+        select(Digest.state, func.count())
+        .where(Digest.state.in_([s.value for s in LIVE_STATES]))
+        .group_by(Digest.state)
+    )
+    counts = {state: 0 for state in LIVE_STATES}
+    counts.update({DigestState(state): int(n) for state, n in session.execute(query)})
+    return counts
+
+
+def oldest_due_at(session: Session, now: datetime) -> datetime | None:
+    """When the digest that has waited longest among those due now became due."""
+    firsts = [session.scalar(select(func.min(q.subquery().c.next_attempt_at))) for q in _due_queries(now)]
+    found = [f for f in firsts if f is not None]
+    return min(found) if found else None
+
+
 def claim_due(session: Session, *, now: datetime, worker: str, lease_seconds: int, limit: int) -> list[int]:
     """Take up to *limit* digests that are due (queued, retry time reached, or a
     ``sending`` whose lease expired), oldest ``next_attempt_at`` first, and lease

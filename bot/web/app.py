@@ -15,6 +15,7 @@ tokens or keys.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -34,6 +36,7 @@ from starlette.routing import Route
 from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
+from bot.metrics import Metrics
 from bot.subscriptions import SubscriberInputError, change_status, filter_warning, set_filter, set_updates
 from bot.tokens import signing_key
 from bot.unsubscribes import journal_of, reader_of
@@ -82,6 +85,7 @@ def create_app(
             Route("/d/{token}/{day}", endpoint.web_version, methods=["GET"]),
             Route("/d/{token}/{day}/{ref}", endpoint.web_version, methods=["GET"]),
             Route("/healthz", endpoint.health, methods=["GET"]),
+            Route("/metrics", endpoint.metrics_page, methods=["GET"]),
         ],
         exception_handlers={
             404: endpoint.anything_else,
@@ -135,6 +139,8 @@ class _Endpoint:
         self.versions = WebVersions(settings, self.reader)
         self.acks = Acknowledger(self.journal, factory, now)
         self.misses = MissBudget(settings.web.misses_per_second, settings.web.misses_burst)
+        self.metrics = Metrics(self.reader, now)
+        self.metrics_readers = [ipaddress.ip_network(n, strict=False) for n in settings.metrics.allow_from]
         pages = Environment(
             loader=FileSystemLoader(str(Path(settings.paths.templates_dir) / "web")),
             autoescape=select_autoescape(enabled_extensions=("html.j2",)),
@@ -295,6 +301,19 @@ class _Endpoint:
         return Response(
             text, media_type="application/x-bibtex; charset=utf-8", headers={**SECURITY_HEADERS, **download}
         )
+
+    async def metrics_page(self, request: Request) -> Response:
+        """The queue as Prometheus reads it, for the networks in metrics.allow_from only;
+        anyone else gets the answer an unknown path gets."""
+        client = request.client.host if request.client else ""
+        try:
+            address = ipaddress.ip_address(client)
+        except ValueError:
+            return self.not_found()
+        if not any(address in network for network in self.metrics_readers):
+            return self.not_found()
+        body = await run_in_threadpool(self.metrics.exposition)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def health(self, _request: Request) -> Response:
         return PlainTextResponse("ok")

@@ -149,3 +149,28 @@ def test_worst_case_digests_fit_the_screen(tmp_path: Path, width: int) -> None:
             h for h in hrefs if not h.startswith("https:")
         ]
         assert seen["contents"] == seen["entries"] == len(content.items)
+
+
+@pytest.mark.parametrize("width", [375, 1200])
+def test_the_inbox_index_fits_a_phone(tmp_path: Path, width: int) -> None:
+    """The page `digestbot demo` and `digestbot sink` write: each message's subject links
+    to its HTML part, with its .eml beside it, and nothing scrolls sideways."""
+    from email.message import EmailMessage
+
+    from bot.sink import write_index
+
+    for n in range(1, 4):
+        message = EmailMessage()
+        message["Subject"] = f"{n} new entries: {LONG_WORD} " + "tag, " * 20
+        message["To"] = "a-very-long-local-part-for-testing@" + "sub." * 10 + "example.org"
+        message["Date"] = "Sun, 14 Jun 2026 12:00:00 +0000"
+        message.set_content("text")
+        message.add_alternative(f"<p>{LONG_WORD}</p>", subtype="html")
+        (tmp_path / f"{n:04d}.eml").write_bytes(message.as_bytes())
+    index = write_index(tmp_path)
+    index.write_text(index.read_text().replace("</html>", PROBE + "</html>"), encoding="utf-8")
+    seen = _laid_out(index, width)
+    assert seen["scrollWidth"] == width and seen["wide"] == [], seen
+    hrefs = seen["links"]
+    assert isinstance(hrefs, list)
+    assert hrefs == ["0003.html", "0003.eml", "0002.html", "0002.eml", "0001.html", "0001.eml"]

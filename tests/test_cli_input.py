@@ -223,3 +223,21 @@ def test_help_and_version_load_no_heavy_library(arguments: list[str]) -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_preview_writes_the_message_or_says_why_not(cli: Cli, tmp_path: Path) -> None:
+    cli("dumps", "ingest", *map(str, sorted((ROOT / "seeds").glob("*.txt"))))
+    cli("subscribers", "add", "a@example.org", "--filter", "snn", "--hour", "0")
+    cli("subscribers", "add", "b@example.org", "--filter", "nothing-here", "--hour", "0")
+    written = cli("preview", "a@example.org", "--eml", "next.eml", "--html", "next.html").stdout
+    assert "3 entries" in written and (tmp_path / "next.eml").read_bytes().startswith(b"Subject: 3 new entries")
+    assert "SupraSNN" in (tmp_path / "next.html").read_text()
+    assert one_error_line(cli("preview", "b@example.org", "--eml", "b.eml", code=1)).startswith(
+        "error: b@example.org would get no digest on "
+    )
+    assert not (tmp_path / "b.eml").exists()
+    day = cli("preview", "--all", "--json").stdout
+    assert '"email": "a@example.org"' in day and '"entries": 3' in day and '"entries": 0' in day
+    one_error_line(cli("preview", "--all", "a@example.org", code=2))
+    one_error_line(cli("preview", code=2))
+    assert "Digests (0)" in cli("history").stdout  # a preview records nothing

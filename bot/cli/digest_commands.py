@@ -39,18 +39,38 @@ from bot.domain import DigestState, SourceStatus, SubscriberStatus
 @app.command("preview")
 def preview(
     ctx: typer.Context,
-    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    email: Annotated[str | None, typer.Argument(help="The subscriber's address (not with --all).")] = None,
     date_: Annotated[str | None, typer.Option("--date", help="As of this day's send time (default: now).")] = None,
+    eml: Annotated[Path | None, typer.Option("--eml", help="Write the next digest's message (.eml) here.")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Write the next digest's HTML part here.")] = None,
+    show: Annotated[bool, typer.Option("--open", help="Open the next digest's HTML part in a browser.")] = False,
+    every: Annotated[bool, typer.Option("--all", help="A table of every active subscriber's digest that day.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """What EMAIL's next digest would contain and why; sends and records nothing."""
+    """What EMAIL's next digest would contain and why; sends and records nothing.
+    --eml/--html/--open: the message itself, as the sender would send it (but for
+    Date and Message-ID).  --all: who gets how many entries on --date."""
+    c = ctx_of(ctx)
+    day = parse_date(date_, "--date")
+    if every:
+        if email or eml or html or show:
+            fail("--all lists every subscriber: give no EMAIL, --eml, --html or --open with it", EXIT_USAGE)
+        _preview_day(c, day, as_json)
+        return
+    if email is None:
+        fail("give EMAIL, or --all", EXIT_USAGE)
+    factory = c.sessions()
+    subscriber = find_subscriber(factory, email)
+    if eml or html or show:
+        _preview_message(c, factory, subscriber, day, eml=eml, html=html, show=show)
+        return
+    _preview_entries(c, factory, subscriber, day, as_json)
+
+
+def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_json: bool) -> None:
     from bot.choose.select import local_send_time, select_for
     from bot.store.ledger import claimed_entry_ids
 
-    c = ctx_of(ctx)
-    factory = c.sessions()
-    subscriber = find_subscriber(factory, email)
-    day = parse_date(date_, "--date")
     as_of = local_send_time(subscriber, day) if day else now()
     with factory() as session:
         found = select_for(session, subscriber, c.rules, as_of=as_of, exclude=claimed_entry_ids(session, subscriber.id))
@@ -65,6 +85,64 @@ def preview(
             out.print(outlook_note(outlook(session, subscriber, c.rules, as_of=as_of)), markup=False)
     if not day and not as_json:
         out.print(_today_note(c, factory, subscriber, as_of), markup=False)
+
+
+def _preview_message(
+    c: Context, factory: Any, subscriber: Any, day: Any, *, eml: Path | None, html: Path | None, show: bool
+) -> None:
+    import email
+    import tempfile
+    import webbrowser
+    from email.policy import default
+
+    from bot.preview import next_day, next_message
+
+    at = now()
+    day = day or next_day(factory, subscriber, at)
+    found = next_message(factory, c.settings, c.rules, subscriber, day=day, now=at)
+    if found is None:
+        fail(f"{subscriber.email} would get no digest on {day}: nothing new for them, or that day's is planned")
+    part = email.message_from_bytes(found.data, policy=default).get_body(preferencelist=("html",))
+    page = part.get_content() if part is not None else ""
+    if show and html is None:
+        html = Path(tempfile.mkdtemp(prefix="digestbot-preview-")) / "digest.html"
+    try:
+        if eml is not None:
+            eml.write_bytes(found.data)
+        if html is not None:
+            html.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        fail(f"{exc.filename}: cannot write: {exc.strerror}")
+    where = ", ".join(str(p) for p in (eml, html) if p is not None)
+    out.print(
+        f"{subscriber.email}, {found.day} (sends at {found.send_at:%Y-%m-%d %H:%M} UTC): "
+        f"{plural(found.entries, 'entry', 'entries')}, {len(found.data):,} bytes -> {where}",
+        markup=False,
+    )
+    if show and html is not None:
+        webbrowser.open(html.resolve().as_uri())
+
+
+def _preview_day(c: Context, day: Any, as_json: bool) -> None:
+    from bot.preview import day_table
+    from bot.store.subscribers import list_subscribers
+
+    factory = c.sessions()
+    day = day or now().date()
+    with factory() as session:
+        everyone = list_subscribers(session, status=SubscriberStatus.ACTIVE)
+    lines = day_table(factory, c.settings, c.rules, everyone, day, now())
+    if as_json:
+        print_json_lines(
+            [{"email": x.email, "send_at": x.send_at, "entries": x.entries, "held_back": x.held_back} for x in lines]
+        )
+        return
+    table = new_table("subscriber", "sends at (UTC)", "entries", "held back", title=f"Digests of {day}")
+    for x in lines:
+        table.add_row(x.email, f"{x.send_at:%Y-%m-%d %H:%M}", str(x.entries), str(x.held_back))
+    out.print(table)
+    going = sum(1 for x in lines if x.entries)
+    out.print(f"{plural(going, 'digest')} with {sum(x.entries for x in lines)} entries in all", markup=False)
 
 
 def _today_note(c: Context, factory: Any, subscriber: Any, at: datetime) -> str:

@@ -139,6 +139,24 @@ def plan(
     journal = journal_of(factory)
     journal.try_apply_pending(factory)
     leaving = journal.pending_subscribers()  # acknowledged but not applied: as good as gone
+    return plan_without_journal(
+        factory, settings, rules, now=now, all_due=all_due, subscribers=subscribers, kind=kind, leaving=leaving
+    )
+
+
+def plan_without_journal(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    rules: TagRules,
+    *,
+    now: datetime,
+    all_due: bool,
+    subscribers: Iterable[Subscriber] | None,
+    kind: DigestKind,
+    leaving: set[int] | frozenset[int],
+) -> PlanReport:
+    """``plan`` with the unsubscribe journal already read: *leaving* are the subscribers
+    who asked to leave.  Writes only through *factory* (a preview rolls it back)."""
     with factory() as session:
         latest_entry, latest_dump = latest_entry_at(session), latest_dump_at(session)
     run = _Pass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump)

@@ -1,0 +1,105 @@
+"""`preview --eml`: the next digest's message, made by the real planner and mailer in
+a transaction that is rolled back: the bytes the sender then sends (but for Date and
+Message-ID), and a store that holds exactly what it held before."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.tagging import load_rules
+from bot.config import Settings
+from bot.delivery.loop import deliver_now
+from bot.ingest.service import ingest_file
+from bot.plan import plan
+from bot.preview import day_table, next_day, next_message
+from bot.sink import Sink, SinkHandler
+from bot.store.schema import Base
+from bot.store.subscribers import get_subscriber, list_subscribers
+from bot.subscriptions import clean_fields, save
+from bot.unsubscribes import journal_of
+from tests.conftest import ROOT, SEEDS
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+START = datetime(2026, 6, 14, 6, tzinfo=UTC)
+
+
+def _everything(factory: sessionmaker[Session]) -> dict[str, list[tuple[object, ...]]]:
+    with factory() as session:
+        return {
+            table.name: sorted(map(tuple, session.execute(select(table)).all()), key=repr)
+            for table in Base.metadata.sorted_tables
+        }
+
+
+def _without_date_and_id(message: bytes) -> bytes:
+    return re.sub(rb"^(Date|Message-ID): [^\r\n]*\r?\n", b"", message, flags=re.MULTILINE)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+            "web": {"public_url": "https://digest.example.org", "signing_key": "k" * 32},
+        }
+    )
+
+
+def test_the_preview_is_the_message_that_is_then_sent(factory: sessionmaker[Session], settings: Settings) -> None:
+    for path in sorted(SEEDS.glob("*.txt")):
+        ingest_file(factory, path, now=START, rules=RULES)
+    people = [
+        clean_fields("ada@example.org", name="Ada", filter="snn", timezone="Europe/Berlin", send_hour="8"),
+        clean_fields("bob@example.org", filter="*", timezone="UTC", send_hour="9"),
+        clean_fields("cy@example.org", filter="no-such-tag", timezone="UTC", send_hour="9"),
+    ]
+    save(factory, settings, people, START - timedelta(days=1))
+    with factory() as session:
+        ada = get_subscriber(session, "ada@example.org")
+        cy = get_subscriber(session, "cy@example.org")
+    assert ada is not None and cy is not None
+    before = _everything(factory)
+    day = next_day(factory, ada, START)
+    assert day == START.date()
+    preview = next_message(factory, settings, RULES, ada, day=day, now=START)
+    assert preview is not None and preview.entries == 3
+    assert next_message(factory, settings, RULES, cy, day=day, now=START) is None  # nothing for them
+    lines = {x.email: (x.entries, x.held_back) for x in day_table(factory, settings, RULES, [ada, cy], day, START)}
+    assert lines == {"ada@example.org": (3, 0), "cy@example.org": (0, 0)}
+    assert _everything(factory) == before  # nothing planned, written or claimed
+
+    with factory() as session:
+        everyone = list_subscribers(session)
+    send_at = preview.send_at + timedelta(minutes=3)
+    plan(factory, settings, RULES, now=send_at, subscribers=[s for s in everyone if s.email == "ada@example.org"])
+    handler = SinkHandler()
+    with Sink(handler) as sink:
+        wire = settings.model_copy(update={"smtp": settings.smtp.model_copy(update={"port": sink.port})})
+        asyncio.run(deliver_now(factory, wire, clock=lambda: send_at))
+    (sent,) = handler.received
+    assert _without_date_and_id(sent.data) == _without_date_and_id(preview.data)
+    assert b"Date: " in preview.data and b"Message-ID: " in preview.data
+    assert next_day(factory, ada, send_at) == day + timedelta(days=1)
+
+
+def test_a_preview_neither_applies_nor_loses_a_pending_unsubscribe(
+    factory: sessionmaker[Session], settings: Settings
+) -> None:
+    for path in sorted(SEEDS.glob("*.txt")):
+        ingest_file(factory, path, now=START, rules=RULES)
+    save(factory, settings, [clean_fields("ada@example.org", filter="snn")], START - timedelta(days=1))
+    with factory() as session:
+        ada = get_subscriber(session, "ada@example.org")
+    assert ada is not None
+    journal = journal_of(factory)
+    journal.append([ada.id], START)
+    assert journal.pending_subscribers([ada.id]) == {ada.id}
+    assert next_message(factory, settings, RULES, ada, day=START.date(), now=START) is None  # as good as gone
+    assert journal.pending_subscribers([ada.id]) == {ada.id}

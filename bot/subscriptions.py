@@ -19,7 +19,7 @@ from datetime import datetime
 from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.filters import FilterError, atoms, normalize_filter, parse_filter
+from bot.choose.filters import FilterError, Tag, atoms, normalize_filter, parse_filter
 from bot.choose.tagging import TagRules
 from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
@@ -397,8 +397,8 @@ def filter_warning(factory: sessionmaker[Session], rules: TagRules, filter_text:
     """A note on the tags *filter_text* names that no entry carries and no rule makes
     (``bot.choose.vocabulary``); "" when there are none.  The filter is valid."""
     expr = parse_filter(filter_text)
-    if not atoms(expr):
-        return ""
+    if not any(isinstance(atom, Tag) for atom in atoms(expr)):
+        return ""  # phrases name no tag: nothing to look up
     return unknown_tags_note(unknown_tags(expr, known_tags(factory, rules)))
 
 

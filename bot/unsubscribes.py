@@ -33,11 +33,17 @@ class Journal:
     """The journal of one store (one per process and store: see ``journal_for``)."""
 
     def __init__(self, writer: Engine, reader: Engine) -> None:
+        self.engines = (writer, reader)
         self.factory: sessionmaker[Session] = sessions(writer)
         self.reader: sessionmaker[Session] = sessions(reader)
         # One writer at a time in this process: SQLite's busy handler would otherwise make
         # the appends and the applier's marks wait for each other in sleeps of up to 100 ms.
         self._writing = threading.Lock()
+
+    def close(self) -> None:
+        """Close the journal's pooled connections."""
+        for engine in self.engines:
+            engine.dispose()
 
     def append(self, subscriber_ids: Sequence[int], now: datetime) -> list[str]:
         """Journal one request per subscriber id; durable when this returns.  Their ids."""
@@ -91,6 +97,15 @@ def journal_of(factory: sessionmaker[Session]) -> Journal:
             timeout = BUSY_TIMEOUT_MS if bind.dialect.name == "sqlite" else 0
             _JOURNALS[url] = Journal(*store.open_journal(url, busy_timeout_ms=timeout))
         return _JOURNALS[url]
+
+
+def close_journal(store_url: str) -> None:
+    """Close the journal of *store_url* this process opened, if any (its store is going
+    away; without this its connections stay open for the life of the process)."""
+    with _LOCK:
+        journal = _JOURNALS.pop(store_url, None)
+    if journal is not None:
+        journal.close()
 
 
 def reader_of(factory: sessionmaker[Session]) -> sessionmaker[Session]:

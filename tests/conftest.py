@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, sessions, upgrade
+from bot.unsubscribes import close_journal
 from tests.helpers import postgres_schema
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,12 +43,15 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
         eng = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
         upgrade(eng)
         yield eng
+        close_journal(eng.url.render_as_string(hide_password=False))
         eng.dispose()
         return
     with postgres_schema(PG_URL) as url:
         eng = make_engine(url)
         upgrade(eng)
         yield eng
+        # A journal left open keeps its connections: PostgreSQL runs out after some 50 tests.
+        close_journal(eng.url.render_as_string(hide_password=False))
         eng.dispose()
 
 

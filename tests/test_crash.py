@@ -64,6 +64,7 @@ def test_sigkill_twenty_times_while_sending_ten_thousand(tmp_path: Path, seed_fi
     assert len(plan(factory, settings, RULES, now=now, all_due=True).planned) == DIGESTS
 
     handler = SinkHandler()
+    (tmp_path / "empty").mkdir()  # the dump folder `run` watches: nothing new arrives
     with Sink(handler) as sink:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
         env |= {

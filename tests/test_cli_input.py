@@ -241,3 +241,10 @@ def test_preview_writes_the_message_or_says_why_not(cli: Cli, tmp_path: Path) ->
     one_error_line(cli("preview", "--all", "a@example.org", code=2))
     one_error_line(cli("preview", code=2))
     assert "Digests (0)" in cli("history").stdout  # a preview records nothing
+
+
+def test_preview_of_a_paused_subscriber_says_why(cli: Cli) -> None:
+    cli("subscribers", "add", "p@example.org")
+    cli("subscribers", "pause", "p@example.org")
+    line = one_error_line(cli("preview", "p@example.org", "--eml", "p.eml", code=1))
+    assert line == "error: p@example.org is paused: they get no digest"

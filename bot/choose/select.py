@@ -183,17 +183,15 @@ def select_for(
     return [c for c in ranked if c.entry.id not in exclude] if exclude else list(ranked)
 
 
-def unmatched_atoms(session: Session, expr: Expr, rules: TagRules) -> list[Tag | Phrase]:
-    """The tags and phrases of *expr* that no stored entry matches on its own (for
-    ``tags test``: the part of a filter that cannot be doing anything)."""
-    entries = entries_first_seen_between(session, None, datetime.max.replace(tzinfo=UTC))
-    alone = sorted(atoms(expr), key=to_text)
-    return [atom for atom in alone if not any(explain_entry(atom, e, rules).matched for e in entries)]
-
-
-def matching(session: Session, expr: Expr, rules: TagRules, *, limit: int | None = None) -> list[Candidate]:
-    """Every stored entry *expr* matches, best first (for ``tags test``)."""
+def matching(
+    session: Session, expr: Expr, rules: TagRules, *, limit: int | None = None
+) -> tuple[list[Candidate], list[Tag | Phrase]]:
+    """Every stored entry *expr* matches, best first, and the tags and phrases of *expr*
+    that no stored entry matches on its own (the part of a filter that cannot be doing
+    anything), from one read of the store (for ``tags test``)."""
     entries = entries_first_seen_between(session, None, datetime.max.replace(tzinfo=UTC))
     found = [Candidate(e, x) for e in entries if (x := explain_entry(expr, e, rules)).matched]
     ranked = rank(found)
-    return ranked[:limit] if limit is not None else ranked
+    alone = sorted(atoms(expr), key=to_text)
+    idle = [atom for atom in alone if not any(explain_entry(atom, e, rules).matched for e in entries)]
+    return (ranked[:limit] if limit is not None else ranked), idle

@@ -97,9 +97,14 @@ def _preview_message(
 
     from bot.preview import next_day, next_message
 
+    if subscriber.status is not SubscriberStatus.ACTIVE:
+        fail(f"{subscriber.email} is {subscriber.status.value}: they get no digest")
     at = now()
     day = day or next_day(factory, subscriber, at)
-    found = next_message(factory, c.settings, c.rules, subscriber, day=day, now=at)
+    try:
+        found = next_message(factory, c.settings, c.rules, subscriber, day=day, now=at)
+    except RuntimeError as exc:  # a template or entry that cannot be built: what delivery would record
+        fail(f"{subscriber.email}: {exc}")
     if found is None:
         fail(f"{subscriber.email} would get no digest on {day}: nothing new for them, or that day's is planned")
     part = email.message_from_bytes(found.data, policy=default).get_body(preferencelist=("html",))

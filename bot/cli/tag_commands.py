@@ -60,7 +60,7 @@ def tags_test(
 ) -> None:
     """The stored entries a filter matches, best first, with why."""
     from bot.choose.filters import FilterError, parse_filter, to_text
-    from bot.choose.select import matching, unmatched_atoms
+    from bot.choose.select import matching
     from bot.choose.vocabulary import idle_atoms_note, unknown_tags
     from bot.store.entry_reads import tag_names
 
@@ -71,8 +71,7 @@ def tags_test(
         fail(str(exc), EXIT_USAGE)
         return
     with c.sessions()() as session:
-        found = matching(session, expr, c.rules, limit=limit)
-        idle = unmatched_atoms(session, expr, c.rules)
+        found, idle = matching(session, expr, c.rules, limit=limit)
         known = tag_names(session) | {rule.name for rule in c.rules.rules}
     print_candidates(found, f"{to_text(expr)}: {plural(len(found), 'entry', 'entries')}", as_json)
     if idle and not as_json:

@@ -148,6 +148,15 @@ class SenderConfig(_Section):
         return value
 
 
+def site_url(web: WebConfig) -> str:
+    """Where the subscriber pages are reached: ``public_url``, else ``digestbot serve``'s
+    own address (enough on one machine; links in mail to others need ``public_url``)."""
+    if web.public_url:
+        return web.public_url.rstrip("/")
+    host = web.listen_host if web.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    return f"http://[{host}]:{web.listen_port}" if ":" in host else f"http://{host}:{web.listen_port}"
+
+
 def feedback_id_of(sender: SenderConfig) -> str:
     """The Feedback-ID header's value ("" for none)."""
     domain = sender.from_address.rpartition("@")[2] or "localhost"
@@ -191,6 +200,14 @@ class WebConfig(_Section):
     # on average, this many at once; beyond, 429 (0: no limit).  Valid tokens never count.
     misses_per_second: float = Field(20.0, ge=0)
     misses_burst: int = Field(200, ge=1)
+    # The public sign-up page /subscribe (double opt-in; needs public_url for its links).
+    signup: bool = False
+    # How long the link in a confirmation mail works; an unconfirmed sign-up is deleted then.
+    confirm_hours: int = Field(48, ge=1, le=720)
+    # At most one sign-up mail per address in this many minutes.
+    confirm_interval_minutes: int = Field(10, ge=1, le=10080)
+    # At most this many sign-ups per client IP address in an hour.
+    signups_per_hour: int = Field(10, ge=1)
 
 
 class MetricsConfig(_Section):

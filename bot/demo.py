@@ -26,7 +26,7 @@ from bot.sink import Sink, SinkHandler, write_index
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import list_subscribers
-from bot.subscriptions import import_csv
+from bot.subscriber_csv import import_csv
 
 FIRST_DAY = date(2026, 6, 14)  # the date the seed dumps carry
 DEMO_HOUR_UTC = 12

@@ -137,6 +137,7 @@ class EntryView:
 
 
 class SubscriberStatus(StrEnum):
+    PENDING = "pending"  # signed up, not yet confirmed: receives nothing but the confirmation
     ACTIVE = "active"
     PAUSED = "paused"
     UNSUBSCRIBED = "unsubscribed"
@@ -159,6 +160,7 @@ class Subscriber:
     updated_at: datetime
     unsubscribe_secret: str = field(repr=False, default="")
     send_updates: bool = True  # "Updated since we sent it" in their digests
+    cadence: str = "daily"  # bot.plan.cadence: daily | weekdays | weekly:<day>
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,7 @@ class SubscriberFields:
     send_hour: int | None = None
     status: SubscriberStatus | None = None
     backfill: str | None = None
+    cadence: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,8 @@ from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import DigestKind, Subscriber, SubscriberStatus
 from bot.mail.mailer import Mailer
-from bot.plan.days import local_today
+from bot.plan.cadence import next_send_day, sends_on
+from bot.plan.days import DayFacts, closes_at, local_time, local_today, today_note
 from bot.plan.planner import plan_without_journal
 from bot.plan.resend import find_scheduled
 from bot.store.digests import get_digest
@@ -51,9 +52,12 @@ def _rolled_back(factory: sessionmaker[Session]) -> Iterator[sessionmaker[Sessio
 
 def next_day(factory: sessionmaker[Session], subscriber: Subscriber, now: datetime) -> date:
     """The local day of the subscriber's next scheduled digest: today, unless today's
-    is already planned."""
+    is already planned or their cadence does not send today."""
     today = local_today(subscriber.timezone, now)
-    return today if find_scheduled(factory, subscriber.id, today) is None else today + timedelta(days=1)
+    first = next_send_day(subscriber.cadence, today)
+    if first == today and find_scheduled(factory, subscriber.id, today) is not None:
+        first = next_send_day(subscriber.cadence, today + timedelta(days=1))
+    return first
 
 
 def next_message(
@@ -113,14 +117,15 @@ def day_table(
     day: date,
     now: datetime,
 ) -> list[DayLine]:
-    """What each active subscriber's scheduled digest of *day* would hold, as of its
+    """What each active subscriber's scheduled digest of *day* would hold (those whose
+    cadence sends that day), as of its
     send time (or *now*, when that has passed), with what the store holds now
     (nothing is planned or written)."""
     cap = settings.digest.max_entries
     lines = []
     with factory() as session:
         for subscriber in subscribers:
-            if subscriber.status is not SubscriberStatus.ACTIVE:
+            if subscriber.status is not SubscriberStatus.ACTIVE or not sends_on(subscriber.cadence, day):
                 continue
             send_at = max(local_send_time(subscriber, day), now)
             found = select_for(
@@ -128,3 +133,19 @@ def day_table(
             )
             lines.append(DayLine(subscriber.email, send_at, min(len(found), cap), max(0, len(found) - cap)))
     return lines
+
+
+def when_note(factory: sessionmaker[Session], settings: Settings, subscriber: Subscriber, at: datetime) -> str:
+    """When what ``preview`` lists for *subscriber* would go out (``days.today_note``),
+    given their cadence and today's scheduled digest."""
+    tz = subscriber.timezone
+    today = local_today(tz, at)
+    row = find_scheduled(factory, subscriber.id, today)
+    facts = (
+        None if row is None else DayFacts(today, row.state, row.planned_at, row.sent_at, row.nothing_at, row.arrived)
+    )
+    sends_today = sends_on(subscriber.cadence, today)
+    day = today if sends_today and row is None else next_send_day(subscriber.cadence, today + timedelta(days=1))
+    closes = closes_at(today, send_hour=subscriber.send_hour, close_hour=settings.schedule.day_closes_hour, timezone=tz)
+    send_at = local_time(day, subscriber.send_hour, tz)
+    return today_note(facts, timezone=tz, send_at=send_at, closes_at=closes, now=at, sends_today=sends_today)

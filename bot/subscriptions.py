@@ -8,12 +8,10 @@ always valid.  Never renders or sends.
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 import zoneinfo
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 
 from email_validator import EmailNotValidError, validate_email
@@ -24,12 +22,13 @@ from bot.choose.tagging import TagRules
 from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
+from bot.plan.cadence import DAILY, CadenceError, clean_cadence
+from bot.store.consents import known_addresses, record_operator_adds
 from bot.store.engine import transaction
 from bot.store.entry_reads import tag_names
 from bot.store.subscribers import (
     email_key,
     get_subscriber,
-    list_subscribers,
     purge_subscriber,
     set_send_updates,
     set_status,
@@ -39,7 +38,6 @@ from bot.store.subscribers import (
 from bot.text import CONTROL_CHARACTERS, header_text, hides_control_characters
 from bot.tokens import token_is_valid, token_subscriber_id
 
-CSV_COLUMNS = ("email", "name", "filter", "timezone", "send_hour", "status", "backfill")
 _BACKFILL = re.compile(r"^(?:all|none|\d{1,4}d)$")
 
 
@@ -102,6 +100,13 @@ def clean_backfill(raw: str) -> str:
     return "0d" if value == "none" else value
 
 
+def clean_cadence_field(raw: str) -> str:
+    try:
+        return clean_cadence(raw)
+    except CadenceError as exc:
+        raise SubscriberInputError(f"cadence: {exc}") from None
+
+
 def clean_status(raw: str) -> SubscriberStatus:
     try:
         return SubscriberStatus(raw.strip().lower())
@@ -119,6 +124,7 @@ def clean_fields(
     send_hour: str | int | None = None,
     status: str | None = None,
     backfill: str | None = None,
+    cadence: str | None = None,
 ) -> SubscriberFields:
     """Validate every given field; None (or "" from a CSV cell) leaves it unset."""
     return SubscriberFields(
@@ -129,6 +135,7 @@ def clean_fields(
         send_hour=clean_hour(send_hour) if send_hour is not None and send_hour != "" else None,
         status=clean_status(status) if status else None,
         backfill=clean_backfill(backfill) if backfill else None,
+        cadence=clean_cadence_field(cadence) if cadence else None,
     )
 
 
@@ -139,171 +146,27 @@ def defaults(settings: Settings) -> SubscriberFields:
         timezone=settings.schedule.default_timezone,
         send_hour=settings.schedule.default_send_hour,
         backfill=settings.subscribers.default_backfill,
+        cadence=DAILY,
     )
 
 
 def save(
-    factory: sessionmaker[Session], settings: Settings, items: list[SubscriberFields], now: datetime
+    factory: sessionmaker[Session],
+    settings: Settings,
+    items: list[SubscriberFields],
+    now: datetime,
+    *,
+    vouched_by: str = "",
 ) -> UpsertCounts:
+    """Upsert *items*; with *vouched_by* (the operator's command), the new addresses get
+    an ``operator`` consent record saying so."""
     with transaction(factory) as session:
-        return upsert_subscribers(session, items, defaults=defaults(settings), now=now)
-
-
-@dataclass(frozen=True, slots=True)
-class RowError:
-    line: int
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ImportReport:
-    created: int
-    updated: int
-    unchanged: int
-    errors: tuple[RowError, ...]
-    warnings: tuple[RowError, ...] = ()  # imported, but worth a look (a filter naming an unknown tag)
-
-
-# Longer than any valid row (an address, a 200-character name, a 2,000-character filter).
-MAX_CSV_LINE = 8192
-
-
-def _csv_cells(line: str) -> list[str]:
-    """One physical line's cells.  No field of ours may hold a line break, so each
-    line is parsed alone: an unbalanced quote or a huge cell is that line's error,
-    never a reason to swallow or drop the lines after it."""
-    if len(line) > MAX_CSV_LINE:
-        raise SubscriberInputError(f"line longer than {MAX_CSV_LINE:,} characters")
-    try:
-        rows = list(csv.reader([line], strict=True))
-    except csv.Error as exc:
-        text = str(exc)
-        if "end of data" in text or "quotechar" in text:
-            reason = "unbalanced quote"
-        elif "new-line" in text:
-            reason = "a line break (CR) inside a cell"
-        else:
-            reason = text
-        raise SubscriberInputError(f"not a CSV row: {reason}") from None
-    return rows[0] if rows else []
-
-
-def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
-    """Rows of a subscriber CSV (header required; only ``email`` is mandatory)."""
-    rows, bad = _read_rows(text)
-    return [fields for _, fields in rows], bad
-
-
-def _read_rows(text: str) -> tuple[list[tuple[int, SubscriberFields]], list[RowError]]:
-    """The good rows with their line numbers, and the bad rows."""
-    # Lines end at LF (CRLF allowed), as editors number them; str.splitlines() would
-    # also break at form feeds and the like, and a bare CR stays in its cell (an error).
-    lines = [(number, line.removesuffix("\r")) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
-    if not lines:
-        return [], [RowError(1, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
-    header_line, header_text = lines[0]
-    try:
-        header = _csv_header(header_text)
-    except SubscriberInputError as exc:
-        return [], [RowError(header_line, str(exc))]
-    good: list[tuple[int, SubscriberFields]] = []
-    bad: list[RowError] = []
-    first_line: dict[str, int] = {}
-    for line, raw in lines[1:]:
-        try:
-            fields = _csv_row(header, raw)
-        except SubscriberInputError as exc:
-            bad.append(RowError(line, str(exc)))
-            continue
-        if fields is None:
-            continue
-        # Two rows for one address: which one the operator meant is theirs to say.
-        seen = first_line.setdefault(email_key(fields.email), line)
-        if seen != line:
-            bad.append(RowError(line, f"{fields.email} is already on line {seen} (one row per address)"))
-            continue
-        good.append((line, fields))
-    return good, bad
-
-
-def _csv_header(line: str) -> list[str]:
-    try:
-        header = [h.strip().lower() for h in _csv_cells(line)]
-    except SubscriberInputError as exc:
-        raise SubscriberInputError(f"header: {exc}") from None
-    if "email" not in header:
-        raise SubscriberInputError(f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")
-    unknown = [h for h in header if h not in CSV_COLUMNS]
-    if unknown:
-        raise SubscriberInputError(f"unknown column(s) {', '.join(unknown)} (columns: {', '.join(CSV_COLUMNS)})")
-    return header
-
-
-def _csv_row(header: list[str], line: str) -> SubscriberFields | None:
-    """One data line's fields; None for a line of empty cells."""
-    cells = _csv_cells(line)
-    if len(cells) > len(header):
-        raise SubscriberInputError("more cells than header columns")
-    if not any(cell.strip() for cell in cells):
-        return None
-    return clean_fields(**{column: cells[i] if i < len(cells) else "" for i, column in enumerate(header)})
-
-
-def import_csv(
-    factory: sessionmaker[Session], settings: Settings, text: str, now: datetime, rules: TagRules | None = None
-) -> ImportReport:
-    """Idempotent upsert of every good row; bad rows are reported, not fatal.  With
-    *rules*, rows whose filter names a tag nothing carries are reported as warnings."""
-    rows, bad = _read_rows(text)
-    good = [fields for _, fields in rows]
-    counts = save(factory, settings, good, now) if good else UpsertCounts(0, 0, 0)
-    warnings = _filter_warnings(factory, rules, rows) if rules is not None else ()
-    return ImportReport(counts.created, counts.updated, counts.unchanged, tuple(bad), warnings)
-
-
-def _filter_warnings(
-    factory: sessionmaker[Session], rules: TagRules, rows: list[tuple[int, SubscriberFields]]
-) -> tuple[RowError, ...]:
-    known = known_tags(factory, rules)
-    notes: dict[str, str] = {}
-    found = []
-    for line, fields in rows:
-        if fields.filter is None:
-            continue
-        if fields.filter not in notes:
-            notes[fields.filter] = unknown_tags_note(unknown_tags(parse_filter(fields.filter), known))
-        if notes[fields.filter]:
-            found.append(RowError(line, notes[fields.filter]))
-    return tuple(found)
-
-
-def export_rows(subscribers: Iterable[Subscriber]) -> Iterator[list[str]]:
-    yield list(CSV_COLUMNS)
-    for s in subscribers:
-        yield [s.email, s.name, s.filter, s.timezone, str(s.send_hour), s.status.value, s.backfill]
-
-
-# What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_cell(value: str) -> str:
-    """*value* as text to a spreadsheet: a leading ' stops it from being a formula."""
-    return "'" + value if value.startswith(_FORMULA_START) else value
-
-
-def export_csv(
-    factory: sessionmaker[Session], status: SubscriberStatus | None = None, *, spreadsheet: bool = False
-) -> str:
-    """Every subscriber as the CSV ``import`` reads: exact, so it round-trips, unless
-    *spreadsheet* neutralizes cells a spreadsheet would run as formulas."""
-    with factory() as session:
-        subscribers = list_subscribers(session, status=status)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    for row in export_rows(subscribers):
-        writer.writerow([spreadsheet_cell(cell) for cell in row] if spreadsheet else row)
-    return out.getvalue()
+        known = known_addresses(session, [item.email for item in items]) if vouched_by else set()
+        counts = upsert_subscribers(session, items, defaults=defaults(settings), now=now)
+        if vouched_by:
+            new = [item.email for item in items if email_key(item.email) not in known]
+            record_operator_adds(session, new, now, vouched_by)
+        return counts
 
 
 class SubscriberNotFound(LookupError):
@@ -324,17 +187,25 @@ def _require(session: Session, email: str) -> Subscriber:
 
 
 def add(
-    factory: sessionmaker[Session], settings: Settings, fields: SubscriberFields, now: datetime
+    factory: sessionmaker[Session],
+    settings: Settings,
+    fields: SubscriberFields,
+    now: datetime,
+    *,
+    vouched_by: str = "",
 ) -> tuple[Subscriber, bool]:
-    """Create a subscriber, or re-activate an unsubscribed one (keeping what was
-    already sent to them, so nothing is sent twice).  Returns (subscriber, created)."""
+    """Create a subscriber, or re-activate an unsubscribed (or pending) one, keeping what
+    was already sent to them, so nothing is sent twice.  Returns (subscriber, created).
+    *vouched_by* (the operator's command) goes into their consent record."""
     with transaction(factory) as session:
         existing = get_subscriber(session, fields.email)
-        if existing is not None and existing.status is not SubscriberStatus.UNSUBSCRIBED:
+        if existing is not None and existing.status not in (SubscriberStatus.UNSUBSCRIBED, SubscriberStatus.PENDING):
             raise AlreadySubscribed(existing.email)
         if existing is not None:
             fields = replace(fields, status=SubscriberStatus.ACTIVE)
         upsert_subscribers(session, [fields], defaults=defaults(settings), now=now)
+        if vouched_by:
+            record_operator_adds(session, [fields.email], now, vouched_by)
         return _require(session, fields.email), existing is None
 
 

@@ -1,4 +1,5 @@
-"""Signed, per-subscriber tokens for unsubscribe and manage links.
+"""Signed, per-subscriber tokens for unsubscribe and manage links, and for the
+expiring link that confirms a sign-up.
 
 ``<subscriber id>.<HMAC-SHA256(key, id + the subscriber's secret)>``: bound to
 one subscriber, revocable by rotating that subscriber's secret, unforgeable
@@ -14,6 +15,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from datetime import UTC, datetime
 from pathlib import Path
 
 from bot.config import ConfigError, Settings
@@ -61,3 +63,32 @@ def token_subscriber_id(token: str) -> int | None:
 def token_is_valid(key: bytes, token: str, subscriber_id: int, secret: str) -> bool:
     """Constant-time check that *token* is the one made for this subscriber and secret."""
     return hmac.compare_digest(token.encode("utf-8", "replace"), make_token(key, subscriber_id, secret).encode("ascii"))
+
+
+def _confirm_signature(key: bytes, subscriber_id: int, expires: int, secret: str) -> str:
+    mac = hmac.new(key, f"confirm:{subscriber_id}:{expires}:{secret}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac[:18]).decode("ascii")
+
+
+def make_confirm_token(key: bytes, subscriber_id: int, secret: str, expires: datetime) -> str:
+    """``<subscriber id>.<expiry, Unix seconds>.<HMAC>``: the link in a sign-up's
+    confirmation mail, bound to one subscriber and useless after *expires*."""
+    stamp = int(expires.timestamp())
+    return f"{subscriber_id}.{stamp}.{_confirm_signature(key, subscriber_id, stamp, secret)}"
+
+
+def confirm_token_parts(token: str) -> tuple[int, datetime] | None:
+    """The subscriber id and expiry a well-formed confirmation token names (not yet verified)."""
+    ident, stamp, signature = (token.split(".") + ["", ""])[:3]
+    if token.count(".") != 2 or len(signature) != 24:
+        return None
+    if not (ident.isascii() and ident.isdigit() and stamp.isascii() and stamp.isdigit()):
+        return None
+    if len(ident) > 18 or len(stamp) > 11:  # 11 digits stay within datetime's years
+        return None
+    return int(ident), datetime.fromtimestamp(int(stamp), UTC)
+
+
+def confirm_token_is_valid(key: bytes, token: str, subscriber_id: int, secret: str, expires: datetime) -> bool:
+    expected = make_confirm_token(key, subscriber_id, secret, expires)
+    return hmac.compare_digest(token.encode("utf-8", "replace"), expected.encode("ascii"))

@@ -174,3 +174,77 @@ def test_the_inbox_index_fits_a_phone(tmp_path: Path, width: int) -> None:
     hrefs = seen["links"]
     assert isinstance(hrefs, list)
     assert hrefs == ["0003.html", "0003.eml", "0002.html", "0002.eml", "0001.html", "0001.eml"]
+
+
+def _subscriber_pages(folder: Path) -> dict[str, str]:
+    """The sign-up page and a manage page at their worst (long tags, address, filter and
+    titles), as the real endpoint serves them."""
+    from bot.config import Settings
+    from bot.ingest.service import ingest_bytes
+    from bot.store.engine import make_engine, sessions, upgrade
+    from bot.store.subscribers import get_subscriber
+    from bot.subscriptions import clean_fields, save
+    from bot.tokens import make_token, signing_key
+    from bot.web import create_app
+    from tests.helpers import Server, render_dump
+
+    engine = make_engine(f"sqlite:///{folder / 'store.sqlite3'}")
+    upgrade(engine)
+    factory = sessions(engine)
+    settings = Settings.model_validate(
+        {
+            "paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
+            "web": {"public_url": "https://digest.example.org", "signing_key": "b" * 32, "signup": True},
+        }
+    )
+    tags = [f"tag{n}-{LONG_WORD[:40]}" for n in range(70)]
+    papers = [(f"Paper {n}: {LONG_WORD}", ["Ada"], date(2026, 6, 14), f"About {LONG_WORD}.") for n in range(12)]
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 6, 14, 12, tzinfo=UTC)
+    ingest_bytes(factory, render_dump(papers, tags).encode(), name="wide", now=now, rules=None)
+    address = "a-very-long-local-part-for-testing@" + "sub." * 10 + "example.org"
+    save(factory, settings, [clean_fields(address, filter=f'"{LONG_WORD[:80]}" or ' + " or ".join(tags[:3]))], now)
+    with factory() as session:
+        found = get_subscriber(session, address)
+    assert found is not None
+    token = make_token(signing_key(settings), found.id, found.unsubscribe_secret)
+    with Server(create_app(settings, factory, clock=lambda: now)) as web:
+        pages = {"signup": web.get("/subscribe").text, "manage": web.get(f"/m/{token}").text}
+    engine.dispose()
+    return pages
+
+
+def _screenshot(page: Path, width: int, out: Path) -> tuple[int, int]:
+    """A PNG of *page* laid out *width* px wide (in a frame: Chromium's window is wider);
+    its size in pixels."""
+    assert CHROMIUM is not None
+    frame = page.with_suffix(f".{width}.shot.html")
+    frame.write_text(
+        f'<!DOCTYPE html><html><body style="margin:0"><iframe src="{page.name}" '
+        f'style="width:{width}px;height:1600px;border:0;display:block"></iframe></body></html>',
+        encoding="utf-8",
+    )
+    subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--window-size={width},1600"]
+        + ["--virtual-time-budget=3000", f"--screenshot={out}", frame.as_uri()],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+@pytest.mark.parametrize("width", [375, 1200])
+def test_the_sign_up_and_manage_pages_fit_the_screen(tmp_path: Path, width: int) -> None:
+    for name, text in _subscriber_pages(tmp_path).items():
+        assert 'name="tag"' in text and 'name="timezone"' in text, name
+        page = tmp_path / f"{name}.html"
+        page.write_text(text.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+        seen = _laid_out(page, width)
+        assert seen["width"] == width
+        assert seen["scrollWidth"] == width and seen["wide"] == [], (name, seen)
+        shot = tmp_path / f"{name}-{width}.png"
+        assert _screenshot(page, width, shot)[0] >= width

@@ -215,7 +215,7 @@ def test_subscriber_workflow(run, tmp_path: Path) -> None:
     run("subscribers", "show", "zoe@example.org", code=1)
 
     exported = run("subscribers", "export").stdout
-    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill"
+    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill,cadence"
     assert len(exported.splitlines()) == 6
 
     bad = run("subscribers", "add", "eve@example.org", "--filter", "gpu and (", code=2)
@@ -312,6 +312,7 @@ def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:
     env = {"DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "seeds"), "DIGESTBOT_PATHS__TAGS_FILE": "config/tags.toml"}
     shown = run("demo", extra_env=env).stdout
     assert "9 messages in var/inbox/" in shown
+    assert "sign-up page: http://127.0.0.1:8080/subscribe" in " ".join(shown.split())
     assert len(list((tmp_path / "var" / "inbox").glob("*.eml"))) == 9
     assert "0009.html" in (tmp_path / "var" / "inbox" / "index.html").read_text()
     assert "9 messages" in run("demo", extra_env=env).stdout  # repeatable: starts afresh each time

@@ -27,7 +27,8 @@ from bot.sink import Fault, Received, Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.store.schema import LedgerEntry
 from bot.store.subscribers import get_subscriber
-from bot.subscriptions import clean_fields, import_csv, save
+from bot.subscriber_csv import import_csv
+from bot.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import queue_digests, render_dump
 from tests.seed_facts import EXPECTED
@@ -147,10 +148,11 @@ def test_public_url_adds_one_click_unsubscribe(
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     cycle(factory, settings, DAY1, all_due=True)
     msg = parsed(sink.received[0])
-    https, mailto = [u.strip(" <>") for u in msg["List-Unsubscribe"].split(",")]
+    # Only the https URI: nothing reads the unsubscribe mailbox, so no mailto is offered.
+    (https,) = [u.strip(" <>") for u in msg["List-Unsubscribe"].split(",")]
     assert re.fullmatch(r"https://digest\.example\.org/u/\d+\.[A-Za-z0-9_-]{24}", https)
-    assert mailto.startswith("mailto:")
     assert msg["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    assert "mailto:" not in msg.as_string()
 
 
 def test_hostile_title_and_display_name_are_escaped(
@@ -527,3 +529,22 @@ def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, 
                 plan_rows = [r[-1] for r in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
                 if "state = 'sending'" not in str(sql):  # in-flight rows are few: those may be sorted
                     assert not any("TEMP B-TREE" in r for r in plan_rows), plan_rows
+
+
+def test_a_weekly_digest_says_this_week_and_a_daily_one_does_not(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    """Same entries, one message template each: the weekly reader's subject and header say
+    "this week" (the template cache must not hand one's body to the other)."""
+    people = [clean_fields(f"{c}@example.org", cadence=c.replace("-", ":")) for c in ("daily", "weekly-sun")]
+    save(factory, settings, people, DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    assert DAY1.strftime("%a") == "Sun"
+    assert cycle(factory, settings, DAY1).sent == 2
+    by_reader = {r.recipients[0]: parsed(r) for r in sink.received}
+    weekly, daily = by_reader["weekly-sun@example.org"], by_reader["daily@example.org"]
+    assert re.match(r"\d+ new entries this week: ", weekly["Subject"]) and "this week" not in daily["Subject"]
+    assert "Your weekly research digest" in weekly.get_body(("plain",)).get_content()
+    assert "new entries this week" in weekly.get_body(("html",)).get_content()
+    assert "weekly" not in daily.get_body(("html",)).get_content().casefold()
+    assert cycle(factory, settings, DAY1 + timedelta(days=1)).sent == 0  # Monday: neither is due again

@@ -11,13 +11,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.store.subscribers import get_subscriber, list_subscribers
+from bot.subscriber_csv import export_csv, import_csv
 from bot.subscriptions import (
     AlreadySubscribed,
     SubscriberInputError,
     add,
     clean_fields,
-    export_csv,
-    import_csv,
     remove,
 )
 
@@ -105,7 +104,7 @@ def test_export_round_trips_through_import(factory: sessionmaker[Session], tmp_p
 
     import_csv(factory, Settings(), (ROOT / "config" / "subscribers.example.csv").read_text(), NOW)
     exported = export_csv(factory)
-    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill"
+    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill,cadence"
     report = import_csv(factory, Settings(), exported, NOW)
     assert (report.created, report.updated, report.unchanged, report.errors) == (0, 0, 5, ())
     assert export_csv(factory) == exported
@@ -149,7 +148,7 @@ def test_soft_remove_then_add_reactivates_and_purge_deletes(factory: sessionmake
 
 
 def test_csv_lines_are_counted_at_line_feeds_and_a_bare_cr_is_that_lines_error() -> None:
-    from bot.subscriptions import read_csv
+    from bot.subscriber_csv import read_csv
 
     text = 'email,name\r\na@example.org,A\r\nb@example.org,B\x0cC\r\nc@example.org,C\rD\r\n\r\nd@example.org,"E\r\n'
     good, bad = read_csv(text + "e@example.org,E\r\n")

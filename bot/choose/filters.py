@@ -5,10 +5,12 @@
     *
 
 Atoms are tags (case-insensitive, any origin), quoted phrases (matched in the
-title or summary, case-insensitively and on word boundaries) and ``*``
-(everything).  ``not`` binds tightest, then ``and``, then ``or``; there is no
-implicit ``and``.  Parsing uses lark; a stored filter is always one that
-parsed, and printing a parsed filter gives text that parses back to it.
+title or summary, case-insensitively and on word boundaries), authors
+(``author:"J. Smith"``, matched on the entry's author list as ``same_person``
+says; a repository's owner is its author) and ``*`` (everything).  ``not``
+binds tightest, then ``and``, then ``or``; there is no implicit ``and``.
+Parsing uses lark; a stored filter is always one that parsed, and printing
+a parsed filter gives text that parses back to it.
 Pure functions: never touches the store.
 """
 
@@ -34,13 +36,15 @@ _GRAMMAR = r"""
 ?and_expr: not_expr (_AND not_expr)*
 ?not_expr: _NOT not_expr -> negate
          | atom
-?atom: TAG -> tag
+?atom: AUTHOR -> author
+     | TAG -> tag
      | PHRASE -> phrase
      | "*" -> everything
      | "(" or_expr ")"
 _OR.2: /or(?![^\s()"*])/i
 _AND.2: /and(?![^\s()"*])/i
 _NOT.2: /not(?![^\s()"*])/i
+AUTHOR.3: /author:"(?:[^"\\]|\\.)*"/i
 TAG: /[^\s()"*]+/
 PHRASE: /"(?:[^"\\]|\\.)*"/
 %ignore /\s+/
@@ -76,6 +80,11 @@ class Phrase:
 
 
 @dataclass(frozen=True, slots=True)
+class Author:
+    name: str  # whitespace collapsed, as written (display); matched through fold_name
+
+
+@dataclass(frozen=True, slots=True)
 class Not:
     expr: Expr
 
@@ -90,7 +99,8 @@ class Or:
     items: tuple[Expr, ...]
 
 
-Expr = Everything | Tag | Phrase | Not | And | Or
+Expr = Everything | Tag | Phrase | Author | Not | And | Or
+Atom = Tag | Phrase | Author
 
 
 def make_and(*items: Expr) -> Expr:
@@ -115,6 +125,50 @@ def make_phrase(text: str) -> Phrase:
     return Phrase(" ".join(unicodedata.normalize("NFKC", text).split()))
 
 
+def make_author(name: str) -> Author:
+    text = " ".join(unicodedata.normalize("NFKC", name).split())
+    if not fold_name(text):
+        raise ValueError("author: needs a name with letters or digits")
+    return Author(text)
+
+
+@lru_cache(maxsize=65536)  # an author appears on many entries, and a pass asks again per filter
+def fold_name(name: str) -> tuple[str, ...]:
+    """A person's name as matching sees it: words of letters and digits, case folded,
+    diacritics dropped (NFKD without combining marks), "Last, First" turned round.
+
+        fold_name("Ángel  M. de la Peña") == ("angel", "m", "de", "la", "pena")
+        fold_name("Smith, J.") == ("j", "smith")
+    """
+    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", name).casefold())
+    text = "".join(ch for ch in text if not unicodedata.combining(ch))
+    last, comma, first = text.partition(",")
+    if comma:
+        text = f"{first} {last}"
+    return tuple(re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text)))
+
+
+def _same_word(wanted: str, given: str) -> bool:
+    """Equal, or one is the initial of the other ("j" and "john")."""
+    return (
+        wanted == given
+        or (len(wanted) == 1 and given.startswith(wanted))
+        or (len(given) == 1 and wanted.startswith(given))
+    )
+
+
+def same_person(wanted: tuple[str, ...], author: tuple[str, ...]) -> bool:
+    """Whether the folded name *wanted* (from a filter) names the folded *author*: the
+    last words are equal, and each earlier word of *wanted* matches a word of the
+    author's, in order, in full or as an initial.  "J. Smith" names "John Smith",
+    "J Smith" and "John A. Smith", not "Jane Smithson" or "Smith John"; "Smith"
+    names every Smith."""
+    if not wanted or not author or wanted[-1] != author[-1]:
+        return False
+    given = iter(author[:-1])
+    return all(any(_same_word(word, candidate) for candidate in given) for word in wanted[:-1])
+
+
 # --- parsing and printing -------------------------------------------------------
 
 
@@ -129,6 +183,10 @@ class _ToAst(Transformer[Token, Expr]):
         if not text.strip():
             raise ValueError("empty phrase")
         return make_phrase(text)
+
+    def author(self, token: Token) -> Expr:
+        raw = str(token)[len("author:") + 1 : -1]
+        return make_author(re.sub(r"\\(.)", r"\1", raw))
 
     def everything(self) -> Expr:
         return Everything()
@@ -227,7 +285,9 @@ def to_text(expr: Expr) -> str:
     if isinstance(expr, Tag):
         return expr.name
     if isinstance(expr, Phrase):
-        return '"' + expr.text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return _quoted(expr.text)
+    if isinstance(expr, Author):
+        return "author:" + _quoted(expr.name)
     if isinstance(expr, Not):
         inner = to_text(expr.expr)
         return f"not ({inner})" if isinstance(expr.expr, (And, Or)) else f"not {inner}"
@@ -236,13 +296,17 @@ def to_text(expr: Expr) -> str:
     return " or ".join(to_text(i) for i in expr.items)
 
 
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def normalize_filter(text: str) -> str:
     """Validate and canonicalize a filter as typed by a person."""
     return to_text(parse_filter(text))
 
 
-def atoms(expr: Expr) -> set[Tag | Phrase]:
-    if isinstance(expr, (Tag, Phrase)):
+def atoms(expr: Expr) -> set[Atom]:
+    if isinstance(expr, (Tag, Phrase, Author)):
         return {expr}
     if isinstance(expr, Not):
         return atoms(expr.expr)
@@ -264,11 +328,20 @@ def phrase_pattern(text: str) -> re.Pattern[str]:
 
 @dataclass(frozen=True, slots=True)
 class Doc:
-    """What a filter looks at: the entry's tags (case-folded name -> origins) and text."""
+    """What a filter looks at: the entry's tags (case-folded name -> origins), text and
+    authors (as written)."""
 
     tags: dict[str, frozenset[str]]
     title: str
     summary: str
+    authors: tuple[str, ...] = ()
+
+
+def authors_named(expr: Author, doc: Doc) -> list[str]:
+    """The entry's authors that *expr* names, as written.  Names are folded here, when
+    a filter asks, not for every entry a planning pass weighs."""
+    wanted = fold_name(expr.name)
+    return [name for name in doc.authors if same_person(wanted, fold_name(name))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +362,10 @@ class Explanation:
 
 
 # Relevance: a title hit outweighs a summary hit; a source's own tag (header or
-# category) sits between; more matched atoms add up.
-WEIGHT_TITLE, WEIGHT_SOURCE_TAG, WEIGHT_SUMMARY = 3, 2, 1
+# category) sits between; a followed author counts as much as a title hit; more
+# matched atoms add up.
+WEIGHT_TITLE, WEIGHT_SOURCE_TAG, WEIGHT_SUMMARY, WEIGHT_AUTHOR = 3, 2, 1, 3
+AUTHOR_HIT = "author"  # a followed author's hit: "author: John Smith" in the why line
 
 
 def matches(expr: Expr, doc: Doc) -> bool:
@@ -301,6 +376,8 @@ def matches(expr: Expr, doc: Doc) -> bool:
     if isinstance(expr, Phrase):
         pattern = phrase_pattern(expr.text)
         return bool(pattern.search(doc.title) or pattern.search(doc.summary))
+    if isinstance(expr, Author):
+        return bool(authors_named(expr, doc))
     if isinstance(expr, Not):
         return not matches(expr.expr, doc)
     if isinstance(expr, And):
@@ -322,6 +399,8 @@ def _positive_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]]
         places = [name for name, text in (("title", doc.title), ("summary", doc.summary)) if pattern.search(text)]
         if places:
             return [Hit(to_text(expr), "phrase in " + " and ".join(places), "title" in places)]
+    if isinstance(expr, Author):
+        return [Hit(AUTHOR_HIT, name, False) for name in authors_named(expr, doc)]
     return []
 
 
@@ -339,12 +418,14 @@ def explain(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]] | None
     *rule_fields* says, per rule tag, in which fields its rule matched."""
     rule_fields = rule_fields or {}
     matched = matches(expr, doc)
-    hits: dict[str, Hit] = {}
+    hits: dict[tuple[str, str], Hit] = {}
     for hit in _positive_hits(expr, doc, rule_fields):
-        hits.setdefault(hit.atom, hit)
+        hits.setdefault((hit.atom, hit.where if hit.atom == AUTHOR_HIT else ""), hit)
     score = 0
     for hit in hits.values():
-        if hit.in_title:
+        if hit.atom == AUTHOR_HIT:
+            score += WEIGHT_AUTHOR
+        elif hit.in_title:
             score += WEIGHT_TITLE
         elif hit.where.startswith("tag (") and ("header" in hit.where or "category" in hit.where):
             score += WEIGHT_SOURCE_TAG

@@ -31,16 +31,20 @@ class Outlook:
     matching: int  # entries new to them that their filter matches
     unseen: int  # entries new to them, matching or not
     tags: tuple[tuple[str, int], ...]  # the most common tags of the unseen ones, with counts
+    first: tuple[tuple[str, str], ...] = ()  # (title, why) of the best matching ones, best first
 
 
-def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of: datetime) -> Outlook:
+def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of: datetime, first: int = 0) -> Outlook:
+    """What is waiting for *subscriber* as of *as_of*, with the titles and reasons of the
+    *first* best of the matching entries."""
     since = effective_start(subscriber, as_of - LOOKBACK) or as_of - LOOKBACK
     sent = claimed_entry_ids(session, subscriber.id)
     matching = select_for(session, subscriber, rules, as_of=as_of, exclude=sent, start=since)
     unseen = [e for e in entries_first_seen_between(session, since, as_of) if e.id not in sent]
     tally = Counter(tag for entry in unseen for tag in entry.tags)
     ranked = sorted(tally.items(), key=lambda item: (-item[1], item[0].casefold()))
-    return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]))
+    best = tuple((c.entry.title, c.explanation.why()) for c in matching[:first])
+    return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]), best)
 
 
 def outlook_note(seen: Outlook) -> str:

@@ -21,9 +21,10 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from sqlalchemy.orm import Session
 
-from bot.choose.filters import Doc, Explanation, Expr, Phrase, Tag, atoms, explain, matches, parse_filter, to_text
+from bot.choose.filters import Atom, Doc, Explanation, Expr, atoms, explain, matches, parse_filter, to_text
 from bot.choose.tagging import TagRules, nfkc
-from bot.domain import EntryView, Subscriber, match_text
+from bot.domain import EntryKind, EntryView, Subscriber, match_text
+from bot.ingest.identity import is_repo_name
 from bot.store.entry_reads import entries_first_seen_between
 
 
@@ -56,7 +57,22 @@ def local_send_time(subscriber: Subscriber, day: date) -> datetime:
 
 
 def doc_of(entry: EntryView) -> Doc:
-    return Doc(tags=entry.tag_origins, title=nfkc(entry.title), summary=nfkc(match_text(entry.summary, entry.extra)))
+    return Doc(
+        tags=entry.tag_origins,
+        title=nfkc(entry.title),
+        summary=nfkc(match_text(entry.summary, entry.extra)),
+        authors=authors_of(entry),
+    )
+
+
+def authors_of(entry: EntryView) -> tuple[str, ...]:
+    """The names ``author:`` atoms look at: the entry's authors, and a repository's owner."""
+    if entry.kind is EntryKind.REPO and entry.key.startswith("repo:"):
+        owner_name = entry.title if is_repo_name(entry.title) else entry.key.removeprefix("repo:")
+        owner = owner_name.partition("/")[0]
+        if owner and owner.casefold() not in (a.casefold() for a in entry.authors):
+            return (*entry.authors, owner)
+    return entry.authors
 
 
 def explain_entry(expr: Expr, entry: EntryView, rules: TagRules) -> Explanation:
@@ -185,7 +201,7 @@ def select_for(
 
 def matching(
     session: Session, expr: Expr, rules: TagRules, *, limit: int | None = None
-) -> tuple[list[Candidate], list[Tag | Phrase]]:
+) -> tuple[list[Candidate], list[Atom]]:
     """Every stored entry *expr* matches, best first, and the tags and phrases of *expr*
     that no stored entry matches on its own (the part of a filter that cannot be doing
     anything), from one read of the store (for ``tags test``)."""

@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from bot.choose.filters import Expr, Phrase, Tag, atoms, to_text
+from bot.choose.filters import Atom, Expr, Tag, atoms, to_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ def unknown_tags_note(unknown: Iterable[UnknownTag]) -> str:
     return f"no entry has the tags {', '.join(parts)} and no tag rule makes them, so they match nothing for now"
 
 
-def idle_atoms_note(idle: Sequence[Tag | Phrase], unknown: Iterable[UnknownTag]) -> str:
+def idle_atoms_note(idle: Sequence[Atom], unknown: Iterable[UnknownTag]) -> str:
     """``tags test``'s line on the atoms that match no stored entry, with the closest
     known tag for each tag nothing carries."""
     closest = {tag.name: tag.closest for tag in unknown}

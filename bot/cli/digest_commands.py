@@ -4,7 +4,6 @@ the planner, the delivery loop and the daemon."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -84,7 +83,9 @@ def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_jso
         with factory() as session:
             out.print(outlook_note(outlook(session, subscriber, c.rules, as_of=as_of)), markup=False)
     if not day and not as_json:
-        out.print(_today_note(c, factory, subscriber, as_of), markup=False)
+        from bot.preview import when_note
+
+        out.print(when_note(factory, c.settings, subscriber, as_of), markup=False)
 
 
 def _preview_message(
@@ -148,25 +149,6 @@ def _preview_day(c: Context, day: Any, as_json: bool) -> None:
     out.print(table)
     going = sum(1 for x in lines if x.entries)
     out.print(f"{plural(going, 'digest')} with {sum(x.entries for x in lines)} entries in all", markup=False)
-
-
-def _today_note(c: Context, factory: Any, subscriber: Any, at: datetime) -> str:
-    from bot.plan import find_scheduled
-    from bot.plan.days import DayFacts, closes_at, local_time, local_today, today_note
-
-    tz = subscriber.timezone
-    today = local_today(tz, at)
-    row = find_scheduled(factory, subscriber.id, today)
-    facts = (
-        None if row is None else DayFacts(today, row.state, row.planned_at, row.sent_at, row.nothing_at, row.arrived)
-    )
-    send_at = local_time(today, subscriber.send_hour, tz)
-    if row is not None:
-        send_at = local_time(today + timedelta(days=1), subscriber.send_hour, tz)
-    closes = closes_at(
-        today, send_hour=subscriber.send_hour, close_hour=c.settings.schedule.day_closes_hour, timezone=tz
-    )
-    return today_note(facts, timezone=tz, send_at=send_at, closes_at=closes, now=at)
 
 
 def _report_delivery(report: Any) -> bool:
@@ -446,3 +428,7 @@ def demo(ctx: typer.Context) -> None:
     out.print(table)
     count = len(list(inbox.glob("*.eml")))
     out.print(f"{plural(count, 'message')} in {inbox}/ (open {inbox / 'index.html'} in a browser)", markup=False)
+    from bot.config import site_url
+
+    state = "on" if c.settings.web.signup else "off until web.signup = true"
+    out.print(f"sign-up page: {site_url(c.settings.web)}/subscribe ('digestbot serve'; {state})", markup=False)

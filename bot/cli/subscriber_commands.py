@@ -53,6 +53,12 @@ TzOption = Annotated[str | None, typer.Option("--tz", help="IANA time zone, e.g.
 HourOption = Annotated[int | None, typer.Option("--hour", help="Local hour (0-23) to send the daily digest.")]
 
 
+CadenceOption = Annotated[
+    str | None,
+    typer.Option("--cadence", help="How often: 'daily' (default), 'weekdays' (Monday to Friday), 'weekly:mon'."),
+]
+
+
 BackfillOption = Annotated[
     str | None,
     typer.Option(
@@ -70,6 +76,8 @@ def _subscriber_json(s: Any) -> dict[str, Any]:
         "send_hour": s.send_hour,
         "status": s.status,
         "backfill": s.backfill,
+        "cadence": s.cadence,
+        "send_updates": s.send_updates,
         "created_at": s.created_at,
         "updated_at": s.updated_at,
     }
@@ -78,10 +86,10 @@ def _subscriber_json(s: Any) -> dict[str, Any]:
 def _subscriber_table(subscribers: list[Any], title: str) -> Table:
     table = new_table(title=title)
     table.add_column("email", no_wrap=True)
-    for column in ("name", "filter", "zone", "hour", "status"):
+    for column in ("name", "filter", "zone", "hour", "cadence", "status"):
         table.add_column(column)
     for s in subscribers:
-        table.add_row(s.email, s.name, s.filter, s.timezone, f"{s.send_hour:02d}:00", s.status.value)
+        table.add_row(s.email, s.name, s.filter, s.timezone, f"{s.send_hour:02d}:00", s.cadence, s.status.value)
     return table
 
 
@@ -94,14 +102,26 @@ def subscribers_add(
     tz: TzOption = None,
     hour: HourOption = None,
     backfill: BackfillOption = None,
+    cadence: CadenceOption = None,
+    confirm: Annotated[
+        bool,
+        typer.Option(
+            "--confirm", help="Mail EMAIL a link to confirm (double opt-in) instead of subscribing them at once."
+        ),
+    ] = False,
 ) -> None:
     """Subscribe EMAIL (an unsubscribed address is re-activated; what it was sent stays sent)."""
     from bot.subscriptions import AlreadySubscribed, add
 
     c = ctx_of(ctx)
-    fields = clean_or_exit(email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill)
+    fields = clean_or_exit(
+        email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill, cadence=cadence
+    )
+    if confirm:
+        _ask_to_confirm(c, fields)
+        return
     try:
-        subscriber, created = add(c.sessions(), c.settings, fields, now())
+        subscriber, created = add(c.sessions(), c.settings, fields, now(), vouched_by=_operator("subscribers add"))
     except AlreadySubscribed as exc:
         fail(str(exc))
         return
@@ -109,6 +129,40 @@ def subscribers_add(
         f"{'added' if created else 're-subscribed'} {subscriber.email} (filter: {subscriber.filter})", markup=False
     )
     _warn_about_filter(c, fields.filter)
+
+
+def _operator(command: str) -> str:
+    """Who vouches for an operator's add, for the consent record."""
+    import getpass
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name in the environment or passwd
+        user = "unknown user"
+    return f"{command}, by {user}"
+
+
+def _ask_to_confirm(c: Context, fields: Any) -> None:
+    """``add --confirm``: a sign-up as the page makes one, mailed now."""
+    import asyncio
+
+    from bot.optin import Origin, request_signup, send
+    from bot.store.subscribers import get_subscriber
+    from bot.tokens import signing_key
+
+    with c.sessions()() as session:
+        existing = get_subscriber(session, fields.email)
+    if existing is not None and existing.status in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED):
+        fail(f"{existing.email} is already subscribed (use 'subscribers edit' to change it)")
+    origin = Origin("digestbot subscribers add --confirm", "", _operator("requested"))
+    outgoing = request_signup(c.sessions(), c.settings, signing_key(c.settings), fields, origin=origin, now=now())
+    if outgoing is None:
+        fail(f"{fields.email}: a sign-up mail went to this address a moment ago, or it just unsubscribed; not sent")
+    elif not asyncio.run(send(c.settings, outgoing)):
+        fail(f"{fields.email}: the confirmation mail was not accepted by {c.settings.smtp.host}")
+    else:
+        out.print(f"pending {fields.email}: confirmation link mailed (valid {c.settings.web.confirm_hours} h)")
+        _warn_about_filter(c, fields.filter)
 
 
 def _warn_about_filter(c: Context, filter_text: str | None) -> None:
@@ -130,6 +184,7 @@ def subscribers_edit(
     tz: TzOption = None,
     hour: HourOption = None,
     backfill: BackfillOption = None,
+    cadence: CadenceOption = None,
     updates: Annotated[
         bool | None,
         typer.Option("--updates/--no-updates", help="Tell of entries revised since they were sent (default on)."),
@@ -139,7 +194,9 @@ def subscribers_edit(
     from bot.subscriptions import SubscriberNotFound, edit, set_updates
 
     c = ctx_of(ctx)
-    fields = clean_or_exit(email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill)
+    fields = clean_or_exit(
+        email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill, cadence=cadence
+    )
     try:
         subscriber = edit(c.sessions(), c.settings, fields, now())
         if updates is not None:
@@ -210,13 +267,15 @@ def subscribers_import(
     ctx: typer.Context,
     file: Annotated[
         Path,
-        typer.Argument(help="CSV with a header; columns: email, name, filter, timezone, send_hour, status, backfill."),
+        typer.Argument(
+            help="CSV with a header; columns: email, name, filter, timezone, send_hour, status, backfill, cadence."
+        ),
     ],
     as_json: JsonOption = False,
 ) -> None:
     """Upsert subscribers from CSV (idempotent).  Good rows are imported even when
     others are bad; every bad row is listed with its line number.  Exit 1 if any was bad."""
-    from bot.subscriptions import import_csv
+    from bot.subscriber_csv import import_csv
 
     c = ctx_of(ctx)
     try:
@@ -224,7 +283,9 @@ def subscribers_import(
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"{file}: cannot read: {exc}", EXIT_INPUT_FAILED)
         return
-    report = import_csv(c.sessions(), c.settings, text, now(), rules=c.rules)
+    report = import_csv(
+        c.sessions(), c.settings, text, now(), rules=c.rules, vouched_by=_operator(f"subscribers import {file}")
+    )
     if as_json:
         print_json_lines(
             [
@@ -266,7 +327,7 @@ def subscribers_export(
     ] = False,
 ) -> None:
     """Print all subscribers as CSV, exactly as stored: the format 'import' reads."""
-    from bot.subscriptions import export_csv
+    from bot.subscriber_csv import export_csv
 
     sys.stdout.write(export_csv(ctx_of(ctx).sessions(), status, spreadsheet=spreadsheet))
 
@@ -299,7 +360,8 @@ def subscribers_show(
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
     as_json: JsonOption = False,
 ) -> None:
-    """One subscriber's settings and their last digests."""
+    """One subscriber's settings, how they consented, and their last digests."""
+    from bot.store.consents import consents_of
     from bot.store.digests import list_digests
 
     c = ctx_of(ctx)
@@ -307,10 +369,12 @@ def subscribers_show(
     subscriber = find_subscriber(factory, email)
     with factory() as session:
         digests = list_digests(session, subscriber_id=subscriber.id, limit=10)
+        consents = consents_of(session, subscriber.id)
     at = now()
     stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
     if as_json:
         data = _subscriber_json(subscriber)
+        data["consent"] = [_consent_json(e) for e in consents]
         data["last_digests"] = [digest_json(d, story) for d, story in zip(digests, stories, strict=True)]
         print_json_lines([data])
         return
@@ -319,5 +383,35 @@ def subscribers_show(
     table.add_column(overflow="fold")
     for key, value in _subscriber_json(subscriber).items():
         table.add_row(key.replace("_", " "), str(jsonable(value)))
+    for event in consents:
+        table.add_row("consent", _consent_line(event))
+    if not consents:
+        table.add_row("consent", "none recorded (added before consent was recorded)")
     out.print(table)
     out.print(digest_table(digests, "Last digests", stories))
+
+
+def _consent_json(event: Any) -> dict[str, Any]:
+    return {
+        "event": event.event,
+        "at": jsonable(event.at),
+        "address": event.address,
+        "page": event.page,
+        "client": event.client,
+        "detail": event.detail,
+    }
+
+
+def _consent_line(event: Any) -> str:
+    """One consent event for a person: "2026-11-24 10:00 UTC confirmed ada@x from 192.0.2.1 at https://..."."""
+    verb = {"signup": "signed up", "confirm": "confirmed", "operator": "added by an operator"}.get(
+        event.event, event.event
+    )
+    parts = [f"{event.at:%Y-%m-%d %H:%M} UTC", verb, event.address]
+    if event.client:
+        parts.append(f"from {event.client}")
+    if event.page:
+        parts.append(f"at {event.page}")
+    if event.detail:
+        parts.append(f"({event.detail})")
+    return " ".join(parts)

@@ -25,7 +25,7 @@ from bot.config import Settings
 from bot.domain import DeliverReport, DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.mail.chunks import ChunkPool
 from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for
-from bot.mail.render import Keywords, Links, Renderer, web_links
+from bot.mail.render import Keywords, Links, Renderer, period_words, web_links
 from bot.mail.splice import MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
 from bot.store.contents import ContentCache, digest_content, digest_contents
 from bot.store.digests import DigestRow, Finished, finish_many, get_digest, get_digests
@@ -118,12 +118,15 @@ class Mailer:
             self._builders = None
 
     def links_for_token(self, token: str) -> tuple[Links, tuple[str, ...]]:
-        """Footer links and List-Unsubscribe URIs (https first when there is a public URL)."""
-        sender = self.settings.sender
-        mailto = f"mailto:{sender.unsubscribe_address or sender.from_address}?subject=unsubscribe%20{token}"
+        """Footer links and List-Unsubscribe URIs.  With a public URL, only the https one:
+        nothing reads the unsubscribe mailbox yet, so a mailto there would be a dead end.
+        Without one, the mailto to the operator's address is the only way out, and the
+        operator acts on those mails by hand (README, "Unsubscribing")."""
         if self.settings.web.public_url:
             links = web_links(self.settings.web.public_url, token)
-            return links, (links.unsubscribe_url, mailto)
+            return links, (links.unsubscribe_url,)
+        sender = self.settings.sender
+        mailto = f"mailto:{sender.unsubscribe_address or sender.from_address}?subject=unsubscribe%20{token}"
         return Links(mailto, None), (mailto,)
 
     def message_bytes(self, session: Session, row: DigestRow, now: datetime) -> tuple[bytes, str, str]:
@@ -175,6 +178,7 @@ class Mailer:
                         content.local_date,
                         content.pending,
                         content.subscriber.filter,
+                        period_words(content),
                         tuple(map(id, content.items)),
                         content.updates,
                     )
@@ -213,6 +217,7 @@ class Mailer:
             content.local_date,
             content.pending,
             content.subscriber.filter,
+            period_words(content),
             content.items,
             content.updates,
         )

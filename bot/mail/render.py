@@ -23,6 +23,7 @@ from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter
 from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest
 from bot.links import primary_url, side_links
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
+from bot.plan.cadence import is_weekly
 from bot.text import one_line
 
 MAX_AUTHORS = 6
@@ -64,10 +65,15 @@ def top_tags(items: tuple[DigestItem, ...], count: int = 3) -> list[str]:
     return [labels[name] for name in ranked[:count]]
 
 
+def period_words(content: DigestContent) -> str:
+    """ " this week" for a weekly subscriber's scheduled digest (it carries a week's entries)."""
+    return " this week" if content.kind == "scheduled" and is_weekly(content.subscriber.cadence) else ""
+
+
 def subject_of(content: DigestContent) -> str:
     n = len(content.items)
     tags = top_tags(content.items)
-    subject = f"{n} new {'entry' if n == 1 else 'entries'}"
+    subject = f"{n} new {'entry' if n == 1 else 'entries'}{period_words(content)}"
     if tags:
         subject += ": " + ", ".join(tags)
     subject += f" ({content.local_date.isoformat()})"
@@ -213,12 +219,12 @@ class Renderer:
         count = len(content.items)
         context: dict[str, object] = {
             "subject": subject_of(content),
-            "heading": "Your research digest",
+            "heading": "Your weekly research digest" if period_words(content) else "Your research digest",
             "preheader": preheader(items),
             "date_label": content.local_date.strftime("%A, %d %B %Y"),
             "date_iso": content.local_date.isoformat(),
             "web_page": not self.fit,
-            "count_label": f"{count} new {'entry' if count == 1 else 'entries'}",
+            "count_label": f"{count} new {'entry' if count == 1 else 'entries'}{period_words(content)}",
             "subscriber_filter": content.subscriber.filter,
             "items": items,
             "contents": contents_groups(items) if len(items) >= CONTENTS_FROM else [],

@@ -124,16 +124,33 @@ def _outcome(facts: DayFacts, at: Callable[[datetime], str]) -> str:
     return f"planned at {at(facts.planned_at)}, {facts.state.value.replace('_', ' ')}"
 
 
-def today_note(today: DayFacts | None, *, timezone: str, send_at: datetime, closes_at: datetime, now: datetime) -> str:
-    """When the entries a preview lists would go out, given today's scheduled digest."""
+def today_note(
+    today: DayFacts | None,
+    *,
+    timezone: str,
+    send_at: datetime,
+    closes_at: datetime,
+    now: datetime,
+    sends_today: bool = True,
+) -> str:
+    """When the entries a preview lists would go out, given today's scheduled digest.
+    *send_at* is the next send time: today's while today's digest is not planned,
+    else the next day the subscriber's cadence sends on (*sends_today*: whether
+    their cadence sends today at all)."""
     zone = zoneinfo.ZoneInfo(timezone)
     day = now.astimezone(zone).date()
-    tomorrow = f"with tomorrow's digest at {send_at.astimezone(zone):%H:%M}"
+    local_send = send_at.astimezone(zone)
+    if local_send.date() == day + timedelta(days=1):
+        later = f"with tomorrow's digest at {local_send:%H:%M}"
+    else:
+        later = f"with the next digest, {local_send:%A %d %B} at {local_send:%H:%M}"
+    if not sends_today:
+        return f"today ({day}): no digest on this day of the week; these go out {later}"
     if today is None:
         if now < send_at:
-            return f"today ({day}): not planned yet; these go out at {send_at.astimezone(zone):%H:%M}"
+            return f"today ({day}): not planned yet; these go out at {local_send:%H:%M}"
         return f"today ({day}): due now; the planner takes these within a minute"
     story = day_story(today, timezone=timezone, closes_at=closes_at, now=now)
     if today.state is DigestState.EMPTY and now < closes_at:
         return f"today ({day}): {story}; these go out as soon as the planner sees them"
-    return f"today ({day}): {story}; these go out {tomorrow}"
+    return f"today ({day}): {story}; these go out {later}"

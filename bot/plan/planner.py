@@ -27,6 +27,7 @@ from bot.config import Settings
 from bot.domain import DigestKind, DigestState, EntryView, Subscriber, SubscriberStatus
 from bot.links import primary_url
 from bot.mail.message import message_id_for
+from bot.plan.cadence import sends_on
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
 from bot.store.engine import transaction
 from bot.store.entry_reads import latest_entry_at
@@ -125,8 +126,8 @@ def plan(
     subscribers: Iterable[Subscriber] | None = None,
     kind: DigestKind = DigestKind.SCHEDULED,
 ) -> PlanReport:
-    """Queue a digest for every active subscriber whose send time has passed today
-    (or every one, with *all_due*) and who has none for today, or whose day was
+    """Queue a digest for every active subscriber whose cadence sends today and whose
+    send time has passed (or every one, with *all_due*) and who has none for today, or whose day was
     empty and is still open (``bot.plan.days``) and new entries have arrived.
 
     Set-based: subscribers are read in batches of ``PLAN_BATCH`` by id; each
@@ -171,7 +172,11 @@ def plan_without_journal(
             if subscriber.id in leaving:
                 continue
             day = local_today(subscriber.timezone, now)
-            if kind is DigestKind.SCHEDULED and not all_due and now < local_send_time(subscriber, day):
+            if (
+                kind is DigestKind.SCHEDULED
+                and not all_due
+                and (now < local_send_time(subscriber, day) or not sends_on(subscriber.cadence, day))
+            ):
                 run.report.not_due += 1
                 continue
             due.append((subscriber, day))

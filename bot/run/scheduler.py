@@ -35,6 +35,7 @@ from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
 from bot.metrics import Metrics
+from bot.optin import expire_signups
 from bot.plan import plan
 from bot.run.exporter import Exporter
 from bot.run.roles import Leadership, claim_sqlite_worker
@@ -181,6 +182,9 @@ class Daemon:
             return
         async with self._planning:
             report = await asyncio.to_thread(plan, self.factory, self.settings, self.rules, now=self.clock())
+            expired = await asyncio.to_thread(expire_signups, self.factory, self.settings, self.clock())
+        if expired:
+            log.info("deleted %d unconfirmed sign-ups whose link expired", expired)
         self.metrics.plan_done(len(report.planned))
         level = logging.INFO if report.planned or report.empty else logging.DEBUG
         log.log(

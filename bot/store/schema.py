@@ -228,6 +228,9 @@ class Subscriber(Base):
     planned_through: Mapped[datetime | None] = mapped_column(UTCDateTime)
     planned_key: Mapped[str | None] = mapped_column(String(64))
     send_updates: Mapped[bool] = mapped_column(Boolean, server_default=true())
+    cadence: Mapped[str] = mapped_column(String(16), server_default="daily")  # bot.plan.cadence
+    # When the last sign-up mail (confirmation or "already subscribed") went out.
+    mailed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class Digest(Base):
@@ -348,3 +351,32 @@ class AppliedUnsubscribe(Base):
 
     request_id: Mapped[str] = mapped_column(String(32), primary_key=True)
     applied_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Consent(Base):
+    """How a subscriber came to be subscribed, kept so an operator can prove it:
+    ``signup`` (the form was sent: page, client address), ``confirm`` (the link in
+    the confirmation mail was followed and confirmed) or ``operator`` (added by an
+    operator, who vouches for the consent: ``detail`` says how)."""
+
+    __tablename__ = "consents"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"), index=True)
+    event: Mapped[str] = mapped_column(String(16))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    address: Mapped[str] = mapped_column(String(320))  # the email address it was for, as given then
+    page: Mapped[str] = mapped_column(String(500), server_default="")
+    client: Mapped[str] = mapped_column(String(64), server_default="")  # the IP address of the browser
+    detail: Mapped[str] = mapped_column(Text, server_default="")
+
+
+class SignupRequest(Base):
+    """One sign-up form submission, kept an hour: the per-client-address limit."""
+
+    __tablename__ = "signup_requests"
+    __table_args__ = (Index("ix_signup_requests_client_at", "client", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    client: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -33,6 +33,7 @@ def _view(row: SubscriberRow) -> Subscriber:
         updated_at=row.updated_at,
         unsubscribe_secret=row.unsubscribe_secret,
         send_updates=bool(row.send_updates),
+        cadence=row.cadence,
     )
 
 
@@ -100,7 +101,7 @@ def list_subscribers(session: Session, *, status: SubscriberStatus | None = None
     return [_view(r) for r in session.scalars(query)]
 
 
-_GIVEN = ("name", "filter", "timezone", "send_hour", "backfill")
+_GIVEN = ("name", "filter", "timezone", "send_hour", "backfill", "cadence")
 
 
 def upsert_subscribers(
@@ -158,6 +159,7 @@ def _new_row(key: str, item: SubscriberFields, defaults: SubscriberFields, now: 
         "send_hour": item.send_hour if item.send_hour is not None else defaults.send_hour,
         "status": (item.status or SubscriberStatus.ACTIVE).value,
         "backfill": item.backfill or defaults.backfill,
+        "cadence": item.cadence or defaults.cadence or "daily",
         "unsubscribe_secret": secrets.token_hex(16),
         "bounces": 0,
         "created_at": now,

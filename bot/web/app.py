@@ -4,17 +4,17 @@
 ``List-Unsubscribe=One-Click``; the confirm button posts the same), ``GET
 /u/{token}`` only shows a page with that button (link scanners and
 prefetchers GET every URL in a message), ``GET|POST /m/{token}`` lets the
-subscriber pause, resume, change their filter or the list of revised entries,
-``GET /d/{token}/{date}`` is the web version of a sent digest and its BibTeX.
-Tokens are HMAC-signed and bound to one subscriber; an unknown, forged or
-altered token gets the same 404.  A thin shell over ``bot.subscriptions`` and
-``bot.web.versions``: never sends mail, never writes SQL itself, never logs
-tokens or keys.
+subscriber change their tags or filter, cadence, zone and hour, pause,
+resume or leave, and shows their next digest, ``GET /d/{token}/{date}`` is
+the web version of a sent digest and its BibTeX; ``/subscribe`` and
+``/c/{token}`` (sign-up) are ``bot.web.signup``'s.  Tokens are HMAC-signed
+and bound to one subscriber; an unknown, forged or altered token gets the
+same 404.  A thin shell over ``bot.subscriptions`` and ``bot.web.versions``:
+never sends digests, never writes SQL itself, never logs tokens or keys.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import logging
 import time
@@ -28,23 +28,36 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from bot.choose.tagging import TagRules, TagRulesError, load_rules
-from bot.config import Settings
+from bot.config import Settings, site_url
 from bot.domain import Subscriber, SubscriberStatus
 from bot.metrics import Metrics
-from bot.subscriptions import SubscriberInputError, change_status, filter_warning, set_filter, set_updates
+from bot.subscriptions import SubscriberInputError, change_status, edit, filter_warning, set_filter, set_updates
 from bot.tokens import signing_key
 from bot.unsubscribes import journal_of, reader_of
 from bot.web.acks import Acknowledger
-from bot.web.forms import MAX_FORM_BYTES, form_token, parse_form, same_origin
+from bot.web.choices import read_choices
+from bot.web.forms import (
+    MAX_CHOICES_FIELDS,
+    MAX_CHOICES_FORM_BYTES,
+    MAX_FORM_BYTES,
+    form_token,
+    form_token_ok,
+    parse_form_lists,
+    read_body,
+    same_origin,
+)
 from bot.web.limits import MissBudget
 from bot.web.lookups import TokenLookups
+from bot.web.manage import manage_context
 from bot.web.outlooks import Outlooks
+from bot.web.signup import SignupPages, TagMenu
 from bot.web.versions import WebVersions, wanted
 
 log = logging.getLogger(__name__)
@@ -66,6 +79,8 @@ def create_app(
     settings: Settings, factory: sessionmaker[Session], *, clock: Callable[[], datetime] | None = None
 ) -> Starlette:
     endpoint = _Endpoint(settings, factory, clock or (lambda: datetime.now(UTC)))
+    if settings.web.signup and not settings.web.public_url:
+        log.warning("web.signup is on without web.public_url: confirmation links point at %s", site_url(settings.web))
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -82,6 +97,12 @@ def create_app(
         routes=[
             Route("/u/{token}", endpoint.unsubscribe, methods=["GET", "POST"]),
             Route("/m/{token}", endpoint.manage, methods=["GET", "POST"]),
+            Route("/c/{token}", endpoint.signups.confirmation, methods=["GET", "POST"]),
+            *(
+                [Route("/subscribe", endpoint.signups.subscribe, methods=["GET", "POST"])]
+                if settings.web.signup
+                else []
+            ),
             Route("/d/{token}/{day}", endpoint.web_version, methods=["GET"]),
             Route("/d/{token}/{day}/{ref}", endpoint.web_version, methods=["GET"]),
             Route("/healthz", endpoint.health, methods=["GET"]),
@@ -136,6 +157,7 @@ class _Endpoint:
         self.lookups = TokenLookups(self.reader, self.key)
         self.rules = _rules_or_none(settings)
         self.outlooks = Outlooks(self.reader, self.rules)
+        self.tag_menu = TagMenu(self.reader)
         self.versions = WebVersions(settings, self.reader)
         self.acks = Acknowledger(self.journal, factory, now)
         self.misses = MissBudget(settings.web.misses_per_second, settings.web.misses_burst)
@@ -147,16 +169,32 @@ class _Endpoint:
             undefined=StrictUndefined,
         )
         self.page = pages.get_template("page.html.j2")
+        self.signups = SignupPages(settings, factory, self.key, self.tag_menu, self.render, now)
 
-    def render(self, view: str, status_code: int = 200, *, token: str = "", **context: object) -> HTMLResponse:
+    def render(
+        self,
+        view: str,
+        status_code: int = 200,
+        *,
+        token: str = "",
+        headers: dict[str, str] | None = None,
+        background: BackgroundTask | None = None,
+        more: dict[str, object] | None = None,
+        **context: object,
+    ) -> HTMLResponse:
+        """The page template's *view*; *more* adds to *context* (values built elsewhere)."""
+        context.update(more or {})
         html = self.page.render(
             view=view,
             list_name=self.settings.sender.from_name,
             token=token,
             form_token=form_token(self.key, token) if token else "",
+            signup=self.settings.web.signup,
             **context,
         )
-        return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+        return HTMLResponse(
+            html, status_code=status_code, headers={**SECURITY_HEADERS, **(headers or {})}, background=background
+        )
 
     def not_found(self) -> HTMLResponse:
         return self.render("not_found", 404)
@@ -196,9 +234,10 @@ class _Endpoint:
         if request.method in ("GET", "HEAD"):
             done = subscriber.status is SubscriberStatus.UNSUBSCRIBED
             return self.render("confirm", token=token, subscriber=subscriber, done=done)
-        form = await form_of(request)
-        if form is None:
+        lists = await form_of(request)
+        if lists is None:
             return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
+        form = {name: values[0] for name, values in lists.items()}
         # RFC 8058 asks for exactly this field; our own button posts it too.
         if form.get("List-Unsubscribe") != "One-Click":
             return self.render("confirm", 400, token=token, subscriber=subscriber, done=False)
@@ -208,7 +247,7 @@ class _Endpoint:
             subscriber = replace(subscriber, status=SubscriberStatus.UNSUBSCRIBED)
         return self.render("confirm", token=token, subscriber=subscriber, done=True)
 
-    def manage_page(
+    async def manage_page(
         self,
         request: Request,
         subscriber: Subscriber,
@@ -216,10 +255,15 @@ class _Endpoint:
         *,
         message: str | None = None,
         error: str | None = None,
-        filter_text: str | None = None,
-        outlook: str | None = None,
         warning: str | None = None,
+        values: dict[str, list[str]] | None = None,
     ) -> HTMLResponse:
+        context = manage_context(
+            subscriber,
+            await self.tag_menu.tags(),
+            values=values,
+            next_digest=await self.outlooks.next_digest(subscriber, self.now()),
+        )
         return self.render(
             "manage",
             status_code,
@@ -227,9 +271,8 @@ class _Endpoint:
             subscriber=subscriber,
             message=message,
             error=error,
-            filter_text=subscriber.filter if filter_text is None else filter_text,
-            outlook=outlook,
             warning=warning,
+            more=context,
         )
 
     async def manage(self, request: Request) -> Response:
@@ -237,30 +280,45 @@ class _Endpoint:
         if subscriber is None:
             return self.not_found()
         if request.method in ("GET", "HEAD"):
-            return self.manage_page(request, subscriber, outlook=await self.outlooks.line(subscriber, self.now()))
+            return await self.manage_page(request, subscriber)
         if not same_origin(request, self.settings.web.public_url):
             return self.render("forbidden", 403)
-        form = await form_of(request)
-        if form is None:
+        lists = await form_of(request, MAX_CHOICES_FORM_BYTES, MAX_CHOICES_FIELDS)
+        if lists is None:
             return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
-        if not hmac.compare_digest(form.get("form", ""), form_token(self.key, request.path_params["token"])):
+        form = {name: values[0] for name, values in lists.items()}
+        if not form_token_ok(self.key, request.path_params["token"], form.get("form", "")):
             return self.render("forbidden", 403)
         if not await run_in_threadpool(self._settle, subscriber):
-            return self.manage_page(request, subscriber, 503, error="Busy: please try again in a moment.")
+            return await self.manage_page(request, subscriber, 503, error="Busy: please try again in a moment.")
         action = form.get("action", "")
+        if action == "settings":
+            return await self.change_settings(request, subscriber, lists)
         if action == "filter":
             return await self.change_filter(request, subscriber, form.get("filter", ""))
         if action in _UPDATES_ACTIONS:
             on, said = _UPDATES_ACTIONS[action]
             subscriber = await run_in_threadpool(set_updates, self.factory, subscriber.email, on, self.now())
-            return self.manage_page(request, subscriber, message=said)
+            return await self.manage_page(request, subscriber, message=said)
         change = _STATUS_ACTIONS.get(action)
         if change is None or subscriber.status is not change[0]:
-            return self.manage_page(request, subscriber, 400, error="That change is not possible now.")
+            return await self.manage_page(request, subscriber, 400, error="That change is not possible now.")
         subscriber = await self.set_status(subscriber, change[1])
+        self.outlooks.forget(subscriber.id)
         if action == "resubscribe":
             log.info("subscriber %d subscribed again through their manage page", subscriber.id)
-        return self.manage_page(request, subscriber, message=change[2])
+        return await self.manage_page(request, subscriber, message=change[2])
+
+    async def change_settings(self, request: Request, subscriber: Subscriber, values: dict[str, list[str]]) -> Response:
+        """Tags or filter, cadence, time zone and send hour at once: all valid, or nothing changes."""
+        try:
+            fields = read_choices(values, email=subscriber.email)
+            subscriber = await run_in_threadpool(edit, self.factory, self.settings, fields, self.now())
+        except SubscriberInputError as exc:
+            return await self.manage_page(request, subscriber, 400, error=str(exc), values=values)
+        self.outlooks.forget(subscriber.id)
+        warning = await run_in_threadpool(filter_warning, self.factory, self.rules, subscriber.filter)
+        return await self.manage_page(request, subscriber, message="Saved.", warning=warning)
 
     def _settle(self, subscriber: Subscriber) -> bool:
         """Apply a pending unsubscribe of *subscriber* before their page changes anything
@@ -275,11 +333,10 @@ class _Endpoint:
         try:
             subscriber = await run_in_threadpool(set_filter, self.factory, self.settings, subscriber, raw, self.now())
         except SubscriberInputError as exc:
-            return self.manage_page(request, subscriber, 400, error=str(exc), filter_text=raw)
+            return await self.manage_page(request, subscriber, 400, error=str(exc), values={"filter": [raw]})
         self.outlooks.forget(subscriber.id)
-        outlook = await self.outlooks.line(subscriber, self.now())
         warning = await run_in_threadpool(filter_warning, self.factory, self.rules, subscriber.filter)
-        return self.manage_page(request, subscriber, message="Filter saved.", outlook=outlook, warning=warning)
+        return await self.manage_page(request, subscriber, message="Filter saved.", warning=warning)
 
     async def web_version(self, request: Request) -> Response:
         """A sent digest with every summary whole, or its BibTeX (``bot.web.versions``)."""
@@ -339,11 +396,9 @@ def _rules_or_none(settings: Settings) -> TagRules:
         return TagRules(())
 
 
-async def form_of(request: Request) -> dict[str, str] | None:
-    """The form's fields (first value each), or None when the body is too big."""
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM_BYTES:
-            return None
-    return parse_form(request.headers.get("content-type", ""), body)
+async def form_of(request: Request, limit: int = MAX_FORM_BYTES, max_fields: int = 20) -> dict[str, list[str]] | None:
+    """The form's fields (every value of each), or None when the body is too big."""
+    body = await read_body(request, limit)
+    return (
+        None if body is None else parse_form_lists(request.headers.get("content-type", ""), body, max_fields=max_fields)
+    )

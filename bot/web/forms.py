@@ -1,12 +1,13 @@
-"""Subscriber endpoint: reading and guarding the manage and unsubscribe forms.
+"""Subscriber endpoint: reading and guarding the forms (unsubscribe, manage, sign-up).
 
-Pure functions of a request's headers and body; never touch the store.
+Functions of a request's headers and body; never touch the store.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import secrets
 from email import policy
 from email.parser import BytesParser
 from urllib.parse import parse_qs, urlsplit
@@ -14,11 +15,45 @@ from urllib.parse import parse_qs, urlsplit
 from starlette.requests import Request
 
 MAX_FORM_BYTES = 4096
+# The sign-up and manage forms: every tag of the menu may be ticked.
+MAX_CHOICES_FORM_BYTES = 32768
+MAX_CHOICES_FIELDS = 300
+CSRF_MAX_AGE_SECONDS = 4 * 3600
 
 
 def form_token(key: bytes, token: str) -> str:
     """What the manage page's forms carry: a page from elsewhere cannot know it."""
     return hmac.new(key, b"manage-form\0" + token.encode("utf-8", "replace"), hashlib.sha256).hexdigest()[:32]
+
+
+def form_token_ok(key: bytes, token: str, given: str) -> bool:
+    """Whether *given* (any text a client sent) is the form token of *token*."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), form_token(key, token).encode("ascii"))
+
+
+def csrf_pair(key: bytes, now: float) -> tuple[str, str]:
+    """(form field, cookie) for the sign-up form: the field is ``issued.nonce.signature``,
+    the cookie the nonce, so a page from elsewhere can make neither (double submit)."""
+    nonce = secrets.token_urlsafe(16)
+    issued = str(int(now))
+    return f"{issued}.{nonce}.{_csrf_signature(key, issued, nonce)}", nonce
+
+
+def csrf_ok(key: bytes, field: str, cookie: str, now: float) -> bool:
+    """Whether a sign-up POST carries a field this site made in the last few hours,
+    and the cookie that went with it."""
+    issued, _, rest = field.partition(".")
+    nonce, _, signature = rest.partition(".")
+    if not (issued.isascii() and issued.isdigit() and len(issued) < 12 and nonce and cookie):
+        return False
+    if not 0 <= now - int(issued) <= CSRF_MAX_AGE_SECONDS:
+        return False
+    signed = hmac.compare_digest(signature.encode("utf-8", "replace"), _csrf_signature(key, issued, nonce).encode())
+    return signed and hmac.compare_digest(nonce.encode("utf-8", "replace"), cookie.encode("utf-8", "replace"))
+
+
+def _csrf_signature(key: bytes, issued: str, nonce: str) -> str:
+    return hmac.new(key, f"signup-form\0{issued}\0{nonce}".encode("utf-8", "replace"), hashlib.sha256).hexdigest()[:32]
 
 
 def same_origin(request: Request, public_url: str) -> bool:
@@ -37,23 +72,39 @@ def same_origin(request: Request, public_url: str) -> bool:
     return origin in ours
 
 
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The request's body, or None once it is longer than *limit* bytes (read no further)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return body
+
+
 def parse_form(content_type: str, body: bytes) -> dict[str, str]:
     """Fields of an ``application/x-www-form-urlencoded``, ``multipart/form-data``
     (RFC 8058 allows it for one-click) or ``text/plain`` body: first value each."""
+    return {name: values[0] for name, values in parse_form_lists(content_type, body, max_fields=20).items()}
+
+
+def parse_form_lists(content_type: str, body: bytes, *, max_fields: int) -> dict[str, list[str]]:
+    """Every value of every field (a form's checkboxes share a name); a body with more
+    than *max_fields* fields is read as an empty form."""
     if content_type.split(";", 1)[0].strip().lower() == "multipart/form-data":
         message = BytesParser(policy=policy.HTTP).parsebytes(
             b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body
         )
-        fields: dict[str, str] = {}
+        fields: dict[str, list[str]] = {}
         if message.is_multipart():
-            for part in list(message.iter_parts())[:20]:
+            for part in list(message.iter_parts())[:max_fields]:
                 name = part.get_param("name", header="content-disposition")
-                if isinstance(name, str) and name not in fields:
+                if isinstance(name, str):
                     payload = part.get_payload(decode=True)
-                    fields[name] = payload.decode("utf-8", "replace").strip() if isinstance(payload, bytes) else ""
+                    value = payload.decode("utf-8", "replace").strip() if isinstance(payload, bytes) else ""
+                    fields.setdefault(name, []).append(value)
         return fields
     try:
-        parsed = parse_qs(body.decode("utf-8", "replace").strip(), keep_blank_values=True, max_num_fields=20)
+        return parse_qs(body.decode("utf-8", "replace").strip(), keep_blank_values=True, max_num_fields=max_fields)
     except ValueError:  # more fields than any of our forms has: treated as an empty form
         return {}
-    return {name: values[0] for name, values in parsed.items()}

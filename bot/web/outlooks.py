@@ -1,16 +1,19 @@
-"""Subscriber endpoint: the manage page's "what is waiting, or why nothing is" line.
+"""Subscriber endpoint: the manage page's "your next digest" part: when it goes out,
+what it would hold so far, or why nothing is waiting.
 
 Reading a week of entries costs more than the rest of the page, and anyone holding a
-link may reload it: each subscriber's line is worked out at most once a minute (or again
-after they change their filter).  Never writes; never decides what a digest holds
+link may reload it: each subscriber's preview is worked out at most once a minute (or
+again after they change something).  Never writes; never decides what a digest holds
 (``bot.choose.quiet`` does).
 """
 
 from __future__ import annotations
 
 import time
+import zoneinfo
 from collections import OrderedDict
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
@@ -18,35 +21,57 @@ from starlette.concurrency import run_in_threadpool
 from bot.choose.quiet import outlook, outlook_note
 from bot.choose.tagging import TagRules
 from bot.domain import Subscriber, SubscriberStatus
+from bot.plan.cadence import next_send_day
+from bot.plan.days import local_time, local_today
+from bot.store.ledger import scheduled_days
 
 FRESH_SECONDS = 60.0
 REMEMBERED = 10_000
+SHOWN = 5  # the page lists this many of what is waiting; the note gives the count
+
+
+@dataclass(frozen=True, slots=True)
+class NextDigest:
+    note: str  # what is waiting, or why nothing is
+    when: str  # "Monday 30 November, 08:00 (Europe/Berlin)"; "" when nothing is sent
+    first: tuple[tuple[str, str], ...]  # (title, why) of what it would hold so far, best first
 
 
 class Outlooks:
     def __init__(self, reader: sessionmaker[Session], rules: TagRules) -> None:
         self.reader, self.rules = reader, rules
-        self._lines: OrderedDict[int, tuple[float, str]] = OrderedDict()
+        self._known: OrderedDict[int, tuple[float, NextDigest]] = OrderedDict()
 
     def forget(self, subscriber_id: int) -> None:
-        self._lines.pop(subscriber_id, None)
+        self._known.pop(subscriber_id, None)
 
-    async def line(self, subscriber: Subscriber, now: datetime) -> str | None:
-        """The line for *subscriber*'s page; None once they have unsubscribed."""
-        if subscriber.status is SubscriberStatus.UNSUBSCRIBED:
+    async def next_digest(self, subscriber: Subscriber, now: datetime) -> NextDigest | None:
+        """The preview for *subscriber*'s page; None unless they are active or paused."""
+        if subscriber.status not in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED):
             return None
-        known = self._lines.get(subscriber.id)
+        known = self._known.get(subscriber.id)
         if known is not None and time.monotonic() - known[0] < FRESH_SECONDS:
             return known[1]
-        line = await run_in_threadpool(self._read, subscriber, now)
-        if subscriber.status is SubscriberStatus.PAUSED:
-            line = "Paused: nothing is sent until you resume. " + line
-        self._lines[subscriber.id] = (time.monotonic(), line)
-        self._lines.move_to_end(subscriber.id)
-        while len(self._lines) > REMEMBERED:
-            self._lines.popitem(last=False)
-        return line
+        found = await run_in_threadpool(self._read, subscriber, now)
+        self._known[subscriber.id] = (time.monotonic(), found)
+        self._known.move_to_end(subscriber.id)
+        while len(self._known) > REMEMBERED:
+            self._known.popitem(last=False)
+        return found
 
-    def _read(self, subscriber: Subscriber, now: datetime) -> str:
+    def _read(self, subscriber: Subscriber, now: datetime) -> NextDigest:
         with self.reader() as session:
-            return outlook_note(outlook(session, subscriber, self.rules, as_of=now))
+            seen = outlook(session, subscriber, self.rules, as_of=now, first=SHOWN)
+            today = local_today(subscriber.timezone, now)
+            day = next_send_day(subscriber.cadence, today)
+            if day == today and scheduled_days(session, [subscriber.id], {today}):
+                day = next_send_day(subscriber.cadence, today + timedelta(days=1))
+        note = outlook_note(seen)
+        if subscriber.status is SubscriberStatus.PAUSED:
+            return NextDigest("Paused: nothing is sent until you resume. " + note, "", seen.first)
+        send_at = local_time(day, subscriber.send_hour, subscriber.timezone)
+        local = send_at.astimezone(zoneinfo.ZoneInfo(subscriber.timezone))
+        when = f"{local:%A %d %B}, {local:%H:%M} ({subscriber.timezone})"
+        if send_at <= now:
+            when = f"now: its send time, {local:%H:%M} ({subscriber.timezone}), has passed today"
+        return NextDigest(note, when, seen.first)

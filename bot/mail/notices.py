@@ -1,0 +1,77 @@
+"""Message stage: the two mails a sign-up can cause, as plain text.
+
+``confirmation`` carries the link that confirms a sign-up (double opt-in);
+``already_subscribed`` answers a sign-up for an address that is subscribed
+already, with its manage link, so the page can answer every sign-up alike.
+Builds bytes only: never reads the store, never sends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.headerregistry import Address
+from email.message import EmailMessage
+from email.utils import format_datetime, make_msgid
+
+from bot.config import SenderConfig
+from bot.mail.message import POLICY, display_name, domain_of, envelope_address
+from bot.plan.cadence import describe
+from bot.text import header_text
+
+
+@dataclass(frozen=True, slots=True)
+class Choices:
+    """What the person asked for, repeated in the confirmation mail."""
+
+    filter: str
+    cadence: str
+    send_hour: int
+    timezone: str
+
+
+def _message(sender: SenderConfig, to_name: str, to_address: str, subject: str, body: str, now: datetime) -> bytes:
+    msg = EmailMessage(policy=POLICY)
+    msg["Subject"] = header_text(subject)
+    msg["From"] = Address(display_name=display_name(sender.from_name), addr_spec=sender.from_address)
+    msg["To"] = Address(display_name=display_name(to_name), addr_spec=envelope_address(to_address))
+    msg["Date"] = format_datetime(now.astimezone(UTC))
+    msg["Message-ID"] = make_msgid("signup", domain=domain_of(sender.from_address))
+    msg["Auto-Submitted"] = "auto-generated"
+    msg.set_content(body, charset="utf-8", cte="quoted-printable")
+    return msg.as_bytes()
+
+
+def confirmation(
+    sender: SenderConfig,
+    *,
+    to_name: str,
+    to_address: str,
+    url: str,
+    expires: datetime,
+    choices: Choices,
+    now: datetime,
+) -> bytes:
+    list_name = header_text(sender.from_name)
+    body = (
+        f"Someone, hopefully you, asked for {list_name} digests at {to_address}:\n\n"
+        f"  filter:  {choices.filter}\n"
+        f"  when:    {describe(choices.cadence)} at {choices.send_hour:02d}:00 ({choices.timezone})\n\n"
+        f'To confirm, open this link and press "Confirm" (the link works until '
+        f"{expires.astimezone(UTC):%Y-%m-%d %H:%M} UTC):\n\n"
+        f"  {url}\n\n"
+        "If you did not ask for this, ignore this message: nothing more will be sent to you.\n"
+    )
+    return _message(sender, to_name, to_address, f"Confirm your subscription to {list_name}", body, now)
+
+
+def already_subscribed(sender: SenderConfig, *, to_name: str, to_address: str, manage_url: str, now: datetime) -> bytes:
+    list_name = header_text(sender.from_name)
+    body = (
+        f"Someone, hopefully you, asked to subscribe {to_address} to {list_name}.\n"
+        "This address is subscribed already, so nothing has changed.\n\n"
+        "To change what your digest holds or when it comes, or to unsubscribe:\n\n"
+        f"  {manage_url}\n\n"
+        "If you did not ask for this, ignore this message.\n"
+    )
+    return _message(sender, to_name, to_address, f"Your subscription to {list_name}", body, now)

@@ -1,0 +1,105 @@
+"""Consent rows, the sign-up mail stamp and the per-client sign-up count: SQL only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from bot.domain import SubscriberStatus
+from bot.store.bulk import bulk_insert, chunks
+from bot.store.schema import Consent, SignupRequest
+from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.subscribers import email_key
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentEvent:
+    event: str  # signup | confirm | operator
+    at: datetime
+    address: str
+    page: str
+    client: str
+    detail: str
+
+
+def record_consent(session: Session, subscriber_id: int, event: ConsentEvent) -> None:
+    session.execute(
+        insert(Consent).values(
+            subscriber_id=subscriber_id,
+            event=event.event,
+            at=event.at,
+            address=event.address,
+            page=event.page[:500],
+            client=event.client[:64],
+            detail=event.detail,
+        )
+    )
+
+
+def consents_of(session: Session, subscriber_id: int) -> list[ConsentEvent]:
+    rows = session.scalars(select(Consent).where(Consent.subscriber_id == subscriber_id).order_by(Consent.id))
+    return [ConsentEvent(r.event, r.at, r.address, r.page, r.client, r.detail) for r in rows]
+
+
+def mailed_at(session: Session, subscriber_id: int) -> datetime | None:
+    return session.scalar(select(SubscriberRow.mailed_at).where(SubscriberRow.id == subscriber_id))
+
+
+def set_mailed_at(session: Session, subscriber_id: int, at: datetime | None) -> None:
+    session.execute(update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values(mailed_at=at))
+
+
+def count_signup_request(session: Session, client: str, now: datetime) -> int:
+    """Record one sign-up from *client*; how many it sent in the last hour, this one included.
+    Rows older than an hour are deleted on the way."""
+    hour_ago = now - timedelta(hours=1)
+    session.execute(delete(SignupRequest).where(SignupRequest.at < hour_ago))
+    session.execute(insert(SignupRequest).values(client=client[:64], at=now))
+    query = select(func.count()).where(SignupRequest.client == client[:64], SignupRequest.at >= hour_ago)
+    return int(session.scalar(query) or 0)
+
+
+def delete_unconfirmed(session: Session, mailed_before: datetime) -> int:
+    """Delete pending subscribers whose last confirmation mail went out before
+    *mailed_before* (its link has expired); how many."""
+    result = session.execute(
+        delete(SubscriberRow).where(
+            SubscriberRow.status == SubscriberStatus.PENDING.value,
+            func.coalesce(SubscriberRow.mailed_at, SubscriberRow.created_at) < mailed_before,
+        )
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def record_operator_adds(session: Session, emails: Iterable[str], at: datetime, detail: str) -> None:
+    """An ``operator`` consent event for each of these subscribers' addresses."""
+    keys = [email_key(e) for e in emails]
+    rows: list[dict[str, object]] = []
+    for part in chunks(keys):
+        query = select(SubscriberRow.id, SubscriberRow.email).where(SubscriberRow.email_key.in_(part))
+        rows += [
+            {
+                "subscriber_id": i,
+                "event": "operator",
+                "at": at,
+                "address": e,
+                "page": "",
+                "client": "",
+                "detail": detail,
+            }
+            for i, e in session.execute(query)
+        ]
+    bulk_insert(session, Consent.__table__, rows)
+
+
+def known_addresses(session: Session, emails: Iterable[str]) -> set[str]:
+    """The address keys of *emails* that have a subscriber row."""
+    keys = [email_key(e) for e in emails]
+    found: set[str] = set()
+    for part in chunks(keys):
+        found.update(session.scalars(select(SubscriberRow.email_key).where(SubscriberRow.email_key.in_(part))))
+    return found

@@ -1,0 +1,190 @@
+"""Subscriber service: subscribers as CSV, for ``subscribers import`` and ``export``.
+
+Each line is parsed alone and validated by ``bot.subscriptions``: a bad row is
+reported with its line number and never stops the good ones.  Export is exact,
+so it round-trips through import.  Never renders or sends.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.filters import parse_filter
+from bot.choose.tagging import TagRules
+from bot.choose.vocabulary import unknown_tags, unknown_tags_note
+from bot.config import Settings
+from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
+from bot.store.subscribers import email_key, list_subscribers
+from bot.subscriptions import SubscriberInputError, clean_fields, known_tags, save
+
+CSV_COLUMNS = ("email", "name", "filter", "timezone", "send_hour", "status", "backfill", "cadence")
+
+
+@dataclass(frozen=True, slots=True)
+class RowError:
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImportReport:
+    created: int
+    updated: int
+    unchanged: int
+    errors: tuple[RowError, ...]
+    warnings: tuple[RowError, ...] = ()  # imported, but worth a look (a filter naming an unknown tag)
+
+
+# Longer than any valid row (an address, a 200-character name, a 2,000-character filter).
+MAX_CSV_LINE = 8192
+
+
+def _csv_cells(line: str) -> list[str]:
+    """One physical line's cells.  No field of ours may hold a line break, so each
+    line is parsed alone: an unbalanced quote or a huge cell is that line's error,
+    never a reason to swallow or drop the lines after it."""
+    if len(line) > MAX_CSV_LINE:
+        raise SubscriberInputError(f"line longer than {MAX_CSV_LINE:,} characters")
+    try:
+        rows = list(csv.reader([line], strict=True))
+    except csv.Error as exc:
+        text = str(exc)
+        if "end of data" in text or "quotechar" in text:
+            reason = "unbalanced quote"
+        elif "new-line" in text:
+            reason = "a line break (CR) inside a cell"
+        else:
+            reason = text
+        raise SubscriberInputError(f"not a CSV row: {reason}") from None
+    return rows[0] if rows else []
+
+
+def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
+    """Rows of a subscriber CSV (header required; only ``email`` is mandatory)."""
+    rows, bad = _read_rows(text)
+    return [fields for _, fields in rows], bad
+
+
+def _read_rows(text: str) -> tuple[list[tuple[int, SubscriberFields]], list[RowError]]:
+    """The good rows with their line numbers, and the bad rows."""
+    # Lines end at LF (CRLF allowed), as editors number them; str.splitlines() would
+    # also break at form feeds and the like, and a bare CR stays in its cell (an error).
+    lines = [(number, line.removesuffix("\r")) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
+    if not lines:
+        return [], [RowError(1, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
+    header_line, header_text = lines[0]
+    try:
+        header = _csv_header(header_text)
+    except SubscriberInputError as exc:
+        return [], [RowError(header_line, str(exc))]
+    good: list[tuple[int, SubscriberFields]] = []
+    bad: list[RowError] = []
+    first_line: dict[str, int] = {}
+    for line, raw in lines[1:]:
+        try:
+            fields = _csv_row(header, raw)
+        except SubscriberInputError as exc:
+            bad.append(RowError(line, str(exc)))
+            continue
+        if fields is None:
+            continue
+        # Two rows for one address: which one the operator meant is theirs to say.
+        seen = first_line.setdefault(email_key(fields.email), line)
+        if seen != line:
+            bad.append(RowError(line, f"{fields.email} is already on line {seen} (one row per address)"))
+            continue
+        good.append((line, fields))
+    return good, bad
+
+
+def _csv_header(line: str) -> list[str]:
+    try:
+        header = [h.strip().lower() for h in _csv_cells(line)]
+    except SubscriberInputError as exc:
+        raise SubscriberInputError(f"header: {exc}") from None
+    if "email" not in header:
+        raise SubscriberInputError(f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")
+    unknown = [h for h in header if h not in CSV_COLUMNS]
+    if unknown:
+        raise SubscriberInputError(f"unknown column(s) {', '.join(unknown)} (columns: {', '.join(CSV_COLUMNS)})")
+    return header
+
+
+def _csv_row(header: list[str], line: str) -> SubscriberFields | None:
+    """One data line's fields; None for a line of empty cells."""
+    cells = _csv_cells(line)
+    if len(cells) > len(header):
+        raise SubscriberInputError("more cells than header columns")
+    if not any(cell.strip() for cell in cells):
+        return None
+    return clean_fields(**{column: cells[i] if i < len(cells) else "" for i, column in enumerate(header)})
+
+
+def import_csv(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    text: str,
+    now: datetime,
+    rules: TagRules | None = None,
+    *,
+    vouched_by: str = "",
+) -> ImportReport:
+    """Idempotent upsert of every good row; bad rows are reported, not fatal.  With
+    *rules*, rows whose filter names a tag nothing carries are reported as warnings;
+    *vouched_by* goes into the consent record of each new address."""
+    rows, bad = _read_rows(text)
+    good = [fields for _, fields in rows]
+    counts = save(factory, settings, good, now, vouched_by=vouched_by) if good else UpsertCounts(0, 0, 0)
+    warnings = _filter_warnings(factory, rules, rows) if rules is not None else ()
+    return ImportReport(counts.created, counts.updated, counts.unchanged, tuple(bad), warnings)
+
+
+def _filter_warnings(
+    factory: sessionmaker[Session], rules: TagRules, rows: list[tuple[int, SubscriberFields]]
+) -> tuple[RowError, ...]:
+    known = known_tags(factory, rules)
+    notes: dict[str, str] = {}
+    found = []
+    for line, fields in rows:
+        if fields.filter is None:
+            continue
+        if fields.filter not in notes:
+            notes[fields.filter] = unknown_tags_note(unknown_tags(parse_filter(fields.filter), known))
+        if notes[fields.filter]:
+            found.append(RowError(line, notes[fields.filter]))
+    return tuple(found)
+
+
+def export_rows(subscribers: Iterable[Subscriber]) -> Iterator[list[str]]:
+    yield list(CSV_COLUMNS)
+    for s in subscribers:
+        yield [s.email, s.name, s.filter, s.timezone, str(s.send_hour), s.status.value, s.backfill, s.cadence]
+
+
+# What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(value: str) -> str:
+    """*value* as text to a spreadsheet: a leading ' stops it from being a formula."""
+    return "'" + value if value.startswith(_FORMULA_START) else value
+
+
+def export_csv(
+    factory: sessionmaker[Session], status: SubscriberStatus | None = None, *, spreadsheet: bool = False
+) -> str:
+    """Every subscriber as the CSV ``import`` reads: exact, so it round-trips, unless
+    *spreadsheet* neutralizes cells a spreadsheet would run as formulas."""
+    with factory() as session:
+        subscribers = list_subscribers(session, status=status)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for row in export_rows(subscribers):
+        writer.writerow([spreadsheet_cell(cell) for cell in row] if spreadsheet else row)
+    return out.getvalue()

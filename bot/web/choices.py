@@ -1,0 +1,127 @@
+"""Subscriber endpoint: the digest-choices form that sign-up and manage pages share.
+
+Tag checkboxes or an advanced filter, cadence, time zone and send hour, read
+into ``SubscriberFields`` with the CLI's validation (``bot.subscriptions``),
+and the menus the form offers.  Pure functions: never touch the store.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+from bot.choose.filters import FilterError, Or, Tag, make_or, make_tag, parse_filter, to_text
+from bot.domain import SubscriberFields
+from bot.plan.cadence import CHOICES, describe
+from bot.subscriptions import (
+    SubscriberInputError,
+    clean_cadence_field,
+    clean_email,
+    clean_filter,
+    clean_hour,
+    clean_name,
+    clean_timezone,
+)
+
+MENU_TAGS = 60  # the most used tags are offered as checkboxes
+_KEYWORDS = {"and", "or", "not"}
+_TAG_WORD = re.compile(r'^[^\s()"*]+$')
+
+
+@dataclass(frozen=True, slots=True)
+class MenuTag:
+    name: str
+    count: int
+    ticked: bool = False
+
+
+def menu(tags: Iterable[tuple[str, int]], ticked: Iterable[str] = ()) -> list[MenuTag]:
+    """The checkboxes: the most used tags that a filter can name, then any ticked tag
+    the store does not (or no longer) count."""
+    chosen = {name.casefold() for name in ticked}
+    shown: list[MenuTag] = []
+    seen: set[str] = set()
+    for name, count in tags:
+        if len(shown) >= MENU_TAGS:
+            break
+        folded = name.casefold()
+        if folded in seen or folded in _KEYWORDS or not _TAG_WORD.match(name) or folded.startswith("author:"):
+            continue
+        seen.add(folded)
+        shown.append(MenuTag(name, count, folded in chosen))
+    shown += [MenuTag(name, 0, True) for name in sorted(chosen - seen)]
+    return shown
+
+
+def ticked_tags(filter_text: str) -> list[str] | None:
+    """The tags of a filter that is only "tag or tag or ..." (what ticking boxes makes);
+    None for any other filter (it belongs in the advanced box)."""
+    try:
+        expr = parse_filter(filter_text)
+    except FilterError:
+        return None
+    items = expr.items if isinstance(expr, Or) else (expr,)
+    if not all(isinstance(item, Tag) for item in items):
+        return None
+    return [item.name for item in items if isinstance(item, Tag)]
+
+
+def filter_of(ticked: Sequence[str], advanced: str) -> str:
+    """The filter a form asks for: the advanced box when it is filled in, else the ticked tags."""
+    if advanced.strip():
+        return clean_filter(advanced)
+    names = [name.strip() for name in ticked if name.strip()]
+    if not names:
+        raise SubscriberInputError("filter: tick at least one tag, or write a filter (* for everything)")
+    bad = next((n for n in names if not _TAG_WORD.match(n) or n.casefold() in _KEYWORDS), None)
+    if bad is not None:
+        raise SubscriberInputError(f"filter: {bad!r} is not a tag")
+    return clean_filter(to_text(make_or(*(make_tag(n) for n in names))))
+
+
+def read_choices(form: Mapping[str, list[str]], *, email: str) -> SubscriberFields:
+    """The digest choices of a submitted form, validated as the CLI validates them;
+    ``SubscriberInputError`` names the first bad field."""
+
+    def one(name: str) -> str:
+        return (form.get(name) or [""])[0]
+
+    return SubscriberFields(
+        email=email,
+        filter=filter_of(form.get("tag", []), one("filter")),
+        cadence=clean_cadence_field(one("cadence") or "daily"),
+        timezone=clean_timezone(one("timezone")),
+        send_hour=clean_hour(one("send_hour")),
+    )
+
+
+def read_signup(form: Mapping[str, list[str]]) -> SubscriberFields:
+    """A sign-up form: the address and name, then the digest choices."""
+    raw = (form.get("email") or [""])[0]
+    if not raw.strip():
+        raise SubscriberInputError("email: give your email address")
+    fields = read_choices(form, email=clean_email(raw))
+    name = clean_name((form.get("name") or [""])[0])
+    return SubscriberFields(
+        email=fields.email,
+        name=name,
+        filter=fields.filter,
+        cadence=fields.cadence,
+        timezone=fields.timezone,
+        send_hour=fields.send_hour,
+    )
+
+
+@cache
+def zones() -> tuple[str, ...]:
+    """IANA zones a person would pick from: the Area/Location ones, and UTC."""
+    names = {z for z in zoneinfo.available_timezones() if "/" in z and not z.startswith(("Etc/", "SystemV/"))}
+    return ("UTC", *sorted(names))
+
+
+def cadences() -> list[tuple[str, str]]:
+    """(value, label) of each cadence."""
+    return [(value, describe(value)) for value in CHOICES]

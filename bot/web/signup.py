@@ -1,0 +1,233 @@
+"""Subscriber endpoint: the public sign-up page and the confirmation link (double opt-in).
+
+``GET|POST /subscribe`` (only with ``web.signup = true``) takes an address and
+digest choices; every accepted form gets the same answer, and the mail it
+causes (``bot.optin``) is sent after the answer, so neither the page nor its
+timing tells whether an address is subscribed.  ``GET /c/{token}`` shows what
+is being confirmed with a button; only its ``POST`` confirms, so a link
+scanner that fetches every URL in a mail confirms nothing.  A thin shell:
+never writes SQL, never logs addresses or tokens.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Protocol
+
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+
+from bot.config import Settings, site_url
+from bot.domain import Subscriber, SubscriberStatus
+from bot.optin import (
+    Confirmation,
+    Origin,
+    Outgoing,
+    check_confirmation,
+    client_allowed,
+    confirm,
+    mail_not_sent,
+    request_signup,
+    send,
+)
+from bot.plan.cadence import describe
+from bot.store.entry_reads import tag_counts
+from bot.subscriptions import SubscriberInputError
+from bot.tokens import make_token
+from bot.web.choices import cadences, menu, read_signup, zones
+from bot.web.forms import (
+    MAX_CHOICES_FIELDS,
+    MAX_CHOICES_FORM_BYTES,
+    MAX_FORM_BYTES,
+    csrf_ok,
+    csrf_pair,
+    form_token,
+    form_token_ok,
+    parse_form_lists,
+    read_body,
+    same_origin,
+)
+
+CSRF_COOKIE = "digestbot_signup"
+TAG_MENU_SECONDS = 300.0
+
+# Sets the time zone menu to the browser's zone; without script the default stays.
+ZONE_SCRIPT = (
+    '(function(){var s=document.getElementById("timezone");if(!s||s.dataset.chosen)return;'
+    "try{var z=Intl.DateTimeFormat().resolvedOptions().timeZone;"
+    "for(var i=0;i<s.options.length;i++){if(s.options[i].value===z){s.value=z;break;}}}catch(e){}})();"
+)
+ZONE_SCRIPT_HASH = base64.b64encode(hashlib.sha256(ZONE_SCRIPT.encode()).digest()).decode()
+
+
+class Render(Protocol):
+    def __call__(
+        self,
+        view: str,
+        status_code: int = 200,
+        *,
+        token: str = "",
+        headers: dict[str, str] | None = None,
+        background: BackgroundTask | None = None,
+        more: dict[str, object] | None = None,
+        **context: object,
+    ) -> HTMLResponse: ...
+
+
+class TagMenu:
+    """The store's tags with their counts, read at most every few minutes: the sign-up
+    page is public, and counting every entry's tags on each view would let anyone
+    load the store."""
+
+    def __init__(self, reader: sessionmaker[Session]) -> None:
+        self.reader = reader
+        self._read_at = -TAG_MENU_SECONDS
+        self._tags: list[tuple[str, int]] = []
+
+    async def tags(self) -> list[tuple[str, int]]:
+        if time.monotonic() - self._read_at >= TAG_MENU_SECONDS:
+            self._tags = await run_in_threadpool(self._read)
+            self._read_at = time.monotonic()
+        return self._tags
+
+    def _read(self) -> list[tuple[str, int]]:
+        with self.reader() as session:
+            return [(label, count) for label, count, _ in tag_counts(session)]
+
+
+class SignupPages:
+    def __init__(
+        self,
+        settings: Settings,
+        factory: sessionmaker[Session],
+        key: bytes,
+        tag_menu: TagMenu,
+        render: Render,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.settings, self.factory, self.key, self.tag_menu = settings, factory, key, tag_menu
+        self.render, self.now = render, now
+        public = site_url(settings.web)
+        self.page_url = f"{public}/subscribe"
+        self.secure_cookie = public.startswith("https://")
+
+    async def form_page(
+        self, status_code: int = 200, *, values: dict[str, list[str]] | None = None, error: str | None = None
+    ) -> HTMLResponse:
+        field, cookie = csrf_pair(self.key, time.time())
+        values = values or {}
+        chosen_zone = (values.get("timezone") or [""])[0]
+        response = self.render(
+            "signup",
+            status_code,
+            headers={"Content-Security-Policy": _csp_with_script()},
+            csrf=field,
+            error=error,
+            email=(values.get("email") or [""])[0],
+            name=(values.get("name") or [""])[0],
+            filter_text=(values.get("filter") or [""])[0],
+            tags=menu(await self.tag_menu.tags(), values.get("tag", [])),
+            cadence=(values.get("cadence") or ["daily"])[0],
+            cadences=cadences(),
+            timezone=chosen_zone or self.settings.schedule.default_timezone,
+            zone_chosen=bool(chosen_zone),
+            zones=zones(),
+            send_hour=_hour_or((values.get("send_hour") or [""])[0], self.settings.schedule.default_send_hour),
+            zone_script=ZONE_SCRIPT,
+        )
+        response.set_cookie(
+            CSRF_COOKIE,
+            cookie,
+            max_age=4 * 3600,
+            path="/subscribe",
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookie,
+        )
+        return response
+
+    async def subscribe(self, request: Request) -> Response:
+        if request.method in ("GET", "HEAD"):
+            return await self.form_page()
+        if not same_origin(request, self.settings.web.public_url):
+            return self.render("forbidden", 403)
+        body = await read_body(request, MAX_CHOICES_FORM_BYTES)
+        if body is None:
+            return PlainTextResponse("request body too large", 413)
+        form = parse_form_lists(request.headers.get("content-type", ""), body, max_fields=MAX_CHOICES_FIELDS)
+        csrf = (form.get("csrf") or [""])[0]
+        if not csrf_ok(self.key, csrf, request.cookies.get(CSRF_COOKIE, ""), time.time()):
+            return await self.form_page(
+                403, values=form, error="This form has expired or did not come from this site: please send it again."
+            )
+        try:
+            fields = read_signup(form)
+        except SubscriberInputError as exc:
+            return await self.form_page(400, values=form, error=str(exc))
+        client = request.client.host if request.client else ""
+        now = self.now()
+        if not await run_in_threadpool(client_allowed, self.factory, self.settings, client, now):
+            return self.render("too_many_signups", 429, headers={"Retry-After": "3600"})
+        origin = Origin(self.page_url, client, "sign-up form")
+        outgoing = await run_in_threadpool(
+            request_signup, self.factory, self.settings, self.key, fields, origin=origin, now=now
+        )
+        task = BackgroundTask(self._send, outgoing, fields.email) if outgoing is not None else None
+        return self.render("signup_sent", email=fields.email, hours=self.settings.web.confirm_hours, background=task)
+
+    async def _send(self, outgoing: Outgoing, email: str) -> None:
+        if not await send(self.settings, outgoing):
+            await run_in_threadpool(mail_not_sent, self.factory, email)
+
+    async def confirmation(self, request: Request) -> Response:
+        token = request.path_params["token"]
+        now = self.now()
+        state, subscriber = await run_in_threadpool(check_confirmation, self.factory, self.key, token, now)
+        if state is Confirmation.UNKNOWN or subscriber is None:
+            return self.render("not_found", 404)
+        if request.method in ("GET", "HEAD") or state is not Confirmation.CONFIRMED:
+            return self._confirm_page(state, subscriber, token)
+        if not same_origin(request, self.settings.web.public_url):
+            return self.render("forbidden", 403)
+        body = await read_body(request, MAX_FORM_BYTES)
+        form = parse_form_lists(request.headers.get("content-type", ""), body or b"", max_fields=20)
+        if not form_token_ok(self.key, "confirm:" + token, (form.get("form") or [""])[0]):
+            return self.render("forbidden", 403)
+        client = request.client.host if request.client else ""
+        origin = Origin(f"{site_url(self.settings.web)}/c/", client, "confirmation link")
+        state, subscriber = await run_in_threadpool(confirm, self.factory, self.key, token, origin=origin, now=now)
+        if subscriber is None:
+            return self.render("not_found", 404)
+        return self._confirm_page(state, subscriber, token)
+
+    def _confirm_page(self, state: Confirmation, subscriber: Subscriber, token: str) -> HTMLResponse:
+        """The page behind a confirmation link: a button while there is something to
+        confirm, else what happened, with the manage link once they are subscribed."""
+        done = subscriber.status in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED)
+        return self.render(
+            "confirm_signup",
+            410 if state is Confirmation.EXPIRED else 200,
+            subscriber=subscriber,
+            state=state.value,
+            confirm_form=form_token(self.key, "confirm:" + token),
+            manage_token=make_token(self.key, subscriber.id, subscriber.unsubscribe_secret) if done else "",
+            describe=describe,
+        )
+
+
+def _csp_with_script() -> str:
+    return (
+        "default-src 'none'; style-src 'unsafe-inline'; "
+        f"script-src 'sha256-{ZONE_SCRIPT_HASH}'; form-action 'self'; frame-ancestors 'none'"
+    )
+
+
+def _hour_or(raw: str, default: int) -> int:
+    return int(raw) if raw.isascii() and raw.isdigit() and 0 <= int(raw) <= 23 else default

@@ -24,6 +24,9 @@ distinct expressions with a Zipf-like popularity, then prints:
     generates the subscribers and the day's dump, which no digestbot process does).
 
 --no-send stops after plan and render (for memory runs at large N).
+--dkim plans, then renders every message three times, unsigned and DKIM-signed with an
+RSA-2048 and an Ed25519 key (dkim.*), and prints what signing costs per message
+(needs openssl for the RSA key); it sends nothing.
 """
 
 from __future__ import annotations
@@ -153,6 +156,28 @@ def render_all(factory, settings: Settings) -> tuple[float, int, float]:
     return time.perf_counter() - started, count, total / max(count, 1)
 
 
+def dkim_costs(factory, settings: Settings, unsigned_s: float, count: int, folder: Path) -> None:
+    """Render every queued message again, signed with each key type, and print the cost."""
+    import base64
+
+    from nacl.signing import SigningKey
+
+    rsa = folder / "dkim-rsa.pem"
+    subprocess.run(["openssl", "genrsa", "-out", str(rsa), "2048"], check=True, capture_output=True)
+    ed25519 = folder / "dkim-ed25519.key"
+    ed25519.write_bytes(base64.b64encode(bytes(SigningKey.generate())))
+    for algorithm, key in (("rsa-sha256", rsa), ("ed25519-sha256", ed25519)):
+        dkim = {"domain": "bench.example", "selector": "bench", "key_file": str(key), "algorithm": algorithm}
+        signed = settings.model_copy(update={"dkim": settings.dkim.model_copy(update=dkim)})
+        seconds, rendered, size = render_all(factory, signed)
+        assert rendered == count
+        extra = (seconds - unsigned_s) / count * 1000
+        print(
+            f"render with DKIM {algorithm}: {seconds:8.2f} s ({count / seconds:,.0f} messages/s): "
+            f"{extra:.2f} ms per message to sign, {seconds / unsigned_s:.2f} x unsigned"
+        )
+
+
 def smtp_source_rate(port: int, count: int, size: int, sessions_: int) -> float:
     started = time.perf_counter()
     subprocess.run(
@@ -225,6 +250,9 @@ def daily_cycle(path: str, settings: Settings, args: argparse.Namespace, setup_r
         f"render: {render_s:8.2f} s  ({queued / render_s:,.0f} messages/s, average {size / 1000:.1f} KB; "
         f"peak RSS {peak_rss_mb():.0f} MB)"
     )
+    if args.dkim:
+        dkim_costs(factory, settings, render_s, queued, Path(path).parent)
+        return
     if args.no_send:
         print_peak_rss(setup_rss)
         return
@@ -284,8 +312,9 @@ def main() -> None:
     parser.add_argument("--build-processes", type=int, default=1, help="digest.build_processes for the send phase")
     parser.add_argument("--sqlite-cache-mb", type=int, default=64, help="database.sqlite_cache_mb")
     parser.add_argument("--no-send", action="store_true")
+    parser.add_argument("--dkim", action="store_true", help="the cost of DKIM signing (RSA and Ed25519); sends nothing")
     args = parser.parse_args()
-    if not args.no_send and not (shutil.which("smtp-sink") and shutil.which("smtp-source")):
+    if not (args.no_send or args.dkim) and not (shutil.which("smtp-sink") and shutil.which("smtp-source")):
         sys.exit("bench/send.py needs smtp-sink and smtp-source on PATH (Debian: apt-get install postfix)")
 
     with tempfile.TemporaryDirectory(prefix="digestbot-send-") as tmp:

@@ -9,6 +9,7 @@ environment or from a file named by ``smtp.password_file``.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -210,6 +211,22 @@ class WebConfig(_Section):
     signups_per_hour: int = Field(10, ge=1)
 
 
+class DkimConfig(_Section):
+    # DKIM-sign every message (off while domain is empty; most relays sign for you).
+    domain: str = ""
+    selector: str = ""
+    key_file: Path | None = None  # RSA: a PEM private key; Ed25519: dknewkey's base64 key
+    algorithm: Literal["rsa-sha256", "ed25519-sha256"] = "rsa-sha256"
+
+    @field_validator("domain", "selector")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        # They go into the DKIM-Signature header and name a DNS record.
+        if value and not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?", value):
+            raise ValueError("must be a DNS name: letters, digits, dots, hyphens and underscores")
+        return value
+
+
 class MetricsConfig(_Section):
     # /metrics and /healthz of run, scheduler and worker, on a port of their own (0: off).
     listen_host: str = "127.0.0.1"
@@ -267,6 +284,7 @@ class Settings(BaseSettings):
     digest: DigestConfig = DigestConfig()
     web: WebConfig = WebConfig()
     metrics: MetricsConfig = MetricsConfig()
+    dkim: DkimConfig = DkimConfig()
 
     @classmethod
     def settings_customise_sources(

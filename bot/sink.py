@@ -220,9 +220,11 @@ class Sink:
         logins: dict[str, str] | None = None,
         authenticator: Any = None,
         host: str = "127.0.0.1",
+        tls_context: Any = None,
     ) -> None:
         """*logins*: require SMTP AUTH (PLAIN/LOGIN, no TLS on loopback) with these user -> password
-        pairs; *authenticator*: an aiosmtpd authenticator to use instead (a server that misbehaves)."""
+        pairs; *authenticator*: an aiosmtpd authenticator to use instead (a server that misbehaves);
+        *tls_context*: offer STARTTLS with this server-side ``ssl.SSLContext``."""
         self.handler = handler
         self.port = port or free_port()
         auth: dict[str, Any] = {}
@@ -237,6 +239,7 @@ class Sink:
             decode_data=False,
             data_size_limit=50_000_000,
             **auth,
+            **({"tls_context": tls_context, "require_starttls": False} if tls_context is not None else {}),
         )
 
     def __enter__(self) -> Sink:

@@ -1,5 +1,6 @@
-"""CLI commands ``db`` (migrations), ``config`` (the effective configuration) and
-``init`` (an editable copy of the shipped files)."""
+"""CLI commands ``db`` (migrations), ``config`` (the effective configuration),
+``smtp test`` (the SMTP connection, step by step), ``init`` (an editable copy of
+the shipped files) and ``sink`` (a local SMTP server)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,52 @@ db_app = command_group("Database schema (Alembic migrations).")
 
 
 config_app = command_group("Inspect the effective configuration.")
+
+
+smtp_app = command_group("The SMTP connection digests go out on.")
+
+
+@smtp_app.command("test")
+def smtp_test(
+    ctx: typer.Context,
+    to: Annotated[str | None, typer.Option("--to", help="Also send one test message to this address.")] = None,
+) -> None:
+    """Connect to smtp.host as delivery does and report each step: resolved, connected,
+    TLS version and certificate, AUTH mechanisms offered, login, and (with --to) one
+    test message.  Exit 1 at the first step that fails; the password is never shown."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from bot.delivery.probe import Step, probe
+    from bot.mail.message import envelope_address
+    from bot.mail.notices import test_message
+    from bot.subscriptions import SubscriberInputError, clean_email
+
+    c = ctx_of(ctx)
+    recipient = None
+    if to is not None:
+        try:
+            recipient = envelope_address(clean_email(to))
+        except SubscriberInputError as exc:
+            fail(f"--to: {str(exc).removeprefix('email: ')}", EXIT_USAGE)
+
+    def report(step: Step) -> None:
+        out.print(f"{'ok  ' if step.ok else 'FAIL'} {step.name:<8} {step.detail}", markup=False)
+
+    smtp, sender = c.settings.smtp, c.settings.sender
+    message = test_message(sender, to_address=recipient, now=datetime.now(UTC)) if recipient else None
+    passed = asyncio.run(
+        probe(
+            smtp,
+            smtp.resolved_password(),
+            sender=envelope_address(sender.from_address),
+            message=message,
+            recipient=recipient,
+            report=report,
+        )
+    )
+    if not passed:
+        raise typer.Exit(1)
 
 
 @db_app.command("upgrade")

@@ -81,7 +81,12 @@ class Context:
 
         if self._settings is None:
             try:
-                self._settings = load_settings(self.config_path)
+                settings = load_settings(self.config_path)
+                if settings.dkim.domain:  # a DKIM key that cannot sign stops every command at once
+                    from bot.mail.dkim import signer_of
+
+                    signer_of(settings.dkim)
+                self._settings = settings
             except ConfigError as exc:
                 fail(str(exc), EXIT_USAGE)
         return self._settings

@@ -186,6 +186,39 @@ def _unstuffed(message: Prepared) -> bytes:
     return body.replace(b"\r\n..", b"\r\n.")
 
 
+def tls_client(config: SmtpConfig) -> aiosmtplib.SMTP:
+    """An unconnected client with the configured host, port, timeout and TLS."""
+    tls_context = None
+    if config.tls != "none":
+        tls_context = ssl.create_default_context()
+        if not config.verify_certificates:
+            tls_context.check_hostname = False
+            tls_context.verify_mode = ssl.CERT_NONE
+    return aiosmtplib.SMTP(
+        hostname=config.host,
+        port=config.port,
+        timeout=config.timeout_seconds,
+        use_tls=config.tls == "tls",
+        start_tls=True if config.tls == "starttls" else False,
+        validate_certs=config.verify_certificates,
+        tls_context=tls_context,
+    )
+
+
+def redacted_text(text: str, user: str, password: SecretStr) -> str:
+    """*text* without the password in any form AUTH sends it (plain, base64, PLAIN's triple)."""
+    secret = password.get_secret_value()
+    if not secret:
+        return text
+    for form in (
+        secret,
+        base64.b64encode(secret.encode()).decode(),
+        base64.b64encode(f"\0{user}\0{secret}".encode()).decode(),
+    ):
+        text = text.replace(form, "***")
+    return text
+
+
 class SmtpPool:
     """Up to ``pool_size`` open connections, each used by one send at a time."""
 
@@ -198,22 +231,7 @@ class SmtpPool:
         self._limiter = RateLimiter(config.rate_per_second)
 
     def _client(self) -> aiosmtplib.SMTP:
-        cfg = self.config
-        tls_context = None
-        if cfg.tls != "none":
-            tls_context = ssl.create_default_context()
-            if not cfg.verify_certificates:
-                tls_context.check_hostname = False
-                tls_context.verify_mode = ssl.CERT_NONE
-        return aiosmtplib.SMTP(
-            hostname=cfg.host,
-            port=cfg.port,
-            timeout=cfg.timeout_seconds,
-            use_tls=cfg.tls == "tls",
-            start_tls=True if cfg.tls == "starttls" else False,
-            validate_certs=cfg.verify_certificates,
-            tls_context=tls_context,
-        )
+        return tls_client(self.config)
 
     async def _connected(self) -> aiosmtplib.SMTP:
         while not self._idle.empty():
@@ -260,17 +278,7 @@ class SmtpPool:
 
     def _redacted(self, result: SendResult) -> SendResult:
         """*result* without the password in any form AUTH sends it, whatever a reply quoted."""
-        secret = self._password.get_secret_value()
-        if not secret:
-            return result
-        user = self.config.username
-        detail = result.detail
-        for form in (
-            secret,
-            base64.b64encode(secret.encode()).decode(),
-            base64.b64encode(f"\0{user}\0{secret}".encode()).decode(),
-        ):
-            detail = detail.replace(form, "***")
+        detail = redacted_text(result.detail, self.config.username, self._password)
         return result if detail == result.detail else SendResult(result.outcome, result.code, detail)
 
     async def close(self) -> None:

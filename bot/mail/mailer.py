@@ -24,7 +24,8 @@ from bot.choose.tagging import TagRulesError, load_rules
 from bot.config import Settings
 from bot.domain import DeliverReport, DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.mail.chunks import ChunkPool
-from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for
+from bot.mail.dkim import signer_of
+from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for, prepared
 from bot.mail.render import Keywords, Links, Renderer, period_words, web_links
 from bot.mail.splice import MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
 from bot.store.contents import ContentCache, digest_content, digest_contents
@@ -74,6 +75,7 @@ class Mailer:
             keywords=rule_keywords(settings.paths.tags_file),
         )
         self.key = signing_key(settings)
+        self.signer = signer_of(settings.dkim)
         self.envelope_sender = envelope_address(settings.sender.from_address)
         self.templates: OrderedDict[tuple[object, ...], MessageTemplate | None] = OrderedDict()
         self.splicing = templates_allow_splicing(self.renderer)
@@ -148,7 +150,8 @@ class Mailer:
         )
         message = build_message(rendered, headers, self.settings.sender)
         envelope = envelope_for(headers, self.settings.sender)
-        return message.as_bytes(), envelope.sender, envelope.recipient
+        data = message.as_bytes()
+        return (self.signer.sign(data) if self.signer else data), envelope.sender, envelope.recipient
 
     def build(
         self, session: Session, rows: Sequence[DigestRow], now: datetime, *, for_wire: bool = False
@@ -198,7 +201,11 @@ class Mailer:
                     message_id=row.message_id,
                     date=now,
                 )
-                data = template.fill_wire(personal) if for_wire else template.fill(personal)
+                if self.signer is not None:  # signed after the splice: the bytes that go out
+                    signed = self.signer.sign(template.fill(personal))
+                    data = (prepared(signed) or signed) if for_wire else signed
+                else:
+                    data = template.fill_wire(personal) if for_wire else template.fill(personal)
                 self.spliced += 1
                 built.append(Built(row, data, self.envelope_sender, recipient))
             except Exception as exc:  # a broken template or entry must not wedge the queue

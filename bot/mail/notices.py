@@ -1,8 +1,9 @@
-"""Message stage: the two mails a sign-up can cause, as plain text.
+"""Message stage: the short mails besides digests, as plain text.
 
 ``confirmation`` carries the link that confirms a sign-up (double opt-in);
 ``already_subscribed`` answers a sign-up for an address that is subscribed
-already, with its manage link, so the page can answer every sign-up alike.
+already, with its manage link, so the page can answer every sign-up alike;
+``test_message`` is what ``digestbot smtp test --to`` sends.
 Builds bytes only: never reads the store, never sends.
 """
 
@@ -75,3 +76,12 @@ def already_subscribed(sender: SenderConfig, *, to_name: str, to_address: str, m
         "If you did not ask for this, ignore this message.\n"
     )
     return _message(sender, to_name, to_address, f"Your subscription to {list_name}", body, now)
+
+
+def test_message(sender: SenderConfig, *, to_address: str, now: datetime) -> bytes:
+    list_name = header_text(sender.from_name)
+    body = (
+        f"This is a test message from {list_name} (digestbot smtp test).\n"
+        "It went out on the SMTP connection the digests use; nothing else is sent.\n"
+    )
+    return _message(sender, "", to_address, f"{list_name}: SMTP test", body, now)

@@ -1,0 +1,160 @@
+"""DKIM: spliced and simple messages signed with RSA-2048 and Ed25519 keys verify with
+dkimpy against the public key (a DNS look-up function injected: no network), one
+changed byte breaks them, and what reaches the SMTP server verifies too."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import shutil
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import dkim
+import pytest
+from nacl.signing import SigningKey
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.tagging import load_rules
+from bot.config import ConfigError, DkimConfig, Settings
+from bot.delivery.loop import deliver_now
+from bot.ingest.service import ingest_file
+from bot.mail.dkim import SIGNED_HEADERS, signer_of
+from bot.mail.mailer import Mailer
+from bot.plan import plan
+from bot.sink import Sink
+from bot.store.digests import get_digest
+from bot.subscriptions import clean_fields, save
+from tests.conftest import ROOT
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
+OPENSSL = shutil.which("openssl")
+
+
+def rsa_key(folder: Path) -> tuple[Path, bytes]:
+    """A 2,048-bit RSA key in PEM, and its DNS record."""
+    if OPENSSL is None:
+        pytest.skip("no openssl here to make an RSA key (Debian: apt-get install openssl)")
+    key = folder / "rsa.pem"
+    subprocess.run([OPENSSL, "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+    public = subprocess.run(
+        [OPENSSL, "rsa", "-in", str(key), "-pubout", "-outform", "DER"], check=True, capture_output=True
+    ).stdout
+    return key, b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+
+
+def ed25519_key(folder: Path) -> tuple[Path, bytes]:
+    """An Ed25519 key as dknewkey writes it (base64 of the seed), and its DNS record."""
+    signing = SigningKey.generate()
+    key = folder / "ed25519.key"
+    key.write_bytes(base64.b64encode(bytes(signing)) + b"\n")
+    return key, b"v=DKIM1; k=ed25519; p=" + base64.b64encode(bytes(signing.verify_key))
+
+
+KEYS = {"rsa-sha256": rsa_key, "ed25519-sha256": ed25519_key}
+
+
+def dkim_settings(tmp_path: Path, algorithm: str, key: Path, port: int = 1025) -> Settings:
+    return Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
+            "web": {"public_url": "https://digest.example.org", "signing_key": "d" * 32},
+            "smtp": {"port": port},
+            "dkim": {"domain": "bot.example", "selector": "s2026", "key_file": str(key), "algorithm": algorithm},
+        }
+    )
+
+
+def dns(record: bytes):  # noqa: ANN201 - dkimpy's dnsfunc
+    def lookup(name: bytes, timeout: int = 5) -> bytes:
+        assert name == b"s2026._domainkey.bot.example."
+        return record
+
+    return lookup
+
+
+def planned(factory: sessionmaker[Session], settings: Settings, seed_files: list[Path]) -> list[int]:
+    people = [clean_fields(f"r{n}@example.org", name=f"Reader Ünal {n}", filter="*") for n in range(3)]
+    save(factory, settings, people, NOW - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=NOW, rules=RULES)
+    return list(plan(factory, settings, RULES, now=NOW, all_due=True).planned)
+
+
+@pytest.mark.parametrize("algorithm", list(KEYS))
+def test_spliced_and_simple_messages_verify_and_a_changed_byte_does_not(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], algorithm: str
+) -> None:
+    key, record = KEYS[algorithm](tmp_path)
+    settings = dkim_settings(tmp_path, algorithm, key)
+    ids = planned(factory, settings, seed_files)
+    mailer = Mailer(settings)
+    with factory() as session:
+        rows = [get_digest(session, i) for i in ids]
+        built = mailer.build(session, [r for r in rows if r is not None], NOW)
+        simple = mailer.message_bytes(session, rows[0], NOW)[0]  # type: ignore[arg-type]
+    assert mailer.spliced == 3
+    for data in [b.data for b in built] + [simple]:
+        assert isinstance(data, bytes) and data.startswith(b"DKIM-Signature: v=1; a=" + algorithm.encode())
+        assert dkim.verify(data, dnsfunc=dns(record))
+        header = data.split(b"\r\n\r\n", 1)[0].decode()
+        signed = header.split(" h=", 1)[1].split(";", 1)[0].replace("\r\n", "").replace(" ", "").split(":")
+        assert [h.casefold() for h in signed] == [h.decode().casefold() for h in SIGNED_HEADERS]
+        assert "c=relaxed/relaxed" in header and "d=bot.example" in header and "s=s2026" in header
+        for old, new in [
+            (b"Subject: ", b"Subject:  X"),
+            (b"To: ", b"To: x"),
+            (b"List-Unsubscribe: <https", b"List-Unsubscribe: <http"),
+        ]:
+            assert not dkim.verify(data.replace(old, new, 1), dnsfunc=dns(record)), old
+        body_at = data.index(b"\r\n\r\n") + 200
+        changed = data[:body_at] + bytes([data[body_at] ^ 1]) + data[body_at + 1 :]
+        assert not dkim.verify(changed, dnsfunc=dns(record))
+
+
+@pytest.mark.parametrize("algorithm", list(KEYS))
+def test_what_reaches_the_server_verifies(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], sink: Sink, algorithm: str
+) -> None:
+    key, record = KEYS[algorithm](tmp_path)
+    settings = dkim_settings(tmp_path, algorithm, key, port=sink.port)
+    planned(factory, settings, seed_files)
+    report = asyncio.run(deliver_now(factory, settings, clock=lambda: NOW))
+    assert report.sent == 3 and len(sink.received) == 3
+    for received in sink.received:
+        assert dkim.verify(received.data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"), dnsfunc=dns(record))
+
+
+def test_a_missing_or_wrong_key_is_one_configuration_error(tmp_path: Path) -> None:
+    assert signer_of(DkimConfig()) is None  # off by default
+    with pytest.raises(ConfigError, match="needs dkim.selector and dkim.key_file"):
+        signer_of(DkimConfig(domain="bot.example"))
+    with pytest.raises(ConfigError, match="dkim.key_file: cannot read .*nothing.pem"):
+        signer_of(DkimConfig(domain="bot.example", selector="s", key_file=tmp_path / "nothing.pem"))
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a key\n")
+    for algorithm, kind in [("rsa-sha256", "an RSA private key in PEM"), ("ed25519-sha256", "a base64 Ed25519")]:
+        with pytest.raises(ConfigError, match=f"does not hold {kind}"):
+            signer_of(DkimConfig(domain="bot.example", selector="s", key_file=junk, algorithm=algorithm))  # type: ignore[arg-type]
+
+
+def test_the_cli_stops_on_a_bad_dkim_setting_with_one_line(tmp_path: Path) -> None:
+    import os
+
+    from tests.helpers import DIGESTBOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env.update({"DIGESTBOT_PATHS__VAR_DIR": str(tmp_path), "DIGESTBOT_DKIM__DOMAIN": "bot.example"})
+    for extra, said in [
+        ({}, "error: dkim: signing needs dkim.selector and dkim.key_file as well as dkim.domain"),
+        (
+            {"DIGESTBOT_DKIM__SELECTOR": "s", "DIGESTBOT_DKIM__KEY_FILE": str(tmp_path / "none.pem")},
+            f"error: dkim.key_file: cannot read {tmp_path / 'none.pem'}: No such file or directory",
+        ),
+    ]:
+        done = subprocess.run(
+            [DIGESTBOT, "send-now", "a@example.org"], env={**env, **extra}, capture_output=True, text=True
+        )
+        assert (done.returncode, " ".join(done.stderr.split())) == (2, said)

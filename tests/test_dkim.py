@@ -102,7 +102,11 @@ def test_spliced_and_simple_messages_verify_and_a_changed_byte_does_not(
         header = data.split(b"\r\n\r\n", 1)[0].decode()
         signed = header.split(" h=", 1)[1].split(";", 1)[0].replace("\r\n", "").replace(" ", "").split(":")
         assert [h.casefold() for h in signed] == [h.decode().casefold() for h in SIGNED_HEADERS]
-        assert "c=relaxed/relaxed" in header and "d=bot.example" in header and "s=s2026" in header
+        assert "c=relaxed/simple" in header and "d=bot.example" in header and "s=s2026" in header
+        body = data.split(b"\r\n\r\n", 1)[1]  # what simple body canonicalization relies on
+        assert b" \r\n" not in body and b"\t\r\n" not in body and b"\t" not in body
+        refolded = data.replace(b"\r\nSubject: ", b"\r\nsubject:\r\n\t  ", 1)  # what relays may do to headers
+        assert refolded != data and dkim.verify(refolded, dnsfunc=dns(record))
         for old, new in [
             (b"Subject: ", b"Subject:  X"),
             (b"To: ", b"To: x"),

@@ -168,3 +168,11 @@ def test_a_form_token_of_any_text_is_refused_not_a_server_error(
         answer = web.post(ada, data={"form": token, "action": "pause"})
         assert answer.status_code == 403, (token, answer.status_code)
     assert stored(factory) == before
+
+
+def test_everything_is_a_box_of_its_own(web: httpx.Client, ada: str, factory: sessionmaker[Session]) -> None:
+    saved = save_form(web, ada, tag=["*", "gpu"])
+    assert saved.status_code == 200 and stored(factory).filter == "*"
+    assert (
+        re.search(r'value="\*" checked> everything', saved.text) and 'id="filter" name="filter" value=""' in saved.text
+    )

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from bot.choose.filters import FilterError, Or, Tag, make_or, make_tag, parse_filter, to_text
+from bot.choose.filters import Everything, FilterError, Or, Tag, make_or, make_tag, parse_filter, to_text
 from bot.domain import SubscriberFields
 from bot.plan.cadence import CHOICES, describe
 from bot.subscriptions import (
@@ -27,6 +27,7 @@ from bot.subscriptions import (
 )
 
 MENU_TAGS = 60  # the most used tags are offered as checkboxes
+EVERYTHING = "*"  # the first checkbox: every entry
 _KEYWORDS = {"and", "or", "not"}
 _TAG_WORD = re.compile(r'^[^\s()"*]+$')
 
@@ -39,13 +40,13 @@ class MenuTag:
 
 
 def menu(tags: Iterable[tuple[str, int]], ticked: Iterable[str] = ()) -> list[MenuTag]:
-    """The checkboxes: the most used tags that a filter can name, then any ticked tag
-    the store does not (or no longer) count."""
+    """The checkboxes: everything (``*``), the most used tags that a filter can name,
+    then any ticked tag the store does not (or no longer) count."""
     chosen = {name.casefold() for name in ticked}
-    shown: list[MenuTag] = []
-    seen: set[str] = set()
+    shown: list[MenuTag] = [MenuTag(EVERYTHING, 0, EVERYTHING in chosen)]
+    seen: set[str] = {EVERYTHING}
     for name, count in tags:
-        if len(shown) >= MENU_TAGS:
+        if len(shown) > MENU_TAGS:
             break
         folded = name.casefold()
         if folded in seen or folded in _KEYWORDS or not _TAG_WORD.match(name) or folded.startswith("author:"):
@@ -63,6 +64,8 @@ def ticked_tags(filter_text: str) -> list[str] | None:
         expr = parse_filter(filter_text)
     except FilterError:
         return None
+    if isinstance(expr, Everything):
+        return [EVERYTHING]
     items = expr.items if isinstance(expr, Or) else (expr,)
     if not all(isinstance(item, Tag) for item in items):
         return None
@@ -74,6 +77,8 @@ def filter_of(ticked: Sequence[str], advanced: str) -> str:
     if advanced.strip():
         return clean_filter(advanced)
     names = [name.strip() for name in ticked if name.strip()]
+    if EVERYTHING in names:
+        return EVERYTHING
     if not names:
         raise SubscriberInputError("filter: tick at least one tag, or write a filter (* for everything)")
     bad = next((n for n in names if not _TAG_WORD.match(n) or n.casefold() in _KEYWORDS), None)

@@ -129,6 +129,9 @@ class SenderConfig(_Section):
     list_id: str = "digest.digestbot.localhost"
     # Where "mailto:" unsubscribe requests go (default: from_address).
     unsubscribe_address: str = ""
+    # VERP: each digest's envelope sender becomes bounces+<token>@domain (bot.mail.verp);
+    # "" sends with from_address.  The domain must deliver "+" addresses to this mailbox.
+    bounce_address: str = ""
     # Gmail's feedback loop: "" sends no Feedback-ID header; "{list_id}" and "{domain}"
     # are filled in, e.g. "digest:{list_id}:{domain}".
     feedback_id: str = ""
@@ -141,7 +144,15 @@ class SenderConfig(_Section):
             raise ValueError("contains control characters (line breaks included, RFC 2047 encoded or not)")
         return value
 
-    @field_validator("from_address", "list_id", "unsubscribe_address", "feedback_id")
+    @field_validator("bounce_address")
+    @classmethod
+    def _verp_base(cls, value: str) -> str:
+        local, at, domain = value.rpartition("@")
+        if value and (not at or not local or not domain or "+" in local):
+            raise ValueError("must be an address like bounces@example.org, without '+' (digestbot adds +TOKEN)")
+        return value
+
+    @field_validator("from_address", "list_id", "unsubscribe_address", "feedback_id", "bounce_address")
     @classmethod
     def _no_spaces_or_controls(cls, value: str) -> str:
         if "=?" in value or CONTROL_CHARACTERS.search(value) or any(c.isspace() or c in '<>",' for c in value):

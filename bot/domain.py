@@ -178,6 +178,18 @@ class SubscriberFields:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsentEvent:
+    """One step of how a subscriber came to be subscribed, as ``subscribers show`` proves it."""
+
+    event: str  # signup | confirm | operator
+    at: datetime
+    address: str  # the email address it was for, as given then
+    page: str  # the page's URL, or the CLI command
+    client: str  # the browser's IP address ("" from the CLI)
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
 class UpsertCounts:
     """What saving a batch of subscriber fields did."""
 

@@ -19,12 +19,11 @@ from enum import StrEnum
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings, site_url
-from bot.domain import Subscriber, SubscriberFields, SubscriberStatus
+from bot.domain import ConsentEvent, Subscriber, SubscriberFields, SubscriberStatus
 from bot.mail.message import envelope_address
 from bot.mail.notices import Choices, already_subscribed, confirmation
 from bot.mail.render import web_links
 from bot.store.consents import (
-    ConsentEvent,
     consents_of,
     count_signup_request,
     delete_unconfirmed,

@@ -34,6 +34,7 @@ SIGNED_HEADERS = (
 )
 
 CANONICALIZATION = (b"relaxed", b"simple")
+MAX_KEY_BYTES = 16384  # a PEM RSA-4096 key is about 3.3 KB; /dev/zero is not a key
 _PROBE = b"From: a@b.example\r\nTo: c@d.example\r\nSubject: probe\r\n\r\nprobe\r\n"
 
 
@@ -72,9 +73,12 @@ def signer_of(config: DkimConfig) -> Signer | None:
     if path is None or not config.selector:
         raise ConfigError("dkim: signing needs dkim.selector and dkim.key_file as well as dkim.domain")
     try:
-        key = Path(path).read_bytes().strip()
+        with Path(path).open("rb") as handle:
+            key = handle.read(MAX_KEY_BYTES + 1).strip()
     except OSError as exc:
         raise ConfigError(f"dkim.key_file: cannot read {path}: {exc.strerror}") from None
+    if len(key) > MAX_KEY_BYTES:
+        raise ConfigError(f"dkim.key_file: {path} is longer than {MAX_KEY_BYTES // 1024} KB: not a private key")
     signer = Signer(
         config.selector.encode("ascii"), config.domain.encode("idna"), config.algorithm.encode("ascii"), key
     )

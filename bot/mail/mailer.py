@@ -28,6 +28,7 @@ from bot.mail.dkim import signer_of
 from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for, prepared
 from bot.mail.render import Keywords, Links, Renderer, period_words, web_links
 from bot.mail.splice import MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
+from bot.mail.verp import return_path
 from bot.store.contents import ContentCache, digest_content, digest_contents
 from bot.store.digests import DigestRow, Finished, finish_many, get_digest, get_digests
 from bot.store.engine import transaction
@@ -91,6 +92,11 @@ class Mailer:
         self.contents = ContentCache()
         self.run = run or uuid.uuid4().hex
 
+    def return_path(self, digest_id: int) -> str:
+        """The envelope sender: the VERP address of the digest with ``sender.bounce_address``."""
+        bounces = self.settings.sender.bounce_address
+        return envelope_address(return_path(self.key, bounces, digest_id)) if bounces else self.envelope_sender
+
     def links(self, subscriber: Subscriber) -> tuple[Links, tuple[str, ...]]:
         return self.links_for_token(make_token(self.key, subscriber.id, subscriber.unsubscribe_secret))
 
@@ -151,7 +157,7 @@ class Mailer:
         message = build_message(rendered, headers, self.settings.sender)
         envelope = envelope_for(headers, self.settings.sender)
         data = message.as_bytes()
-        return (self.signer.sign(data) if self.signer else data), envelope.sender, envelope.recipient
+        return (self.signer.sign(data) if self.signer else data), self.return_path(row.id), envelope.recipient
 
     def build(
         self, session: Session, rows: Sequence[DigestRow], now: datetime, *, for_wire: bool = False
@@ -207,7 +213,7 @@ class Mailer:
                 else:
                     data = template.fill_wire(personal) if for_wire else template.fill(personal)
                 self.spliced += 1
-                built.append(Built(row, data, self.envelope_sender, recipient))
+                built.append(Built(row, data, self.return_path(row.id), recipient))
             except Exception as exc:  # a broken template or entry must not wedge the queue
                 log.exception("digest %d: cannot build the message", row.id)
                 built.append(

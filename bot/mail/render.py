@@ -66,7 +66,8 @@ def top_tags(items: tuple[DigestItem, ...], count: int = 3) -> list[str]:
 
 
 def period_words(content: DigestContent) -> str:
-    """ " this week" for a weekly subscriber's scheduled digest (it carries a week's entries)."""
+    """What follows "N new entries": this week, for a weekly subscriber's scheduled digest
+    (it carries a week's entries), else nothing."""
     return " this week" if content.kind == "scheduled" and is_weekly(content.subscriber.cadence) else ""
 
 

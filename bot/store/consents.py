@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from bot.domain import SubscriberStatus
+from bot.domain import ConsentEvent, SubscriberStatus
 from bot.store.bulk import bulk_insert, chunks
 from bot.store.schema import Consent, SignupRequest
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import email_key
-
-
-@dataclass(frozen=True, slots=True)
-class ConsentEvent:
-    event: str  # signup | confirm | operator
-    at: datetime
-    address: str
-    page: str
-    client: str
-    detail: str
 
 
 def record_consent(session: Session, subscriber_id: int, event: ConsentEvent) -> None:

@@ -116,11 +116,27 @@ class SmtpConfig(_Section):
         if self.password.get_secret_value():
             return self.password
         if self.password_file is not None:
-            try:
-                return SecretStr(self.password_file.read_text(encoding="utf-8").strip())
-            except OSError as exc:
-                raise ConfigError(f"smtp.password_file: cannot read {self.password_file}: {exc.strerror}") from None
+            return SecretStr(read_secret_file(self.password_file, "smtp.password_file"))
         return SecretStr("")
+
+
+MAX_SECRET_FILE_BYTES = 16384  # any password or key is far shorter; /dev/zero is not a secret
+
+
+def read_secret_file(path: Path, setting: str) -> str:
+    """The stripped text of a password or key file; ``ConfigError`` naming *setting* and
+    the file (never its content) when it cannot be read, is too long or is not UTF-8."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror}") from None
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise ConfigError(f"{setting}: {path} is longer than {MAX_SECRET_FILE_BYTES // 1024} KB")
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{setting}: {path} is not UTF-8 text") from None
 
 
 class SenderConfig(_Section):

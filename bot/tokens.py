@@ -18,7 +18,7 @@ import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bot.config import ConfigError, Settings
+from bot.config import ConfigError, Settings, read_secret_file
 
 
 def signing_key(settings: Settings) -> bytes:
@@ -26,18 +26,18 @@ def signing_key(settings: Settings) -> bytes:
     random key created once (mode 0600) in ``<var_dir>/signing.key``."""
     if settings.web.signing_key.get_secret_value():
         return settings.web.signing_key.get_secret_value().encode("utf-8")
-    path = settings.web.signing_key_file or settings.paths.var_dir / "signing.key"
+    path = Path(settings.web.signing_key_file or settings.paths.var_dir / "signing.key")
     try:
         if settings.web.signing_key_file is None and not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as handle:
                 handle.write(secrets.token_urlsafe(32))
-        key = Path(path).read_text(encoding="utf-8").strip()
     except FileExistsError:  # another process created it first
-        key = Path(path).read_text(encoding="utf-8").strip()
+        pass
     except OSError as exc:
-        raise ConfigError(f"web.signing_key_file: cannot read {path}: {exc.strerror}") from None
+        raise ConfigError(f"web.signing_key_file: cannot create {path}: {exc.strerror}") from None
+    key = read_secret_file(path, "web.signing_key_file")
     if len(key) < 16:
         raise ConfigError(f"web.signing_key_file: {path} holds fewer than 16 characters")
     return key.encode("utf-8")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import dkim
 
-from bot.config import ConfigError, DkimConfig
+from bot.config import ConfigError, DkimConfig, read_secret_file
 
 SIGNED_HEADERS = (
     b"From",
@@ -34,7 +34,6 @@ SIGNED_HEADERS = (
 )
 
 CANONICALIZATION = (b"relaxed", b"simple")
-MAX_KEY_BYTES = 16384  # a PEM RSA-4096 key is about 3.3 KB; /dev/zero is not a key
 _PROBE = b"From: a@b.example\r\nTo: c@d.example\r\nSubject: probe\r\n\r\nprobe\r\n"
 
 
@@ -72,13 +71,7 @@ def signer_of(config: DkimConfig) -> Signer | None:
     path = config.key_file
     if path is None or not config.selector:
         raise ConfigError("dkim: signing needs dkim.selector and dkim.key_file as well as dkim.domain")
-    try:
-        with Path(path).open("rb") as handle:
-            key = handle.read(MAX_KEY_BYTES + 1).strip()
-    except OSError as exc:
-        raise ConfigError(f"dkim.key_file: cannot read {path}: {exc.strerror}") from None
-    if len(key) > MAX_KEY_BYTES:
-        raise ConfigError(f"dkim.key_file: {path} is longer than {MAX_KEY_BYTES // 1024} KB: not a private key")
+    key = read_secret_file(Path(path), "dkim.key_file").encode("utf-8")
     signer = Signer(
         config.selector.encode("ascii"), config.domain.encode("idna"), config.algorithm.encode("ascii"), key
     )

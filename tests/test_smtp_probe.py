@@ -58,13 +58,14 @@ def test_login_refused_is_the_failing_step_and_the_password_never_shows(tmp_path
             "DIGESTBOT_SMTP__USERNAME": "bot",
             "DIGESTBOT_SMTP__PASSWORD": SECRET,
         }
-        good = lines(run(env=env))
+        accepted = run(env=env)
+        good = lines(accepted)
         assert "ok login as bot" in good and any(
             line.startswith("ok auth offered: ") and "PLAIN" in line for line in good
         )
         bad = run(env={**env, "DIGESTBOT_SMTP__PASSWORD": SECRET + "x"}, code=1)
         assert lines(bad)[-1].startswith("FAIL login as bot: 535")
-        for done in (bad,):
+        for done in (accepted, bad):
             for form in (SECRET, base64.b64encode(SECRET.encode()).decode(), "pa55"):
                 assert form not in done.stdout + done.stderr
 

@@ -22,10 +22,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from bot.config_errors import ENV_PREFIX
 from bot.shipped import TAG_RULES, TEMPLATES, shipped
 from bot.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url
 
-ENV_PREFIX = "DIGESTBOT_"
 DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
 
 
@@ -113,14 +113,16 @@ class SmtpConfig(_Section):
 
     def resolved_password(self) -> SecretStr:
         """The password from the env, else from ``password_file``; never logged."""
-        if self.password.get_secret_value():
-            return self.password
-        if self.password_file is not None:
-            return SecretStr(read_secret_file(self.password_file, "smtp.password_file"))
-        return SecretStr("")
+        return _password(self.password, self.password_file, "smtp.password_file")
 
 
 MAX_SECRET_FILE_BYTES = 16384  # any password or key is far shorter; /dev/zero is not a secret
+
+
+def _password(given: SecretStr, path: Path | None, setting: str) -> SecretStr:
+    if given.get_secret_value():
+        return given
+    return SecretStr(read_secret_file(path, setting)) if path is not None else SecretStr("")
 
 
 def read_secret_file(path: Path, setting: str) -> str:
@@ -254,6 +256,57 @@ class DkimConfig(_Section):
         return value
 
 
+class InboxConfig(_Section):
+    # Where bounces, complaints and unsubscribe mails arrive (README, "Mail that comes
+    # back"): "imaps://user@host[:port]/FOLDER" or "maildir:///path"; "" reads nothing.
+    url: str = ""
+    password: SecretStr = SecretStr("")  # IMAP only: DIGESTBOT_INBOX__PASSWORD, else password_file
+    password_file: Path | None = None
+    verify_certificates: bool = True
+    timeout_seconds: float = Field(30.0, gt=0)
+    interval_minutes: int = Field(10, ge=1)  # how often `run` and `scheduler` read it
+    # Mail that is none of those stays unread where it is, or is moved to this folder.
+    other_folder: str = ""
+    # This many soft bounces (4.x.x, mailbox full) within soft_bounce_days make an address bounced.
+    soft_bounce_limit: int = Field(3, ge=1)
+    soft_bounce_days: int = Field(14, ge=1)
+    # A bigger message is left for a person unread: no bounce or report is that long.
+    max_message_bytes: int = Field(5_000_000, ge=10_000)
+
+    @field_validator("url")
+    @classmethod
+    def _mailbox_url(cls, value: str) -> str:
+        from urllib.parse import urlsplit
+
+        if not value:
+            return value
+        if CONTROL_CHARACTERS.search(value) or any(c.isspace() for c in value):
+            raise ValueError("must not contain spaces or control characters")
+        parts = urlsplit(value)
+        try:
+            _ = parts.port
+        except ValueError:
+            raise ValueError("the port must be a number from 1 to 65535") from None
+        if parts.scheme == "maildir" and parts.path and not parts.netloc:
+            return value
+        if parts.scheme == "imaps" and parts.hostname and parts.username:
+            if parts.password is not None:
+                raise ValueError(f"holds a password; set {ENV_PREFIX}INBOX__PASSWORD or inbox.password_file instead")
+            return value
+        raise ValueError("must be imaps://user@host/FOLDER or maildir:///path/to/Maildir")
+
+    @field_validator("other_folder")
+    @classmethod
+    def _folder_name(cls, value: str) -> str:
+        if CONTROL_CHARACTERS.search(value) or any(c in value for c in '"\\*%/'):
+            raise ValueError("must be a folder name without quotes, backslashes, '/', '*' or '%'")
+        return value.strip()
+
+    def resolved_password(self) -> SecretStr:
+        """The password from the env, else from ``password_file``; never logged."""
+        return _password(self.password, self.password_file, "inbox.password_file")
+
+
 class MetricsConfig(_Section):
     # /metrics and /healthz of run, scheduler and worker, on a port of their own (0: off).
     listen_host: str = "127.0.0.1"
@@ -282,7 +335,12 @@ class _TomlWithoutSecrets(TomlConfigSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         data = super().__call__()
-        for section, key, env in (("smtp", "password", "SMTP__PASSWORD"), ("web", "signing_key", "WEB__SIGNING_KEY")):
+        secrets = (
+            ("smtp", "password", "SMTP__PASSWORD"),
+            ("web", "signing_key", "WEB__SIGNING_KEY"),
+            ("inbox", "password", "INBOX__PASSWORD"),
+        )
+        for section, key, env in secrets:
             table = data.get(section)
             if isinstance(table, dict) and key in table:
                 raise ConfigError(
@@ -312,6 +370,7 @@ class Settings(BaseSettings):
     web: WebConfig = WebConfig()
     metrics: MetricsConfig = MetricsConfig()
     dkim: DkimConfig = DkimConfig()
+    inbox: InboxConfig = InboxConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -335,6 +394,7 @@ class Settings(BaseSettings):
         data = self.model_dump(mode="json")
         data["smtp"]["password"] = "**********" if self.smtp.password.get_secret_value() else ""
         data["web"]["signing_key"] = "**********" if self.web.signing_key.get_secret_value() else ""
+        data["inbox"]["password"] = "**********" if self.inbox.password.get_secret_value() else ""
         data["database"]["effective_url"] = _mask_url_password(self.database_url)
         data["database"]["url"] = _mask_url_password(data["database"]["url"])
         return data
@@ -356,6 +416,8 @@ def load_settings(path: Path | None = None) -> Settings:
     when present, or embedded defaults) with environment overrides on top."""
     from pydantic import ValidationError
 
+    from bot.config_errors import explain, unparsable_variable
+
     if path is None and os.environ.get(f"{ENV_PREFIX}CONFIG"):
         path = Path(os.environ[f"{ENV_PREFIX}CONFIG"])
     if path is None and DEFAULT_CONFIG_PATH.is_file():
@@ -369,81 +431,10 @@ def load_settings(path: Path | None = None) -> Settings:
     try:
         return _FileSettings()
     except ValidationError as exc:
-        raise ConfigError(_explain(exc.errors()[0], path)) from None
+        raise ConfigError(explain(exc.errors()[0], path, Settings)) from None
     except SettingsError as exc:  # an environment variable that is not the JSON a list or table needs
-        raise ConfigError(_unparsable_variable(str(exc))) from None
+        raise ConfigError(unparsable_variable(str(exc))) from None
     except (ValueError, OSError) as exc:  # TOML syntax errors surface as ValueError
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{path}: {exc}") from None
-
-
-def _unparsable_variable(message: str) -> str:
-    section = message.partition('field "')[2].partition('"')[0]
-    prefix = f"{ENV_PREFIX}{section}__".upper()
-    names = sorted(name for name in os.environ if name.upper().startswith(prefix))
-    if not names:
-        return f"environment: {message}"
-    key = names[0][len(prefix) :].lower()
-    return f'environment variable {names[0]} ({section}.{key}): must be JSON, e.g. ["a", "b"] for a list'
-
-
-_SECRET_KEYS = {"password", "signing_key"}
-
-
-def _explain(error: Any, path: Path | None) -> str:
-    """One line in our words: where the bad value came from (the environment variable
-    or the file), the key, and what it must be."""
-    loc = tuple(str(part) for part in error["loc"])
-    where = ".".join(loc)
-    variable = (ENV_PREFIX + "__".join(loc)).upper()
-    from_env = next((name for name in os.environ if name.upper() == variable), None)
-    if from_env:
-        return f"environment variable {from_env} ({where}): {_what_is_wrong(error, loc)}"
-    return f"{path or 'defaults'}: {where}: {_what_is_wrong(error, loc)}"
-
-
-def _what_is_wrong(error: Any, loc: tuple[str, ...]) -> str:
-    kind, context = error["type"], error.get("ctx") or {}
-    shown = "" if loc[-1] in _SECRET_KEYS else f", not {str(error.get('input'))[:60]!r}"
-    if kind == "extra_forbidden":
-        return f"unknown {'key' if len(loc) > 1 else 'section'}{_closest(loc)}"
-    simple = {
-        "int_parsing": "must be a whole number",
-        "int_from_float": "must be a whole number",
-        "float_parsing": "must be a number",
-        "bool_parsing": "must be true or false",
-        "string_type": "must be text",
-        "list_type": "must be a list",
-        "dict_type": "must be a table",
-        "model_type": "must be a table",
-    }
-    if kind in simple:
-        return simple[kind] + shown
-    bounds = {
-        "greater_than_equal": "at least {ge}",
-        "less_than_equal": "at most {le}",
-        "greater_than": "more than {gt}",
-        "less_than": "less than {lt}",
-    }
-    if kind in bounds:
-        return "must be " + bounds[kind].format(**context) + shown
-    if kind == "literal_error":
-        return f"must be one of {context.get('expected', '')}" + shown
-    if kind == "string_pattern_mismatch" and loc[-1] == "default_backfill":
-        return "must be 'all', 'none' or a number of days such as '7d'" + shown
-    message = str(error["msg"])
-    return message.removeprefix("Value error, ").removeprefix("Assertion failed, ")
-
-
-def _closest(loc: tuple[str, ...]) -> str:
-    import difflib
-
-    model: type[BaseModel] = Settings
-    for part in loc[:-1]:
-        annotation = model.model_fields[part].annotation if part in model.model_fields else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return ""
-        model = annotation
-    close = difflib.get_close_matches(loc[-1], list(model.model_fields), n=1, cutoff=0.5)
-    return f"; did you mean {close[0]!r}?" if close else ""

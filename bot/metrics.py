@@ -59,6 +59,9 @@ class Metrics:
             registry=r,
         )
         self.bounced = Counter("digestbot_subscribers_bounced", "Subscribers set to bounced by refusals", registry=r)
+        self.returned = Counter(
+            "digestbot_returned_mail", "Messages read from inbox.url, by kind (or 'left')", ["kind"], registry=r
+        )
         self.replies = Counter("digestbot_smtp_replies", "SMTP replies to a message, by class", ["class"], registry=r)
         self.latency = Histogram(
             "digestbot_delivery_latency_seconds",
@@ -89,6 +92,12 @@ class Metrics:
         self.outcomes.labels("cancelled").inc(report.cancelled)
         self.bounced.inc(report.bounced)
         self.last_success.labels("deliver").set_to_current_time()
+
+    def inbox_read(self, kinds: dict[str, int], left: int) -> None:
+        for kind, count in kinds.items():
+            self.returned.labels(kind).inc(count)
+        self.returned.labels("left").inc(left)
+        self.last_success.labels("inbox").set_to_current_time()
 
     def message_done(self, state: DigestState, code: int | None, planned_at: datetime, now: datetime) -> None:
         """One recorded send (``bot.delivery.loop`` calls it as outcomes are written)."""

@@ -26,6 +26,7 @@ from bot.plan.cadence import DAILY, CadenceError, clean_cadence
 from bot.store.consents import known_addresses, record_operator_adds
 from bot.store.engine import transaction
 from bot.store.entry_reads import tag_names
+from bot.store.returns import record_cleared
 from bot.store.subscribers import (
     email_key,
     get_subscriber,
@@ -217,9 +218,13 @@ def edit(factory: sessionmaker[Session], settings: Settings, fields: SubscriberF
 
 
 def change_status(factory: sessionmaker[Session], email: str, status: SubscriberStatus, now: datetime) -> Subscriber:
+    """Set *email*'s status.  Resuming a bounced address clears its bounce: the hard
+    bounces read from the inbox before now no longer count (``bot.returns``)."""
     with transaction(factory) as session:
         found = _require(session, email)
         set_status(session, found.id, status, now)
+        if found.status is SubscriberStatus.BOUNCED and status is SubscriberStatus.ACTIVE:
+            record_cleared(session, found.id, now)
         return _require(session, email)
 
 

@@ -54,11 +54,35 @@ def test_password_from_env_or_file_is_never_shown(tmp_path: Path, monkeypatch: p
     settings = load_settings(None)
     assert settings.smtp.resolved_password().get_secret_value() == "s3cret-file"
     assert "s3cret-file" not in str(settings.redacted())
+    monkeypatch.setenv("DIGESTBOT_INBOX__PASSWORD", "s3cret-imap")
+    settings = load_settings(None)
+    assert settings.inbox.resolved_password().get_secret_value() == "s3cret-imap"
+    assert "s3cret-imap" not in repr(settings) and "s3cret-imap" not in str(settings.redacted())
+    assert settings.redacted()["inbox"]["password"] == "**********"
+
+
+def test_the_imap_password_is_refused_in_the_file_and_in_the_url(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[inbox]\npassword = "hunter2"\n')
+    with pytest.raises(ConfigError, match="inbox.password is not allowed in the config file") as info:
+        load_settings(cfg)
+    assert "hunter2" not in str(info.value)
+    cfg.write_text('[inbox]\nurl = "imaps://bot:hunter2@imap.example.org/INBOX"\n')
+    with pytest.raises(ConfigError, match="holds a password; set DIGESTBOT_INBOX__PASSWORD") as info:
+        load_settings(cfg)
+    assert "hunter2" not in str(info.value)
 
 
 @pytest.mark.parametrize(
     ("content", "message"),
     [
+        ('[inbox]\nurl = "imap://bot@imap.example.org/INBOX"\n', "must be imaps://user@host/FOLDER or maildir://"),
+        ('[inbox]\nurl = "imaps://imap.example.org/INBOX"\n', "must be imaps://user@host/FOLDER"),
+        ('[inbox]\nurl = "maildir://host/path"\n', "maildir:///path/to/Maildir"),
+        ('[inbox]\nurl = "imaps://bot@imap.example.org:99999/INBOX"\n', "inbox.url: the port must be a number"),
+        ('[inbox]\nurl = "imaps://bot@[::1/INBOX"\n', "inbox.url: Invalid IPv6 URL"),
+        ('[inbox]\nother_folder = "a\\"b"\n', "inbox.other_folder: must be a folder name"),
+        ("[inbox]\nsoft_bounce_limit = 0\n", "inbox.soft_bounce_limit: must be at least 1"),
         ("[smtp]\nport = 0\n", "smtp.port"),
         ('[smtp]\ntls = "maybe"\n', "smtp.tls"),
         ("[nonsense]\nx = 1\n", "nonsense"),

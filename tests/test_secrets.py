@@ -193,7 +193,7 @@ def test_config_errors_name_the_file_not_the_secret(tmp_path: Path) -> None:
     assert PASSWORD not in str(info.value)
 
 
-@pytest.mark.parametrize("setting", ["web.signing_key_file", "smtp.password_file"])
+@pytest.mark.parametrize("setting", ["web.signing_key_file", "smtp.password_file", "inbox.password_file"])
 def test_a_secret_file_that_is_huge_or_not_text_is_one_error(tmp_path: Path, setting: str) -> None:
     binary = tmp_path / "binary"
     binary.write_bytes(b"\xff\xfe" + os.urandom(64))
@@ -201,7 +201,9 @@ def test_a_secret_file_that_is_huge_or_not_text_is_one_error(tmp_path: Path, set
 
     def read(path: Path) -> object:
         settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path)}, section: {key: str(path)}})
-        return signing_key(settings) if section == "web" else settings.smtp.resolved_password()
+        if section == "web":
+            return signing_key(settings)
+        return settings.smtp.resolved_password() if section == "smtp" else settings.inbox.resolved_password()
 
     for path, said in [(Path("/dev/zero"), "is longer than 16 KB"), (binary, "is not UTF-8 text")]:
         with pytest.raises(ConfigError, match=f"^{setting}: {path} {said}$"):

@@ -7,9 +7,11 @@ where the splice cannot promise that, it is not used.
 
 from __future__ import annotations
 
+import re
 import shutil
 import zlib
 from datetime import UTC, datetime, timedelta
+from email import message_from_bytes
 from pathlib import Path
 
 import css_inline
@@ -54,12 +56,15 @@ PEOPLE = [
 ]
 
 
-def _settings(tmp_path: Path, *, public_url: str = "", templates: Path = ROOT / "templates") -> Settings:
+def _settings(
+    tmp_path: Path, *, public_url: str = "", templates: Path = ROOT / "templates", inbox: str = ""
+) -> Settings:
     return Settings.model_validate(
         {
             "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(templates)},
             "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
             "web": {"public_url": public_url, "signing_key": "splice-test-signing-key-0123456789"},
+            "inbox": {"url": inbox},
         }
     )
 
@@ -91,12 +96,15 @@ def _wrapping_templates(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("footer", ["shipped", "wrapping"])
-@pytest.mark.parametrize("public_url", ["", "https://digest.example.org/"])
+@pytest.mark.parametrize(
+    ("public_url", "inbox"),
+    [("", ""), ("https://digest.example.org/", ""), ("https://digest.example.org/", "maildir:///var/mail/bot")],
+)
 def test_spliced_messages_equal_the_simple_path_byte_for_byte(
-    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], public_url: str, footer: str
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], public_url: str, inbox: str, footer: str
 ) -> None:
     templates = ROOT / "templates" if footer == "shipped" else _wrapping_templates(tmp_path)
-    settings = _settings(tmp_path, public_url=public_url, templates=templates)
+    settings = _settings(tmp_path, public_url=public_url, templates=templates, inbox=inbox)
     ids = _queued(factory, settings, seed_files)
     assert len(ids) == len(PEOPLE)
     mailer = Mailer(settings)
@@ -118,6 +126,9 @@ def test_spliced_messages_equal_the_simple_path_byte_for_byte(
         assert (fast.sender, fast.recipient) == (sender, recipient)
         assert fast.data == data
         assert wire.data == prepared(data)
+        # The mailto goes along with the https link only while the inbox is read.
+        schemes = re.findall(rb"<(https|mailto):", message_from_bytes(data)["List-Unsubscribe"].encode())
+        assert schemes == ([b"https", b"mailto"] if inbox else [b"https"] if public_url else [b"mailto"])
 
 
 @pytest.mark.parametrize("footer", ["shipped", "wrapping"])

@@ -1,5 +1,5 @@
 """CLI commands that preview, plan, send and report digests: ``preview``, ``run``,
-``scheduler``, ``worker``, ``serve``, ``send-now``, ``resend``, ``history``, ``stats``, ``demo``.  Thin shells over
+``scheduler``, ``worker``, ``serve``, ``send-now``, ``resend``, ``demo``.  Thin shells over
 the planner, the delivery loop and the daemon."""
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ from bot.cli.shell import (
     JsonOption,
     app,
     ctx_of,
-    digest_json,
-    digest_story,
-    digest_table,
     err,
     fail,
     find_subscriber,
@@ -32,7 +29,7 @@ from bot.cli.shell import (
     progress_bar,
     report_ingest,
 )
-from bot.domain import DigestState, SourceStatus, SubscriberStatus
+from bot.domain import SourceStatus, SubscriberStatus
 
 
 @app.command("preview")
@@ -346,68 +343,6 @@ def resend_command(
     out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
     if _report_delivery(_deliver_with_progress(c, factory)):
         raise typer.Exit(EXIT_INPUT_FAILED)
-
-
-@app.command("history")
-def history(
-    ctx: typer.Context,
-    email: Annotated[str | None, typer.Argument(help="Only this subscriber.")] = None,
-    status: Annotated[DigestState | None, typer.Option("--status", help="Only digests in this state.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most this many (newest first).")] = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Digests, newest first: who, which day, state, entries, attempts, last error."""
-    from bot.store.digests import list_digests
-
-    c = ctx_of(ctx)
-    factory = c.sessions()
-    subscriber_id = find_subscriber(factory, email).id if email else None
-    with factory() as session:
-        digests = list_digests(session, subscriber_id=subscriber_id, state=status, limit=limit)
-    at = now()
-    stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
-    if as_json:
-        print_json_lines([digest_json(d, story) for d, story in zip(digests, stories, strict=True)])
-        return
-    out.print(digest_table(digests, f"Digests ({len(digests)})", stories))
-
-
-@app.command("stats")
-def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """Per local day: digests planned, sent, failed, bounced (and the rest).  A failed
-    digest whose resend was delivered counts as sent; 'resent' counts delivered resends."""
-    from bot.store.digests import bounced_by_day, stats_by_day
-
-    with ctx_of(ctx).sessions()() as session:
-        days = stats_by_day(session)
-        bounced = bounced_by_day(session)
-    rows: list[dict[str, Any]] = []
-    for day, states in days:
-        planned = sum(n for s, n in states.items() if s not in ("empty", "resent"))
-        rows.append(
-            {
-                "day": day,
-                "planned": planned,
-                "sent": states.get("sent", 0),
-                "failed": states.get("failed", 0),
-                "bounced": bounced.get(day, 0),
-                "pending": sum(states.get(s, 0) for s in ("queued", "sending", "retry_wait")),
-                "empty": states.get("empty", 0),
-                "resent": states.get("resent", 0),
-            }
-        )
-    if as_json:
-        print_json_lines(rows)
-        return
-    table = new_table(
-        "day", "planned", "sent", "failed", "bounced", "pending", "empty", "resent", title="Digests per day"
-    )
-    for r in rows:
-        table.add_row(
-            r["day"].isoformat(),
-            *(str(r[k]) for k in ("planned", "sent", "failed", "bounced", "pending", "empty", "resent")),
-        )
-    out.print(table)
 
 
 @app.command("demo")

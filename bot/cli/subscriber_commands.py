@@ -360,9 +360,12 @@ def subscribers_show(
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
     as_json: JsonOption = False,
 ) -> None:
-    """One subscriber's settings, how they consented, and their last digests."""
+    """One subscriber's settings, how they consented, their last digests, and the
+    bounces and complaints read from the inbox."""
+    from bot.cli.report_commands import return_json, returns_table
     from bot.store.consents import consents_of
     from bot.store.digests import list_digests
+    from bot.store.returns import returns_of
 
     c = ctx_of(ctx)
     factory = c.sessions()
@@ -370,12 +373,14 @@ def subscribers_show(
     with factory() as session:
         digests = list_digests(session, subscriber_id=subscriber.id, limit=10)
         consents = consents_of(session, subscriber.id)
+        returned = returns_of(session, subscriber.id)
     at = now()
     stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
     if as_json:
         data = _subscriber_json(subscriber)
         data["consent"] = [_consent_json(e) for e in consents]
         data["last_digests"] = [digest_json(d, story) for d, story in zip(digests, stories, strict=True)]
+        data["returned_mail"] = [return_json(e) for e in returned]
         print_json_lines([data])
         return
     table = new_table(show_header=False, box=None, title=subscriber.email)
@@ -389,6 +394,8 @@ def subscribers_show(
         table.add_row("consent", "none recorded (added before consent was recorded)")
     out.print(table)
     out.print(digest_table(digests, "Last digests", stories))
+    if returned:
+        out.print(returns_table(returned))
 
 
 def _consent_json(event: Any) -> dict[str, Any]:

@@ -126,15 +126,17 @@ class Mailer:
             self._builders = None
 
     def links_for_token(self, token: str) -> tuple[Links, tuple[str, ...]]:
-        """Footer links and List-Unsubscribe URIs.  With a public URL, only the https one:
-        nothing reads the unsubscribe mailbox yet, so a mailto there would be a dead end.
-        Without one, the mailto to the operator's address is the only way out, and the
-        operator acts on those mails by hand (README, "Unsubscribing")."""
-        if self.settings.web.public_url:
-            links = web_links(self.settings.web.public_url, token)
-            return links, (links.unsubscribe_url,)
+        """Footer links and List-Unsubscribe URIs.  With a public URL, the https one, and
+        the mailto too when ``inbox.url`` is read (``bot.returns`` acts on those mails).
+        Without one, the mailto is the only way out; with no inbox read, the operator
+        acts on those mails by hand (README, "Unsubscribing")."""
         sender = self.settings.sender
         mailto = f"mailto:{sender.unsubscribe_address or sender.from_address}?subject=unsubscribe%20{token}"
+        if self.settings.web.public_url:
+            links = web_links(self.settings.web.public_url, token)
+            if self.settings.inbox.url:
+                return links, (links.unsubscribe_url, mailto)
+            return links, (links.unsubscribe_url,)
         return Links(mailto, None), (mailto,)
 
     def message_bytes(self, session: Session, row: DigestRow, now: datetime) -> tuple[bytes, str, str]:

@@ -37,6 +37,8 @@ from bot.mail.mailer import Mailer
 from bot.metrics import Metrics
 from bot.optin import expire_signups
 from bot.plan import plan
+from bot.returns.mailboxes import MailboxError
+from bot.returns.service import read_configured_inbox
 from bot.run.exporter import Exporter
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
@@ -129,6 +131,7 @@ class Daemon:
         # A tick that finds the last scan or planning pass still running skips.
         self._watching = asyncio.Lock()
         self._planning = asyncio.Lock()
+        self._reading = asyncio.Lock()
 
     def fresh_jobs(self) -> list[str]:
         """The jobs /healthz holds this process to: planning while it leads, delivery
@@ -198,6 +201,26 @@ class Daemon:
             if self.deliver_jobs:
                 await self.deliver()
 
+    async def read_inbox(self) -> None:
+        """Read ``inbox.url``: bounces, complaints and unsubscribe mails (``bot.returns``)."""
+        if self.stop.is_set() or not self.leadership.holds() or self._reading.locked():
+            return
+        async with self._reading:
+            try:
+                report = await asyncio.to_thread(read_configured_inbox, self.factory, self.settings, self.mailer.key)
+            except MailboxError as exc:
+                log.warning("returned mail not read: %s", exc)
+                return
+        self.metrics.inbox_read({kind.value: n for kind, n in report.kinds.items()}, report.left)
+        if report.read:
+            log.info(
+                "inbox: read %d messages, recorded %d, left %d for a person; %d subscribers changed status",
+                report.read,
+                sum(report.kinds.values()),
+                report.left,
+                len(report.changed),
+            )
+
     async def deliver(self) -> None:
         """Start delivering what is due, unless a delivery is still running.
 
@@ -240,6 +263,9 @@ class Daemon:
             scheduler.add_job(
                 self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now + timedelta(minutes=1)
             )
+            if self.settings.inbox.url:
+                every = timedelta(minutes=self.settings.inbox.interval_minutes)
+                scheduler.add_job(self.read_inbox, IntervalTrigger(seconds=every.total_seconds()), id="inbox")
         if self.deliver_jobs:
             scheduler.add_job(
                 self.deliver, IntervalTrigger(seconds=DELIVER_EVERY_SECONDS), id="deliver", next_run_time=now
@@ -257,6 +283,9 @@ class Daemon:
             self.settings.smtp.port,
             self.settings.smtp.tls,
         )
+        if self.plan_jobs and self.settings.inbox.url:
+            inbox = self.settings.inbox
+            log.info("returned mail read from %s every %d minutes", inbox.url, inbox.interval_minutes)
         if self.exporter is not None:
             host = self.settings.metrics.listen_host
             log.info("metrics on http://%s:%d/metrics, health on /healthz", host, self.exporter.port)

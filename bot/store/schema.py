@@ -380,3 +380,23 @@ class SignupRequest(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     client: Mapped[str] = mapped_column(String(64))
     at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ReturnEvent(Base):
+    """What a message read from the returned-mail inbox did (``bot.returns``): a bounce,
+    a complaint or an unsubscribe mail, for the subscriber it names (none when it names
+    nobody we know).  ``message_key`` (the message's SHA-256) makes reading the same
+    message twice change nothing.  ``cleared`` rows, without a message, mark where
+    ``subscribers resume`` started the count of hard bounces again."""
+
+    __tablename__ = "return_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    message_key: Mapped[str | None] = mapped_column(String(64), unique=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    subscriber_id: Mapped[int | None] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"), index=True)
+    digest_id: Mapped[int | None] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    address: Mapped[str] = mapped_column(String(320), server_default="")
+    status: Mapped[str] = mapped_column(String(16), server_default="")
+    diagnostic: Mapped[str] = mapped_column(String(300), server_default="")

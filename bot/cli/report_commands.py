@@ -1,0 +1,169 @@
+"""CLI commands that report and read what came back: ``history``, ``stats`` and
+``bounces fetch``.  Thin shells over the store's reports and ``bot.returns``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from bot.cli.shell import (
+    EXIT_INPUT_FAILED,
+    EXIT_USAGE,
+    JsonOption,
+    app,
+    command_group,
+    ctx_of,
+    digest_json,
+    digest_story,
+    digest_table,
+    fail,
+    find_subscriber,
+    jsonable,
+    new_table,
+    now,
+    out,
+    plural,
+    print_json_lines,
+)
+from bot.domain import DigestState, ReturnEvent, ReturnKind
+
+STATS_COLUMNS = ("planned", "sent", "failed", "bounced", "pending", "empty", "resent", "hard", "soft", "complaints")
+_KIND_WORDS = {
+    ReturnKind.HARD: "hard bounce",
+    ReturnKind.SOFT: "soft bounce",
+    ReturnKind.DELAYED: "delay notice",
+    ReturnKind.COMPLAINT: "complaint",
+    ReturnKind.UNSUBSCRIBE: "unsubscribe mail",
+    ReturnKind.CLEARED: "bounce cleared",
+}
+
+bounces_app = command_group("Read bounces, complaints and unsubscribe mails from inbox.url.")
+
+
+@app.command("history")
+def history(
+    ctx: typer.Context,
+    email: Annotated[str | None, typer.Argument(help="Only this subscriber.")] = None,
+    status: Annotated[DigestState | None, typer.Option("--status", help="Only digests in this state.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many (newest first).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Digests, newest first: who, which day, state, entries, attempts, last error; for
+    one subscriber, the bounces and complaints read from the inbox too."""
+    from bot.store.digests import list_digests
+    from bot.store.returns import returns_of
+
+    c = ctx_of(ctx)
+    factory = c.sessions()
+    subscriber_id = find_subscriber(factory, email).id if email else None
+    with factory() as session:
+        digests = list_digests(session, subscriber_id=subscriber_id, state=status, limit=limit)
+        returned = returns_of(session, subscriber_id) if subscriber_id is not None else []
+    at = now()
+    stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
+    if as_json:
+        print_json_lines([digest_json(d, story) for d, story in zip(digests, stories, strict=True)])
+        return
+    out.print(digest_table(digests, f"Digests ({len(digests)})", stories))
+    if returned:
+        out.print(returns_table(returned))
+
+
+@app.command("stats")
+def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Per local day: digests planned, sent, failed, bounced (and the rest).  A failed
+    digest whose resend was delivered counts as sent; 'resent' counts delivered resends.
+    Hard and soft bounces and complaints read from the inbox count by the day they were read (UTC)."""
+    from bot.store.digests import bounced_by_day, stats_by_day
+    from bot.store.returns import returns_by_day
+
+    with ctx_of(ctx).sessions()() as session:
+        days = stats_by_day(session)
+        bounced = bounced_by_day(session)
+        returned = returns_by_day(session)
+    digest_days = dict(days)
+    rows: list[dict[str, Any]] = []
+    for day in sorted(digest_days.keys() | returned.keys(), reverse=True):
+        states = digest_days.get(day, {})
+        mail = returned.get(day, {})
+        planned = sum(n for s, n in states.items() if s not in ("empty", "resent"))
+        rows.append(
+            {
+                "day": day,
+                "planned": planned,
+                "sent": states.get("sent", 0),
+                "failed": states.get("failed", 0),
+                "bounced": bounced.get(day, 0),
+                "pending": sum(states.get(s, 0) for s in ("queued", "sending", "retry_wait")),
+                "empty": states.get("empty", 0),
+                "resent": states.get("resent", 0),
+                "hard": mail.get(ReturnKind.HARD.value, 0),
+                "soft": mail.get(ReturnKind.SOFT.value, 0),
+                "complaints": mail.get(ReturnKind.COMPLAINT.value, 0),
+            }
+        )
+    if as_json:
+        print_json_lines(rows)
+        return
+    table = new_table("day", *STATS_COLUMNS, title="Digests per day")
+    for r in rows:
+        table.add_row(r["day"].isoformat(), *(str(r[k]) for k in STATS_COLUMNS))
+    out.print(table)
+
+
+def return_json(event: ReturnEvent) -> dict[str, Any]:
+    return {
+        "at": jsonable(event.at),
+        "kind": event.kind.value,
+        "address": event.address,
+        "status": event.status,
+        "diagnostic": event.diagnostic,
+        "digest": event.digest_id,
+    }
+
+
+def return_line(event: ReturnEvent) -> str:
+    """ "2026-11-24 08:00 UTC hard bounce 5.1.1 (digest #42): 550 5.1.1 User unknown"."""
+    parts = [f"{event.at:%Y-%m-%d %H:%M} UTC", _KIND_WORDS.get(event.kind, event.kind.value)]
+    if event.status:
+        parts.append(event.status)
+    if event.digest_id is not None:
+        parts.append(f"(digest #{event.digest_id})")
+    line = " ".join(parts)
+    return f"{line}: {event.diagnostic}" if event.diagnostic else line
+
+
+def returns_table(events: list[ReturnEvent]) -> Table:
+    table = new_table("returned mail", title="Bounces and complaints read from the inbox")
+    for event in events:
+        table.add_row(return_line(event))
+    return table
+
+
+@bounces_app.command("fetch")
+def bounces_fetch(ctx: typer.Context) -> None:
+    """Read inbox.url once: record each bounce, complaint and unsubscribe mail, mark it
+    seen, and leave everything else for a person (exit 1 when the mailbox fails)."""
+    from bot.returns.mailboxes import MailboxError
+    from bot.returns.service import read_configured_inbox
+    from bot.tokens import signing_key
+
+    c = ctx_of(ctx)
+    if not c.settings.inbox.url:
+        fail("inbox.url is not set: nothing to read (README, 'Mail that comes back')", EXIT_USAGE)
+    try:
+        report = read_configured_inbox(c.sessions(), c.settings, signing_key(c.settings))
+    except MailboxError as exc:
+        fail(str(exc), EXIT_INPUT_FAILED)
+    counts = ", ".join(plural(n, _KIND_WORDS[kind]) for kind, n in sorted(report.kinds.items()))
+    out.print(
+        f"read {plural(report.read, 'message')}: {counts or 'nothing recorded'}"
+        f"; {report.left} left for a person; {report.repeated} read before",
+        markup=False,
+    )
+    if report.unknown:
+        out.print(f"{plural(report.unknown, 'message')} named no subscriber (recorded)", markup=False)
+    for email, status in report.changed:
+        out.print(f"{email}: now {status.value}", markup=False)

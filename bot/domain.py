@@ -227,6 +227,20 @@ class ReturnEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class LibraryPaper:
+    """A paper a subscriber vouches for (``bot.taste``): read from a reference manager's
+    export, matched to a stored entry where one has the same identity."""
+
+    key: str  # "arxiv:<id>", "doi:<doi>" or "paper:<title hash>", as entries are keyed
+    title: str
+    abstract: str = ""
+    arxiv_id: str | None = None
+    doi: str | None = None
+    entry_id: int | None = None  # the stored entry it is, when there is one
+    source: str = ""  # bibtex | ris | csl-json | ids
+
+
+@dataclass(frozen=True, slots=True)
 class UpsertCounts:
     """What saving a batch of subscriber fields did."""
 

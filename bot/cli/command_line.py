@@ -41,6 +41,7 @@ def _no_type_label(ctx: object) -> str:
 _OPTION_LABELS = {
     "--config": "FILE",
     "--subscriber": "EMAIL",
+    "--library": "EMAIL",
     "--date": "YYYY-MM-DD",
     "--since": "YYYY-MM-DD",
     "--tz": "ZONE",

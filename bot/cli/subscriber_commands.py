@@ -325,10 +325,18 @@ def subscribers_export(
             "(the file then no longer round-trips through 'import').",
         ),
     ] = False,
+    library: Annotated[
+        str | None, typer.Option("--library", help="Print this subscriber's library as CSL-JSON instead.")
+    ] = None,
 ) -> None:
     """Print all subscribers as CSV, exactly as stored: the format 'import' reads."""
     from bot.subscriber_csv import export_csv
 
+    if library is not None:
+        from bot.cli.library_commands import print_library
+
+        print_library(ctx, library)
+        return
     sys.stdout.write(export_csv(ctx_of(ctx).sessions(), status, spreadsheet=spreadsheet))
 
 

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    UniqueConstraint,
     text,
     true,
 )
@@ -400,3 +401,21 @@ class ReturnEvent(Base):
     address: Mapped[str] = mapped_column(String(320), server_default="")
     status: Mapped[str] = mapped_column(String(16), server_default="")
     diagnostic: Mapped[str] = mapped_column(String(300), server_default="")
+
+
+class LibraryPaperRow(Base):
+    """A paper a subscriber vouches for (``bot.taste.library``), keyed as entries are;
+    ``entry_id`` is the stored entry it is, when there is one.  Deleted with the
+    subscriber."""
+
+    __tablename__ = "library_papers"
+    __table_args__ = (UniqueConstraint("subscriber_id", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(200))
+    entry_id: Mapped[int | None] = mapped_column(ForeignKey("entries.id", ondelete="SET NULL"))
+    title: Mapped[str] = mapped_column(Text)
+    abstract: Mapped[str] = mapped_column(Text, server_default="")
+    source: Mapped[str] = mapped_column(String(16))
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime)

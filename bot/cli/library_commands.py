@@ -1,0 +1,106 @@
+"""CLI commands ``subscribers library``: add, list, remove a reader's library (the
+papers their ranking learns from).  Thin shells over ``bot.taste.service``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bot.cli.shell import (
+    EXIT_INPUT_FAILED,
+    JsonOption,
+    command_group,
+    ctx_of,
+    err,
+    fail,
+    find_subscriber,
+    new_table,
+    now,
+    out,
+    plural,
+    print_json_lines,
+)
+
+library_app = command_group("A reader's library: the papers their digest is ranked by.")
+READ_LIMIT = 20_000_001
+
+
+@library_app.command("add")
+def library_add(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    path: Annotated[Path, typer.Argument(help="BibTeX, RIS, CSL-JSON, or arXiv ids / DOIs one per line.")],
+) -> None:
+    """Add the papers of a reference manager's export to EMAIL's library.  Each record
+    that cannot be read is one warning line; the rest is added (exit 1 if any was bad)."""
+    from bot.taste.library import LibraryFileError
+    from bot.taste.service import import_library
+
+    factory = ctx_of(ctx).sessions()
+    subscriber = find_subscriber(factory, email)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(READ_LIMIT)
+        result = import_library(factory, subscriber.id, data, now())
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror}")
+    except LibraryFileError as exc:
+        fail(f"{path}: {exc}")
+    for problem in result.problems:
+        err.print(f"warning: {path}: {problem}", markup=False)
+    matched = sum(1 for p in result.added if p.entry_id is not None)
+    out.print(
+        f"{subscriber.email}: added {plural(len(result.added), 'paper')} ({result.format}), "
+        f"{matched} of them stored entries; {result.already} already there",
+        markup=False,
+    )
+    if result.problems:
+        raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+@library_app.command("list")
+def library_list(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    as_json: JsonOption = False,
+) -> None:
+    """EMAIL's library: key, title, and the stored entry each paper is."""
+    from bot.taste.service import library
+
+    factory = ctx_of(ctx).sessions()
+    papers = library(factory, find_subscriber(factory, email).id)
+    if as_json:
+        print_json_lines([{"key": p.key, "title": p.title, "entry": p.entry_id, "source": p.source} for p in papers])
+        return
+    table = new_table("key", "title", "entry", "source", title=f"Library ({len(papers)})")
+    for p in papers:
+        table.add_row(p.key, p.title, f"#{p.entry_id}" if p.entry_id else "not stored", p.source)
+    out.print(table)
+
+
+@library_app.command("remove")
+def library_remove(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    keys: Annotated[list[str], typer.Argument(help="Keys as 'library list' shows them.")],
+) -> None:
+    """Remove papers from EMAIL's library (exit 1 when a key is not in it)."""
+    from bot.taste.service import remove_from_library
+
+    factory = ctx_of(ctx).sessions()
+    removed = remove_from_library(factory, find_subscriber(factory, email).id, keys)
+    out.print(f"removed {plural(removed, 'paper')}", markup=False)
+    if removed < len(set(keys)):
+        fail(f"{len(set(keys)) - removed} of the keys given are not in the library")
+
+
+def print_library(ctx: typer.Context, email: str) -> None:
+    """``subscribers export --library EMAIL``: their library as CSL-JSON."""
+    from bot.taste.library import csl_json
+    from bot.taste.service import library
+
+    factory = ctx_of(ctx).sessions()
+    sys.stdout.write(csl_json(library(factory, find_subscriber(factory, email).id)))

@@ -37,7 +37,7 @@ def library_add(
     """Add the papers of a reference manager's export to EMAIL's library.  Each record
     that cannot be read is one warning line; the rest is added (exit 1 if any was bad)."""
     from bot.taste.library import LibraryFileError
-    from bot.taste.service import import_library
+    from bot.taste.service import import_library, refresh_models
 
     factory = ctx_of(ctx).sessions()
     subscriber = find_subscriber(factory, email)
@@ -57,6 +57,8 @@ def library_add(
         f"{matched} of them stored entries; {result.already} already there",
         markup=False,
     )
+    if result.added:
+        refresh_models(factory, now(), only=[subscriber.id])  # the next preview is ranked by it
     if result.problems:
         raise typer.Exit(EXIT_INPUT_FAILED)
 
@@ -88,10 +90,13 @@ def library_remove(
     keys: Annotated[list[str], typer.Argument(help="Keys as 'library list' shows them.")],
 ) -> None:
     """Remove papers from EMAIL's library (exit 1 when a key is not in it)."""
-    from bot.taste.service import remove_from_library
+    from bot.taste.service import refresh_models, remove_from_library
 
     factory = ctx_of(ctx).sessions()
-    removed = remove_from_library(factory, find_subscriber(factory, email).id, keys)
+    subscriber_id = find_subscriber(factory, email).id
+    removed = remove_from_library(factory, subscriber_id, keys)
+    if removed:
+        refresh_models(factory, now(), only=[subscriber_id])
     out.print(f"removed {plural(removed, 'paper')}", markup=False)
     if removed < len(set(keys)):
         fail(f"{len(set(keys)) - removed} of the keys given are not in the library")

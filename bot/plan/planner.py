@@ -14,9 +14,10 @@ import hashlib
 import logging
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -45,7 +46,13 @@ from bot.store.ledger import (
 from bot.store.revisions import attach_revisions
 from bot.store.sources import latest_dump_at
 from bot.store.subscribers import set_watermarks, subscribers_after, watermarks
+from bot.store.taste import any_models
+from bot.taste.service import refresh_models
 from bot.unsubscribes import journal_of
+
+if TYPE_CHECKING:
+    from bot.taste.model import Model
+    from bot.taste.ranking import TastePass
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -137,6 +144,7 @@ def plan(
     so planning reads about a day of entries and ledger rows per subscriber
     however long the history; the result is what the whole window would give,
     because every entry behind the watermark was claimed or did not match."""
+    refresh_models(factory, now)  # a reader's model learns their new papers before their digest
     journal = journal_of(factory)
     journal.try_apply_pending(factory)
     leaving = journal.pending_subscribers()  # acknowledged but not applied: as good as gone
@@ -161,6 +169,11 @@ def plan_without_journal(
     with factory() as session:
         latest_entry, latest_dump = latest_entry_at(session), latest_dump_at(session)
     run = _Pass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump)
+    with factory() as session:
+        if any_models(session):  # only then are numpy and scipy loaded
+            from bot.taste.ranking import TastePass
+
+            run.taste = TastePass.open(session)
     if subscribers is not None:
         chosen = [s for s in subscribers if s.status is SubscriberStatus.ACTIVE and s.id not in leaving]
         batches: Iterable[list[Subscriber]] = (chosen[i : i + PLAN_BATCH] for i in range(0, len(chosen), PLAN_BATCH))
@@ -200,6 +213,7 @@ class _Pass:
     cache: SelectionCache = field(default_factory=SelectionCache)
     memo: dict[tuple[int, int], Planned] = field(default_factory=dict)
     report: PlanReport = field(default_factory=PlanReport)
+    taste: TastePass | None = None  # the subscribers' models, when any has one
 
 
 def _active_batches(factory: sessionmaker[Session]) -> Iterable[list[Subscriber]]:
@@ -225,6 +239,7 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
         choices: list[NewDigest] = []
         marks: list[tuple[int, datetime, str]] = []
         still_empty: list[int] = []
+        models = _models(session, run, due)
         for subscriber, day in due:
             candidates = select_for(
                 session,
@@ -235,6 +250,10 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
                 start=starts[subscriber.id],
                 exclude=claimed.get(subscriber.id, frozenset()),
             )
+            model = models.get(subscriber.id)
+            if model is not None:
+                order, why = _by_taste(session, run, subscriber, starts[subscriber.id], model)
+                candidates = order(candidates)
             chosen = candidates[: settings.digest.max_entries]
             if len(chosen) == len(candidates):
                 marks.append((subscriber.id, now, keys[subscriber.id]))
@@ -246,6 +265,8 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
                 run.report.empty += 1
                 continue
             entries = [_planned_entry(c, settings, run.memo) for c in chosen]
+            if model is not None:
+                entries = why(chosen, entries)
             choices.append(NewDigest(subscriber.id, day, run.kind, state, entries, len(candidates) - len(chosen), fill))
     written = _write(run.factory, choices, marks, still_empty, now=now, make_id=_message_id(settings))
     for digest_id, choice in written:
@@ -253,6 +274,29 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             run.report.empty += 1
         else:
             run.report.planned.append(digest_id)
+
+
+def _models(session: Session, run: _Pass, due: list[tuple[Subscriber, date]]) -> dict[int, Model]:
+    return run.taste.models(session, [s.id for s, _ in due]) if run.taste is not None else {}
+
+
+def _by_taste(
+    session: Session, run: _Pass, subscriber: Subscriber, start: datetime | None, model: Model
+) -> tuple[Callable[[list[Candidate]], list[Candidate]], Callable[[list[Candidate], list[Planned]], list[Planned]]]:
+    """What the subscriber's model does to their candidates (``bot.taste.ranking``): their
+    order, and the why lines of the chosen ones, which name the library paper each is close to."""
+    taste, window_start = run.taste, effective_start(subscriber, start)
+    assert taste is not None
+    window = run.cache.entries(session, window_start, run.now)
+
+    def order(found: list[Candidate]) -> list[Candidate]:
+        return taste.rerank(model, found, window_start, window)
+
+    def why(picked: list[Candidate], entries: list[Planned]) -> list[Planned]:
+        whys = taste.why_lines(model, picked, [e.why for e in entries], window_start, window)
+        return [replace(e, why=line) for e, line in zip(entries, whys, strict=True)]
+
+    return order, why
 
 
 def _days_to_plan(

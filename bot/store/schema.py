@@ -12,9 +12,11 @@ from sqlalchemy import (
     Boolean,
     Date,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
@@ -384,11 +386,9 @@ class SignupRequest(Base):
 
 
 class ReturnEvent(Base):
-    """What a message read from the returned-mail inbox did (``bot.returns``): a bounce,
-    a complaint or an unsubscribe mail, for the subscriber it names (none when it names
-    nobody we know).  ``message_key`` (the message's SHA-256) makes reading the same
-    message twice change nothing.  ``cleared`` rows, without a message, mark where
-    ``subscribers resume`` started the count of hard bounces again."""
+    """What a message read from the inbox did (``bot.returns``), for the subscriber it
+    names, if any; ``message_key`` (its SHA-256) records it once.  ``cleared`` rows mark
+    where ``subscribers resume`` started the count of hard bounces again."""
 
     __tablename__ = "return_events"
 
@@ -404,9 +404,8 @@ class ReturnEvent(Base):
 
 
 class LibraryPaperRow(Base):
-    """A paper a subscriber vouches for (``bot.taste.library``), keyed as entries are;
-    ``entry_id`` is the stored entry it is, when there is one.  Deleted with the
-    subscriber."""
+    """A paper a subscriber vouches for (``bot.taste.library``), keyed as entries are,
+    and the stored entry it is, when there is one."""
 
     __tablename__ = "library_papers"
     __table_args__ = (UniqueConstraint("subscriber_id", "key"),)
@@ -419,3 +418,33 @@ class LibraryPaperRow(Base):
     abstract: Mapped[str] = mapped_column(Text, server_default="")
     source: Mapped[str] = mapped_column(String(16))
     added_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class TasteVocabulary(Base):
+    """The TF-IDF vocabulary fitted on the store (``bot.taste.features``); a newer one
+    replaces it as the store grows, and the models are trained in it again."""
+
+    __tablename__ = "taste_vocabularies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    fitted_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    entries: Mapped[int] = mapped_column(Integer)  # how many entries it was fitted on
+    terms: Mapped[list[str]] = mapped_column(JSON)
+    idf: Mapped[bytes] = mapped_column(LargeBinary)  # float32, one per term
+
+
+class TasteModel(Base):
+    """A subscriber's model (``bot.taste.model``): its kept weights as int32 term indices
+    and float32 values, and its library papers' strongest terms (to name the nearest).
+    ``signals`` is what it was trained from; a change trains it again."""
+
+    __tablename__ = "taste_models"
+
+    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"), primary_key=True)
+    vocabulary_id: Mapped[int] = mapped_column(Integer)
+    signals: Mapped[str] = mapped_column(String(64))
+    trained_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    intercept: Mapped[float] = mapped_column(Float)
+    indices: Mapped[bytes] = mapped_column(LargeBinary)
+    weights: Mapped[bytes] = mapped_column(LargeBinary)
+    library: Mapped[list[list[str]]] = mapped_column(JSON)  # [title, base64 indices, base64 values] per paper

@@ -1,0 +1,165 @@
+"""Taste vocabularies and models (``bot.taste``): SQL only.  Arrays go in and out as
+the bytes of float32 / int32 numpy arrays."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.orm import Session
+
+from bot.domain import match_text
+from bot.store.bulk import chunks
+from bot.store.schema import Entry, LibraryPaperRow, TasteModel, TasteVocabulary
+
+if TYPE_CHECKING:  # numpy and scipy load only where models exist
+    import numpy as np
+
+    from bot.taste.features import Vocabulary
+    from bot.taste.model import Model
+
+
+def latest_vocabulary(session: Session) -> tuple[Vocabulary, int] | None:
+    """The newest vocabulary and how many entries it was fitted on."""
+    import numpy as np
+
+    from bot.taste.features import Vocabulary
+
+    row = session.scalars(select(TasteVocabulary).order_by(TasteVocabulary.id.desc()).limit(1)).first()
+    if row is None:
+        return None
+    return Vocabulary(row.id, tuple(row.terms), np.frombuffer(row.idf, dtype=np.float32)), row.entries
+
+
+def latest_vocabulary_id(session: Session) -> int | None:
+    return session.scalar(select(func.max(TasteVocabulary.id)))
+
+
+def vocabulary_size(session: Session) -> int | None:
+    """How many entries the newest vocabulary was fitted on (None: there is none)."""
+    return session.scalar(select(TasteVocabulary.entries).order_by(TasteVocabulary.id.desc()).limit(1))
+
+
+def newest_entry_id(session: Session) -> int:
+    return int(session.scalar(select(func.max(Entry.id))) or 0)
+
+
+def save_vocabulary(session: Session, terms: list[str], idf: np.ndarray, entries: int, now: datetime) -> int:
+    """Store a new vocabulary, with an id above every earlier one (a model names the one it
+    was trained in), and delete the earlier ones: their models are trained again."""
+    new_id = int(session.scalar(select(func.max(TasteVocabulary.id))) or 0) + 1
+    session.execute(
+        insert(TasteVocabulary).values(
+            id=new_id, fitted_at=now, entries=entries, terms=terms, idf=idf.astype("float32").tobytes()
+        )
+    )
+    session.execute(delete(TasteVocabulary).where(TasteVocabulary.id < new_id))
+    return new_id
+
+
+def entry_count(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(Entry)) or 0)
+
+
+def entry_ids(session: Session) -> list[int]:
+    return list(session.scalars(select(Entry.id).order_by(Entry.id)))
+
+
+def texts_of(session: Session, ids: Iterable[int]) -> dict[int, str]:
+    """Each entry's text as the model sees it (title and summary, markup out)."""
+    found: dict[int, str] = {}
+    for part in chunks(sorted(set(ids))):
+        rows = session.execute(select(Entry.id, Entry.title, Entry.summary, Entry.extra).where(Entry.id.in_(part)))
+        found.update((i, f"{title}\n{match_text(summary, extra)}") for i, title, summary, extra in rows)
+    return found
+
+
+def library_signals(session: Session, at_least: int) -> dict[int, str]:
+    """Per subscriber with at least this many library papers, what changes whenever their
+    library does: the count, the newest row id and the sum of the row ids."""
+    query = (
+        select(
+            LibraryPaperRow.subscriber_id,
+            func.count(),
+            func.max(LibraryPaperRow.id),
+            func.sum(LibraryPaperRow.id),
+        )
+        .group_by(LibraryPaperRow.subscriber_id)
+        .having(func.count() >= at_least)
+    )
+    return {sid: f"{n}:{newest}:{total}" for sid, n, newest, total in session.execute(query)}
+
+
+def library_rows(session: Session, subscriber_id: int) -> list[tuple[str, str, str, int | None]]:
+    """(key, title, abstract, entry id) of each library paper, oldest first."""
+    query = (
+        select(LibraryPaperRow.key, LibraryPaperRow.title, LibraryPaperRow.abstract, LibraryPaperRow.entry_id)
+        .where(LibraryPaperRow.subscriber_id == subscriber_id)
+        .order_by(LibraryPaperRow.id)
+    )
+    return [(k, t, a, e) for k, t, a, e in session.execute(query)]
+
+
+def model_signals(session: Session) -> dict[int, str]:
+    """What each stored model was trained from, by subscriber."""
+    return {sid: signals for sid, signals in session.execute(select(TasteModel.subscriber_id, TasteModel.signals))}
+
+
+def save_model(session: Session, subscriber_id: int, model: Model, signals: str, now: datetime) -> None:
+    session.execute(delete(TasteModel).where(TasteModel.subscriber_id == subscriber_id))
+    session.execute(
+        insert(TasteModel).values(
+            subscriber_id=subscriber_id,
+            vocabulary_id=model.vocabulary_id,
+            signals=signals,
+            trained_at=now,
+            intercept=model.intercept,
+            indices=model.indices.astype("int32").tobytes(),
+            weights=model.weights.astype("float32").tobytes(),
+            library=[[title, _b64(i.astype("int32")), _b64(v.astype("float32"))] for title, i, v in model.library],
+        )
+    )
+
+
+def delete_models(session: Session, subscriber_ids: Iterable[int]) -> int:
+    gone = sorted(set(subscriber_ids))
+    for part in chunks(gone):
+        session.execute(delete(TasteModel).where(TasteModel.subscriber_id.in_(part)))
+    return len(gone)
+
+
+def models_of(session: Session, subscriber_ids: Iterable[int], vocabulary_id: int) -> dict[int, Model]:
+    """The models of these subscribers trained in *vocabulary_id* (others are stale)."""
+    import numpy as np
+
+    from bot.taste.model import Model
+
+    found: dict[int, Model] = {}
+    for part in chunks(sorted(set(subscriber_ids))):
+        query = select(TasteModel).where(TasteModel.subscriber_id.in_(part), TasteModel.vocabulary_id == vocabulary_id)
+        for row in session.scalars(query):
+            found[row.subscriber_id] = Model(
+                row.vocabulary_id,
+                row.intercept,
+                np.frombuffer(row.indices, dtype=np.int32),
+                np.frombuffer(row.weights, dtype=np.float32),
+                tuple((t, _array(i, "int32"), _array(v, "float32")) for t, i, v in row.library),
+            )
+    return found
+
+
+def any_models(session: Session) -> bool:
+    return session.scalar(select(TasteModel.subscriber_id).limit(1)) is not None
+
+
+def _b64(array: np.ndarray) -> str:  # the bytes of a library paper's terms, in a JSON column
+    return base64.b64encode(array.tobytes()).decode("ascii")
+
+
+def _array(text: str, dtype: str) -> np.ndarray:
+    import numpy as np
+
+    return np.frombuffer(base64.b64decode(text), dtype=dtype)

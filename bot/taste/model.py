@@ -1,0 +1,107 @@
+"""Taste stage, the model: a linear classifier per reader, trained on TF-IDF vectors of
+the papers they vouch for against a sample of the store, as arxiv-sanity-lite does
+(scikit-learn's ``LinearSVC``, balanced class weights).  Entries of the sample that
+are close to one of the reader's papers (``CLOSE_TO_POSITIVE``, or the tenth closest)
+are left out: they are more likely unread than unwanted.  Only the largest weights
+are kept (``MAX_WEIGHTS``), so a model is a few kilobytes.  ``score`` and
+``nearest`` use numpy and scipy only.  Pure: the service gives the texts and stores
+what comes back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.sparse import csr_matrix, vstack
+
+from bot.taste.features import Vocabulary, vectors
+
+MAX_WEIGHTS = 2000
+NEAR_TERMS = 40  # of each library paper, kept to name the nearest one
+NEAR_ENOUGH = 0.08  # cosine below which no library paper is named
+# Sample entries this close to one of the reader's papers, or among the tenth closest,
+# are not taken as negatives: more likely unread than unwanted.
+CLOSE_TO_POSITIVE = 0.3
+# The blend: a margin of 1 counts as much as a title hit of the filter (weight 3).
+BLEND = 3.0
+
+
+@dataclass(frozen=True)
+class Model:
+    vocabulary_id: int
+    intercept: float
+    indices: np.ndarray  # int32 term indices of the kept weights
+    weights: np.ndarray  # float32
+    library: tuple[tuple[str, np.ndarray, np.ndarray], ...]  # (title, term indices, values) per paper
+
+    def dense(self, size: int) -> np.ndarray:
+        w = np.zeros(size, dtype=np.float32)
+        w[self.indices] = self.weights
+        return w
+
+
+def train(
+    vocabulary: Vocabulary,
+    positives: Sequence[tuple[str, str]],
+    negatives: Sequence[str],
+    sample: Sequence[str],
+) -> Model:
+    """A model from the reader's papers (title, text), the texts they marked less, and a
+    sample of the store."""
+    from sklearn.svm import LinearSVC
+
+    good = vectors([text for _, text in positives], vocabulary)
+    bad = vectors(list(negatives), vocabulary)
+    pool = vectors(list(sample), vocabulary)
+    if pool.shape[0] and good.shape[0]:
+        closeness = (pool @ good.T).max(axis=1).toarray().ravel()
+        nearest_tenth = np.sort(closeness)[-max(1, pool.shape[0] // 10)]
+        unlike = (closeness < CLOSE_TO_POSITIVE) & ((closeness < nearest_tenth) | (closeness == 0))
+        pool = pool[np.flatnonzero(unlike)]
+    features = vstack([good, bad, pool]).tocsr()
+    labels = np.r_[np.ones(good.shape[0]), np.zeros(bad.shape[0] + pool.shape[0])]
+    if labels.min() == labels.max():  # nothing to tell the papers from: every weight on their words
+        weights = np.asarray(good.mean(axis=0)).ravel()
+        intercept = 0.0
+    else:
+        svm = LinearSVC(class_weight="balanced", C=0.1, max_iter=10_000, tol=1e-6)
+        svm.fit(features, labels)
+        weights, intercept = svm.coef_.ravel(), float(svm.intercept_[0])
+    kept = np.argsort(-np.abs(weights))[:MAX_WEIGHTS]
+    kept = np.sort(kept[weights[kept] != 0]).astype(np.int32)
+    return Model(vocabulary.id, intercept, kept, weights[kept].astype(np.float32), _library(good, positives))
+
+
+def _library(good: csr_matrix, positives: Sequence[tuple[str, str]]) -> tuple[tuple[str, np.ndarray, np.ndarray], ...]:
+    papers = []
+    for row, (title, _) in enumerate(positives):
+        start, end = good.indptr[row], good.indptr[row + 1]
+        indices, values = good.indices[start:end], good.data[start:end]
+        top = np.sort(np.argsort(-values)[:NEAR_TERMS])
+        papers.append((title, indices[top].astype(np.int32), values[top].astype(np.float32)))
+    return tuple(papers)
+
+
+def score(model: Model, rows: csr_matrix) -> np.ndarray:
+    """The model's margin for each row (positive: like the reader's papers)."""
+    margins: np.ndarray = rows @ model.dense(rows.shape[1]) + model.intercept
+    return margins
+
+
+def nearest(model: Model, rows: csr_matrix) -> list[str | None]:
+    """Per row, the title of the reader's paper it is closest to, if any is close."""
+    if not model.library or not rows.shape[0]:
+        return [None] * rows.shape[0]
+    library = csr_matrix(
+        (
+            np.concatenate([values for _, _, values in model.library]),
+            np.concatenate([indices for _, indices, _ in model.library]),
+            np.cumsum([0] + [len(indices) for _, indices, _ in model.library]),
+        ),
+        shape=(len(model.library), rows.shape[1]),
+    )
+    similarity = (rows @ library.T).toarray()
+    best = similarity.argmax(axis=1)
+    return [model.library[j][0] if similarity[i, j] >= NEAR_ENOUGH else None for i, j in enumerate(best.tolist())]

@@ -1,0 +1,167 @@
+"""Ranking by the reader's taste: the TF-IDF features match scikit-learn's, a model is
+trained from a library and only when its signals change, and on the seeds a `*`
+reader whose library holds two spiking-network papers gets day 3's two SNN
+accelerators first, with the why line naming their paper; a reader without a library
+keeps the filter's order exactly."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.tagging import load_rules
+from bot.config import Settings
+from bot.ingest.service import ingest_file
+from bot.plan import plan
+from bot.store.contents import digest_content
+from bot.store.digests import list_digests
+from bot.store.schema import TasteModel
+from bot.store.subscribers import get_subscriber
+from bot.subscriptions import clean_fields, remove, save
+from bot.taste.features import Vocabulary, fit_vocabulary, vectors, words
+from bot.taste.service import import_library, refresh_models
+from tests.conftest import ROOT
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
+
+# Two spiking-network papers the store does not hold: their export carries title and abstract.
+SNN_LIBRARY = r"""
+@article{neuromorphic2021,
+  title = {Spiking Neural Networks on Neuromorphic Hardware: A Survey},
+  author = {Lovelace, Ada},
+  abstract = {Spiking neural networks (SNNs) compute with discrete spikes and leaky
+    integrate-and-fire neurons. We survey neuromorphic hardware and SNN accelerators
+    on FPGAs and ASICs, synapse processing, spike routing and the energy per inference.},
+}
+@inproceedings{lif2022,
+  title = {Energy-Efficient Inference with Leaky Integrate-and-Fire Neurons},
+  author = {Hopper, Grace},
+  abstract = {We design an energy-efficient spiking neural network accelerator whose neuron
+    units implement leaky integrate-and-fire dynamics; spike events drive synaptic
+    computation, cutting energy per image on MNIST.},
+}
+"""
+
+TEXTS = st.lists(
+    st.text(st.sampled_from("abcdefghij nerual spike gpu \n-é"), min_size=0, max_size=60), min_size=1, max_size=12
+)
+
+
+@given(TEXTS)
+def test_our_vectors_are_scikit_learns(texts: list[str]) -> None:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    fitted = TfidfVectorizer(analyzer=words, sublinear_tf=True, dtype=np.float32)
+    try:
+        fitted.fit(texts)
+    except ValueError:  # no words at all: nothing to compare
+        return
+    vocabulary = Vocabulary(1, tuple(fitted.get_feature_names_out()), fitted.idf_.astype(np.float32))
+    ours, theirs = vectors(texts, vocabulary), fitted.transform(texts)
+    assert np.allclose(ours.toarray(), theirs.toarray(), atol=1e-6)
+
+
+def test_fit_vocabulary_keeps_words_and_pairs_without_stop_words() -> None:
+    terms, idf = fit_vocabulary(["Spiking neural networks on an FPGA", "Neural networks for the GPU"])
+    assert "spiking" in terms and "neural networks" in terms and "the" not in terms and "an" not in terms
+    assert len(idf) == len(terms)
+
+
+def _subscribe(factory: sessionmaker[Session], settings: Settings, email: str) -> int:
+    save(factory, settings, [clean_fields(email, filter="*", backfill="none")], DAY1 - timedelta(days=1))
+    with factory() as session:
+        found = get_subscriber(session, email)
+    assert found is not None
+    return found.id
+
+
+def _replay(
+    factory: sessionmaker[Session], settings: Settings, seed_files: list[Path], *, library: bool
+) -> dict[str, list[list[tuple[str, str]]]]:
+    """Each subscriber's digests, day by day: (title, why) of each entry in order."""
+    reader = _subscribe(factory, settings, "reader@example.org")
+    _subscribe(factory, settings, "plain@example.org")
+    if library:
+        report = import_library(factory, reader, SNN_LIBRARY.encode(), DAY1 - timedelta(days=1))
+        assert len(report.added) == 2 and all(p.entry_id is None for p in report.added)
+    days: dict[str, list[list[tuple[str, str]]]] = {}
+    for day, path in enumerate(seed_files):
+        now = DAY1 + timedelta(days=day)
+        ingest_file(factory, path, now=now, rules=RULES)
+        planned = plan(factory, settings, RULES, now=now, all_due=True).planned
+        with factory() as session:
+            for digest_id in planned:
+                content = digest_content(session, digest_id)
+                days.setdefault(content.subscriber.email, []).append([(i.title, i.why) for i in content.items])
+    return days
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 30}})
+
+
+def test_a_library_of_snn_papers_puts_day_3s_snn_accelerators_first(
+    factory: sessionmaker[Session], settings: Settings, seed_files: list[Path]
+) -> None:
+    days = _replay(factory, settings, seed_files, library=True)
+    day3 = days["reader@example.org"][2]
+    assert len(day3) == 9  # day 3 brings 9 entries new to this reader
+    top = [title for title, _ in day3[:2]]
+    assert any(t.startswith("SupraSNN") for t in top) and any(t.startswith("ReSCom") for t in top), top
+    for _, why in day3[:2]:
+        assert why.startswith("close to: '") and why.endswith("' from your library"), why
+        assert "Spiking Neural Networks on Neuromorphic Hardware" in why or "Leaky Integrate-and-Fire" in why
+    # a reader without a library keeps "matches everything" and the filter's order
+    assert all(why == "matches everything" for day in days["plain@example.org"] for _, why in day)
+
+
+def test_without_a_library_the_order_is_exactly_the_filters(
+    factory: sessionmaker[Session], settings: Settings, seed_files: list[Path], tmp_path: Path
+) -> None:
+    with_models = _replay(factory, settings, seed_files, library=True)
+    from bot.store.engine import make_engine, sessions, upgrade
+
+    other = make_engine(f"sqlite:///{tmp_path / 'other.sqlite3'}")
+    upgrade(other)
+    without = _replay(sessions(other), settings, seed_files, library=False)
+    other.dispose()
+    assert with_models["plain@example.org"] == without["plain@example.org"]
+    assert with_models["reader@example.org"] != without["reader@example.org"]
+
+
+def test_models_are_trained_only_when_their_signals_change(
+    factory: sessionmaker[Session], settings: Settings, seed_files: list[Path]
+) -> None:
+    reader = _subscribe(factory, settings, "reader@example.org")
+    for path in seed_files:
+        ingest_file(factory, path, now=DAY1, rules=RULES)
+    import_library(factory, reader, SNN_LIBRARY.encode(), DAY1)
+    first = refresh_models(factory, DAY1)
+    assert (first.vocabulary_fitted, first.trained) == (True, 1)
+    assert refresh_models(factory, DAY1).trained == 0, "nothing changed"
+    import_library(factory, reader, b"2401.00001\n", DAY1)
+    assert refresh_models(factory, DAY1).trained == 1, "the library grew"
+    with factory() as session:
+        row = session.scalars(select(TasteModel)).one()
+        assert len(row.indices) == 4 * len(row.weights) // 4 and len(row.weights) <= 4 * 2000
+    remove(factory, "reader@example.org", purge=True, now=DAY1)
+    with factory() as session:
+        assert session.scalar(select(func.count()).select_from(TasteModel)) == 0
+
+
+def test_one_paper_is_not_a_model(factory: sessionmaker[Session], settings: Settings, seed_files: list[Path]) -> None:
+    reader = _subscribe(factory, settings, "reader@example.org")
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    import_library(factory, reader, b"2401.00001\n", DAY1)
+    assert refresh_models(factory, DAY1).trained == 0
+    with factory() as session:
+        assert list_digests(session, subscriber_id=reader) == []

@@ -1,6 +1,7 @@
 """Planning benchmark: does planning a day's digests grow with the ledger's history?
 
 Usage: python bench/plan.py [--subscribers 100000] [--entries 300] [--days 30] [--repeat 3]
+                            [--models PERCENT]
 
 Two stores with the same --subscribers subscribers (filters drawn as in
 bench/send.py, all subscribed --days + 1 days ago) and the same --entries new
@@ -11,6 +12,12 @@ bulk).  Prints the time of the real planner for today in both, and the ratio
 (target <= 1.3).  Each time is the median of --repeat passes, each on a fresh
 copy of its store (one pass takes about a second at 2,000 subscribers, less
 than this machine's noise between runs).
+
+--models PERCENT instead builds the store with history once, gives PERCENT of the
+subscribers a library of five stored papers, and prints: the time to train their
+models (per subscriber) and a model's size; and, each in a fresh process as
+`digestbot scheduler` would plan, the planning time and peak RSS (VmHWM) of one pass
+without and with the models (target: time <= 1.5 x, peak RSS <= 200 MB).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sqlalchemy import select  # noqa: E402
 
 from bench.send import DAY, RULES, add_subscribers, zipf_choices  # noqa: E402
 from bot.choose.select import SelectionCache  # noqa: E402
@@ -155,17 +164,140 @@ def timed_plans(engine, factory, settings: Settings, entries: int, repeat: int) 
     return statistics.median(times), counts.pop()
 
 
+PASS_IN_PROCESS = """
+import json, resource, sys, time
+from bench.send import DAY, RULES
+from bot.config import Settings
+from bot.plan import plan
+from bot.store.engine import make_engine, sessions
+settings = Settings.model_validate({"paths": {"var_dir": sys.argv[2]}})
+factory = sessions(make_engine("sqlite:///" + sys.argv[1]))
+started = time.perf_counter()
+report = plan(factory, settings, RULES, now=DAY, all_due=True)
+seconds = time.perf_counter() - started
+peak = max(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(json.dumps({"seconds": seconds, "digests": len(report.planned), "peak_kb": peak}))
+"""
+
+
+def pass_in_process(original: Path, folder: Path, repeat: int) -> tuple[float, int, int]:
+    """Median seconds, digests and the highest peak RSS (KB) of *repeat* passes, each in a
+    fresh process on a fresh copy of *original*."""
+    import json
+    import subprocess
+
+    results = []
+    for n in range(repeat):
+        copy = original.with_name(f"{original.stem}-proc{n}.sqlite3")
+        shutil.copyfile(original, copy)
+        os.sync()
+        done = subprocess.run(
+            [sys.executable, "-c", PASS_IN_PROCESS, str(copy), str(folder / "var")],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{copy}{suffix}").unlink(missing_ok=True)
+    return (
+        statistics.median(r["seconds"] for r in results),
+        results[0]["digests"],
+        max(r["peak_kb"] for r in results),
+    )
+
+
+def give_libraries(factory, percent: float, papers: int = 5) -> int:
+    """Libraries of *papers* stored entries for *percent* of the subscribers; how many."""
+    import random
+
+    from bot.store.schema import Entry, LibraryPaperRow, Subscriber
+
+    with factory() as session:
+        subscriber_ids = list(session.scalars(select(Subscriber.id)))
+        entries = list(session.execute(select(Entry.id, Entry.key, Entry.title)))
+    rng = random.Random(7)
+    chosen = rng.sample(subscriber_ids, int(len(subscriber_ids) * percent / 100))
+    rows = [
+        {
+            "subscriber_id": sid,
+            "key": key,
+            "entry_id": eid,
+            "title": title,
+            "abstract": "",
+            "source": "ids",
+            "added_at": DAY,
+        }
+        for sid in chosen
+        for eid, key, title in rng.sample(entries, papers)
+    ]
+    with transaction(factory) as session:
+        for start in range(0, len(rows), 50_000):
+            bulk_insert(session, LibraryPaperRow.__table__, rows[start : start + 50_000])
+    return len(chosen)
+
+
+def models_mode(args: argparse.Namespace, filters: list[str], folder: Path, settings: Settings) -> None:
+    from bot.store.schema import TasteModel
+    from bot.taste.service import refresh_models
+
+    engine, factory = store(folder, "models.sqlite3", filters, args.days)
+    write_history(factory, filters, args.days, args.entries)
+    ingest_bytes(
+        factory, dump_text(args.entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2), rules=RULES
+    )
+    original = Path(engine.url.database)
+    engine.dispose()
+    without = folder / "without.sqlite3"
+    with closing(sqlite3.connect(original)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copyfile(original, without)
+    readers = give_libraries(factory, args.models)
+    started = time.perf_counter()
+    report = refresh_models(factory, DAY)
+    trained = time.perf_counter() - started
+    with factory() as session:
+        sizes = [
+            len(i) + len(w) + len(str(lib))
+            for i, w, lib in session.execute(select(TasteModel.indices, TasteModel.weights, TasteModel.library))
+        ]
+    engine.dispose()
+    with closing(sqlite3.connect(original)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    print(
+        f"{readers:,} readers with a library: trained {report.trained:,} models in {trained:.1f} s "
+        f"({1000 * trained / max(1, report.trained):.0f} ms each, the vocabulary fit included); "
+        f"a model is {statistics.mean(sizes) / 1024:.1f} KB on average"
+    )
+    base_s, base_n, base_kb = pass_in_process(without, folder, args.repeat)
+    with_s, with_n, with_kb = pass_in_process(original, folder, args.repeat)
+    for label, (seconds, digests, kb) in (
+        ("no models", (base_s, base_n, base_kb)),
+        (f"{args.models:g} % models", (with_s, with_n, with_kb)),
+    ):
+        print(
+            f"{args.subscribers:,} subscribers, {label}: plan {seconds:7.2f} s ({digests:,} digests), "
+            f"peak RSS {kb / 1024:.0f} MB"
+        )
+    print(f"ratio models/none: {with_s / base_s:.2f}  target <= 1.5; peak RSS target <= 200 MB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--subscribers", type=int, default=100_000)
     parser.add_argument("--entries", type=int, default=300)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=3, help="planning passes per store (the median is printed)")
+    parser.add_argument("--models", type=float, default=0, help="percent of subscribers with a model (see above)")
     args = parser.parse_args()
     filters = list(zipf_choices(filter_expressions(), args.subscribers))
     with tempfile.TemporaryDirectory(prefix="digestbot-plan-") as tmp:
         folder = Path(tmp)
         settings = Settings.model_validate({"paths": {"var_dir": str(folder / "var")}})
+        if args.models:
+            models_mode(args, filters, folder, settings)
+            return
         fresh_engine, fresh = store(folder, "fresh.sqlite3", filters, args.days)
         fresh_s, fresh_n = timed_plans(fresh_engine, fresh, settings, args.entries, args.repeat)
         print(f"{args.subscribers:,} subscribers, no history:      plan {fresh_s:7.2f} s ({fresh_n:,} digests)")

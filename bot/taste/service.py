@@ -1,5 +1,7 @@
-"""Taste stage, the service: a subscriber's library read from a file, listed, changed.
-Composes ``library`` (pure) and ``bot.store.library`` (SQL); never renders or sends."""
+"""Taste stage, the service: a subscriber's library read from a file, listed and
+changed; the vocabulary and the models kept up to date (``refresh_models``, called by
+every planning pass).  Composes ``library``, ``features`` and ``model`` (pure) with
+``bot.store.library`` and ``bot.store.taste`` (SQL); never renders or sends."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import LibraryPaper
@@ -70,14 +73,14 @@ class ModelsReport:
 
 # The vocabulary is fitted again when the store has grown by a quarter since.
 REFIT_GROWTH = 1.25
-MAX_FIT_ENTRIES = 100_000  # the newest entries, when the store holds more
+MAX_FIT_ENTRIES = 50_000  # the newest entries, when the store holds more (a fit holds their counts)
 SAMPLE = 400  # store entries a model learns "not this reader's" from
 
 
 def refresh_models(factory: sessionmaker[Session], now: datetime, only: list[int] | None = None) -> ModelsReport:
     """Fit the vocabulary again when the store has grown, and train the model of each
     subscriber whose library (or the vocabulary) changed since it was trained.  Cheap
-    when nothing changed: two queries, and nothing numerical is imported."""
+    when nothing changed: a few queries, and nothing numerical is imported."""
     import time
 
     started = time.perf_counter()
@@ -85,7 +88,7 @@ def refresh_models(factory: sessionmaker[Session], now: datetime, only: list[int
     with factory() as session:
         signals = library_signals(session, MIN_POSITIVES)
         trained = model_signals(session)
-        count, fitted = entry_count(session), vocabulary_size(session)
+        count, fitted = (entry_count(session), vocabulary_size(session)) if signals else (0, None)
     gone = [sid for sid in trained if sid not in signals]  # their library went, or went below the minimum
     if gone:
         with transaction(factory) as session:
@@ -113,7 +116,7 @@ def _fit_vocabulary(factory: sessionmaker[Session], count: int, now: datetime) -
     texts: list[str] = []
     after = 0
     with factory() as session:
-        after = max(0, newest_entry_id(session) - MAX_FIT_ENTRIES * 2) if count > MAX_FIT_ENTRIES else 0
+        after = max(0, newest_entry_id(session) - MAX_FIT_ENTRIES) if count > MAX_FIT_ENTRIES else 0
         while rows := entry_texts(session, after_id=after, limit=5000):
             texts.extend(text_of(title, text) for _, title, text in rows)
             after = rows[-1][0]
@@ -142,8 +145,11 @@ def _train(factory: sessionmaker[Session], stale: list[int], wanted: dict[int, s
             texts = texts_of(session, [*pool, *mine])
         positives = [_positive(title, abstract, texts.get(entry_id or 0)) for _, title, abstract, entry_id in papers]
         model = train(vocabulary, positives, [], [texts[i] for i in pool if i in texts])
-        with transaction(factory) as session:
-            save_model(session, subscriber_id, model, wanted[subscriber_id], now)
+        try:
+            with transaction(factory) as session:
+                save_model(session, subscriber_id, model, wanted[subscriber_id], now)
+        except IntegrityError:  # another process (the scheduler, `library add`) saved it meanwhile
+            log.info("model of subscriber %d saved by another process", subscriber_id)
     return len(stale)
 
 

@@ -25,7 +25,6 @@ from bot.cli.shell import (
 )
 
 library_app = command_group("A reader's library: the papers their digest is ranked by.")
-READ_LIMIT = 20_000_001
 
 
 @library_app.command("add")
@@ -36,14 +35,14 @@ def library_add(
 ) -> None:
     """Add the papers of a reference manager's export to EMAIL's library.  Each record
     that cannot be read is one warning line; the rest is added (exit 1 if any was bad)."""
-    from bot.taste.library import LibraryFileError
+    from bot.taste.library import MAX_BYTES, LibraryFileError
     from bot.taste.service import import_library, refresh_models
 
     factory = ctx_of(ctx).sessions()
     subscriber = find_subscriber(factory, email)
     try:
         with path.open("rb") as handle:
-            data = handle.read(READ_LIMIT)
+            data = handle.read(MAX_BYTES + 1)  # a bigger file is refused by its size
         result = import_library(factory, subscriber.id, data, now())
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror}")

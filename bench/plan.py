@@ -212,7 +212,8 @@ def give_libraries(factory, percent: float, papers: int = 5) -> int:
     """Libraries of *papers* stored entries for *percent* of the subscribers; how many."""
     import random
 
-    from bot.store.schema import Entry, LibraryPaperRow, Subscriber
+    from bot.store.schema import Entry, Subscriber
+    from bot.store.taste_tables import LibraryPaperRow
 
     with factory() as session:
         subscriber_ids = list(session.scalars(select(Subscriber.id)))
@@ -239,7 +240,7 @@ def give_libraries(factory, percent: float, papers: int = 5) -> int:
 
 
 def models_mode(args: argparse.Namespace, filters: list[str], folder: Path, settings: Settings) -> None:
-    from bot.store.schema import TasteModel
+    from bot.store.taste_tables import TasteModel
     from bot.taste.service import refresh_models
 
     engine, factory = store(folder, "models.sqlite3", filters, args.days)

@@ -205,6 +205,8 @@ class DigestConfig(_Section):
     remote_images: bool = False
     # Processes that build messages while this one sends (0: build here, between sends).
     build_processes: int = Field(0, ge=0, le=16)
+    # "Top picks for you": the entries a reader's model scores highest, above the contents (0: none).
+    top_picks: int = Field(3, ge=0, le=10)
 
 
 class WebConfig(_Section):

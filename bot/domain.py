@@ -161,6 +161,7 @@ class Subscriber:
     unsubscribe_secret: str = field(repr=False, default="")
     send_updates: bool = True  # "Updated since we sent it" in their digests
     cadence: str = "daily"  # bot.plan.cadence: daily | weekdays | weekly:<day>
+    taste_threshold: float = 0.1  # model score above which an entry is ``liked`` (bot.taste.model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +242,18 @@ class LibraryPaper:
 
 
 @dataclass(frozen=True, slots=True)
+class RatedEntry:
+    """An entry a subscriber rated from their digest (``bot.taste``): "more like this"
+    counts as a library paper, "less like this" as one they do not want."""
+
+    entry_id: int
+    key: str
+    title: str
+    verdict: str  # more | less
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class UpsertCounts:
     """What saving a batch of subscriber fields did."""
 
@@ -267,6 +280,7 @@ class DigestItem:
     links: tuple[str, ...]
     extra: tuple[tuple[str, str], ...] = ()
     url: str = ""  # where the title links; empty: work it out from the fields above
+    taste: float | None = None  # the reader's taste score when planned (bot.taste.model); None: no model
 
 
 @dataclass(frozen=True, slots=True)

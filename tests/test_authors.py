@@ -16,14 +16,13 @@ from bot.choose.filters import (
     Doc,
     FilterError,
     explain,
-    fold_name,
     make_author,
     matches,
     normalize_filter,
     parse_filter,
-    same_person,
     to_text,
 )
+from bot.choose.names import fold_name, same_person
 from bot.choose.select import select_for
 from bot.choose.tagging import load_rules
 from bot.config import Settings

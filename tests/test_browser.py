@@ -248,3 +248,28 @@ def test_the_sign_up_and_manage_pages_fit_the_screen(tmp_path: Path, width: int)
         assert seen["scrollWidth"] == width and seen["wide"] == [], (name, seen)
         shot = tmp_path / f"{name}-{width}.png"
         assert _screenshot(page, width, shot)[0] >= width
+
+
+@pytest.mark.parametrize("width", [375, 1200])
+def test_the_web_version_with_its_rating_buttons_fits_the_screen(tmp_path: Path, width: int) -> None:
+    """The web version's "more like this" / "less like this" buttons (and an undo where
+    the reader said one already) beside the worst-case entries, and Top picks above."""
+    from dataclasses import replace
+
+    renderer = Renderer(
+        ROOT / "templates", search_url="https://arxiv.org/search/?query={title}", fit=False, top_picks=3
+    )
+    links = web_links("https://digest.example.org", "7.AAAAAAAAAAAAAAAAAAAAAAAA")
+    content = _worst_cases()[0]
+    scored = tuple(replace(item, taste=n / 10) for n, item in enumerate(content.items))
+    context = renderer.context(replace(content, items=scored), links)
+    context.update(form_token="0" * 32, verdicts={2: "more"})
+    page = tmp_path / "web-version.html"
+    html = renderer.render_context(context).html
+    assert html.count(">More like this</button>") == len(scored) - 1 and html.count(">Undo</button>") == 1
+    assert "Top picks for you" in html
+    page.write_text(html.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    seen = _laid_out(page, width)
+    assert seen["scrollWidth"] == width and seen["wide"] == [], seen
+    shot = tmp_path / f"web-version-{width}.png"
+    assert _screenshot(page, width, shot)[0] >= width

@@ -22,8 +22,8 @@ from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
-from bot.store.schema import TasteModel
 from bot.store.subscribers import get_subscriber
+from bot.store.taste_tables import TasteModel
 from bot.subscriptions import clean_fields, remove, save
 from bot.taste.features import Vocabulary, fit_vocabulary, vectors, words
 from bot.taste.service import import_library, refresh_models
@@ -33,22 +33,7 @@ RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
 
 # Two spiking-network papers the store does not hold: their export carries title and abstract.
-SNN_LIBRARY = r"""
-@article{neuromorphic2021,
-  title = {Spiking Neural Networks on Neuromorphic Hardware: A Survey},
-  author = {Lovelace, Ada},
-  abstract = {Spiking neural networks (SNNs) compute with discrete spikes and leaky
-    integrate-and-fire neurons. We survey neuromorphic hardware and SNN accelerators
-    on FPGAs and ASICs, synapse processing, spike routing and the energy per inference.},
-}
-@inproceedings{lif2022,
-  title = {Energy-Efficient Inference with Leaky Integrate-and-Fire Neurons},
-  author = {Hopper, Grace},
-  abstract = {We design an energy-efficient spiking neural network accelerator whose neuron
-    units implement leaky integrate-and-fire dynamics; spike events drive synaptic
-    computation, cutting energy per image on MNIST.},
-}
-"""
+SNN_LIBRARY = (Path(__file__).parent / "fixtures" / "library" / "snn.bib").read_text(encoding="utf-8")
 
 TEXTS = st.lists(
     st.text(st.sampled_from("abcdefghij nerual spike gpu \n-é"), min_size=0, max_size=60), min_size=1, max_size=12

@@ -10,7 +10,7 @@ from bot.choose.vocabulary import UnknownTag, idle_atoms_note, unknown_tags, unk
 
 KNOWN = {"gpu", "llm", "fpga", "snn", "hardware", "moe"}
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=12).filter(
-    lambda n: n not in ("and", "or", "not")
+    lambda n: n not in ("and", "or", "not", "liked")
 )
 
 

@@ -7,7 +7,9 @@
 Atoms are tags (case-insensitive, any origin), quoted phrases (matched in the
 title or summary, case-insensitively and on word boundaries), authors
 (``author:"J. Smith"``, matched on the entry's author list as ``same_person``
-says; a repository's owner is its author) and ``*`` (everything).  ``not``
+says; a repository's owner is its author), ``liked`` (the entries the subscriber's
+own model scores above their threshold, ``bot.taste``; the caller says which those
+are, in ``Doc.liked``) and ``*`` (everything).  ``not``
 binds tightest, then ``and``, then ``or``; there is no implicit ``and``.
 Parsing uses lark; a stored filter is always one that parsed, and printing
 a parsed filter gives text that parses back to it.
@@ -24,6 +26,8 @@ from functools import lru_cache
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from bot.choose.names import fold_name, same_person
+
 MAX_FILTER_LENGTH = 2000
 # Parsing, canonicalizing and matching recurse once per level: "not " x 499 + "gpu"
 # fits in 2,000 characters but not in Python's stack.  No real filter nests this deep.
@@ -37,6 +41,7 @@ _GRAMMAR = r"""
 ?not_expr: _NOT not_expr -> negate
          | atom
 ?atom: AUTHOR -> author
+     | LIKED -> liked
      | TAG -> tag
      | PHRASE -> phrase
      | "*" -> everything
@@ -45,6 +50,7 @@ _OR.2: /or(?![^\s()"*])/i
 _AND.2: /and(?![^\s()"*])/i
 _NOT.2: /not(?![^\s()"*])/i
 AUTHOR.3: /author:"(?:[^"\\]|\\.)*"/i
+LIKED.3: /liked(?![^\s()"*])/i
 TAG: /[^\s()"*]+/
 PHRASE: /"(?:[^"\\]|\\.)*"/
 %ignore /\s+/
@@ -85,6 +91,12 @@ class Author:
 
 
 @dataclass(frozen=True, slots=True)
+class Liked:
+    """Scored above the subscriber's threshold by their model (a word of the language:
+    no tag can be called "liked")."""
+
+
+@dataclass(frozen=True, slots=True)
 class Not:
     expr: Expr
 
@@ -99,8 +111,9 @@ class Or:
     items: tuple[Expr, ...]
 
 
-Expr = Everything | Tag | Phrase | Author | Not | And | Or
-Atom = Tag | Phrase | Author
+Expr = Everything | Tag | Phrase | Author | Liked | Not | And | Or
+Atom = Tag | Phrase | Author | Liked
+LIKED = "liked"
 
 
 def make_and(*items: Expr) -> Expr:
@@ -132,43 +145,6 @@ def make_author(name: str) -> Author:
     return Author(text)
 
 
-@lru_cache(maxsize=65536)  # an author appears on many entries, and a pass asks again per filter
-def fold_name(name: str) -> tuple[str, ...]:
-    """A person's name as matching sees it: words of letters and digits, case folded,
-    diacritics dropped (NFKD without combining marks), "Last, First" turned round.
-
-        fold_name("Ángel  M. de la Peña") == ("angel", "m", "de", "la", "pena")
-        fold_name("Smith, J.") == ("j", "smith")
-    """
-    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKD", name).casefold())
-    text = "".join(ch for ch in text if not unicodedata.combining(ch))
-    last, comma, first = text.partition(",")
-    if comma:
-        text = f"{first} {last}"
-    return tuple(re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text)))
-
-
-def _same_word(wanted: str, given: str) -> bool:
-    """Equal, or one is the initial of the other ("j" and "john")."""
-    return (
-        wanted == given
-        or (len(wanted) == 1 and given.startswith(wanted))
-        or (len(given) == 1 and wanted.startswith(given))
-    )
-
-
-def same_person(wanted: tuple[str, ...], author: tuple[str, ...]) -> bool:
-    """Whether the folded name *wanted* (from a filter) names the folded *author*: the
-    last words are equal, and each earlier word of *wanted* matches a word of the
-    author's, in order, in full or as an initial.  "J. Smith" names "John Smith",
-    "J Smith" and "John A. Smith", not "Jane Smithson" or "Smith John"; "Smith"
-    names every Smith."""
-    if not wanted or not author or wanted[-1] != author[-1]:
-        return False
-    given = iter(author[:-1])
-    return all(any(_same_word(word, candidate) for candidate in given) for word in wanted[:-1])
-
-
 # --- parsing and printing -------------------------------------------------------
 
 
@@ -187,6 +163,9 @@ class _ToAst(Transformer[Token, Expr]):
     def author(self, token: Token) -> Expr:
         raw = str(token)[len("author:") + 1 : -1]
         return make_author(re.sub(r"\\(.)", r"\1", raw))
+
+    def liked(self, _token: Token) -> Expr:
+        return Liked()
 
     def everything(self) -> Expr:
         return Everything()
@@ -288,6 +267,8 @@ def to_text(expr: Expr) -> str:
         return _quoted(expr.text)
     if isinstance(expr, Author):
         return "author:" + _quoted(expr.name)
+    if isinstance(expr, Liked):
+        return LIKED
     if isinstance(expr, Not):
         inner = to_text(expr.expr)
         return f"not ({inner})" if isinstance(expr.expr, (And, Or)) else f"not {inner}"
@@ -306,13 +287,23 @@ def normalize_filter(text: str) -> str:
 
 
 def atoms(expr: Expr) -> set[Atom]:
-    if isinstance(expr, (Tag, Phrase, Author)):
+    if isinstance(expr, (Tag, Phrase, Author, Liked)):
         return {expr}
     if isinstance(expr, Not):
         return atoms(expr.expr)
     if isinstance(expr, (And, Or)):
         return set().union(*(atoms(i) for i in expr.items))
     return set()
+
+
+@lru_cache(maxsize=4096)
+def uses_liked(filter_text: str) -> bool:
+    """Whether a (stored, valid) filter asks for ``liked``: its verdict on an entry then
+    depends on the subscriber's model, not on the entry alone."""
+    try:
+        return Liked() in atoms(parse_filter(filter_text))
+    except FilterError:
+        return False
 
 
 # --- evaluation and explanation ---------------------------------------------------
@@ -335,6 +326,7 @@ class Doc:
     title: str
     summary: str
     authors: tuple[str, ...] = ()
+    liked: bool = False  # the subscriber's model scores it above their threshold
 
 
 def authors_named(expr: Author, doc: Doc) -> list[str]:
@@ -378,6 +370,8 @@ def matches(expr: Expr, doc: Doc) -> bool:
         return bool(pattern.search(doc.title) or pattern.search(doc.summary))
     if isinstance(expr, Author):
         return bool(authors_named(expr, doc))
+    if isinstance(expr, Liked):
+        return doc.liked
     if isinstance(expr, Not):
         return not matches(expr.expr, doc)
     if isinstance(expr, And):
@@ -390,8 +384,10 @@ def _positive_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]]
         return _positive_hits(expr.expr, doc, rule_fields, not negated)
     if isinstance(expr, (And, Or)):
         return [h for i in expr.items for h in _positive_hits(i, doc, rule_fields, negated)]
-    if negated:
-        return []
+    return [] if negated else _atom_hits(expr, doc, rule_fields)
+
+
+def _atom_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]]) -> list[Hit]:
     if isinstance(expr, Tag) and expr.name in doc.tags:
         return [_tag_hit(expr.name, doc.tags[expr.name], rule_fields.get(expr.name, ()))]
     if isinstance(expr, Phrase):
@@ -401,6 +397,8 @@ def _positive_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]]
             return [Hit(to_text(expr), "phrase in " + " and ".join(places), "title" in places)]
     if isinstance(expr, Author):
         return [Hit(AUTHOR_HIT, name, False) for name in authors_named(expr, doc)]
+    if isinstance(expr, Liked) and doc.liked:
+        return [Hit(LIKED, "your model's pick", False)]
     return []
 
 
@@ -423,6 +421,8 @@ def explain(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]] | None
         hits.setdefault((hit.atom, hit.where if hit.atom == AUTHOR_HIT else ""), hit)
     score = 0
     for hit in hits.values():
+        if hit.atom == LIKED:
+            continue  # the model's margin is weighed by the blend (bot.taste.ranking)
         if hit.atom == AUTHOR_HIT:
             score += WEIGHT_AUTHOR
         elif hit.in_title:

@@ -16,12 +16,24 @@ import zoneinfo
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 
 from sqlalchemy.orm import Session
 
-from bot.choose.filters import Atom, Doc, Explanation, Expr, atoms, explain, matches, parse_filter, to_text
+from bot.choose.filters import (
+    Atom,
+    Doc,
+    Explanation,
+    Expr,
+    Liked,
+    atoms,
+    explain,
+    matches,
+    parse_filter,
+    to_text,
+    uses_liked,
+)
 from bot.choose.tagging import TagRules, nfkc
 from bot.domain import EntryKind, EntryView, Subscriber, match_text
 from bot.ingest.identity import is_repo_name
@@ -75,9 +87,10 @@ def authors_of(entry: EntryView) -> tuple[str, ...]:
     return entry.authors
 
 
-def explain_entry(expr: Expr, entry: EntryView, rules: TagRules) -> Explanation:
-    """``filters.explain`` with the fields where each rule tag's rule matched."""
-    doc = doc_of(entry)
+def explain_entry(expr: Expr, entry: EntryView, rules: TagRules, liked: bool = False) -> Explanation:
+    """``filters.explain`` with the fields where each rule tag's rule matched (*liked*:
+    what ``liked`` atoms see)."""
+    doc = replace(doc_of(entry), liked=liked)
     return explain(expr, doc, rules.match(doc.title, doc.summary) if len(rules) else {})
 
 
@@ -143,17 +156,21 @@ class SelectionCache:
             return self.as_of is not None
         return start is not None and start >= self.loaded_from
 
-    def verdict(self, filter_text: str, entry: EntryView, rules: TagRules) -> Explanation | None:
-        """Why the filter matches the entry, or None when it does not."""
-        if filter_text not in self.verdicts:
-            self.filters[filter_text] = parse_filter(filter_text)
-            self.verdicts[filter_text] = {}
-        verdicts = self.verdicts[filter_text]
+    def verdict(self, filter_text: str, entry: EntryView, rules: TagRules, liked: bool = False) -> Explanation | None:
+        """Why the filter matches the entry, or None when it does not; *liked*: the
+        subscriber's model scores the entry above their threshold (``liked`` atoms)."""
+        name = f"{filter_text}\x00liked" if liked else filter_text  # either verdict is shared by every subscriber
+        if name not in self.verdicts:
+            self.filters[name] = parse_filter(filter_text)
+            self.verdicts[name] = {}
+        verdicts = self.verdicts[name]
         if entry.id not in verdicts:
             if entry.id not in self.docs:
                 doc = doc_of(entry)
                 self.docs[entry.id] = doc, rules.match(doc.title, doc.summary) if len(rules) else {}
-            expr, (doc, rule_fields) = self.filters[filter_text], self.docs[entry.id]
+            expr, (doc, rule_fields) = self.filters[name], self.docs[entry.id]
+            if liked:
+                doc = replace(doc, liked=True)
             if matches(expr, doc):
                 explanation = explain(expr, doc, rule_fields)
                 verdicts[entry.id] = self.explanations.setdefault(explanation, explanation)
@@ -162,9 +179,22 @@ class SelectionCache:
         return verdicts[entry.id]
 
     def ranked(
-        self, session: Session, filter_text: str, start: datetime | None, as_of: datetime, rules: TagRules
+        self,
+        session: Session,
+        filter_text: str,
+        start: datetime | None,
+        as_of: datetime,
+        rules: TagRules,
+        liked: frozenset[int] | None = None,
     ) -> list[Candidate]:
-        """Every entry of the window [start, as_of] the filter matches, best first."""
+        """Every entry of the window [start, as_of] the filter matches, best first.
+        *liked*: the entries one subscriber's model likes, for a filter with ``liked``
+        (that ranking is theirs alone, so it is not kept)."""
+        if liked is not None and uses_liked(filter_text):
+            window = self.entries(session, start, as_of)
+            return rank(
+                Candidate(e, x) for e in window if (x := self.verdict(filter_text, e, rules, e.id in liked)) is not None
+            )
         key = (filter_text, start)
         if self.as_of == as_of and self._covers(start) and key in self.rankings:
             self.rankings.move_to_end(key)
@@ -190,24 +220,37 @@ def select_for(
     exclude: set[int] | frozenset[int] = frozenset(),
     cache: SelectionCache | None = None,
     start: datetime | None = None,
+    liked: frozenset[int] | None = None,
 ) -> list[Candidate]:
     """The entries *subscriber* would get at *as_of*, best first.  *exclude*
     holds entry ids already sent to them.  *start* narrows their window (the
-    planner's watermark); the default is the window their backfill gives."""
+    planner's watermark); the default is the window their backfill gives.
+    *liked*: the entries their model likes (``liked`` atoms match nothing without it)."""
     cache = cache or SelectionCache()
-    ranked = cache.ranked(session, subscriber.filter, effective_start(subscriber, start), as_of, rules)
+    ranked = cache.ranked(session, subscriber.filter, effective_start(subscriber, start), as_of, rules, liked)
     return [c for c in ranked if c.entry.id not in exclude] if exclude else list(ranked)
 
 
+def every_entry(session: Session) -> list[EntryView]:
+    return entries_first_seen_between(session, None, datetime.max.replace(tzinfo=UTC))
+
+
 def matching(
-    session: Session, expr: Expr, rules: TagRules, *, limit: int | None = None
+    session: Session,
+    expr: Expr,
+    rules: TagRules,
+    *,
+    limit: int | None = None,
+    entries: list[EntryView] | None = None,
+    liked: frozenset[int] = frozenset(),
 ) -> tuple[list[Candidate], list[Atom]]:
     """Every stored entry *expr* matches, best first, and the tags and phrases of *expr*
     that no stored entry matches on its own (the part of a filter that cannot be doing
-    anything), from one read of the store (for ``tags test``)."""
-    entries = entries_first_seen_between(session, None, datetime.max.replace(tzinfo=UTC))
-    found = [Candidate(e, x) for e in entries if (x := explain_entry(expr, e, rules)).matched]
+    anything), from one read of the store (for ``tags test``; *entries*: that read,
+    when the caller made it; *liked*: what ``liked`` atoms match)."""
+    entries = every_entry(session) if entries is None else entries
+    found = [Candidate(e, x) for e in entries if (x := explain_entry(expr, e, rules, e.id in liked)).matched]
     ranked = rank(found)
-    alone = sorted(atoms(expr), key=to_text)
+    alone = sorted((a for a in atoms(expr) if a != Liked()), key=to_text)  # a model's, not the store's
     idle = [atom for atom in alone if not any(explain_entry(atom, e, rules).matched for e in entries)]
     return (ranked[:limit] if limit is not None else ranked), idle

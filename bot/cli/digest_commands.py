@@ -64,16 +64,33 @@ def preview(
 
 
 def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_json: bool) -> None:
-    from bot.choose.select import local_send_time, select_for
+    from bot.choose.select import SelectionCache, effective_start, local_send_time, select_for
     from bot.store.ledger import claimed_entry_ids
+    from bot.taste.explain import liked_for, reader_taste, scored
 
     as_of = local_send_time(subscriber, day) if day else now()
+    cache = SelectionCache()
     with factory() as session:
-        found = select_for(session, subscriber, c.rules, as_of=as_of, exclude=claimed_entry_ids(session, subscriber.id))
+        start = effective_start(subscriber, None)
+        taste = reader_taste(session, subscriber, start, cache.entries(session, start, as_of))
+        found = select_for(
+            session,
+            subscriber,
+            c.rules,
+            as_of=as_of,
+            exclude=claimed_entry_ids(session, subscriber.id),
+            cache=cache,
+            liked=liked_for(subscriber.filter, taste, subscriber.taste_threshold),
+        )
     label = (
         f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
     )
-    print_candidates(found, f"{label}: {plural(len(found), 'entry', 'entries')}", as_json)
+    print_candidates(scored(taste, found), f"{label}: {plural(len(found), 'entry', 'entries')}", as_json)
+    if taste is not None and not as_json:
+        out.print(
+            f"ranked by their model: score + 3 x taste; liked: taste above {subscriber.taste_threshold:.2f}",
+            markup=False,
+        )
     if not found and not as_json:
         from bot.choose.quiet import outlook, outlook_note
 

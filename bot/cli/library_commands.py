@@ -1,5 +1,5 @@
 """CLI commands ``subscribers library``: add, list, remove a reader's library (the
-papers their ranking learns from).  Thin shells over ``bot.taste.service``."""
+papers their ranking learns from), their feedback and their threshold.  Thin shells over ``bot.taste.service``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import typer
 
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
+    EXIT_USAGE,
     JsonOption,
     command_group,
     ctx_of,
@@ -101,10 +102,58 @@ def library_remove(
         fail(f"{len(set(keys)) - removed} of the keys given are not in the library")
 
 
-def print_library(ctx: typer.Context, email: str) -> None:
-    """``subscribers export --library EMAIL``: their library as CSL-JSON."""
-    from bot.taste.library import csl_json
-    from bot.taste.service import library
+@library_app.command("feedback")
+def library_feedback(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    as_json: JsonOption = False,
+) -> None:
+    """What EMAIL said of entries of their digests: "more like this" (learned as library
+    papers) and "less like this" (learned as papers they do not want)."""
+    from bot.taste.service import feedback
 
     factory = ctx_of(ctx).sessions()
-    sys.stdout.write(csl_json(library(factory, find_subscriber(factory, email).id)))
+    rows = feedback(factory, find_subscriber(factory, email).id)
+    if as_json:
+        print_json_lines([{"key": r.key, "title": r.title, "verdict": r.verdict, "at": r.at} for r in rows])
+        return
+    table = new_table("at", "verdict", "key", "title", title=f"Feedback ({len(rows)})")
+    for r in rows:
+        table.add_row(f"{r.at:%Y-%m-%d %H:%M}", f"{r.verdict} like this", r.key, r.title)
+    out.print(table)
+
+
+@library_app.command("threshold")
+def library_threshold(
+    ctx: typer.Context,
+    email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    value: Annotated[
+        float | None,
+        typer.Argument(help="The taste score above which an entry is 'liked' (default 0.1)."),
+    ] = None,
+) -> None:
+    """Show or set EMAIL's threshold: the filter atom `liked` matches the entries their
+    model scores above it (0 is a typical entry of the store, 1 a typical paper of their
+    library; higher is pickier)."""
+    from bot.taste.service import set_taste_threshold
+
+    factory = ctx_of(ctx).sessions()
+    subscriber = find_subscriber(factory, email)
+    if value is not None:
+        try:
+            set_taste_threshold(factory, subscriber.id, value, now())
+        except ValueError as exc:
+            fail(f"threshold: {exc}", EXIT_USAGE)
+        subscriber = find_subscriber(factory, email)
+    out.print(f"{subscriber.email}: liked above a taste score of {subscriber.taste_threshold:.2f}", markup=False)
+
+
+def print_library(ctx: typer.Context, email: str) -> None:
+    """``subscribers export --library EMAIL``: their library and feedback as CSL-JSON
+    (``library add`` reads it back; "less like this" items are left out then)."""
+    from bot.taste.library import csl_json
+    from bot.taste.service import feedback, library
+
+    factory = ctx_of(ctx).sessions()
+    subscriber_id = find_subscriber(factory, email).id
+    sys.stdout.write(csl_json(library(factory, subscriber_id), feedback(factory, subscriber_id)))

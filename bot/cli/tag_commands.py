@@ -14,6 +14,7 @@ from bot.cli.shell import (
     ctx_of,
     err,
     fail,
+    find_subscriber,
     new_table,
     out,
     plural,
@@ -56,13 +57,19 @@ def tags_test(
     ctx: typer.Context,
     expression: Annotated[str, typer.Argument(help="A filter expression, e.g. 'gpu and not snn'.")],
     limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    subscriber_email: Annotated[
+        str | None,
+        typer.Option("--subscriber", help="Rank and score by this subscriber's model ('liked' is theirs)."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The stored entries a filter matches, best first, with why."""
-    from bot.choose.filters import FilterError, parse_filter, to_text
-    from bot.choose.select import matching
+    """The stored entries a filter matches, best first, with why; with --subscriber,
+    in the order and with the scores of that subscriber's model."""
+    from bot.choose.filters import FilterError, Liked, atoms, parse_filter, to_text
+    from bot.choose.select import every_entry, matching
     from bot.choose.vocabulary import idle_atoms_note, unknown_tags
     from bot.store.entry_reads import tag_names
+    from bot.taste.explain import reader_taste, scored
 
     c = ctx_of(ctx)
     try:
@@ -70,12 +77,26 @@ def tags_test(
     except FilterError as exc:
         fail(str(exc), EXIT_USAGE)
         return
-    with c.sessions()() as session:
-        found, idle = matching(session, expr, c.rules, limit=limit)
+    factory = c.sessions()
+    subscriber = find_subscriber(factory, subscriber_email) if subscriber_email else None
+    with factory() as session:
+        entries = every_entry(session)
+        taste = reader_taste(session, subscriber, None, entries) if subscriber is not None else None
+        liked = taste.liked(subscriber.taste_threshold) if taste is not None and subscriber is not None else frozenset()
+        found, idle = matching(session, expr, c.rules, entries=entries, liked=liked)
         known = tag_names(session) | {rule.name for rule in c.rules.rules}
-    print_candidates(found, f"{to_text(expr)}: {plural(len(found), 'entry', 'entries')}", as_json)
-    if idle and not as_json:
+    shown = scored(taste, found)[:limit] if limit is not None else scored(taste, found)
+    print_candidates(shown, f"{to_text(expr)}: {plural(len(found), 'entry', 'entries')}", as_json)
+    if as_json:
+        return
+    if idle:
         err.print(idle_atoms_note(idle, unknown_tags(expr, known)), markup=False)
+    if Liked() in atoms(expr) and taste is None:
+        whose = f"{subscriber.email} has no model yet" if subscriber else "give --subscriber EMAIL"
+        err.print(
+            f"'liked' matches nothing here: {whose} (a model needs 2 library papers or 'more like this')",
+            markup=False,
+        )
 
 
 @tags_app.command("apply")

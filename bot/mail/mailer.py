@@ -74,6 +74,8 @@ class Mailer:
             remote_images=settings.digest.remote_images,
             summary_chars=settings.digest.summary_chars,
             keywords=rule_keywords(settings.paths.tags_file),
+            public_url=settings.web.public_url,
+            top_picks=settings.digest.top_picks,
         )
         self.key = signing_key(settings)
         self.signer = signer_of(settings.dkim)

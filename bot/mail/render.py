@@ -24,16 +24,21 @@ from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest
 from bot.links import primary_url, side_links
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
 from bot.plan.cadence import is_weekly
+from bot.taste import CLOSE_TO
 from bot.text import one_line
 
 MAX_AUTHORS = 6
 TEXT_FOOTER = "_footer.txt.j2"
 # Gmail clips an HTML part over 102 KB, hiding the rest (the unsubscribe link with it).
 HTML_BUDGET = 90_000
-# The most a subscriber's own values (address, links) add to a body measured without them.
+# The most a subscriber's own address adds to a body measured without it (and with
+# links as long as theirs).
 PERSONAL_ALLOWANCE = 1_500
 PREHEADER_TITLES = 3
 CONTENTS_FROM = 3  # entries; a shorter digest is its own contents
+# A token as long as any subscriber's (``bot.tokens``: a ten-digit id, a dot, 24 characters),
+# so that the budget is measured with links as long as the real ones.
+_LONGEST_TOKEN = "9" * 10 + "." + "x" * 24
 
 
 def byline(item: DigestItem) -> str:
@@ -134,12 +139,39 @@ _FIRST_ATOM = re.compile(r'\A("(?:[^"\\]|\\.)*"|[^:;"]+):')
 
 def contents_groups(items: list[dict[str, object]]) -> list[tuple[str, list[dict[str, object]]]]:
     """The entries grouped by the filter atom that brought each (the first of its "why"),
-    groups in the order of their best entry; one unnamed group when all share one."""
+    groups in the order of their best entry; one unnamed group when all share one.  A
+    model's "close to" note is not a filter atom: it names no group."""
     groups: dict[str, list[dict[str, object]]] = {}
     for item in items:
         match = _FIRST_ATOM.match(str(item["why"]))
-        groups.setdefault(match.group(1).strip() if match else "", []).append(item)
+        atom = match.group(1).strip() if match else ""
+        groups.setdefault("" if atom == CLOSE_TO else atom, []).append(item)
     return list(groups.items()) if len(groups) > 1 else [("", items)]
+
+
+def top_picks(content: DigestContent, count: int) -> list[int]:
+    """The refs of the (at most) *count* entries the reader's model scores highest among
+    those it likes (above their threshold), best first, when their model ranked this
+    digest and it holds more entries than that (else none)."""
+    threshold = content.subscriber.taste_threshold
+    scored = [(item.taste, ref) for ref, item in enumerate(content.items, start=1) if item.taste is not None]
+    if count <= 0 or len(content.items) <= count:
+        return []
+    liked = [(taste, ref) for taste, ref in scored if taste > threshold]
+    return [ref for _, ref in sorted(liked, key=lambda pair: (-pair[0], pair[1]))[:count]]
+
+
+PICKS, THE_REST = "Top picks for you", "Also in this digest"
+
+
+def leading(items: list[dict[str, object]], picks: list[int]) -> dict[str, object]:
+    """The contents, and the top picks above them.  When the picks are the digest's
+    first entries anyway (a reader whose model alone orders it), the contents say so
+    in two groups instead of listing them twice."""
+    contents = contents_groups(items) if len(items) >= CONTENTS_FROM else []
+    if picks and picks == list(range(1, len(picks) + 1)) and len(contents) == 1:
+        return {"contents": [(PICKS, items[: len(picks)]), (THE_REST, items[len(picks) :])], "picks": []}
+    return {"contents": contents, "picks": [items[ref - 1] for ref in picks]}
 
 
 def preheader(items: list[dict[str, object]]) -> str:
@@ -184,8 +216,13 @@ class Renderer:
         summary_chars: int = 400,
         keywords: Keywords = (),
         fit: bool = True,
+        public_url: str = "",
+        top_picks: int = 0,
     ) -> None:
         self.search_url = search_url
+        self.top_picks = top_picks  # "Top picks for you" above the contents, for a reader with a model
+        # Whose links the budget is measured with: the longest a subscriber of *public_url* has.
+        self.measured_links = web_links(public_url, _LONGEST_TOKEN) if public_url else Links("", None)
         self.fit = fit  # keep the HTML part within HTML_BUDGET (off for the web version)
         self.keywords = keywords  # marked where a filter names their tag
         self.remote_images = remote_images
@@ -228,7 +265,7 @@ class Renderer:
             "count_label": f"{count} new {'entry' if count == 1 else 'entries'}{period_words(content)}",
             "subscriber_filter": content.subscriber.filter,
             "items": items,
-            "contents": contents_groups(items) if len(items) >= CONTENTS_FROM else [],
+            **leading(items, top_picks(content, self.top_picks)),
             "updates": [{"title": title_text(u.title), "note": u.note, "url": u.url} for u in content.updates],
             "pending": content.pending,
             "resend_of": content.resend_of,
@@ -261,8 +298,9 @@ class Renderer:
 
     def _fit(self, context: dict[str, object], items: list[dict[str, object]]) -> None:
         """Show the last entries compact (title and byline) while the HTML part would pass
-        the budget; as few as possible.  Measured without the subscriber's own values, so
-        every subscriber of one body gets the same layout."""
+        the budget; as few as possible.  Measured without the subscriber's address and with
+        the longest links any subscriber has, so every subscriber of one body gets the
+        same layout."""
         budget = HTML_BUDGET - PERSONAL_ALLOWANCE
         if not self.fit:
             return
@@ -270,7 +308,7 @@ class Renderer:
         def fits(full: int) -> bool:
             for index, item in enumerate(items):
                 item["compact"] = index >= full
-            measured = {**context, **personal_context("", Links("", None))}
+            measured = {**context, **personal_context("", self.measured_links)}
             return len(self.inliner.inline(self.html_template.render(measured)).encode("utf-8")) <= budget
 
         low, high = 0, len(items)

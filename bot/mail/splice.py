@@ -344,7 +344,7 @@ class MessageTemplate:
         if footer_substituted:
             text_pieces = cls._line_pieces(text, probe.holes, {_HTML_SPECIALS.encode("utf-8"): "email_raw"})
         else:
-            text_pieces = cls._text_pieces(text, made.footer, made.context, renderer, probe.holes.marker)
+            text_pieces = cls._text_pieces(text, made.footer, made.context, renderer, probe.holes)
         html_pieces = cls._line_pieces(html, probe.holes, _HTML_FORMS)
         if text_pieces is None or html_pieces is None:
             return None
@@ -358,10 +358,10 @@ class MessageTemplate:
 
     @staticmethod
     def _text_pieces(
-        text: bytes, footer: bytes, context: dict[str, object], renderer: Renderer, marker: bytes
+        text: bytes, footer: bytes, context: dict[str, object], renderer: Renderer, holes: _Holes
     ) -> list[Piece] | None:
-        """Text part: everything but the lines holding the footer is constant; the
-        footer is rendered again per subscriber (it wraps the address)."""
+        """Text part: the lines holding the footer are rendered again per subscriber (it
+        wraps the address); the others are spliced line by line (their links)."""
         if not footer or text.count(footer) != 1:
             return None
         start = text.find(footer)
@@ -369,7 +369,7 @@ class MessageTemplate:
         first, last = _lines_around(spans, start, start + len(footer))
         line_start, line_end = spans[first][0], spans[last][1]
         head, tail = text[line_start:start], text[start + len(footer) : line_end]
-        if marker in head or marker in tail:
+        if holes.marker in head or holes.marker in tail:
             return None
         template = renderer.text_footer_template
         assert template is not None
@@ -378,7 +378,12 @@ class MessageTemplate:
             rendered = template.render({**context, **personal_context(personal.email, links)})
             return qp_lines(head + rendered.encode("utf-8") + tail, cached=True)
 
-        return [qp_lines(text[:line_start]), footer_lines, qp_lines(text[line_end:])]
+        raw = {_HTML_SPECIALS.encode("utf-8"): "email_raw"}
+        before = MessageTemplate._line_pieces(text[:line_start], holes, raw)
+        after = MessageTemplate._line_pieces(text[line_end:], holes, raw)
+        if before is None or after is None:
+            return None
+        return [*before, footer_lines, *after]
 
     @staticmethod
     def _line_pieces(data: bytes, marks: _Holes, forms: dict[bytes, str]) -> list[Piece] | None:

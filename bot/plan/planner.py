@@ -14,7 +14,7 @@ import hashlib
 import logging
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.filters import uses_liked
 from bot.choose.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
 from bot.choose.tagging import TagRules
 from bot.config import Settings
@@ -52,7 +53,7 @@ from bot.unsubscribes import journal_of
 
 if TYPE_CHECKING:
     from bot.taste.model import Model
-    from bot.taste.ranking import TastePass
+    from bot.taste.ranking import ReaderTaste, TastePass
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -241,6 +242,7 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
         still_empty: list[int] = []
         models = _models(session, run, due)
         for subscriber, day in due:
+            taste = _reader_taste(session, run, subscriber, starts[subscriber.id], models.get(subscriber.id))
             candidates = select_for(
                 session,
                 subscriber,
@@ -249,11 +251,10 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
                 cache=run.cache,
                 start=starts[subscriber.id],
                 exclude=claimed.get(subscriber.id, frozenset()),
+                liked=_liked(subscriber, taste),
             )
-            model = models.get(subscriber.id)
-            if model is not None:
-                order, why = _by_taste(session, run, subscriber, starts[subscriber.id], model)
-                candidates = order(candidates)
+            if taste is not None:
+                candidates = taste.rerank(candidates)
             chosen = candidates[: settings.digest.max_entries]
             if len(chosen) == len(candidates):
                 marks.append((subscriber.id, now, keys[subscriber.id]))
@@ -265,8 +266,8 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
                 run.report.empty += 1
                 continue
             entries = [_planned_entry(c, settings, run.memo) for c in chosen]
-            if model is not None:
-                entries = why(chosen, entries)
+            if taste is not None:
+                entries = taste.planned(chosen, entries)
             choices.append(NewDigest(subscriber.id, day, run.kind, state, entries, len(candidates) - len(chosen), fill))
     written = _write(run.factory, choices, marks, still_empty, now=now, make_id=_message_id(settings))
     for digest_id, choice in written:
@@ -280,23 +281,21 @@ def _models(session: Session, run: _Pass, due: list[tuple[Subscriber, date]]) ->
     return run.taste.models(session, [s.id for s, _ in due]) if run.taste is not None else {}
 
 
-def _by_taste(
-    session: Session, run: _Pass, subscriber: Subscriber, start: datetime | None, model: Model
-) -> tuple[Callable[[list[Candidate]], list[Candidate]], Callable[[list[Candidate], list[Planned]], list[Planned]]]:
-    """What the subscriber's model does to their candidates (``bot.taste.ranking``): their
-    order, and the why lines of the chosen ones, which name the library paper each is close to."""
-    taste, window_start = run.taste, effective_start(subscriber, start)
-    assert taste is not None
-    window = run.cache.entries(session, window_start, run.now)
+def _reader_taste(
+    session: Session, run: _Pass, subscriber: Subscriber, start: datetime | None, model: Model | None
+) -> ReaderTaste | None:
+    """What the subscriber's model says of their window (``bot.taste.ranking``); None without one."""
+    if model is None or run.taste is None:
+        return None
+    window_start = effective_start(subscriber, start)
+    return run.taste.reader(model, window_start, run.cache.entries(session, window_start, run.now))
 
-    def order(found: list[Candidate]) -> list[Candidate]:
-        return taste.rerank(model, found, window_start, window)
 
-    def why(picked: list[Candidate], entries: list[Planned]) -> list[Planned]:
-        whys = taste.why_lines(model, picked, [e.why for e in entries], window_start, window)
-        return [replace(e, why=line) for e, line in zip(entries, whys, strict=True)]
-
-    return order, why
+def _liked(subscriber: Subscriber, taste: ReaderTaste | None) -> frozenset[int] | None:
+    """The entries ``liked`` matches for a filter that names it (none without a model)."""
+    if not uses_liked(subscriber.filter):
+        return None
+    return taste.liked(subscriber.taste_threshold) if taste is not None else frozenset()
 
 
 def _days_to_plan(

@@ -86,7 +86,7 @@ class ContentCache:
                     self.pinned[(entry_id, source_id)] = summary
 
     def item(self, row: LedgerRow) -> DigestItem:
-        entry_id, source_id, why, tags, url = row
+        entry_id, source_id, why, tags, url, taste = row
         updated_at, entry = self.entries[entry_id]
         key = (row, updated_at)
         found = self.items.get(key)
@@ -104,6 +104,7 @@ class ContentCache:
                 tags=tags,
                 url=url,
                 why=why,
+                taste=taste,
                 arxiv_id=entry.arxiv_id,
                 doi=entry.doi,
                 links=tuple(entry.links),
@@ -213,12 +214,13 @@ def _ledger_rows(session: Session, digest_ids: list[int]) -> dict[int, list[Ledg
                 LedgerEntry.why,
                 type_coerce(LedgerEntry.tags, Text),
                 LedgerEntry.url,
+                LedgerEntry.taste,
             )
             .where(LedgerEntry.digest_id.in_(part))
             .order_by(LedgerEntry.digest_id, LedgerEntry.position)
         )
-        for digest_id, entry_id, source_id, why, tags, url in found:
-            rows.setdefault(digest_id, []).append((entry_id, source_id, why, _tags(tags), url))
+        for digest_id, entry_id, source_id, why, tags, url, taste in found:
+            rows.setdefault(digest_id, []).append((entry_id, source_id, why, _tags(tags), url, taste))
     return rows
 
 

@@ -18,7 +18,8 @@ from bot.store.bulk import CHUNK, allocate_ids, bulk_insert, chunks
 from bot.store.schema import Digest, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
 
-LedgerRow = tuple[int, int | None, str, tuple[str, ...], str]  # entry, pinned source, why, tags, url
+# entry, pinned source, why, tags, url, taste (the reader's taste score, None without a model)
+LedgerRow = tuple[int, int | None, str, tuple[str, ...], str, float | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class Planned:
     why: str
     tags: tuple[str, ...]
     url: str
+    taste: float | None = None
 
 
 def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
@@ -103,7 +105,7 @@ class _BodyKeys:
         same = tuple(map(id, entries))
         if same not in self.known:  # the entries are kept in the value, so their ids stay theirs
             self.known[same] = (
-                body_key((p.entry_id, p.summary_source_id, p.why, p.tags, p.url) for p in entries),
+                body_key((p.entry_id, p.summary_source_id, p.why, p.tags, p.url, p.taste) for p in entries),
                 entries,
             )
         return self.known[same][0]
@@ -163,6 +165,7 @@ def _insert_ledger(session: Session, digests: Sequence[tuple[int, NewDigest]]) -
             "why": p.why,
             "tags": p.tags,
             "url": p.url,
+            "taste": p.taste,
         }
         for digest_id, d in digests
         for n, p in enumerate(d.entries)
@@ -297,6 +300,7 @@ def create_digest(
                     "why": p.why,
                     "tags": list(p.tags),
                     "url": p.url,
+                    "taste": p.taste,
                 }
                 for n, p in enumerate(entries)
             ],

@@ -12,7 +12,8 @@ from bot.domain import LibraryPaper
 from bot.ingest.identity import normalize_title, title_hash, title_key
 from bot.store.bulk import chunks
 from bot.store.entries import entries_matching
-from bot.store.schema import Entry, LibraryPaperRow
+from bot.store.schema import Entry
+from bot.store.taste_tables import LibraryPaperRow
 
 _MATCHED_BY = ("key", "arxiv_id", "doi", "title_norm")  # in this order of precedence
 

@@ -16,14 +16,12 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
     Table,
     Text,
     TypeDecorator,
-    UniqueConstraint,
     text,
     true,
 )
@@ -232,6 +230,8 @@ class Subscriber(Base):
     planned_key: Mapped[str | None] = mapped_column(String(64))
     send_updates: Mapped[bool] = mapped_column(Boolean, server_default=true())
     cadence: Mapped[str] = mapped_column(String(16), server_default="daily")  # bot.plan.cadence
+    # The model score above which an entry is ``liked`` (migration 0017; bot.taste.model).
+    taste_threshold: Mapped[float] = mapped_column(Float, server_default="0.1")
     # When the last sign-up mail (confirmation or "already subscribed") went out.
     mailed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
@@ -319,6 +319,8 @@ class LedgerEntry(Base):
     url: Mapped[str] = mapped_column(Text)  # where the title links, pinned likewise
     # When a revision of the entry was last told to the subscriber (migration 0012).
     reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The subscriber's taste score for the entry when it was planned; NULL without a model (0017).
+    taste: Mapped[float | None] = mapped_column(Float)
 
 
 class UnsubscribeRequest(Base):
@@ -403,48 +405,6 @@ class ReturnEvent(Base):
     diagnostic: Mapped[str] = mapped_column(String(300), server_default="")
 
 
-class LibraryPaperRow(Base):
-    """A paper a subscriber vouches for (``bot.taste.library``), keyed as entries are,
-    and the stored entry it is, when there is one."""
-
-    __tablename__ = "library_papers"
-    __table_args__ = (UniqueConstraint("subscriber_id", "key"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"))
-    key: Mapped[str] = mapped_column(String(200))
-    entry_id: Mapped[int | None] = mapped_column(ForeignKey("entries.id", ondelete="SET NULL"))
-    title: Mapped[str] = mapped_column(Text)
-    abstract: Mapped[str] = mapped_column(Text, server_default="")
-    source: Mapped[str] = mapped_column(String(16))
-    added_at: Mapped[datetime] = mapped_column(UTCDateTime)
-
-
-class TasteVocabulary(Base):
-    """The TF-IDF vocabulary fitted on the store (``bot.taste.features``); a newer one
-    replaces it as the store grows, and the models are trained in it again."""
-
-    __tablename__ = "taste_vocabularies"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    fitted_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    entries: Mapped[int] = mapped_column(Integer)  # how many entries it was fitted on
-    terms: Mapped[list[str]] = mapped_column(JSON)
-    idf: Mapped[bytes] = mapped_column(LargeBinary)  # float32, one per term
-
-
-class TasteModel(Base):
-    """A subscriber's model (``bot.taste.model``): its kept weights as int32 term indices
-    and float32 values, and its library papers' strongest terms (to name the nearest).
-    ``signals`` is what it was trained from; a change trains it again."""
-
-    __tablename__ = "taste_models"
-
-    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"), primary_key=True)
-    vocabulary_id: Mapped[int] = mapped_column(Integer)
-    signals: Mapped[str] = mapped_column(String(64))
-    trained_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    intercept: Mapped[float] = mapped_column(Float)
-    indices: Mapped[bytes] = mapped_column(LargeBinary)
-    weights: Mapped[bytes] = mapped_column(LargeBinary)
-    library: Mapped[list[list[str]]] = mapped_column(JSON)  # [title, base64 indices, base64 values] per paper
+# The taste stage's tables (library, feedback, vocabulary, models) are in a module of
+# their own; importing it here registers them with Base.metadata, as migrations expect.
+from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel, TasteVocabulary  # noqa: E402, F401

@@ -34,6 +34,7 @@ def _view(row: SubscriberRow) -> Subscriber:
         unsubscribe_secret=row.unsubscribe_secret,
         send_updates=bool(row.send_updates),
         cadence=row.cadence,
+        taste_threshold=float(row.taste_threshold),
     )
 
 

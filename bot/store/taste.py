@@ -4,6 +4,7 @@ the bytes of float32 / int32 numpy arrays."""
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -13,7 +14,8 @@ from sqlalchemy.orm import Session
 
 from bot.domain import match_text
 from bot.store.bulk import chunks
-from bot.store.schema import Entry, LibraryPaperRow, TasteModel, TasteVocabulary
+from bot.store.schema import Entry
+from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel, TasteVocabulary
 
 if TYPE_CHECKING:  # numpy and scipy load only where models exist
     import numpy as np
@@ -70,27 +72,52 @@ def entry_ids(session: Session) -> list[int]:
 
 def texts_of(session: Session, ids: Iterable[int]) -> dict[int, str]:
     """Each entry's text as the model sees it (title and summary, markup out)."""
-    found: dict[int, str] = {}
+    return {i: f"{title}\n{text}" for i, (title, text) in titled_texts_of(session, ids).items()}
+
+
+def titled_texts_of(session: Session, ids: Iterable[int]) -> dict[int, tuple[str, str]]:
+    """Each entry's title, and its summary as the model sees it (markup out)."""
+    found: dict[int, tuple[str, str]] = {}
     for part in chunks(sorted(set(ids))):
         rows = session.execute(select(Entry.id, Entry.title, Entry.summary, Entry.extra).where(Entry.id.in_(part)))
-        found.update((i, f"{title}\n{match_text(summary, extra)}") for i, title, summary, extra in rows)
+        found.update((i, (title, match_text(summary, extra))) for i, title, summary, extra in rows)
     return found
 
 
-def library_signals(session: Session, at_least: int) -> dict[int, str]:
-    """Per subscriber with at least this many library papers, what changes whenever their
-    library does: the count, the newest row id and the sum of the row ids."""
-    query = (
-        select(
-            LibraryPaperRow.subscriber_id,
-            func.count(),
-            func.max(LibraryPaperRow.id),
-            func.sum(LibraryPaperRow.id),
-        )
-        .group_by(LibraryPaperRow.subscriber_id)
-        .having(func.count() >= at_least)
+def taste_signals(session: Session, at_least: int) -> dict[int, str]:
+    """Per subscriber with at least this many positives (library papers and "more like
+    this"), what changes whenever their library or feedback does: counts, newest ids
+    and sums of ids of each kind, hashed."""
+    library = select(
+        LibraryPaperRow.subscriber_id, func.count(), func.max(LibraryPaperRow.id), func.sum(LibraryPaperRow.id)
+    ).group_by(LibraryPaperRow.subscriber_id)
+    parts: dict[int, list[str]] = {}
+    positives: dict[int, int] = {}
+    for sid, n, newest, total in session.execute(library):
+        parts.setdefault(sid, []).append(f"library {n}:{newest}:{total}")
+        positives[sid] = positives.get(sid, 0) + n
+    feedback = select(Feedback.subscriber_id, Feedback.verdict, func.count(), func.sum(Feedback.entry_id)).group_by(
+        Feedback.subscriber_id, Feedback.verdict
     )
-    return {sid: f"{n}:{newest}:{total}" for sid, n, newest, total in session.execute(query)}
+    for sid, verdict, n, total in session.execute(feedback):
+        parts.setdefault(sid, []).append(f"{verdict} {n}:{total}")
+        if verdict == "more":
+            positives[sid] = positives.get(sid, 0) + n
+    return {
+        sid: hashlib.blake2b(" ".join(sorted(found)).encode(), digest_size=12).hexdigest()
+        for sid, found in parts.items()
+        if positives.get(sid, 0) >= at_least
+    }
+
+
+def feedback_entries(session: Session, subscriber_id: int) -> tuple[list[int], list[int]]:
+    """The entries the subscriber asked more of, and those they asked less of."""
+    more: list[int] = []
+    less: list[int] = []
+    query = select(Feedback.entry_id, Feedback.verdict).where(Feedback.subscriber_id == subscriber_id)
+    for entry_id, verdict in session.execute(query.order_by(Feedback.at, Feedback.entry_id)):
+        (more if verdict == "more" else less).append(entry_id)
+    return more, less
 
 
 def library_rows(session: Session, subscriber_id: int) -> list[tuple[str, str, str, int | None]]:
@@ -163,3 +190,19 @@ def _array(text: str, dtype: str) -> np.ndarray:
     import numpy as np
 
     return np.frombuffer(base64.b64decode(text), dtype=dtype)
+
+
+def taste_counts(session: Session, subscriber_id: int) -> tuple[int, int, int, bool]:
+    """(library papers, "more like this", "less like this", whether a model ranks them)."""
+    papers = session.scalar(
+        select(func.count()).select_from(LibraryPaperRow).where(LibraryPaperRow.subscriber_id == subscriber_id)
+    )
+    verdicts = dict(
+        session.execute(
+            select(Feedback.verdict, func.count())
+            .where(Feedback.subscriber_id == subscriber_id)
+            .group_by(Feedback.verdict)
+        ).all()
+    )
+    model = session.scalar(select(TasteModel.subscriber_id).where(TasteModel.subscriber_id == subscriber_id))
+    return int(papers or 0), int(verdicts.get("more", 0)), int(verdicts.get("less", 0)), model is not None

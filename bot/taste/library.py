@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from bot.domain import LibraryPaper
+from bot.domain import LibraryPaper, RatedEntry
 from bot.ingest.identity import arxiv_id_in, doi_in, normalize_title, title_key
 from bot.text import one_line
 
@@ -167,6 +167,8 @@ def _csl_json(text: str) -> LibraryRead:
         if not isinstance(item, dict):
             found.problems.append(f"item {number}: not a CSL-JSON object")
             continue
+        if _text(item.get("note")) == f"{FEEDBACK_NOTE}less like this":
+            continue  # our own export of a "less like this": not a paper the reader vouches for
         ids = [str(item.get(name, "")) for name in ("DOI", "URL", "number", "archive_location", "id", "note")]
         paper = paper_of(_text(item.get("title")), _text(item.get("abstract")), ids, "csl-json")
         if paper is None:
@@ -198,10 +200,14 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
-def csl_json(papers: Iterable[LibraryPaper]) -> str:
-    """The papers as CSL-JSON (what ``subscribers export --library`` gives back, and
-    what ``library add`` reads again)."""
-    items = []
+FEEDBACK_NOTE = "digestbot feedback: "  # + "more like this" | "less like this"
+
+
+def csl_json(papers: Iterable[LibraryPaper], feedback: Iterable[RatedEntry] = ()) -> str:
+    """The papers, and the entries the reader rated, as CSL-JSON (what ``subscribers
+    export --library`` gives back, and what ``library add`` reads again: a rated
+    entry's note says how it was rated, and "less like this" is not a paper to add)."""
+    items: list[dict[str, str]] = []
     for paper in papers:
         item: dict[str, str] = {"id": paper.key, "type": "article", "title": paper.title}
         if paper.abstract:
@@ -212,4 +218,16 @@ def csl_json(papers: Iterable[LibraryPaper]) -> str:
             item["URL"] = f"https://arxiv.org/abs/{paper.arxiv_id}"
             item["number"] = f"arXiv:{paper.arxiv_id}"
         items.append(item)
+    for rated in feedback:
+        items.append(
+            {
+                "id": rated.key,
+                "type": "article",
+                "title": rated.title,
+                "note": f"{FEEDBACK_NOTE}{rated.verdict} like this",
+            }
+        )
+        found = arxiv_id_in(rated.key) if rated.key.startswith("arxiv:") else None
+        if found:
+            items[-1]["URL"] = f"https://arxiv.org/abs/{found}"
     return json.dumps(items, ensure_ascii=False, indent=1) + "\n"

@@ -1,6 +1,8 @@
 """Taste stage, the model: a linear classifier per reader, trained on TF-IDF vectors of
-the papers they vouch for against a sample of the store, as arxiv-sanity-lite does
-(scikit-learn's ``LinearSVC``, balanced class weights).  Entries of the sample that
+the papers they vouch for (their library and "more like this") against what they
+marked "less like this" and a sample of the store, as arxiv-sanity-lite does
+(scikit-learn's ``LinearSVC``, balanced class weights, a "less like this" weighing
+``SAID_LESS`` sample entries).  Entries of the sample that
 are close to one of the reader's papers (``CLOSE_TO_POSITIVE``, or the tenth closest)
 are left out: they are more likely unread than unwanted.  Only the largest weights
 are kept (``MAX_WEIGHTS``), so a model is a few kilobytes.  ``score`` and
@@ -24,8 +26,12 @@ NEAR_ENOUGH = 0.08  # cosine below which no library paper is named
 # Sample entries this close to one of the reader's papers, or among the tenth closest,
 # are not taken as negatives: more likely unread than unwanted.
 CLOSE_TO_POSITIVE = 0.3
-# The blend: a margin of 1 counts as much as a title hit of the filter (weight 3).
+# The blend: a score of 1 (as like the reader's papers as those are on average) counts
+# as much as a title hit of the filter (weight 3).
 BLEND = 3.0
+# A "less like this" weighs as much as this many entries of the sample: the reader said
+# so, where a sample entry is only probably not theirs.
+SAID_LESS = 10.0
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,7 @@ def train(
 
     good = vectors([text for _, text in positives], vocabulary)
     bad = vectors(list(negatives), vocabulary)
-    pool = vectors(list(sample), vocabulary)
+    pool = drawn = vectors(list(sample), vocabulary)
     if pool.shape[0] and good.shape[0]:
         closeness = (pool @ good.T).max(axis=1).toarray().ravel()
         nearest_tenth = np.sort(closeness)[-max(1, pool.shape[0] // 10)]
@@ -66,12 +72,30 @@ def train(
         weights = np.asarray(good.mean(axis=0)).ravel()
         intercept = 0.0
     else:
+        said = np.r_[np.ones(good.shape[0]), np.full(bad.shape[0], SAID_LESS), np.ones(pool.shape[0])]
         svm = LinearSVC(class_weight="balanced", C=0.1, max_iter=10_000, tol=1e-6)
-        svm.fit(features, labels)
+        svm.fit(features, labels, sample_weight=said)
         weights, intercept = svm.coef_.ravel(), float(svm.intercept_[0])
     kept = np.argsort(-np.abs(weights))[:MAX_WEIGHTS]
     kept = np.sort(kept[weights[kept] != 0]).astype(np.int32)
-    return Model(vocabulary.id, intercept, kept, weights[kept].astype(np.float32), _library(good, positives))
+    scale, offset = _anchors(weights[kept], intercept, good[:, kept], drawn[:, kept])
+    return Model(
+        vocabulary.id,
+        (intercept - offset) / scale,
+        kept,
+        (weights[kept] / scale).astype(np.float32),
+        _library(good, positives),
+    )
+
+
+def _anchors(weights: np.ndarray, intercept: float, good: csr_matrix, drawn: csr_matrix) -> tuple[float, float]:
+    """(scale, offset) that make a score 0 for the average entry of the store's sample and
+    1 for the average paper of the reader's, so that one threshold means the same for
+    every model whatever its margins; (1, 0) when the two cannot be told apart."""
+    typical_paper = float(np.mean(good @ weights)) + intercept if good.shape[0] else 1.0
+    typical_entry = float(np.mean(drawn @ weights)) + intercept if drawn.shape[0] else 0.0
+    spread = typical_paper - typical_entry
+    return (spread, typical_entry) if spread > 1e-6 else (1.0, 0.0)
 
 
 def _library(good: csr_matrix, positives: Sequence[tuple[str, str]]) -> tuple[tuple[str, np.ndarray, np.ndarray], ...]:
@@ -85,7 +109,8 @@ def _library(good: csr_matrix, positives: Sequence[tuple[str, str]]) -> tuple[tu
 
 
 def score(model: Model, rows: csr_matrix) -> np.ndarray:
-    """The model's margin for each row (positive: like the reader's papers)."""
+    """The model's score for each row: its margin, scaled so that 0 is a typical entry of
+    the store and 1 a typical paper of the reader's (``_anchors``)."""
     margins: np.ndarray = rows @ model.dense(rows.shape[1]) + model.intercept
     return margins
 

@@ -3,19 +3,22 @@
 A subscriber without a model keeps the filter's order exactly.  With one, candidates
 are ordered by the blend
 
-    relevance score + BLEND × model margin
+    relevance score + BLEND × taste score
 
-(``filters.explain``'s score: 3 for a title hit, 1 for a summary hit; the margin is
-the linear model's signed distance, positive for entries like the reader's papers),
+(``filters.explain``'s score: 3 for a title hit, 1 for a summary hit; the taste score
+is the linear model's margin scaled so that 0 is a typical entry of the store and 1 a
+typical paper of the reader's, ``bot.taste.model.score``),
 ties keeping the filter's order; and each chosen entry close enough to a library
-paper says so in its why line.  Each window's vectors are made once a pass, shared by
-every subscriber with that window.  Reads the store only through ``open`` and
-``models``; never writes.
+paper says so in its why line.  An entry whose score is above the subscriber's
+threshold is ``liked`` (the filter atom).  Each window's vectors are made once a
+pass, shared by every subscriber with that window; each subscriber's scores once.
+Reads the store only through ``open`` and ``models``; never writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 import numpy as np
@@ -24,7 +27,9 @@ from sqlalchemy.orm import Session
 
 from bot.choose.select import Candidate
 from bot.domain import EntryView, match_text
+from bot.store.ledger import Planned
 from bot.store.taste import any_models, latest_vocabulary, models_of
+from bot.taste import CLOSE_TO
 from bot.taste.features import Vocabulary, text_of, vectors
 from bot.taste.model import BLEND, Model, nearest, score
 
@@ -57,36 +62,57 @@ class TastePass:
             self.windows[start] = cached
         return cached[1], cached[2]
 
-    def rerank(
-        self, model: Model, candidates: list[Candidate], start: datetime | None, window: list[EntryView]
-    ) -> list[Candidate]:
-        """*candidates* (from *window*) in the blended order."""
-        if not candidates:
-            return candidates
+    def reader(self, model: Model, start: datetime | None, window: list[EntryView]) -> ReaderTaste:
+        """One subscriber's model over their window: each entry's score, computed once."""
         rows, positions = self._rows(start, window)
-        margins = score(model, rows)
-        blended = {c.entry.id: c.explanation.score + BLEND * float(margins[positions[c.entry.id]]) for c in candidates}
+        return ReaderTaste(model, rows, positions, score(model, rows))
+
+
+class ReaderTaste:
+    """What one subscriber's model says of the entries of their window."""
+
+    def __init__(self, model: Model, rows: csr_matrix, positions: dict[int, int], scores: np.ndarray) -> None:
+        self.model, self.rows, self.positions, self.scores = model, rows, positions, scores
+
+    def score_of(self, entry_id: int) -> float:
+        return float(self.scores[self.positions[entry_id]])
+
+    def liked(self, threshold: float) -> frozenset[int]:
+        """The window's entries scored above *threshold* (what ``liked`` matches)."""
+        ids = list(self.positions)
+        return frozenset(ids[i] for i in np.flatnonzero(self.scores > threshold).tolist())
+
+    def rerank(self, candidates: list[Candidate]) -> list[Candidate]:
+        """*candidates* in the blended order (ties keep the filter's order)."""
+        blended = {c.entry.id: blend(c.explanation.score, self.score_of(c.entry.id)) for c in candidates}
         return sorted(candidates, key=lambda c: -blended[c.entry.id])
 
-    def why_lines(
-        self,
-        model: Model,
-        chosen: Sequence[Candidate],
-        whys: Sequence[str],
-        start: datetime | None,
-        window: list[EntryView],
-    ) -> list[str]:
+    def why_lines(self, chosen: Sequence[Candidate], whys: Sequence[str]) -> list[str]:
         """Each chosen entry's why line, naming the library paper it is closest to."""
         if not chosen:
             return list(whys)
-        rows, positions = self._rows(start, window)
-        titles = nearest(model, rows[np.asarray([positions[c.entry.id] for c in chosen])])
-        lines = []
-        for why, title in zip(whys, titles, strict=True):
-            if title is None:
-                lines.append(why)
-                continue
-            shown = title if len(title) <= TITLE_SHOWN else title[: TITLE_SHOWN - 1].rstrip() + "…"
-            note = f"close to: '{shown}' from your library"
-            lines.append(note if why == EVERYTHING else f"{why}; {note}")
-        return lines
+        titles = nearest(self.model, self.rows[np.asarray([self.positions[c.entry.id] for c in chosen])])
+        return [why_line(why, title) for why, title in zip(whys, titles, strict=True)]
+
+    def planned(self, chosen: Sequence[Candidate], entries: Sequence[Planned]) -> list[Planned]:
+        """The chosen entries' ledger rows with the model's score, and why lines that
+        name the library paper each is closest to."""
+        whys = self.why_lines(chosen, [e.why for e in entries])
+        return [
+            replace(e, why=line, taste=round(self.score_of(c.entry.id), 4))
+            for e, c, line in zip(entries, chosen, whys, strict=True)
+        ]
+
+
+def blend(relevance: int, score: float) -> float:
+    """The order of a reader with a model: the filter's relevance plus ``BLEND`` × score."""
+    return relevance + BLEND * score
+
+
+def why_line(why: str, title: str | None) -> str:
+    """*why*, and the library paper the entry is closest to when there is one."""
+    if title is None:
+        return why
+    shown = title if len(title) <= TITLE_SHOWN else title[: TITLE_SHOWN - 1].rstrip() + "…"
+    note = f"{CLOSE_TO}: '{shown}' from your library"
+    return note if why == EVERYTHING else f"{why}; {note}"

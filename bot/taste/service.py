@@ -1,39 +1,49 @@
 """Taste stage, the service: a subscriber's library read from a file, listed and
-changed; the vocabulary and the models kept up to date (``refresh_models``, called by
-every planning pass).  Composes ``library``, ``features`` and ``model`` (pure) with
-``bot.store.library`` and ``bot.store.taste`` (SQL); never renders or sends."""
+changed; their feedback ("more like this", "less like this") and threshold; the
+vocabulary and the models kept up to date (``refresh_models``, called by every
+planning pass).  Composes ``library``, ``features`` and ``model`` (pure) with
+``bot.store.library``, ``bot.store.feedback`` and ``bot.store.taste`` (SQL); never
+renders or sends."""
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.domain import LibraryPaper
+from bot.domain import LibraryPaper, RatedEntry, Subscriber
 from bot.store.engine import transaction
+from bot.store.feedback import feedback_of, remove_feedback, set_feedback, set_threshold
 from bot.store.library import add_papers, library_of, remove_papers
 from bot.store.taste import (
     delete_models,
     entry_count,
     entry_ids,
+    feedback_entries,
     latest_vocabulary,
     latest_vocabulary_id,
     library_rows,
-    library_signals,
     model_signals,
     newest_entry_id,
     save_model,
     save_vocabulary,
+    taste_counts,
+    taste_signals,
     texts_of,
+    titled_texts_of,
     vocabulary_size,
 )
 from bot.taste.library import read_library
 
 log = logging.getLogger(__name__)
-MIN_POSITIVES = 2  # fewer papers teach nothing a filter does not already say (bot.taste.model)
+# Taste scores run about from 0 (a typical entry) to 1 (a typical library paper): a
+# threshold beyond these would mean nothing (bot.taste.model.score).
+MIN_THRESHOLD, MAX_THRESHOLD = -5.0, 5.0
+MIN_POSITIVES = 2  # library papers and "more like this"; fewer teach nothing a filter does not already say
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +73,47 @@ def remove_from_library(factory: sessionmaker[Session], subscriber_id: int, keys
         return remove_papers(session, subscriber_id, keys)
 
 
+def give_feedback(
+    factory: sessionmaker[Session], subscriber_id: int, entry_id: int, verdict: str | None, now: datetime
+) -> bool:
+    """Record "more" or "less" on an entry, or undo (*verdict* None); whether anything
+    changed.  The model learns it in the next planning pass."""
+    with transaction(factory) as session:
+        if verdict is None:
+            return remove_feedback(session, subscriber_id, entry_id)
+        return set_feedback(session, subscriber_id, entry_id, verdict, now)
+
+
+def feedback(factory: sessionmaker[Session], subscriber_id: int) -> list[RatedEntry]:
+    with factory() as session:
+        return feedback_of(session, subscriber_id)
+
+
+@dataclass(frozen=True, slots=True)
+class TasteSummary:
+    """What the manage page says of a reader's taste."""
+
+    papers: int
+    more: int
+    less: int
+    ranked: bool  # a model ranks their digests
+    threshold: float
+
+
+def taste_summary(factory: sessionmaker[Session], subscriber: Subscriber) -> TasteSummary:
+    with factory() as session:
+        papers, more, less, ranked = taste_counts(session, subscriber.id)
+    return TasteSummary(papers, more, less, ranked, subscriber.taste_threshold)
+
+
+def set_taste_threshold(factory: sessionmaker[Session], subscriber_id: int, value: float, now: datetime) -> None:
+    """The taste score above which the subscriber's entries are ``liked``."""
+    if not math.isfinite(value) or not MIN_THRESHOLD <= value <= MAX_THRESHOLD:
+        raise ValueError(f"threshold must be a number from {MIN_THRESHOLD} to {MAX_THRESHOLD}")
+    with transaction(factory) as session:
+        set_threshold(session, subscriber_id, value, now)
+
+
 @dataclass
 class ModelsReport:
     vocabulary_fitted: bool = False
@@ -86,7 +137,7 @@ def refresh_models(factory: sessionmaker[Session], now: datetime, only: list[int
     started = time.perf_counter()
     report = ModelsReport()
     with factory() as session:
-        signals = library_signals(session, MIN_POSITIVES)
+        signals = taste_signals(session, MIN_POSITIVES)
         trained = model_signals(session)
         count, fitted = (entry_count(session), vocabulary_size(session)) if signals else (0, None)
     gone = [sid for sid in trained if sid not in signals]  # their library went, or went below the minimum
@@ -126,8 +177,6 @@ def _fit_vocabulary(factory: sessionmaker[Session], count: int, now: datetime) -
 
 
 def _train(factory: sessionmaker[Session], stale: list[int], wanted: dict[int, str], now: datetime) -> int:
-    import random
-
     from bot.taste.model import train
 
     with factory() as session:
@@ -138,19 +187,37 @@ def _train(factory: sessionmaker[Session], stale: list[int], wanted: dict[int, s
     vocabulary = found[0]
     for subscriber_id in stale:
         with factory() as session:
-            papers = library_rows(session, subscriber_id)
-            mine = {entry_id for *_, entry_id in papers if entry_id is not None}
-            drawn = random.Random(subscriber_id).sample(ids, min(len(ids), SAMPLE + len(mine)))
-            pool = [i for i in drawn if i not in mine][:SAMPLE]
-            texts = texts_of(session, [*pool, *mine])
-        positives = [_positive(title, abstract, texts.get(entry_id or 0)) for _, title, abstract, entry_id in papers]
-        model = train(vocabulary, positives, [], [texts[i] for i in pool if i in texts])
+            positives, negatives, sample = _examples(session, subscriber_id, ids)
+        model = train(vocabulary, positives, negatives, sample)
         try:
             with transaction(factory) as session:
                 save_model(session, subscriber_id, model, wanted[subscriber_id], now)
         except IntegrityError:  # another process (the scheduler, `library add`) saved it meanwhile
             log.info("model of subscriber %d saved by another process", subscriber_id)
     return len(stale)
+
+
+def _examples(
+    session: Session, subscriber_id: int, ids: list[int]
+) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """What the subscriber's model learns from: their positives (title shown, text) from
+    the library and "more like this", the texts of "less like this", and a sample of
+    the store drawn without those."""
+    import random
+
+    from bot.taste.features import text_of
+
+    papers = library_rows(session, subscriber_id)
+    more, less = feedback_entries(session, subscriber_id)
+    in_library = {entry_id for *_, entry_id in papers if entry_id is not None}
+    mine = in_library | set(more) | set(less)
+    drawn = random.Random(subscriber_id).sample(ids, min(len(ids), SAMPLE + len(mine)))
+    pool = [i for i in drawn if i not in mine][:SAMPLE]
+    texts = texts_of(session, [*pool, *in_library, *less])
+    titled = titled_texts_of(session, [i for i in more if i not in in_library])
+    positives = [_positive(title, abstract, texts.get(entry_id or 0)) for _, title, abstract, entry_id in papers]
+    positives += [(title, text_of(title, text)) for title, text in titled.values()]
+    return positives, [texts[i] for i in less if i in texts], [texts[i] for i in pool if i in texts]
 
 
 def _positive(title: str, abstract: str, entry_text: str | None) -> tuple[str, str]:

@@ -5,8 +5,10 @@
 /u/{token}`` only shows a page with that button (link scanners and
 prefetchers GET every URL in a message), ``GET|POST /m/{token}`` lets the
 subscriber change their tags or filter, cadence, zone and hour, pause,
-resume or leave, and shows their next digest, ``GET /d/{token}/{date}`` is
-the web version of a sent digest and its BibTeX; ``/subscribe`` and
+resume or leave, and shows their next digest (``POST /m/{token}/library`` adds
+to their library, ``bot.web.uploads``), ``GET /d/{token}/{date}`` is
+the web version of a sent digest and its BibTeX, ``GET|POST /d/{token}/{date}/{n}/more``
+(or ``less``) rates an entry of it (``bot.web.feedback``); ``/subscribe`` and
 ``/c/{token}`` (sign-up) are ``bot.web.signup``'s.  Tokens are HMAC-signed
 and bound to one subscriber; an unknown, forged or altered token gets the
 same 404.  A thin shell over ``bot.subscriptions`` and ``bot.web.versions``:
@@ -39,10 +41,12 @@ from bot.config import Settings, site_url
 from bot.domain import Subscriber, SubscriberStatus
 from bot.metrics import Metrics
 from bot.subscriptions import SubscriberInputError, change_status, edit, filter_warning, set_filter, set_updates
+from bot.taste.service import taste_summary
 from bot.tokens import signing_key
 from bot.unsubscribes import journal_of, reader_of
 from bot.web.acks import Acknowledger
 from bot.web.choices import read_choices
+from bot.web.feedback import FeedbackPages
 from bot.web.forms import (
     MAX_CHOICES_FIELDS,
     MAX_CHOICES_FORM_BYTES,
@@ -58,6 +62,7 @@ from bot.web.lookups import TokenLookups
 from bot.web.manage import manage_context
 from bot.web.outlooks import Outlooks
 from bot.web.signup import SignupPages, TagMenu
+from bot.web.uploads import LibraryUploads
 from bot.web.versions import WebVersions, wanted
 
 log = logging.getLogger(__name__)
@@ -97,6 +102,7 @@ def create_app(
         routes=[
             Route("/u/{token}", endpoint.unsubscribe, methods=["GET", "POST"]),
             Route("/m/{token}", endpoint.manage, methods=["GET", "POST"]),
+            Route("/m/{token}/library", endpoint.library_upload, methods=["POST"]),
             Route("/c/{token}", endpoint.signups.confirmation, methods=["GET", "POST"]),
             *(
                 [Route("/subscribe", endpoint.signups.subscribe, methods=["GET", "POST"])]
@@ -105,6 +111,7 @@ def create_app(
             ),
             Route("/d/{token}/{day}", endpoint.web_version, methods=["GET"]),
             Route("/d/{token}/{day}/{ref}", endpoint.web_version, methods=["GET"]),
+            Route("/d/{token}/{day}/{ref}/{verdict}", endpoint.rate, methods=["GET", "POST"]),
             Route("/healthz", endpoint.health, methods=["GET"]),
             Route("/metrics", endpoint.metrics_page, methods=["GET"]),
         ],
@@ -170,6 +177,8 @@ class _Endpoint:
         )
         self.page = pages.get_template("page.html.j2")
         self.signups = SignupPages(settings, factory, self.key, self.tag_menu, self.render, now)
+        self.feedback = FeedbackPages(settings, factory, self.versions, self.key, self.render, now)
+        self.uploads = LibraryUploads(settings, factory, self.key, self.manage_page, self.forbidden, now)
 
     def render(
         self,
@@ -198,6 +207,9 @@ class _Endpoint:
 
     def not_found(self) -> HTMLResponse:
         return self.render("not_found", 404)
+
+    def forbidden(self) -> HTMLResponse:
+        return self.render("forbidden", 403)
 
     # The store calls are blocking: they run in Starlette's thread pool, not on the event loop.
     async def subscriber_of(self, request: Request) -> Subscriber | None:
@@ -263,6 +275,7 @@ class _Endpoint:
             await self.tag_menu.tags(),
             values=values,
             next_digest=await self.outlooks.next_digest(subscriber, self.now()),
+            taste=await run_in_threadpool(taste_summary, self.reader, subscriber),
         )
         return self.render(
             "manage",
@@ -348,7 +361,9 @@ class _Endpoint:
         if content is None:
             return self.not_found()
         if not asked.bibtex:
-            page = await run_in_threadpool(self.versions.page, content, request.path_params["token"])
+            token = request.path_params["token"]
+            verdicts = await run_in_threadpool(self.versions.verdicts, subscriber, content)
+            page = await run_in_threadpool(self.versions.page, content, token, form_token(self.key, token), verdicts)
             return HTMLResponse(page, headers=SECURITY_HEADERS)
         text = self.versions.bibtex(content, asked.ref)
         if text is None:
@@ -358,6 +373,20 @@ class _Endpoint:
         return Response(
             text, media_type="application/x-bibtex; charset=utf-8", headers={**SECURITY_HEADERS, **download}
         )
+
+    async def library_upload(self, request: Request) -> Response:
+        """A library file from the manage page (``bot.web.uploads``)."""
+        subscriber = await self.subscriber_of(request)
+        if subscriber is None:
+            return self.not_found()
+        return await self.uploads.upload(request, subscriber)
+
+    async def rate(self, request: Request) -> Response:
+        """ "More like this" / "less like this" on an entry of a sent digest (``bot.web.feedback``)."""
+        subscriber = await self.subscriber_of(request)
+        if subscriber is None:
+            return self.not_found()
+        return await self.feedback.rate(request, subscriber)
 
     async def metrics_page(self, request: Request) -> Response:
         """The queue as Prometheus reads it, for the networks in metrics.allow_from only;

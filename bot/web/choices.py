@@ -28,7 +28,7 @@ from bot.subscriptions import (
 
 MENU_TAGS = 60  # the most used tags are offered as checkboxes
 EVERYTHING = "*"  # the first checkbox: every entry
-_KEYWORDS = {"and", "or", "not"}
+_KEYWORDS = {"and", "or", "not", "liked"}  # words of the filter language, never tags it can name
 _TAG_WORD = re.compile(r'^[^\s()"*]+$')
 
 

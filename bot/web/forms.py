@@ -1,4 +1,5 @@
-"""Subscriber endpoint: reading and guarding the forms (unsubscribe, manage, sign-up).
+"""Subscriber endpoint: reading and guarding the forms (unsubscribe, manage, sign-up,
+a library upload).
 
 Functions of a request's headers and body; never touch the store.
 """
@@ -18,6 +19,9 @@ MAX_FORM_BYTES = 4096
 # The sign-up and manage forms: every tag of the menu may be ticked.
 MAX_CHOICES_FORM_BYTES = 32768
 MAX_CHOICES_FIELDS = 300
+# A reader's library uploaded on the manage page (a large Zotero export of a few thousand
+# papers with abstracts; the CLI takes bigger files).
+MAX_UPLOAD_BYTES = 5_000_000
 CSRF_MAX_AGE_SECONDS = 4 * 3600
 
 
@@ -80,6 +84,28 @@ async def read_body(request: Request, limit: int) -> bytes | None:
         if len(body) > limit:
             return None
     return body
+
+
+def form_with_file(content_type: str, body: bytes, file_field: str) -> tuple[dict[str, str], bytes | None]:
+    """A ``multipart/form-data`` body's text fields (first value each) and the bytes of
+    the file in *file_field*, as sent (None when there is none)."""
+    if content_type.split(";", 1)[0].strip().lower() != "multipart/form-data":
+        return parse_form(content_type, body), None
+    message = BytesParser(policy=policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body
+    )
+    fields: dict[str, str] = {}
+    data: bytes | None = None
+    for part in list(message.iter_parts())[:20] if message.is_multipart() else []:
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if not isinstance(name, str) or not isinstance(payload, bytes):
+            continue
+        if name == file_field and data is None:
+            data = payload
+        else:
+            fields.setdefault(name, payload.decode("utf-8", "replace").strip())
+    return fields, data
 
 
 def parse_form(content_type: str, body: bytes) -> dict[str, str]:

@@ -8,10 +8,14 @@ from what they sent.  Pure: ``app`` reads the store and decides what a POST does
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from bot.domain import Subscriber
 from bot.web.choices import cadences, menu, ticked_tags, zones
 from bot.web.outlooks import NextDigest
+
+if TYPE_CHECKING:
+    from bot.taste.service import TasteSummary
 
 
 def manage_context(
@@ -20,6 +24,7 @@ def manage_context(
     *,
     values: Mapping[str, list[str]] | None = None,
     next_digest: NextDigest | None = None,
+    taste: TasteSummary | None = None,
 ) -> dict[str, object]:
     """The template's values for *subscriber*'s page; *values* (a submitted form that
     failed) win over the stored ones, so the person sees what they sent."""
@@ -43,4 +48,5 @@ def manage_context(
         "zones": known_zones if timezone in known_zones else (timezone, *known_zones),
         "send_hour": int(hour) if hour.isascii() and hour.isdigit() and int(hour) < 24 else subscriber.send_hour,
         "next_digest": next_digest,
+        "taste": taste,
     }

@@ -1,8 +1,9 @@
 """Subscriber endpoint: the web version of a sent digest, and its BibTeX.
 
 ``/d/TOKEN/DATE`` shows the subscriber's digest of that local date (the last one
-sent) with every summary whole; ``/d/TOKEN/DATE.bib`` is the BibTeX of all its
-entries, ``/d/TOKEN/DATE/N.bib`` of entry N.  Reads only; never sends, never
+sent) with every summary whole and "more like this" / "less like this" buttons
+(``bot.web.feedback`` takes what they post); ``/d/TOKEN/DATE.bib`` is the BibTeX
+of all its entries, ``/d/TOKEN/DATE/N.bib`` of entry N.  Reads only; never sends, never
 decides who may see what (``app`` checks the token first).
 """
 
@@ -21,6 +22,7 @@ from bot.mail.mailer import rule_keywords
 from bot.mail.render import Renderer, web_links
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
+from bot.store.feedback import entry_ids_of, verdicts_on
 
 _DAY = re.compile(r"(\d{4}-\d{2}-\d{2})(\.bib)?")
 _REF = re.compile(r"([1-9]\d{0,3})\.bib")
@@ -59,6 +61,7 @@ class WebVersions:
             summary_chars=0,
             keywords=rule_keywords(settings.paths.tags_file),
             fit=False,
+            top_picks=digest.top_picks,
         )
 
     def content(self, subscriber: Subscriber, day: date) -> DigestContent | None:
@@ -68,8 +71,20 @@ class WebVersions:
             sent = next((row for row in rows if row.state is DigestState.SENT), None)
             return digest_content(session, sent.id) if sent is not None else None
 
-    def page(self, content: DigestContent, token: str) -> str:
-        return self.renderer.render(content, web_links(self.settings.web.public_url, token)).html
+    def page(self, content: DigestContent, token: str, form_token: str, verdicts: dict[int, str]) -> str:
+        """The page, each entry with its "more like this" / "less like this" buttons
+        (*verdicts*: what the subscriber said already, by the entry's number)."""
+        context = self.renderer.context(content, web_links(self.settings.web.public_url, token))
+        context.update(form_token=form_token, verdicts=verdicts)
+        return self.renderer.render_context(context).html
+
+    def verdicts(self, subscriber: Subscriber, content: DigestContent) -> dict[int, str]:
+        """The subscriber's feedback on the digest's entries, by number (blocking)."""
+        with self.reader() as session:
+            ids = entry_ids_of(session, [item.key for item in content.items])
+            said = verdicts_on(session, subscriber.id, ids.values())
+        refs = enumerate(content.items, start=1)
+        return {ref: said[ids[item.key]] for ref, item in refs if ids.get(item.key) in said}
 
     def bibtex(self, content: DigestContent, ref: int | None) -> str | None:
         search = self.settings.digest.search_url

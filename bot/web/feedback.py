@@ -1,0 +1,118 @@
+"""Subscriber endpoint: "more like this" / "less like this" on an entry of a sent digest.
+
+``GET /d/TOKEN/DATE/N/more`` (or ``/less``), the link beside each entry of the email,
+only shows the entry and one button to confirm: link scanners and prefetchers GET
+every URL in a message, and must record nothing.  ``POST`` to the same address with
+the page's form token records the verdict, replaces the other one, or undoes it
+(``action`` = more | less | undo); the web version's buttons post the same.  Only
+entries of a digest that was sent to the subscriber can be rated.  A thin shell
+over ``bot.taste.service``: never sends, never writes SQL itself, never trains (the
+next planning pass does).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+
+from bot.config import Settings
+from bot.domain import Subscriber, SubscriberStatus
+from bot.mail.prose import title_text
+from bot.store.feedback import VERDICTS, entry_ids_of, verdicts_on
+from bot.taste.service import give_feedback
+from bot.web.forms import MAX_FORM_BYTES, form_token_ok, parse_form_lists, read_body, same_origin
+from bot.web.versions import WebVersions
+
+_REF = re.compile(r"[1-9]\d{0,3}")
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+ACTIONS = (*VERDICTS, "undo")
+_SAID = {"more": "Noted: more like this.", "less": "Noted: less like this.", "undo": "Undone."}
+
+
+@dataclass(frozen=True, slots=True)
+class Rated:
+    """What a rating address names: the digest's day, the entry's number in it, the verdict asked."""
+
+    day: date
+    ref: int
+    verdict: str
+
+
+def rated(day: str, ref: str, verdict: str) -> Rated | None:
+    """What ``/d/TOKEN/DATE/N/VERDICT`` asks for; None for anything else (answered 404)."""
+    if verdict not in VERDICTS or not _DAY.fullmatch(day) or not _REF.fullmatch(ref):
+        return None
+    try:
+        return Rated(date.fromisoformat(day), int(ref), verdict)
+    except ValueError:
+        return None
+
+
+Render = Callable[..., HTMLResponse]
+
+
+class FeedbackPages:
+    def __init__(
+        self,
+        settings: Settings,
+        factory: sessionmaker[Session],
+        versions: WebVersions,
+        key: bytes,
+        render: Render,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.settings, self.factory, self.versions = settings, factory, versions
+        self.key, self.render, self.now = key, render, now
+
+    async def rate(self, request: Request, subscriber: Subscriber) -> Response:
+        """The confirmation page (GET), or the verdict recorded (POST)."""
+        params = request.path_params
+        asked = rated(params["day"], params["ref"], params["verdict"])
+        found = await run_in_threadpool(self._entry, subscriber, asked) if asked is not None else None
+        if asked is None or found is None:
+            return self.render("not_found", 404)
+        entry_id, title = found
+        token = params["token"]
+        page = {"title": title, "day": asked.day.isoformat(), "ref": asked.ref, "verdict": asked.verdict}
+        left = subscriber.status is SubscriberStatus.UNSUBSCRIBED
+        if request.method in ("GET", "HEAD"):
+            said = await run_in_threadpool(self._said, subscriber, entry_id)
+            return self.render("rate", token=token, said=said, left=left, done=None, more=page)
+        if not same_origin(request, self.settings.web.public_url):
+            return self.render("forbidden", 403)
+        body = await read_body(request, MAX_FORM_BYTES)
+        if body is None:
+            return self.render("forbidden", 413)
+        fields = parse_form_lists(request.headers.get("content-type", ""), body, max_fields=20)
+        form = {name: values[0] for name, values in fields.items()}
+        if not form_token_ok(self.key, token, form.get("form", "")):
+            return self.render("forbidden", 403)
+        action = form.get("action", "")
+        if left or action not in ACTIONS:
+            said = await run_in_threadpool(self._said, subscriber, entry_id)
+            return self.render("rate", 409 if left else 400, token=token, said=said, left=left, done=None, more=page)
+        verdict = None if action == "undo" else action
+        await run_in_threadpool(give_feedback, self.factory, subscriber.id, entry_id, verdict, self.now())
+        page["verdict"] = verdict or asked.verdict
+        return self.render("rate", token=token, said=verdict, left=False, done=_SAID[action], more=page)
+
+    def _entry(self, subscriber: Subscriber, asked: Rated) -> tuple[int, str] | None:
+        """The stored entry the number names in the digest sent that day, and its title."""
+        content = self.versions.content(subscriber, asked.day)
+        if content is None or asked.ref > len(content.items):
+            return None
+        item = content.items[asked.ref - 1]
+        with self.versions.reader() as session:
+            entry_id = entry_ids_of(session, [item.key]).get(item.key)
+        return (entry_id, title_text(item.title)) if entry_id is not None else None
+
+    def _said(self, subscriber: Subscriber, entry_id: int) -> str | None:
+        with self.versions.reader() as session:
+            return verdicts_on(session, subscriber.id, [entry_id]).get(entry_id)

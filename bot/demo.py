@@ -3,7 +3,9 @@
 A fresh SQLite file in ``var/``, a real SMTP server (aiosmtpd) on 127.0.0.1
 that writes what it accepts to ``var/inbox/*.eml`` plus an ``index.html``,
 ``seeds/`` replayed one day at a time (day 1 = dump 000 ...), and the example
-subscribers.  The bot talks to the sink over TCP: the production code path.
+subscribers, one of them with a library (``DEMO_LIBRARY``), so that their digest is
+ranked by their own model.  The bot talks to the sink over TCP: the production
+code path.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from bot.plan import plan
 from bot.sink import Sink, SinkHandler, write_index
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
-from bot.store.subscribers import list_subscribers
+from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscriber_csv import import_csv
+from bot.taste.service import import_library
 
 FIRST_DAY = date(2026, 6, 14)  # the date the seed dumps carry
+# Ada's filter is `*`: her library of two spiking-network papers orders her digest.
+DEMO_LIBRARY = ("ada@example.org", "config/library.example.bib")
 DEMO_HOUR_UTC = 12
 
 
@@ -46,7 +51,11 @@ def _fixed(moment: datetime) -> datetime:
     return moment
 
 
-def run_demo(settings: Settings, rules: TagRules, *, subscribers_csv: Path) -> tuple[list[DemoRow], Path]:
+def run_demo(
+    settings: Settings, rules: TagRules, *, subscribers_csv: Path, libraries: dict[str, bytes] | None = None
+) -> tuple[list[DemoRow], Path]:
+    """*libraries*: a reference manager's export per subscriber address, imported
+    before day 1 (their digests are then ranked by their own model)."""
     var = settings.paths.var_dir
     inbox = var / "inbox"
     database = var / "demo.sqlite3"
@@ -60,6 +69,11 @@ def run_demo(settings: Settings, rules: TagRules, *, subscribers_csv: Path) -> t
     report = import_csv(factory, settings, subscribers_csv.read_text(encoding="utf-8"), start - timedelta(days=1))
     if report.errors:
         raise ValueError(f"{subscribers_csv}:{report.errors[0].line}: {report.errors[0].reason}")
+    for email, export in (libraries or {}).items():
+        with factory() as session:
+            reader = get_subscriber(session, email)
+        if reader is not None:
+            import_library(factory, reader.id, export, start - timedelta(days=1))
     rows: list[DemoRow] = []
     handler = SinkHandler(inbox=inbox)
     with Sink(handler) as sink:

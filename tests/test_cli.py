@@ -315,6 +315,10 @@ def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:
     assert "sign-up page: http://127.0.0.1:8080/subscribe" in " ".join(shown.split())
     assert len(list((tmp_path / "var" / "inbox").glob("*.eml"))) == 9
     assert "0009.html" in (tmp_path / "var" / "inbox" / "index.html").read_text()
+    # Ada (`*`) has the example library: her day-3 digest leads with the two SNN papers.
+    picks = [p for p in (tmp_path / "var" / "inbox").glob("*.html") if "Top picks for you" in p.read_text()]
+    assert len(picks) == 2 and all("ada@example.org" in p.read_text() for p in picks)
+    assert any("ReSCom" in p.read_text().split("Also in this digest")[0] for p in picks)
     assert "9 messages" in run("demo", extra_env=env).stdout  # repeatable: starts afresh each time
 
 

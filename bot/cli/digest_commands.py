@@ -365,13 +365,15 @@ def resend_command(
 @app.command("demo")
 def demo(ctx: typer.Context) -> None:
     """Replay seeds/ one day at a time into a local SMTP sink: var/inbox/*.eml + index.html."""
-    from bot.demo import run_demo
+    from bot.demo import DEMO_LIBRARY, run_demo
 
     c = ctx_of(ctx)
     csv_path = Path("config/subscribers.example.csv")
     if not csv_path.is_file():
         fail(f"{csv_path}: not found (run the demo from the project folder)", EXIT_USAGE)
-    rows, inbox = run_demo(c.settings, c.rules, subscribers_csv=csv_path)
+    reader, library_path = DEMO_LIBRARY
+    library = {reader: Path(library_path).read_bytes()} if Path(library_path).is_file() else {}
+    rows, inbox = run_demo(c.settings, c.rules, subscribers_csv=csv_path, libraries=library)
     table = new_table(
         "day", "dump", "subscriber", "entries", "status", title="Seed replay: one digest per subscriber and day"
     )

@@ -276,8 +276,10 @@ def test_what_a_rating_address_may_name(
         for path in wrong:
             assert client.get(path).status_code == 404, path
             assert client.post(path, data={"action": "more"}).status_code == 404, path
-        # an unsubscribed reader sees the page but records nothing
         token = _confirm_form(client, more)
+        stuffed = client.post(more, content=f"form={token}&action=more&pad=".encode() + b"x" * 5000, headers=FORM)
+        assert stuffed.status_code == 413 and stuffed.headers["x-frame-options"] == "DENY"
+        # an unsubscribed reader sees the page but records nothing
         assert (
             client.post(f"/u/{base.rsplit('/', 1)[1]}", content=b"List-Unsubscribe=One-Click", headers=FORM).status_code
             == 200
@@ -578,3 +580,27 @@ def test_the_commands_show_scores_feedback_and_the_threshold(tmp_path: Path, see
     assert [i.get("note") for i in exported][-1] == "digestbot feedback: less like this" and len(exported) == 3
     all_output = preview.stderr + tested.stderr + alone.stderr
     assert "Traceback" not in all_output
+
+
+def test_an_entry_liked_later_still_arrives(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
+    """`liked` can change its verdict on an entry already weighed (feedback, a new
+    threshold): the planner reads such a subscriber's whole window, not from a watermark."""
+    settings = _settings(tmp_path)
+    _people(factory, settings, ("liked@example.org", "liked"))
+    reader = _subscriber_id(factory, "liked@example.org")
+    import_library(factory, reader, SNN_LIBRARY, DAY - timedelta(days=1))
+    for day, path in enumerate(seed_files[:3]):
+        ingest_file(factory, path, now=DAY + timedelta(days=day), rules=RULES)
+        plan(factory, settings, RULES, now=DAY + timedelta(days=day), all_due=True)
+    before = {title for title, _, _ in _entries_by_email(factory).get("liked@example.org", [])}
+    set_taste_threshold(factory, reader, -5.0, DAY + timedelta(days=2))  # now every entry is liked
+    plan(factory, settings, RULES, now=DAY + timedelta(days=3), all_due=True)
+    after = [title for title, _, _ in _entries_by_email(factory)["liked@example.org"]]
+    with factory() as session:
+        from bot.store.schema import Entry
+
+        stored = set(session.scalars(select(Entry.title)))
+    assert len(after) == len(set(after)), "nothing twice"
+    assert set(after) == stored and before < stored, "every entry of the window, once"

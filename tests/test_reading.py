@@ -294,10 +294,13 @@ def _worst_case_rss(count: int) -> bytes:
     ).encode()
 
 
+@pytest.mark.parametrize("public_url", ["", "https://digest.example.org"])
 @pytest.mark.parametrize("summary_chars", [400, 0])
 def test_every_message_stays_under_the_clipping_size(
-    factory: sessionmaker[Session], tmp_path: Path, sink: Sink, summary_chars: int
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink, summary_chars: int, public_url: str
 ) -> None:
+    """With a public URL every entry links its web version and "more / less like this",
+    each link carrying the subscriber's token: those count too."""
     data = _worst_case_rss(40)
     assert ingest_bytes(factory, data, name="worst.rss", now=DAY, rules=RULES).status.value == "ingested"
     long_dump = render_dump(
@@ -308,6 +311,9 @@ def test_every_message_stays_under_the_clipping_size(
     )
     assert ingest_bytes(factory, long_dump.encode(), name="long.txt", now=DAY, rules=RULES).status.value == "ingested"
     settings = _settings(tmp_path, sink, max_entries=30, summary_chars=summary_chars)
+    if public_url:
+        web = WebConfig(public_url=public_url, signing_key=SecretStr("k" * 32))
+        settings = settings.model_copy(update={"web": web})
     (message,) = _deliver(factory, settings, sink, "*")
     raw = sink.received[-1].data
     text, html = _parts(message)
@@ -319,6 +325,8 @@ def test_every_message_stays_under_the_clipping_size(
     assert "Unsubscribe" in html[-3000:]
     if summary_chars == 0:
         assert html.count('class="summary"') < 30  # whole abstracts do not all fit
+    if public_url:
+        assert html.count('<p class="rate"') == html.count('class="summary"') > 0
 
 
 # --- quiet days: "no email today: why?" ---------------------------------------------

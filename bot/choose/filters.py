@@ -422,7 +422,7 @@ def explain(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]] | None
     score = 0
     for hit in hits.values():
         if hit.atom == LIKED:
-            continue  # the model's margin is weighed by the blend (bot.taste.ranking)
+            continue  # the model's taste score is weighed by the blend (bot.taste.ranking)
         if hit.atom == AUTHOR_HIT:
             score += WEIGHT_AUTHOR
         elif hit.in_title:

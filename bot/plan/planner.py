@@ -344,12 +344,15 @@ def _window_starts(
     session: Session, due: list[tuple[Subscriber, date]], keys: dict[int, str]
 ) -> dict[int, datetime | None]:
     """Where each subscriber's window starts: their watermark less a margin when it is
-    valid for their filter and the rules, else None (the whole backfill window)."""
+    valid for their filter and the rules, else None (the whole backfill window).  A
+    filter with ``liked`` has no watermark: its verdict on an entry weighed already
+    changes with the subscriber's model and threshold."""
     known = watermarks(session, [s.id for s, _ in due])
     starts: dict[int, datetime | None] = {}
     for subscriber, _ in due:
         mark = known.get(subscriber.id)
-        starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and mark[1] == keys[subscriber.id] else None
+        valid = mark and mark[1] == keys[subscriber.id] and not uses_liked(subscriber.filter)
+        starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and valid else None
     return starts
 
 

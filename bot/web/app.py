@@ -51,6 +51,7 @@ from bot.web.forms import (
     MAX_CHOICES_FIELDS,
     MAX_CHOICES_FORM_BYTES,
     MAX_FORM_BYTES,
+    SECURITY_HEADERS,
     form_token,
     form_token_ok,
     parse_form_lists,
@@ -66,18 +67,6 @@ from bot.web.uploads import LibraryUploads
 from bot.web.versions import WebVersions, wanted
 
 log = logging.getLogger(__name__)
-
-# Pages carry the token in their URL: never leak it in a Referer, never cache it,
-# never frame it, run no script at all.
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
-    ),
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-}
 
 
 def create_app(

@@ -20,14 +20,14 @@ from datetime import date, datetime
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
 from bot.mail.prose import title_text
 from bot.store.feedback import VERDICTS, entry_ids_of, verdicts_on
 from bot.taste.service import give_feedback
-from bot.web.forms import MAX_FORM_BYTES, form_token_ok, parse_form_lists, read_body, same_origin
+from bot.web.forms import MAX_FORM_BYTES, SECURITY_HEADERS, form_token_ok, parse_form_lists, read_body, same_origin
 from bot.web.versions import WebVersions
 
 _REF = re.compile(r"[1-9]\d{0,3}")
@@ -89,7 +89,7 @@ class FeedbackPages:
             return self.render("forbidden", 403)
         body = await read_body(request, MAX_FORM_BYTES)
         if body is None:
-            return self.render("forbidden", 413)
+            return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
         fields = parse_form_lists(request.headers.get("content-type", ""), body, max_fields=20)
         form = {name: values[0] for name, values in fields.items()}
         if not form_token_ok(self.key, token, form.get("form", "")):

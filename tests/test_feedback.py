@@ -217,6 +217,9 @@ def test_more_less_and_undo_from_the_links_in_the_mail(
         page = client.get(day_path)
         assert page.status_code == 200 and "You asked for less like this." in page.text
         assert page.text.count(">More like this</button>") == len(links) // 2 - 1
+        _, html = _parts(messages["reader@example.org"])
+        manage = client.get(urlsplit(re.findall(r'href="([^"]+/m/[^"]+)"', html)[0]).path).text
+        assert "Your library holds 2 papers, and you rated 1 entry of your digests (0 more like this, 1 less" in manage
         undone = client.post(more, data={"form": token, "action": "undo"})
         assert undone.status_code == 200 and "Undone." in undone.text
         assert feedback(factory, reader) == []
@@ -481,7 +484,7 @@ def _score(factory: sessionmaker[Session], subscriber_id: int, entry_id: int) ->
         return taste.reader(model, None, sorted(window, key=lambda e: e.id)).score_of(entry_id)
 
 
-def test_a_library_uploaded_on_the_manage_page(
+def test_a_library_uploaded_and_a_threshold_set_on_the_manage_page(
     factory: sessionmaker[Session], delivered: tuple[Settings, dict[str, EmailMessage]]
 ) -> None:
     settings, messages = delivered
@@ -521,6 +524,16 @@ def test_a_library_uploaded_on_the_manage_page(
         ]
         assert [r.status_code for r in forged] == [403, 403, 403]
         assert client.get(upload).status_code == 404  # POST only
+        # the `liked` threshold, from the same section
+        saved = client.post(manage, data={"form": token, "action": "threshold", "threshold": "0.35"}, headers=FORM)
+        assert saved.status_code == 200 and "Saved: liked means a taste score above 0.35." in saved.text
+        assert 'name="threshold" step="0.05" min="-5" max="5" value="0.35"' in saved.text
+        for bad in ("", "abc", "nan", "1e400", "6", "0.3; drop table"):
+            refused_value = client.post(manage, data={"form": token, "action": "threshold", "threshold": bad})
+            assert refused_value.status_code == 400 and "must be a number from -5 to 5" in refused_value.text, bad
+        assert client.post(manage, data={"action": "threshold", "threshold": "1"}).status_code == 403
+    with factory() as session:
+        assert session.get(SubscriberRow, plain).taste_threshold == pytest.approx(0.35)  # type: ignore[union-attr]
     assert len(library(factory, plain)) == 2
     assert "Traceback" not in "".join(r.text for r in refused + forged)
 

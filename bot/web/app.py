@@ -298,6 +298,8 @@ class _Endpoint:
             return await self.change_settings(request, subscriber, lists)
         if action == "filter":
             return await self.change_filter(request, subscriber, form.get("filter", ""))
+        if action == "threshold":
+            return await self.uploads.threshold(request, subscriber, form.get("threshold", ""))
         if action in _UPDATES_ACTIONS:
             on, said = _UPDATES_ACTIONS[action]
             subscriber = await run_in_threadpool(set_updates, self.factory, subscriber.email, on, self.now())

@@ -1,5 +1,6 @@
 """Subscriber endpoint: a reader's library uploaded on their manage page
-(``POST /m/{token}/library``, ``multipart/form-data`` with the page's form token).
+(``POST /m/{token}/library``, ``multipart/form-data`` with the page's form token),
+and their ``liked`` threshold (the manage form's ``threshold`` action).
 
 The file is read as ``subscribers library add`` reads it (``bot.taste.library``): a
 bad record is one line on the page and the rest is added; a file that cannot be read
@@ -11,6 +12,7 @@ loads scikit-learn, which the endpoint never does).  A thin shell over
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,7 +23,7 @@ from starlette.responses import Response
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
 from bot.taste.library import LibraryFileError
-from bot.taste.service import LibraryImport, import_library
+from bot.taste.service import LibraryImport, import_library, set_taste_threshold
 from bot.web.forms import MAX_UPLOAD_BYTES, form_token_ok, form_with_file, read_body, same_origin
 
 ManagePage = Callable[..., Awaitable[Response]]
@@ -60,6 +62,18 @@ class LibraryUploads:
         except LibraryFileError as exc:
             return await self.manage_page(request, subscriber, 400, error=f"That file cannot be read: {exc}.")
         return await self.manage_page(request, subscriber, message=said(found), warning=problems(found))
+
+    async def threshold(self, request: Request, subscriber: Subscriber, raw: str) -> Response:
+        """Set the taste score above which their entries are ``liked`` (the manage page
+        has checked the form token and the origin); a bad value changes nothing."""
+        try:
+            value = float(raw.strip()[:32])
+            await run_in_threadpool(set_taste_threshold, self.factory, subscriber.id, value, self.now())
+        except ValueError:
+            error = "The threshold must be a number from -5 to 5 (0.1 unless you changed it)."
+            return await self.manage_page(request, subscriber, 400, error=error)
+        changed = replace(subscriber, taste_threshold=value)
+        return await self.manage_page(request, changed, message=f"Saved: liked means a taste score above {value:.2f}.")
 
 
 def said(found: LibraryImport) -> str:

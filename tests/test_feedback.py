@@ -349,14 +349,18 @@ def test_top_picks_and_the_rating_links_are_in_the_mail(
     assert "More like this" in plain_html  # but anyone can start one
 
 
+def _reader_of_the_seeds(factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]) -> int:
+    """A `*` subscriber, and every seed dump ingested at once; the subscriber's id."""
+    _people(factory, _settings(tmp_path), ("reader@example.org", "*"))
+    for path in seed_files:
+        ingest_file(factory, path, now=DAY, rules=RULES)
+    return _subscriber_id(factory, "reader@example.org")
+
+
 def test_less_like_this_lowers_an_entry_and_undo_restores_it(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
 ) -> None:
-    settings = _settings(tmp_path)
-    _people(factory, settings, ("reader@example.org", "*"))
-    reader = _subscriber_id(factory, "reader@example.org")
-    for path in seed_files:
-        ingest_file(factory, path, now=DAY, rules=RULES)
+    reader = _reader_of_the_seeds(factory, tmp_path, seed_files)
     import_library(factory, reader, SNN_LIBRARY, DAY)
     assert refresh_models(factory, DAY).trained == 1
     supra = _entry_starting(factory, "SupraSNN")
@@ -375,11 +379,7 @@ def test_less_like_this_lowers_an_entry_and_undo_restores_it(
 def test_two_more_like_this_make_a_model_without_a_library(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
 ) -> None:
-    settings = _settings(tmp_path)
-    _people(factory, settings, ("reader@example.org", "*"))
-    reader = _subscriber_id(factory, "reader@example.org")
-    for path in seed_files:
-        ingest_file(factory, path, now=DAY, rules=RULES)
+    reader = _reader_of_the_seeds(factory, tmp_path, seed_files)
     give_feedback(factory, reader, _entry_starting(factory, "SupraSNN"), "more", DAY)
     give_feedback(factory, reader, _entry_starting(factory, "ReSCom"), "less", DAY)
     assert refresh_models(factory, DAY).trained == 0, "one positive is not a model"

@@ -617,3 +617,26 @@ def test_an_entry_liked_later_still_arrives(
         stored = set(session.scalars(select(Entry.title)))
     assert len(after) == len(set(after)), "nothing twice"
     assert set(after) == stored and before < stored, "every entry of the window, once"
+
+
+def test_the_next_digest_on_the_manage_page_is_in_the_models_order(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
+    """What "Your next digest" lists is what `preview` lists: the model's order and why
+    lines, and `liked` as the subscriber's model says."""
+    from bot.choose.quiet import outlook
+    from bot.store.subscribers import get_subscriber
+
+    reader = _reader_of_the_seeds(factory, tmp_path, seed_files)
+    _people(factory, _settings(tmp_path), ("liked@example.org", "liked"))
+    import_library(factory, reader, SNN_LIBRARY, DAY)
+    import_library(factory, _subscriber_id(factory, "liked@example.org"), SNN_LIBRARY, DAY)
+    refresh_models(factory, DAY)
+    with factory() as session:
+        star, liking = get_subscriber(session, "reader@example.org"), get_subscriber(session, "liked@example.org")
+        assert star is not None and liking is not None
+        everything = outlook(session, star, RULES, as_of=DAY + timedelta(hours=1), first=2)
+        picked = outlook(session, liking, RULES, as_of=DAY + timedelta(hours=1), first=5)
+    assert {title[:6] for title, _ in everything.first} == {"ReSCom", "SupraS"}
+    assert all(why.startswith("close to: '") for _, why in everything.first)
+    assert 2 <= picked.matching < everything.matching and all(why.startswith("liked: ") for _, why in picked.first)

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from bot.choose.select import effective_start, select_for
+from bot.choose.select import SelectionCache, effective_start, select_for
 from bot.choose.tagging import TagRules
 from bot.domain import Subscriber
 from bot.store.entry_reads import entries_first_seen_between
@@ -36,14 +36,20 @@ class Outlook:
 
 def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of: datetime, first: int = 0) -> Outlook:
     """What is waiting for *subscriber* as of *as_of*, with the titles and reasons of the
-    *first* best of the matching entries."""
+    *first* best of the matching entries (in their model's order, when they have one:
+    ``bot.taste.explain``, as ``preview`` shows them)."""
+    from bot.taste.explain import liked_for, reader_taste, scored
+
     since = effective_start(subscriber, as_of - LOOKBACK) or as_of - LOOKBACK
     sent = claimed_entry_ids(session, subscriber.id)
-    matching = select_for(session, subscriber, rules, as_of=as_of, exclude=sent, start=since)
+    cache = SelectionCache()
+    taste = reader_taste(session, subscriber, since, cache.entries(session, since, as_of))
+    liked = liked_for(subscriber.filter, taste, subscriber.taste_threshold)
+    matching = select_for(session, subscriber, rules, as_of=as_of, exclude=sent, start=since, cache=cache, liked=liked)
     unseen = [e for e in entries_first_seen_between(session, since, as_of) if e.id not in sent]
     tally = Counter(tag for entry in unseen for tag in entry.tags)
     ranked = sorted(tally.items(), key=lambda item: (-item[1], item[0].casefold()))
-    best = tuple((c.entry.title, c.explanation.why()) for c in matching[:first])
+    best = tuple((s.candidate.entry.title, s.why) for s in scored(taste, matching)[:first]) if first else ()
     return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]), best)
 
 

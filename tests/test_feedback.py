@@ -640,3 +640,54 @@ def test_the_next_digest_on_the_manage_page_is_in_the_models_order(
     assert {title[:6] for title, _ in everything.first} == {"ReSCom", "SupraS"}
     assert all(why.startswith("close to: '") for _, why in everything.first)
     assert 2 <= picked.matching < everything.matching and all(why.startswith("liked: ") for _, why in picked.first)
+
+
+_BOUNDARY = "b0undary"
+
+
+@given(
+    content_type=st.sampled_from(
+        [
+            f"multipart/form-data; boundary={_BOUNDARY}",
+            "multipart/form-data",
+            "multipart/form-data; boundary=",
+            "text/plain",
+        ]
+    ),
+    parts=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=200)), max_size=5),
+    junk=st.binary(max_size=300),
+)
+def test_any_upload_body_is_read_or_ignored_never_an_error(
+    content_type: str, parts: list[tuple[str, bytes]], junk: bytes
+) -> None:
+    """The manage page's upload parser on made-up multipart bodies: fields and a file, or
+    nothing, and never an exception."""
+    from bot.web.forms import form_with_file
+
+    body = b"".join(
+        f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"; filename="x"\r\n\r\n'.encode(
+            "utf-8", "replace"
+        )
+        + data
+        + b"\r\n"
+        for name, data in parts
+    )
+    for sent in (body + f"--{_BOUNDARY}--\r\n".encode(), junk, body + junk):
+        fields, data = form_with_file(content_type, sent, "library")
+        assert isinstance(fields, dict) and (data is None or isinstance(data, bytes))
+
+
+def test_an_uploaded_file_arrives_byte_for_byte() -> None:
+    from bot.web.forms import form_with_file
+
+    data = b"2401.00001\n\xff\x00 not text\r\n"
+    body = (
+        (
+            f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="form"\r\n\r\nabc\r\n'
+            f'--{_BOUNDARY}\r\nContent-Disposition: form-data; name="library"; filename="l.bib"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + data
+        + f"\r\n--{_BOUNDARY}--\r\n".encode()
+    )
+    assert form_with_file(f"multipart/form-data; boundary={_BOUNDARY}", body, "library") == ({"form": "abc"}, data)

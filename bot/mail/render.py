@@ -153,11 +153,11 @@ def top_picks(content: DigestContent, count: int) -> list[int]:
     """The refs of the (at most) *count* entries the reader's model scores highest among
     those it likes (above their threshold), best first, when their model ranked this
     digest and it holds more entries than that (else none)."""
-    threshold = content.subscriber.taste_threshold
-    scored = [(item.taste, ref) for ref, item in enumerate(content.items, start=1) if item.taste is not None]
     if count <= 0 or len(content.items) <= count:
         return []
-    liked = [(taste, ref) for taste, ref in scored if taste > threshold]
+    threshold = content.subscriber.taste_threshold
+    scores = ((item.taste, ref) for ref, item in enumerate(content.items, start=1))
+    liked = [(taste, ref) for taste, ref in scores if taste is not None and taste > threshold]
     return [ref for _, ref in sorted(liked, key=lambda pair: (-pair[0], pair[1]))[:count]]
 
 

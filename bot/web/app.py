@@ -50,12 +50,10 @@ from bot.web.feedback import FeedbackPages
 from bot.web.forms import (
     MAX_CHOICES_FIELDS,
     MAX_CHOICES_FORM_BYTES,
-    MAX_FORM_BYTES,
     SECURITY_HEADERS,
+    form_of,
     form_token,
     form_token_ok,
-    parse_form_lists,
-    read_body,
     same_origin,
 )
 from bot.web.limits import MissBudget
@@ -414,11 +412,3 @@ def _rules_or_none(settings: Settings) -> TagRules:
     except TagRulesError as exc:
         log.warning("manage pages work without tag rules: %s", exc)
         return TagRules(())
-
-
-async def form_of(request: Request, limit: int = MAX_FORM_BYTES, max_fields: int = 20) -> dict[str, list[str]] | None:
-    """The form's fields (every value of each), or None when the body is too big."""
-    body = await read_body(request, limit)
-    return (
-        None if body is None else parse_form_lists(request.headers.get("content-type", ""), body, max_fields=max_fields)
-    )

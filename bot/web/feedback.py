@@ -27,7 +27,7 @@ from bot.domain import Subscriber, SubscriberStatus
 from bot.mail.prose import title_text
 from bot.store.feedback import VERDICTS, entry_ids_of, verdicts_on
 from bot.taste.service import give_feedback
-from bot.web.forms import MAX_FORM_BYTES, SECURITY_HEADERS, form_token_ok, parse_form_lists, read_body, same_origin
+from bot.web.forms import SECURITY_HEADERS, form_of, form_token_ok, same_origin
 from bot.web.versions import WebVersions
 
 _REF = re.compile(r"[1-9]\d{0,3}")
@@ -87,10 +87,9 @@ class FeedbackPages:
             return self.render("rate", token=token, said=said, left=left, done=None, more=page)
         if not same_origin(request, self.settings.web.public_url):
             return self.render("forbidden", 403)
-        body = await read_body(request, MAX_FORM_BYTES)
-        if body is None:
+        fields = await form_of(request)
+        if fields is None:
             return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
-        fields = parse_form_lists(request.headers.get("content-type", ""), body, max_fields=20)
         form = {name: values[0] for name, values in fields.items()}
         if not form_token_ok(self.key, token, form.get("form", "")):
             return self.render("forbidden", 403)

@@ -146,3 +146,11 @@ def parse_form_lists(content_type: str, body: bytes, *, max_fields: int) -> dict
         return parse_qs(body.decode("utf-8", "replace").strip(), keep_blank_values=True, max_num_fields=max_fields)
     except ValueError:  # more fields than any of our forms has: treated as an empty form
         return {}
+
+
+async def form_of(request: Request, limit: int = MAX_FORM_BYTES, max_fields: int = 20) -> dict[str, list[str]] | None:
+    """The form's fields (every value of each), or None when the body is too big."""
+    body = await read_body(request, limit)
+    return (
+        None if body is None else parse_form_lists(request.headers.get("content-type", ""), body, max_fields=max_fields)
+    )

@@ -67,7 +67,7 @@ class LibraryUploads:
         """Set the taste score above which their entries are ``liked`` (the manage page
         has checked the form token and the origin); a bad value changes nothing."""
         try:
-            value = float(raw.strip()[:32])
+            value = float(raw)
             await run_in_threadpool(set_taste_threshold, self.factory, subscriber.id, value, self.now())
         except ValueError:
             error = "The threshold must be a number from -5 to 5 (0.1 unless you changed it)."

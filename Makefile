@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# axe-core (accessibility) and the Nu HTML Checker for the browser tests, from npm; without
+# npm those tests skip and say why.
+NODE_TOOLS := $(VENV)/node/.installed
 
 .PHONY: demo test test-fast lint install clean bench screens
 
@@ -15,17 +18,24 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+$(NODE_TOOLS): Makefile
+	@if command -v npm >/dev/null 2>&1; then \
+		mkdir -p $(VENV)/node && npm install --silent --no-audit --no-fund --prefix $(VENV)/node \
+			axe-core@4.14.1 vnu-jar@26.9.27 && touch $@ \
+		|| echo "npm could not install axe-core and vnu-jar: the checks that need them will be skipped"; \
+	else echo "no npm here: the accessibility and HTML checks will be skipped"; fi
+
 install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/digestbot demo
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_TOOLS)
 	$(BIN)/python -m pytest
 
 # The suite without the tests marked slow (crash, scale, corpora, memory), on every
 # core: for every edit.  make test runs one process, as the timing-sensitive tests expect.
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(NODE_TOOLS)
 	$(BIN)/python -m pytest -m "not slow" -n auto
 
 # Lint (pyflakes, pycodestyle, isort, bugbear, pyupgrade), formatting, strict types,

@@ -1,41 +1,37 @@
-"""Screens of the demo's richest digest, at a phone's width and a desktop's, for people to
-look at (`make screens`).
+"""Screens of what a person sees, at a phone's width and a desktop's, in light and dark
+mode, for people to look at (`make screens`, after `make demo`).
 
-Usage: python bench/screens.py [--inbox var/inbox] [--out var/screens]
+Usage: python bench/screens.py [--var var] [--out var/screens]
 
-Takes the message in --inbox (`make demo` writes it) with the most entries, lays its HTML
-part out in headless Chromium (Debian's `chromium`) 375 and 1,200 px wide, and writes
-`digest-375.png` and `digest-1200.png` to --out.  Chromium's window is at least 500 px
-wide, so the digest is laid out in a frame of the width wanted and the screenshot is cut
-to it.
+Serves the demo's store (`var/demo.sqlite3`) with the real endpoint on 127.0.0.1, opens
+in headless Chromium (Debian's `chromium` and `chromium-driver`) the sign-up page, Ada's
+manage page, the rating page of her richest digest's first entry and its web version,
+and the richest digest as mailed (`var/inbox`), and writes one PNG of each page in each
+mode to --out: `signup-375-light.png` ... `digest-1200-dark.png`.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
 from pathlib import Path
 
-WIDTHS = (375, 1200)
-FRAME = """<!DOCTYPE html><html><body style="margin:0">
-<iframe src="{src}" style="width:{width}px;height:{height}px;border:0;display:block"></iframe>
-<script>
-window.addEventListener("message", (event) => {{
-  const out = document.createElement("pre"); out.id = "height"; out.textContent = event.data;
-  document.body.appendChild(out);
-}});
-</script></body></html>"""
-HEIGHT_PROBE = """<script>
-window.addEventListener("load", () => parent.postMessage(String(document.documentElement.scrollHeight), "*"));
-</script>"""
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bot.config import Settings  # noqa: E402
+from bot.domain import DigestState  # noqa: E402
+from bot.store.digests import list_digests  # noqa: E402
+from bot.store.engine import make_engine, sessions  # noqa: E402
+from bot.store.subscribers import get_subscriber  # noqa: E402
+from bot.tokens import make_token, signing_key  # noqa: E402
+from bot.web import create_app  # noqa: E402
+from tests.browser import MODES, browser_missing, chromium, screenshot  # noqa: E402
+from tests.helpers import Server  # noqa: E402
+
+READER = "ada@example.org"
 
 
 def richest(inbox: Path) -> tuple[Path, str]:
@@ -55,48 +51,50 @@ def richest(inbox: Path) -> tuple[Path, str]:
     return best[1], best[2]
 
 
-def chromium(browser: str, *args: str) -> str:
-    done = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return done.stdout
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--inbox", type=Path, default=Path("var/inbox"))
+    parser.add_argument("--var", type=Path, default=Path("var"))
     parser.add_argument("--out", type=Path, default=Path("var/screens"))
     args = parser.parse_args()
-    browser = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-    if browser is None:
-        sys.exit("no chromium here (Debian: apt-get install chromium)")
-    source, page = richest(args.inbox)
+    missing = browser_missing()
+    if missing is not None:
+        sys.exit(missing)
+    store = args.var / "demo.sqlite3"
+    if not store.is_file():
+        sys.exit(f"no {store} (run `make demo` first)")
+    source, mailed = richest(args.var / "inbox")
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch)
-        (folder / "digest.html").write_text(page.replace("</body>", HEIGHT_PROBE + "</body>"), encoding="utf-8")
-        for width in WIDTHS:
-            frame = folder / f"frame-{width}.html"
-            frame.write_text(FRAME.format(src="digest.html", width=width, height=900), encoding="utf-8")
-            dom = chromium(
-                browser, "--window-size=1300,1000", "--virtual-time-budget=3000", "--dump-dom", frame.as_uri()
-            )
-            found = re.search(r'<pre id="height">(\d+)</pre>', dom)
-            height = int(html.unescape(found.group(1))) if found else 4000
-            frame.write_text(FRAME.format(src="digest.html", width=width, height=height), encoding="utf-8")
-            target = (args.out / f"digest-{width}.png").resolve()
-            chromium(
-                browser,
-                f"--window-size={width},{height}",
-                "--virtual-time-budget=3000",
-                f"--screenshot={target}",
-                frame.as_uri(),
-            )
-            print(f"{target} ({width} x {height} px) from {source}")
+    settings = Settings.model_validate(
+        {"paths": {"var_dir": str(args.var)}, "web": {"signup": True, "public_url": "http://127.0.0.1"}}
+    )
+    engine = make_engine(f"sqlite:///{store}")
+    factory = sessions(engine)
+    with factory() as session:
+        ada = get_subscriber(session, READER)
+        if ada is None:
+            sys.exit(f"{READER} is not in {store} (run `make demo` first)")
+        sent = [d for d in list_digests(session, subscriber_id=ada.id) if d.state is DigestState.SENT]
+    token = make_token(signing_key(settings), ada.id, ada.unsubscribe_secret)
+    day = max(sent, key=lambda d: d.entry_count).local_date.isoformat() if sent else None
+    digest_file = (args.out / "digest.html").resolve()
+    digest_file.write_text(mailed, encoding="utf-8")
+    with Server(create_app(settings, factory)) as client, chromium() as browser:
+        base = str(client.base_url).rstrip("/")
+        pages = {
+            "signup": f"{base}/subscribe",
+            "manage": f"{base}/m/{token}",
+            "digest": digest_file.as_uri(),
+        }
+        if day is not None:
+            pages["web-version"] = f"{base}/d/{token}/{day}"
+            pages["rating"] = f"{base}/d/{token}/{day}/1/more"
+        for name, url in pages.items():
+            browser.get(url)
+            for mode in MODES:
+                target = args.out / f"{name}-{mode.width}-{'dark' if mode.dark else 'light'}.png"
+                screenshot(browser, mode, target)
+                print(f"{target.resolve()} ({mode}){' from ' + str(source) if name == 'digest' else ''}")
+    engine.dispose()
 
 
 if __name__ == "__main__":

@@ -8,12 +8,13 @@ environment or from a file named by ``smtp.password_file``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,14 +24,12 @@ from pydantic_settings import (
 )
 
 from bot.config_errors import ENV_PREFIX
+from bot.config_errors import ConfigError as ConfigError  # where the rest of bot imports them from
+from bot.config_errors import read_secret_file as read_secret_file
 from bot.shipped import TAG_RULES, TEMPLATES, shipped
 from bot.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url
 
 DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
-
-
-class ConfigError(Exception):
-    """The configuration file or environment holds a value we cannot use."""
 
 
 class _Section(BaseModel):
@@ -116,29 +115,10 @@ class SmtpConfig(_Section):
         return _password(self.password, self.password_file, "smtp.password_file")
 
 
-MAX_SECRET_FILE_BYTES = 16384  # any password or key is far shorter; /dev/zero is not a secret
-
-
 def _password(given: SecretStr, path: Path | None, setting: str) -> SecretStr:
     if given.get_secret_value():
         return given
     return SecretStr(read_secret_file(path, setting)) if path is not None else SecretStr("")
-
-
-def read_secret_file(path: Path, setting: str) -> str:
-    """The stripped text of a password or key file; ``ConfigError`` naming *setting* and
-    the file (never its content) when it cannot be read, is too long or is not UTF-8."""
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_SECRET_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror}") from None
-    if len(data) > MAX_SECRET_FILE_BYTES:
-        raise ConfigError(f"{setting}: {path} is longer than {MAX_SECRET_FILE_BYTES // 1024} KB")
-    try:
-        return data.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise ConfigError(f"{setting}: {path} is not UTF-8 text") from None
 
 
 class SenderConfig(_Section):
@@ -209,6 +189,14 @@ class DigestConfig(_Section):
     top_picks: int = Field(3, ge=0, le=10)
 
 
+def _network(value: str) -> str:
+    try:
+        ipaddress.ip_network(value.strip(), strict=False)
+        return value.strip()
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address or network (e.g. 127.0.0.1 or 10.0.0.0/8)") from None
+
+
 class WebConfig(_Section):
     # e.g. "https://digest.example.org": enables https List-Unsubscribe and manage links.
     public_url: str = ""
@@ -238,8 +226,15 @@ class WebConfig(_Section):
     confirm_hours: int = Field(48, ge=1, le=720)
     # At most one sign-up mail per address in this many minutes.
     confirm_interval_minutes: int = Field(10, ge=1, le=10080)
-    # At most this many sign-ups per client IP address in an hour.
+    # At most this many sign-ups per client IP address (IPv6: per /64) in an hour.
     signups_per_hour: int = Field(10, ge=1)
+    # The reverse proxies (addresses or networks) whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed; from anyone else those headers are ignored.
+    trusted_proxies: list[Annotated[str, AfterValidator(_network)]] = []
+    # A request's headers must arrive within this long; at most max_connections are
+    # open at once (fewer where the process may open fewer files).
+    header_timeout_seconds: float = Field(10.0, gt=0, le=300)
+    max_connections: int = Field(1000, ge=8)
 
 
 class DkimConfig(_Section):

@@ -1,6 +1,7 @@
 """Configuration errors in our words: one line naming where the bad value came from
-(the file or the environment variable), the key, and what it must be.  Never shows a
-secret's value and never mentions pydantic."""
+(the file or the environment variable), the key, and what it must be; and the reader
+of password and key files, whose errors are of that kind.  Never shows a secret's
+value and never mentions pydantic."""
 
 from __future__ import annotations
 
@@ -11,6 +12,29 @@ from typing import Any
 from pydantic import BaseModel
 
 ENV_PREFIX = "DIGESTBOT_"
+
+
+class ConfigError(Exception):
+    """The configuration file or environment holds a value we cannot use."""
+
+
+MAX_SECRET_FILE_BYTES = 16384  # any password or key is far shorter; /dev/zero is not a secret
+
+
+def read_secret_file(path: Path, setting: str) -> str:
+    """The stripped text of a password or key file; ``ConfigError`` naming *setting* and
+    the file (never its content) when it cannot be read, is too long or is not UTF-8."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_SECRET_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror}") from None
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise ConfigError(f"{setting}: {path} is longer than {MAX_SECRET_FILE_BYTES // 1024} KB")
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{setting}: {path} is not UTF-8 text") from None
 
 
 def unparsable_variable(message: str) -> str:

@@ -128,9 +128,7 @@ def request_signup(
         set_mailed_at(session, subscriber.id, now)
         if step is SignupStep.REMIND:
             manage = web_links(public, make_token(key, subscriber.id, subscriber.unsubscribe_secret)).manage_url or ""
-            data = already_subscribed(
-                settings.sender, to_name=subscriber.name, to_address=subscriber.email, manage_url=manage, now=now
-            )
+            data = already_subscribed(settings.sender, to_address=subscriber.email, manage_url=manage, now=now)
             return Outgoing(envelope_address(subscriber.email), data, step)
         record_consent(
             session,
@@ -141,11 +139,10 @@ def request_signup(
         token = make_confirm_token(key, subscriber.id, subscriber.unsubscribe_secret, expires)
         data = confirmation(
             settings.sender,
-            to_name=subscriber.name,
             to_address=subscriber.email,
             url=f"{public}/c/{token}",
             expires=expires,
-            choices=Choices(subscriber.filter, subscriber.cadence, subscriber.send_hour, subscriber.timezone),
+            choices=Choices(subscriber.cadence, subscriber.send_hour, subscriber.timezone),
             now=now,
         )
         return Outgoing(envelope_address(subscriber.email), data, step)

@@ -250,6 +250,16 @@ print(json.dumps({"growth": (after - before) * 1024, "entries": result.entries, 
 """
 
 
+class Clock:
+    """A clock a test moves by hand (``clock.now = ...``), for apps that take ``clock=``."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
 class Server:
     """uvicorn serving the app in a thread, stopped by its should_exit flag."""
 
@@ -305,3 +315,61 @@ def reader(subscriber_id: int, *, email: str = "reader@example.org", name: str =
         updated_at=joined,
         unsubscribe_secret="0123456789abcdef",
     )
+
+
+def rich_digest() -> tuple[str, str]:
+    """The mail and the web version of a digest with everything a digest can show: Top
+    picks, grouped contents, papers and repositories, LaTeX and HTML summaries cut and
+    whole, tags, "why" lines, revised entries, entries left for later, and a verdict."""
+    from dataclasses import replace
+
+    from bot.domain import DigestContent, DigestItem, EntryKind, Update
+    from bot.mail.render import Renderer, web_links
+
+    root = Path(__file__).resolve().parent.parent
+
+    def item(n: int, **fields: object) -> DigestItem:
+        values: dict[str, object] = {
+            "key": f"k{n}",
+            "kind": EntryKind.PAPER,
+            "title": f"Entry {n}: spiking networks in $O(n \\log n)$ on an FPGA",
+            "authors": ("Ada Lovelace", "Grace Hopper", "Edsger Dijkstra"),
+            "published": date(2026, 6, 14),
+            "summary": "Problem: memory bound. " * 30,
+            "summary_type": "text/plain",
+            "tags": ("snn", "fpga", "hardware"),
+            "why": "snn: tag",
+            "arxiv_id": f"2606.{n:05d}",
+            "doi": None,
+            "links": (),
+            "taste": n / 10,
+        }
+        values.update(fields)
+        return DigestItem(**values)  # type: ignore[arg-type]
+
+    items = (
+        item(
+            1,
+            summary="<p>HTML with <code>code</code> and <a href='https://example.org'>a link</a></p>",
+            summary_type="text/html",
+        ),
+        item(2, kind=EntryKind.REPO, arxiv_id=None, extra=(("owner", "lmcache"), ("description", "A KV cache"))),
+        *(item(n) for n in range(3, 9)),
+    )
+    content = DigestContent(
+        digest_id=1,
+        kind="scheduled",
+        local_date=date(2026, 6, 15),
+        subscriber=reader(7, filter="(snn and fpga) or gpu"),
+        items=items,
+        pending=4,
+        updates=(Update("A revised paper", 'title was "An old title"', "https://arxiv.org/abs/2606.00001"),),
+    )
+    links = web_links("https://digest.example.org", "7.AAAAAAAAAAAAAAAAAAAAAAAA")
+    mailed = Renderer(root / "templates", search_url="https://arxiv.org/a/{title}", top_picks=3)
+    web = Renderer(
+        root / "templates", search_url="https://arxiv.org/a/{title}", fit=False, summary_chars=0, top_picks=3
+    )
+    context = web.context(replace(content), links)
+    context.update(form_token="0" * 32, verdicts={3: "more"})
+    return mailed.render(content, links).html, web.render_context(context).html

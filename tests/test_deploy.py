@@ -27,6 +27,7 @@ PROMISED = (
     "Restart=on-failure",
     "RestartPreventExitStatus=2",
     "KillSignal=SIGTERM",
+    "LimitNOFILE=65536",
 )
 
 

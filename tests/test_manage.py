@@ -98,7 +98,7 @@ def test_tags_cadence_zone_and_hour_are_saved_together(
         6,
     )
     assert '<option value="weekly:fri" selected>every Friday</option>' in saved.text
-    assert "<option selected>Asia/Kolkata</option>" in saved.text
+    assert '<option value="Asia/Kolkata" selected>Asia/Kolkata</option>' in saved.text
     assert re.search(r"Goes out Friday \d\d June, 06:00 \(Asia/Kolkata\)", saved.text), saved.text
 
 
@@ -176,3 +176,28 @@ def test_everything_is_a_box_of_its_own(web: httpx.Client, ada: str, factory: se
     assert (
         re.search(r'value="\*" checked> everything', saved.text) and 'id="filter" name="filter" value=""' in saved.text
     )
+
+
+def test_after_a_send_now_the_page_promises_no_digest_it_will_not_send(
+    factory: sessionmaker[Session], settings: Settings, seed_files: list[Path], ada: str
+) -> None:
+    """Everything that matched went out by hand: the page says nothing waits, and gives no
+    send time (it said "Goes out now" beside "No email")."""
+    import asyncio
+
+    from bot.delivery.loop import deliver_now
+    from bot.domain import DigestKind
+    from bot.plan import plan
+    from bot.sink import Sink, SinkHandler
+
+    for path in seed_files:
+        ingest_file(factory, path, now=NOW, rules=RULES)
+    with Sink(SinkHandler()) as sink:
+        sending = settings.model_copy(update={"smtp": settings.smtp.model_copy(update={"port": sink.port})})
+        plan(factory, sending, RULES, now=NOW, subscribers=[stored(factory)], kind=DigestKind.MANUAL)
+        asyncio.run(deliver_now(factory, sending, clock=lambda: NOW))
+        assert len(sink.received) == 1
+    with Server(create_app(settings, factory, clock=lambda: NOW)) as web:
+        preview = web.get(ada).text.split("Your next digest")[1].split("</section>")[0]
+    assert "none matches your filter" in preview and "you were not sent" in preview
+    assert "Goes out" not in preview, preview

@@ -350,7 +350,7 @@ def test_the_preview_and_the_manage_page_say_why_a_day_is_quiet(
         before_anything = outlook(session, quiet, RULES, as_of=DAY - timedelta(days=1))
     assert nothing_matches.matching == 0 and nothing_matches.unseen == waiting.unseen > 0
     note = outlook_note(nothing_matches)
-    assert note.startswith(f"No email: {waiting.unseen} new entries have arrived since ")
+    assert note.startswith(f"No email: {waiting.unseen} entries you were not sent arrived since ")
     assert "none matches your filter. Their tags: " in note and "llm (" in note
     assert waiting.matching == waiting.unseen and "go out in your next digest" in outlook_note(waiting)
     assert before_anything.unseen == 0 and "nothing new has arrived" in outlook_note(before_anything)
@@ -408,6 +408,51 @@ def test_the_web_version_shows_every_summary_whole_and_exports_bibtex(
             f"{forged}/2026-06-15",
         ):
             assert client.get(wrong).status_code == 404, wrong
+
+
+def test_the_web_version_and_a_resend_show_the_filter_the_digest_was_sent_with(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink
+) -> None:
+    settings = _settings(tmp_path, sink).model_copy(
+        update={"web": WebConfig(public_url="https://digest.example.org", signing_key=SecretStr("k" * 32))}
+    )
+    for path in sorted(SEEDS.glob("*.txt")):
+        ingest_file(factory, path, now=DAY - timedelta(hours=1), rules=RULES)
+    (message,) = _deliver(factory, settings, sink, "gpu or snn")
+    _, html = _parts(message)
+    shows = re.compile(r'class="filter"[^>]*>gpu or snn</span>')
+    assert shows.search(html)
+    browser = re.search(r'<a href="https://digest\.example\.org(/d/[^"]+/2026-06-15)"', html)
+    assert browser is not None
+    # The reader changes their filter afterwards, typing the parentheses.
+    save(factory, settings, [clean_fields("r0@example.org", filter='(gpu and llm) or snn or "kv cache"')], DAY)
+    with factory() as session:
+        reader = get_subscriber(session, "r0@example.org")
+        assert reader is not None and reader.filter == '(gpu and llm) or snn or "kv cache"'
+        (sent,) = list_digests(session, subscriber_id=reader.id)
+    with Server(create_app(settings, factory, clock=lambda: DAY)) as client:
+        page = client.get(browser.group(1)).text
+        assert shows.search(page) and "kv cache" not in page
+        manage = client.get(f"/m/{make_token(b'k' * 32, reader.id, reader.unsubscribe_secret)}").text
+        assert 'value="(gpu and llm) or snn or &#34;kv cache&#34;"' in manage
+    resend(factory, settings, sent.id, now=DAY + timedelta(hours=1))
+    before = len(sink.received)
+    asyncio.run(deliver_now(factory, settings, clock=lambda: DAY + timedelta(hours=1)))
+    (copy,) = [BytesParser(policy=policy.default).parsebytes(r.data) for r in sink.received[before:]]
+    assert isinstance(copy, EmailMessage)
+    assert shows.search(_parts(copy)[1])
+
+
+def test_a_filter_reads_with_parentheses_around_each_and_group() -> None:
+    from bot.choose.filters import normalize_filter, parse_filter, shown_filter
+
+    assert normalize_filter("(gpu and llm) or snn") == "(gpu and llm) or snn"
+    assert normalize_filter("gpu and llm or snn") == "(gpu and llm) or snn"
+    assert normalize_filter("gpu and (llm or snn)") == "gpu and (llm or snn)"
+    assert normalize_filter("not (gpu or llm) and snn") == "not (gpu or llm) and snn"
+    # Filters stored before are shown the same way; what they select is unchanged.
+    assert shown_filter("gpu and llm or snn") == "(gpu and llm) or snn"
+    assert parse_filter("gpu and llm or snn") == parse_filter(shown_filter("gpu and llm or snn"))
 
 
 @hsettings(max_examples=200, deadline=None)

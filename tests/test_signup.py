@@ -31,17 +31,9 @@ from bot.tokens import confirm_token_parts
 from bot.web import create_app
 from bot.web.forms import csrf_ok, csrf_pair
 from tests.conftest import ROOT
-from tests.helpers import Server
+from tests.helpers import Clock, Server
 
 START = datetime(2026, 11, 24, 9, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
@@ -63,7 +55,7 @@ def settings(tmp_path: Path, sink: Sink) -> Settings:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(START)
 
 
 @pytest.fixture
@@ -140,11 +132,13 @@ def test_sign_up_confirm_by_mail_and_the_consent_record(
     settled(sink, 1)
     assert status(factory, "ada@example.org") is SubscriberStatus.PENDING
     (body,) = mails_to(sink, "ada@example.org")
-    assert "cs.lg or cs.cl" in body and "every Monday at 07:00 (Europe/Berlin)" in body
+    # The mail repeats what was picked from menus; the filter is on the page behind the link.
+    assert "cs.lg" not in body and "every Monday at 07:00 (Europe/Berlin)" in body
     path = link_in(body)
     for _ in range(3):  # a link scanner's GETs confirm nothing
         page = web.get(path)
         assert page.status_code == 200 and "Confirm your subscription" in page.text
+        assert "<code>cs.lg or cs.cl</code>" in page.text
     assert status(factory, "ada@example.org") is SubscriberStatus.PENDING
     done = confirm_button(web, path)
     assert done.status_code == 200 and "You are subscribed" in done.text and "/m/" in done.text
@@ -322,7 +316,7 @@ def test_the_page_offers_the_stored_tags_and_the_browser_zone_script_is_allowed(
     boxes = re.findall(r'name="tag" value="([^"]+)"', page.text)
     assert "gpu" in boxes and len(boxes) == len(set(boxes))
     assert re.search(r'value="gpu"> gpu <span class="muted">\(\d+\)</span>', page.text)
-    assert "<option selected>UTC</option>" in page.text  # the default, without script
+    assert '<option value="UTC" selected>UTC</option>' in page.text  # the default, without script
     script = re.search(r"<script>(.*?)</script>", page.text, re.S)
     assert script is not None
     import base64
@@ -448,3 +442,35 @@ def test_a_confirmation_post_without_its_form_token_confirms_nothing(
         assert web.post(path, data={"form": token}).status_code == 403
     assert web.post(path, data={"form": "x"}, headers={"origin": "https://evil.example"}).status_code == 403
     assert status(factory, "gil@example.org") is SubscriberStatus.PENDING
+
+
+def test_forged_confirmation_links_spend_the_miss_budget(factory: sessionmaker[Session], settings: Settings) -> None:
+    """A client guessing /c/ tokens is slowed down as one guessing /u/ tokens is."""
+    tight = settings.model_copy(update={"web": settings.web.model_copy(update={"misses_burst": 5})})
+    save(factory, tight, [clean_fields("ada@example.org")], START)
+    with Server(create_app(tight, factory, clock=lambda: START)) as web:
+        codes = [web.get(f"/c/1.{n:09d}.{'A' * 24}").status_code for n in range(8)]
+        assert codes == [404] * 5 + [429] * 3
+        assert web.get(f"/u/1.{'A' * 24}").status_code == 429  # one budget for both
+        assert web.post(f"/c/1.000000001.{'A' * 24}", data={"form": "x"}).status_code == 429
+
+
+def test_the_confirmation_mail_carries_nothing_a_stranger_typed(
+    web: httpx.Client, sink: Sink, factory: sessionmaker[Session]
+) -> None:
+    """Anyone can make the list mail any address: the mail must not carry their words
+    (as a name it would head the message) or a link of theirs (a filter can hold a URL)."""
+    name = "URGENT: your bank account is locked, call +1 555 0100"
+    answer = sign_up(
+        web, "victim@example.org", name=name, tag=[], filter='"http://evil.example/login" or "www.evil.example"'
+    )
+    assert answer.status_code == 200
+    settled(sink, 1)
+    (received,) = sink.received
+    raw = received.data.decode("utf-8", "replace")
+    assert "URGENT" not in raw and "evil.example" not in raw and "555" not in raw
+    assert received.message["To"] == "victim@example.org"
+    page = web.get(link_in(mails_to(sink, "victim@example.org")[0]))
+    # The page behind the link shows the filter, as text, before anything is confirmed.
+    assert "<code>&#34;http://evil.example/login&#34; or &#34;www.evil.example&#34;</code>" in page.text
+    assert 'href="http://evil' not in page.text

@@ -274,7 +274,9 @@ def to_text(expr: Expr) -> str:
         return f"not ({inner})" if isinstance(expr.expr, (And, Or)) else f"not {inner}"
     if isinstance(expr, And):
         return " and ".join(f"({to_text(i)})" if isinstance(i, Or) else to_text(i) for i in expr.items)
-    return " or ".join(to_text(i) for i in expr.items)
+    # "and" binds tighter, so "a and b or c" needs none, but a person reads it more
+    # easily with them, and someone who typed them expects to see them again.
+    return " or ".join(f"({to_text(i)})" if isinstance(i, And) else to_text(i) for i in expr.items)
 
 
 def _quoted(text: str) -> str:
@@ -284,6 +286,16 @@ def _quoted(text: str) -> str:
 def normalize_filter(text: str) -> str:
     """Validate and canonicalize a filter as typed by a person."""
     return to_text(parse_filter(text))
+
+
+@lru_cache(maxsize=4096)
+def shown_filter(text: str) -> str:
+    """A stored filter as pages and digests show it: canonical text of today's rules
+    (one stored before them may lack the parentheses they add)."""
+    try:
+        return normalize_filter(text)
+    except FilterError:
+        return text
 
 
 def atoms(expr: Expr) -> set[Atom]:

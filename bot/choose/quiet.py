@@ -61,7 +61,7 @@ def outlook_note(seen: Outlook) -> str:
         return f"{seen.matching} new {noun} your filter {since}: they go out in your next digest."
     if not seen.unseen:
         return f"No email: nothing new has arrived {since}."
-    noun = "entry has" if seen.unseen == 1 else "entries have"
+    noun = "entry" if seen.unseen == 1 else "entries"
     tags = ", ".join(f"{tag} ({count})" for tag, count in seen.tags)
     hint = f" Their tags: {tags}; a filter naming some of them would bring them." if tags else ""
-    return f"No email: {seen.unseen} new {noun} arrived {since}, and none matches your filter.{hint}"
+    return f"No email: {seen.unseen} {noun} you were not sent arrived {since}, and none matches your filter.{hint}"

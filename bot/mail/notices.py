@@ -2,7 +2,11 @@
 
 ``confirmation`` carries the link that confirms a sign-up (double opt-in);
 ``already_subscribed`` answers a sign-up for an address that is subscribed
-already, with its manage link, so the page can answer every sign-up alike;
+already, with its manage link, so the page can answer every sign-up alike.
+Both go to an address a stranger typed, from the list's own domain: they carry
+nothing else a stranger typed (no display name, no filter text, which could read
+like our words or turn into a link), only what was picked from the form's menus;
+the page behind the link shows the filter before anything is confirmed.
 ``test_message`` is what ``digestbot smtp test --to`` sends.
 Builds bytes only: never reads the store, never sends.
 """
@@ -23,9 +27,8 @@ from bot.text import header_text
 
 @dataclass(frozen=True, slots=True)
 class Choices:
-    """What the person asked for, repeated in the confirmation mail."""
+    """What the person picked from the form's menus, repeated in the confirmation mail."""
 
-    filter: str
     cadence: str
     send_hour: int
     timezone: str
@@ -46,7 +49,6 @@ def _message(sender: SenderConfig, to_name: str, to_address: str, subject: str, 
 def confirmation(
     sender: SenderConfig,
     *,
-    to_name: str,
     to_address: str,
     url: str,
     expires: datetime,
@@ -55,18 +57,17 @@ def confirmation(
 ) -> bytes:
     list_name = header_text(sender.from_name)
     body = (
-        f"Someone, hopefully you, asked for {list_name} digests at {to_address}:\n\n"
-        f"  filter:  {choices.filter}\n"
-        f"  when:    {describe(choices.cadence)} at {choices.send_hour:02d}:00 ({choices.timezone})\n\n"
-        f'To confirm, open this link and press "Confirm" (the link works until '
-        f"{expires.astimezone(UTC):%Y-%m-%d %H:%M} UTC):\n\n"
+        f"Someone, hopefully you, asked for {list_name} digests at {to_address}, "
+        f"{describe(choices.cadence)} at {choices.send_hour:02d}:00 ({choices.timezone}).\n\n"
+        "To confirm, open this link: the page shows what the digests will hold, with a "
+        f'"Confirm" button (the link works until {expires.astimezone(UTC):%Y-%m-%d %H:%M} UTC):\n\n'
         f"  {url}\n\n"
         "If you did not ask for this, ignore this message: nothing more will be sent to you.\n"
     )
-    return _message(sender, to_name, to_address, f"Confirm your subscription to {list_name}", body, now)
+    return _message(sender, "", to_address, f"Confirm your subscription to {list_name}", body, now)
 
 
-def already_subscribed(sender: SenderConfig, *, to_name: str, to_address: str, manage_url: str, now: datetime) -> bytes:
+def already_subscribed(sender: SenderConfig, *, to_address: str, manage_url: str, now: datetime) -> bytes:
     list_name = header_text(sender.from_name)
     body = (
         f"Someone, hopefully you, asked to subscribe {to_address} to {list_name}.\n"
@@ -75,7 +76,7 @@ def already_subscribed(sender: SenderConfig, *, to_name: str, to_address: str, m
         f"  {manage_url}\n\n"
         "If you did not ask for this, ignore this message.\n"
     )
-    return _message(sender, to_name, to_address, f"Your subscription to {list_name}", body, now)
+    return _message(sender, "", to_address, f"Your subscription to {list_name}", body, now)
 
 
 def test_message(sender: SenderConfig, *, to_address: str, now: datetime) -> bytes:

@@ -19,7 +19,7 @@ from pathlib import Path
 import css_inline
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter
+from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter, shown_filter
 from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest
 from bot.links import primary_url, side_links
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
@@ -263,7 +263,7 @@ class Renderer:
             "date_iso": content.local_date.isoformat(),
             "web_page": not self.fit,
             "count_label": f"{count} new {'entry' if count == 1 else 'entries'}{period_words(content)}",
-            "subscriber_filter": content.subscriber.filter,
+            "subscriber_filter": shown_filter(content.subscriber.filter),
             "items": items,
             **leading(items, top_picks(content, self.top_picks)),
             "updates": [{"title": title_text(u.title), "note": u.note, "url": u.url} for u in content.updates],

@@ -268,7 +268,8 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             entries = [_planned_entry(c, settings, run.memo) for c in chosen]
             if taste is not None:
                 entries = taste.planned(chosen, entries)
-            choices.append(NewDigest(subscriber.id, day, run.kind, state, entries, len(candidates) - len(chosen), fill))
+            left = len(candidates) - len(chosen)
+            choices.append(NewDigest(subscriber.id, day, run.kind, state, entries, left, fill, subscriber.filter))
     written = _write(run.factory, choices, marks, still_empty, now=now, make_id=_message_id(settings))
     for digest_id, choice in written:
         if choice.state is DigestState.EMPTY:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Text, select, type_coerce
+from sqlalchemy import Text, func, select, type_coerce
 from sqlalchemy.orm import Session, aliased
 
-from bot.domain import DigestContent, DigestItem, DigestKind, EntryKind, Update
+from bot.domain import DigestContent, DigestItem, DigestKind, EntryKind, Subscriber, Update
 from bot.store.bulk import chunks
 from bot.store.ledger import LedgerRow
 from bot.store.schema import Appearance, Digest, Entry, LedgerEntry
@@ -137,7 +138,7 @@ def digest_contents(
             digest_id=head.digest_id,
             kind=head.kind,
             local_date=head.local_date,
-            subscriber=subscriber_view(head),
+            subscriber=_as_planned(subscriber_view(head), head),
             items=tuple(map(cache.item, rows.get(source_of[head.digest_id], ()))),
             pending=head.pending_count,
             resend_of=head.resend_of_id,
@@ -145,6 +146,12 @@ def digest_contents(
         )
         for head in heads
     }
+
+
+def _as_planned(subscriber: Subscriber, head: Any) -> Subscriber:
+    """The subscriber as the digest shows them: with the filter it was chosen with."""
+    planned = head.planned_filter
+    return subscriber if planned is None or planned == subscriber.filter else replace(subscriber, filter=planned)
 
 
 def _updates(pinned: Any) -> tuple[Update, ...]:
@@ -173,6 +180,7 @@ def _heads(session: Session, digest_ids: Sequence[int]) -> list[Any]:
                 Digest.body_key,
                 Digest.updates.label("own_updates"),
                 original.updates.label("original_updates"),  # a resend shows its original's
+                func.coalesce(original.filter, Digest.filter).label("planned_filter"),
                 *SubscriberRow.__table__.c,
             )
             .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)

@@ -87,6 +87,7 @@ class NewDigest:
     entries: Sequence[Planned]
     pending: int
     fills: int | None = None  # the empty scheduled digest of the same day this one fills
+    filter: str | None = None  # the subscriber's filter it was chosen with
 
 
 def body_key(rows: Iterable[LedgerRow]) -> str:
@@ -143,6 +144,7 @@ def insert_digests(
                 "body_key": keys.body(d.entries) if d.entries else None,
                 "nothing_at": now if d.state is DigestState.EMPTY else None,
                 "checked_at": now if d.state is DigestState.EMPTY else None,
+                "filter": d.filter,
             }
             for digest_id, d in zip(ids, digests, strict=True)
         ],
@@ -249,6 +251,7 @@ def fill_empty_days(
                     planned_at=now,
                     checked_at=now,
                     body_key=keys.body(d.entries) if d.entries else None,
+                    filter=d.filter,
                 )
             ),
         )

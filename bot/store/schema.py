@@ -270,6 +270,8 @@ class Digest(Base):
     checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Entries sent before and revised since, as this digest shows them (pinned for resends).
     updates: Mapped[list[dict[str, str]] | None] = mapped_column(JSON)
+    # The subscriber's filter when the digest was planned (NULL: planned before 0018).
+    filter: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         Index(

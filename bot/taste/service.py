@@ -99,6 +99,11 @@ class TasteSummary:
     ranked: bool  # a model ranks their digests
     threshold: float
 
+    @property
+    def missing(self) -> int:
+        """How many more papers or "more like this" a model needs (0: enough)."""
+        return max(0, MIN_POSITIVES - self.papers - self.more)
+
 
 def taste_summary(factory: sessionmaker[Session], subscriber: Subscriber) -> TasteSummary:
     with factory() as session:

@@ -5,7 +5,7 @@
 /u/{token}`` only shows a page with that button (link scanners and
 prefetchers GET every URL in a message), ``GET|POST /m/{token}`` lets the
 subscriber change their tags or filter, cadence, zone and hour, pause,
-resume or leave, and shows their next digest (``POST /m/{token}/library`` adds
+resume or leave, and shows their next digest (a ``multipart/form-data`` POST there adds
 to their library, ``bot.web.uploads``), ``GET /d/{token}/{date}`` is
 the web version of a sent digest and its BibTeX, ``GET|POST /d/{token}/{date}/{n}/more``
 (or ``less``) rates an entry of it (``bot.web.feedback``); ``/subscribe`` and
@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -51,12 +51,14 @@ from bot.web.forms import (
     MAX_CHOICES_FIELDS,
     MAX_CHOICES_FORM_BYTES,
     SECURITY_HEADERS,
+    BodyStalled,
     form_of,
     form_token,
     form_token_ok,
+    is_multipart,
     same_origin,
 )
-from bot.web.limits import MissBudget
+from bot.web.limits import MissBudget, TooManyMisses, client_key
 from bot.web.lookups import TokenLookups
 from bot.web.manage import manage_context
 from bot.web.outlooks import Outlooks
@@ -89,7 +91,6 @@ def create_app(
         routes=[
             Route("/u/{token}", endpoint.unsubscribe, methods=["GET", "POST"]),
             Route("/m/{token}", endpoint.manage, methods=["GET", "POST"]),
-            Route("/m/{token}/library", endpoint.library_upload, methods=["POST"]),
             Route("/c/{token}", endpoint.signups.confirmation, methods=["GET", "POST"]),
             *(
                 [Route("/subscribe", endpoint.signups.subscribe, methods=["GET", "POST"])]
@@ -106,6 +107,8 @@ def create_app(
             404: endpoint.anything_else,
             405: endpoint.anything_else,
             TooManyMisses: endpoint.too_many,
+            ClientDisconnect: endpoint.client_gone,
+            BodyStalled: endpoint.client_gone,
             Exception: endpoint.server_error,
         },
     )
@@ -134,10 +137,6 @@ _UPDATES_ACTIONS = {
 }
 
 
-class TooManyMisses(Exception):
-    """The client used up its budget of tokens that name no subscriber."""
-
-
 class _Endpoint:
     """The request handlers, sharing the settings, the store and the page template."""
 
@@ -150,7 +149,7 @@ class _Endpoint:
         self.reader = reader_of(factory)
         self.lookups = TokenLookups(self.reader, self.key)
         self.rules = _rules_or_none(settings)
-        self.outlooks = Outlooks(self.reader, self.rules)
+        self.outlooks = Outlooks(self.reader, self.rules, send_empty=settings.digest.send_empty)
         self.tag_menu = TagMenu(self.reader)
         self.versions = WebVersions(settings, self.reader)
         self.acks = Acknowledger(self.journal, factory, now)
@@ -163,7 +162,7 @@ class _Endpoint:
             undefined=StrictUndefined,
         )
         self.page = pages.get_template("page.html.j2")
-        self.signups = SignupPages(settings, factory, self.key, self.tag_menu, self.render, now)
+        self.signups = SignupPages(settings, factory, self.key, self.tag_menu, self.render, now, self.misses)
         self.feedback = FeedbackPages(settings, factory, self.versions, self.key, self.render, now)
         self.uploads = LibraryUploads(settings, factory, self.key, self.manage_page, self.forbidden, now)
 
@@ -202,9 +201,8 @@ class _Endpoint:
     async def subscriber_of(self, request: Request) -> Subscriber | None:
         """The token's subscriber, shown unsubscribed once an unsubscribe is acknowledged;
         raises ``TooManyMisses`` for a client that sent too many tokens naming nobody."""
-        client = request.client.host if request.client else ""
-        if self.misses.exhausted(client, time.monotonic()):
-            raise TooManyMisses
+        client = client_key(request.client.host if request.client else "")
+        self.misses.check(client, time.monotonic())
         found = await self.lookups.subscriber(request.path_params["token"])
         if found is None:
             self.misses.spend(client, time.monotonic())
@@ -283,6 +281,10 @@ class _Endpoint:
             return await self.manage_page(request, subscriber)
         if not same_origin(request, self.settings.web.public_url):
             return self.render("forbidden", 403)
+        if is_multipart(request.headers.get("content-type", "")):
+            # The library upload: every form of the page posts to the page's own address,
+            # so the page a POST answers with is at the address its relative links expect.
+            return await self.uploads.upload(request, subscriber)
         lists = await form_of(request, MAX_CHOICES_FORM_BYTES, MAX_CHOICES_FIELDS)
         if lists is None:
             return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
@@ -291,6 +293,11 @@ class _Endpoint:
             return self.render("forbidden", 403)
         if not await run_in_threadpool(self._settle, subscriber):
             return await self.manage_page(request, subscriber, 503, error="Busy: please try again in a moment.")
+        return await self.act(request, subscriber, lists)
+
+    async def act(self, request: Request, subscriber: Subscriber, lists: dict[str, list[str]]) -> Response:
+        """What the manage form's ``action`` asks for (the token and origin are checked)."""
+        form = {name: values[0] for name, values in lists.items()}
         action = form.get("action", "")
         if action == "settings":
             return await self.change_settings(request, subscriber, lists)
@@ -363,13 +370,6 @@ class _Endpoint:
             text, media_type="application/x-bibtex; charset=utf-8", headers={**SECURITY_HEADERS, **download}
         )
 
-    async def library_upload(self, request: Request) -> Response:
-        """A library file from the manage page (``bot.web.uploads``)."""
-        subscriber = await self.subscriber_of(request)
-        if subscriber is None:
-            return self.not_found()
-        return await self.uploads.upload(request, subscriber)
-
     async def rate(self, request: Request) -> Response:
         """ "More like this" / "less like this" on an entry of a sent digest (``bot.web.feedback``)."""
         subscriber = await self.subscriber_of(request)
@@ -398,6 +398,12 @@ class _Endpoint:
 
     async def too_many(self, _request: Request, _exc: Exception) -> Response:
         return PlainTextResponse("too many requests", 429, headers={**SECURITY_HEADERS, "Retry-After": "10"})
+
+    async def client_gone(self, _request: Request, exc: Exception) -> Response:
+        # The client left mid-body or stopped sending it: nothing was read, nothing changes,
+        # and a flood of such requests must not flood the log.
+        log.debug("request body not received: %s", type(exc).__name__)
+        return PlainTextResponse("request body not received", 408, headers={**SECURITY_HEADERS, "Connection": "close"})
 
     async def server_error(self, _request: Request, exc: Exception) -> Response:
         log.error("request failed: %s", type(exc).__name__)  # no traceback: it could hold the token

@@ -6,6 +6,7 @@ Functions of a request's headers and body; never touch the store.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
@@ -24,17 +25,25 @@ MAX_CHOICES_FIELDS = 300
 MAX_UPLOAD_BYTES = 5_000_000
 CSRF_MAX_AGE_SECONDS = 4 * 3600
 
-# Pages carry the token in their URL: never leak it in a Referer, never cache it,
-# never frame it, run no script at all.
+# Pages carry the token in their URL: never leak it in a Referer to another site, never
+# cache it, never frame it, run no script at all.  The Referer policy is same-origin, not
+# no-referrer: under no-referrer a browser sends "Origin: null" with every form POST,
+# even to the page's own site, and the origin check could not tell our forms from others.
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
     ),
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
 }
+# A body that stalls this long between two chunks is given up (answered 408).
+BODY_IDLE_SECONDS = 15.0
+
+
+class BodyStalled(Exception):
+    """The client stopped sending its request body."""
 
 
 def form_token(key: bytes, token: str) -> str:
@@ -72,36 +81,77 @@ def _csrf_signature(key: bytes, issued: str, nonce: str) -> str:
     return hmac.new(key, f"signup-form\0{issued}\0{nonce}".encode("utf-8", "replace"), hashlib.sha256).hexdigest()[:32]
 
 
+def origin_of(url: str) -> str:
+    """The origin a browser sends for pages under *url* ("https://digest.example.org"):
+    scheme and host in lower case, the port only when it is not the scheme's default."""
+    parts = urlsplit(url)
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    default = {"http": 80, "https": 443}.get(scheme)
+    return f"{scheme}://{host}" + (f":{port}" if port is not None and port != default else "")
+
+
 def same_origin(request: Request, public_url: str) -> bool:
-    """Whether a browser says this POST comes from our own page.  A request with
-    neither header (curl, old browsers) passes here; the form token still guards it."""
-    site = request.headers.get("sec-fetch-site")
+    """Whether a browser says this POST comes from one of our own pages.
+
+    Our origin is *public_url*'s when it is set, never one built from the request's
+    ``Host`` (anyone can send ``Host: evil.example`` with ``Origin: http://evil.example``);
+    without it (one machine, no proxy), the address the request was made to.  A request
+    with neither ``Sec-Fetch-Site`` nor ``Origin`` (curl, a mail provider) passes here;
+    the form token still guards it.  ``Origin: null`` passes only where the browser
+    itself vouches for the page (``Sec-Fetch-Site: same-origin``)."""
+    return from_our_page(
+        request.headers.get("sec-fetch-site"),
+        request.headers.get("origin"),
+        origin_of(public_url) if public_url else f"{request.url.scheme}://{request.url.netloc}".lower(),
+    )
+
+
+def from_our_page(site: str | None, origin: str | None, ours: str) -> bool:
+    """The origin rule on the two headers a browser sets (pages cannot forge them)."""
     if site is not None and site not in ("same-origin", "none"):
         return False
-    origin = request.headers.get("origin")
     if origin is None:
         return True
-    ours = {f"{request.url.scheme}://{request.url.netloc}"}
-    if public_url:
-        parts = urlsplit(public_url)
-        ours.add(f"{parts.scheme}://{parts.netloc}")
-    return origin in ours
+    if origin == "null":
+        return site in ("same-origin", "none")
+    return origin_of(origin) == ours
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:
-    """The request's body, or None once it is longer than *limit* bytes (read no further)."""
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
+    """The request's body, or None once it is longer than *limit* bytes (read no further).
+    Raises ``ClientDisconnect`` when the client leaves and ``BodyStalled`` when it stops
+    sending for ``BODY_IDLE_SECONDS``: the app answers both without a traceback."""
+    parts: list[bytes] = []
+    size = 0
+    chunks = aiter(request.stream())
+    while True:
+        try:
+            async with asyncio.timeout(BODY_IDLE_SECONDS):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return b"".join(parts)
+        except TimeoutError:
+            raise BodyStalled from None
+        size += len(chunk)
+        if size > limit:
             return None
-    return body
+        parts.append(chunk)
+
+
+def is_multipart(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == "multipart/form-data"
 
 
 def form_with_file(content_type: str, body: bytes, file_field: str) -> tuple[dict[str, str], bytes | None]:
     """A ``multipart/form-data`` body's text fields (first value each) and the bytes of
     the file in *file_field*, as sent (None when there is none)."""
-    if content_type.split(";", 1)[0].strip().lower() != "multipart/form-data":
+    if not is_multipart(content_type):
         return parse_form(content_type, body), None
     message = BytesParser(policy=policy.HTTP).parsebytes(
         b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body
@@ -129,7 +179,7 @@ def parse_form(content_type: str, body: bytes) -> dict[str, str]:
 def parse_form_lists(content_type: str, body: bytes, *, max_fields: int) -> dict[str, list[str]]:
     """Every value of every field (a form's checkboxes share a name); a body with more
     than *max_fields* fields is read as an empty form."""
-    if content_type.split(";", 1)[0].strip().lower() == "multipart/form-data":
+    if is_multipart(content_type):
         message = BytesParser(policy=policy.HTTP).parsebytes(
             b"Content-Type: " + content_type.encode("latin-1", "replace") + b"\r\n\r\n" + body
         )

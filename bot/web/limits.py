@@ -9,10 +9,27 @@ unsubscribes is never limited.  Pure bookkeeping; never touches the store.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import OrderedDict
 
 # Clients remembered at once; the least recently seen are forgotten first.
 MAX_CLIENTS = 10_000
+
+
+class TooManyMisses(Exception):
+    """The client used up its budget of tokens that name no subscriber."""
+
+
+def client_key(host: str) -> str:
+    """Who a limit counts: the IPv4 address, or the /64 network of an IPv6 one (one
+    household or server holds a whole /64); "" for anything that is not an address."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return ""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is None:
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address.ipv4_mapped or address) if isinstance(address, ipaddress.IPv6Address) else str(address)
 
 
 class MissBudget:
@@ -29,6 +46,11 @@ class MissBudget:
     def exhausted(self, client: str, now: float) -> bool:
         """Whether *client* has no misses left (then answer 429 and look nothing up)."""
         return self.per_second > 0 and self._tokens(client, now) < 1
+
+    def check(self, client: str, now: float) -> None:
+        """Raise ``TooManyMisses`` when *client* has no misses left."""
+        if self.exhausted(client, now):
+            raise TooManyMisses
 
     def spend(self, client: str, now: float) -> None:
         """Count one miss of *client*."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from bot.choose.filters import shown_filter
 from bot.domain import Subscriber
 from bot.web.choices import cadences, menu, ticked_tags, zones
 from bot.web.outlooks import NextDigest
@@ -36,7 +37,7 @@ def manage_context(
         hour = (values.get("send_hour") or [str(subscriber.send_hour)])[0]
     else:
         found = ticked_tags(subscriber.filter)
-        ticked, advanced = (found, "") if found is not None else ([], subscriber.filter)
+        ticked, advanced = (found, "") if found is not None else ([], shown_filter(subscriber.filter))
         cadence, timezone, hour = subscriber.cadence, subscriber.timezone, str(subscriber.send_hour)
     known_zones = zones()
     return {

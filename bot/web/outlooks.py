@@ -38,8 +38,8 @@ class NextDigest:
 
 
 class Outlooks:
-    def __init__(self, reader: sessionmaker[Session], rules: TagRules) -> None:
-        self.reader, self.rules = reader, rules
+    def __init__(self, reader: sessionmaker[Session], rules: TagRules, *, send_empty: bool = False) -> None:
+        self.reader, self.rules, self.send_empty = reader, rules, send_empty
         self._known: OrderedDict[int, tuple[float, NextDigest]] = OrderedDict()
 
     def forget(self, subscriber_id: int) -> None:
@@ -69,6 +69,8 @@ class Outlooks:
         note = outlook_note(seen)
         if subscriber.status is SubscriberStatus.PAUSED:
             return NextDigest("Paused: nothing is sent until you resume. " + note, "", seen.first)
+        if not seen.matching and not self.send_empty:
+            return NextDigest(note, "", seen.first)  # no digest is due, so no time to give
         send_at = local_time(day, subscriber.send_hour, subscriber.timezone)
         local = send_at.astimezone(zoneinfo.ZoneInfo(subscriber.timezone))
         when = f"{local:%A %d %B}, {local:%H:%M} ({subscriber.timezone})"

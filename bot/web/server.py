@@ -6,13 +6,15 @@ Never handles a request itself (``bot.web.app`` does).
 from __future__ import annotations
 
 from types import FrameType
+from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.applications import Starlette
 
-from bot.config import Settings, load_settings
+from bot.config import Settings, WebConfig, load_settings
 from bot.store.engine import make_engine, sessions
 from bot.web.app import create_app
+from bot.web.connections import ConnectionLimits
 
 
 def app_from_environment() -> Starlette:
@@ -26,25 +28,35 @@ def app_from_environment() -> Starlette:
     return create_app(settings, sessions(engine))
 
 
+def uvicorn_options(web: WebConfig) -> dict[str, Any]:
+    """What every uvicorn we start is told: X-Forwarded-* only from the proxies the
+    operator names, the guarded connections (``bot.web.connections``), no access log
+    (request lines carry the token of whoever clicked), no Server header."""
+    return {
+        "http": "bot.web.connections:GuardedHttp",
+        "proxy_headers": bool(web.trusted_proxies),
+        "forwarded_allow_ips": ",".join(web.trusted_proxies) or "127.0.0.1",
+        "timeout_keep_alive": 5,
+        "access_log": False,
+        "server_header": False,
+        "log_level": "info",
+        "log_config": None,  # digestbot's own handler and format (bot.logs)
+    }
+
+
 def serve(settings: Settings, factory: sessionmaker[Session], *, host: str, port: int, workers: int = 1) -> None:
     """Run the endpoint with uvicorn until SIGINT/SIGTERM (the ``digestbot serve`` command);
     with *workers* > 1, in that many processes sharing the port (each makes its own app)."""
     import uvicorn
 
+    options = uvicorn_options(settings.web)
+    limits = ConnectionLimits(settings.web.header_timeout_seconds, settings.web.max_connections)
     if workers > 1:
-        # access_log off: request lines carry the token of whoever clicked.
-        uvicorn.run(
-            "bot.web.server:app_from_environment",
-            factory=True,
-            workers=workers,
-            host=host,
-            port=port,
-            access_log=False,
-            proxy_headers=True,
-            server_header=False,
-            log_level="info",
-            log_config=None,  # digestbot's own handler and format (bot.logs)
+        config = uvicorn.Config(
+            "bot.web.server:app_from_environment", factory=True, workers=workers, host=host, port=port, **options
         )
+        config.digestbot_limits = limits  # type: ignore[attr-defined]  # read by GuardedHttp in each worker
+        _run_workers(config)
         return
 
     class Server(uvicorn.Server):
@@ -54,14 +66,14 @@ def serve(settings: Settings, factory: sessionmaker[Session], *, host: str, port
             # a clean stop exits 0 here, as the scheduler and worker do.
             getattr(self, "_captured_signals", []).clear()
 
-    # access_log off: request lines carry the token of whoever clicked.
-    config = uvicorn.Config(
-        create_app(settings, factory),
-        host=host,
-        port=port,
-        access_log=False,
-        proxy_headers=True,
-        server_header=False,
-        log_level="info",
-    )
+    config = uvicorn.Config(create_app(settings, factory), host=host, port=port, **options)
+    config.digestbot_limits = limits  # type: ignore[attr-defined]
     Server(config).run()
+
+
+def _run_workers(config: Any) -> None:
+    """uvicorn.run's multi-process branch, for a config made here (uvicorn.run makes its
+    own, and the limits must travel with it to each worker)."""
+    from uvicorn.supervisors import Multiprocess
+
+    Multiprocess(config, sockets=[config.bind_socket()]).run()

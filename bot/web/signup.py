@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -24,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
+from bot.choose.filters import shown_filter
 from bot.config import Settings, site_url
 from bot.domain import Subscriber, SubscriberStatus
 from bot.optin import (
@@ -54,6 +56,7 @@ from bot.web.forms import (
     read_body,
     same_origin,
 )
+from bot.web.limits import MissBudget, client_key
 
 CSRF_COOKIE = "digestbot_signup"
 TAG_MENU_SECONDS = 300.0
@@ -111,9 +114,10 @@ class SignupPages:
         tag_menu: TagMenu,
         render: Render,
         now: Callable[[], datetime],
+        misses: MissBudget,
     ) -> None:
         self.settings, self.factory, self.key, self.tag_menu = settings, factory, key, tag_menu
-        self.render, self.now = render, now
+        self.render, self.now, self.misses = render, now, misses
         public = site_url(settings.web)
         self.page_url = f"{public}/subscribe"
         self.secure_cookie = public.startswith("https://")
@@ -157,7 +161,7 @@ class SignupPages:
         if request.method in ("GET", "HEAD"):
             return await self.form_page()
         if not same_origin(request, self.settings.web.public_url):
-            return self.render("forbidden", 403)
+            return self.render("forbidden", 403, refused="signup")
         body = await read_body(request, MAX_CHOICES_FORM_BYTES)
         if body is None:
             return PlainTextResponse("request body too large", 413)
@@ -171,9 +175,9 @@ class SignupPages:
             fields = read_signup(form)
         except SubscriberInputError as exc:
             return await self.form_page(400, values=form, error=str(exc))
-        client = request.client.host if request.client else ""
+        client = address_of(request)
         now = self.now()
-        if not await run_in_threadpool(client_allowed, self.factory, self.settings, client, now):
+        if not await run_in_threadpool(client_allowed, self.factory, self.settings, client_key(client), now):
             return self.render("too_many_signups", 429, headers={"Retry-After": "3600"})
         origin = Origin(self.page_url, client, "sign-up form")
         outgoing = await run_in_threadpool(
@@ -189,18 +193,21 @@ class SignupPages:
     async def confirmation(self, request: Request) -> Response:
         token = request.path_params["token"]
         now = self.now()
+        client = address_of(request)
+        # Forged confirmation tokens spend the budget forged link tokens spend.
+        self.misses.check(client_key(client), time.monotonic())
         state, subscriber = await run_in_threadpool(check_confirmation, self.factory, self.key, token, now)
         if state is Confirmation.UNKNOWN or subscriber is None:
+            self.misses.spend(client_key(client), time.monotonic())
             return self.render("not_found", 404)
         if request.method in ("GET", "HEAD") or state is not Confirmation.CONFIRMED:
             return self._confirm_page(state, subscriber, token)
         if not same_origin(request, self.settings.web.public_url):
-            return self.render("forbidden", 403)
+            return self.render("forbidden", 403, refused="confirm")
         body = await read_body(request, MAX_FORM_BYTES)
         form = parse_form_lists(request.headers.get("content-type", ""), body or b"", max_fields=20)
         if not form_token_ok(self.key, "confirm:" + token, (form.get("form") or [""])[0]):
-            return self.render("forbidden", 403)
-        client = request.client.host if request.client else ""
+            return self.render("forbidden", 403, refused="confirm")
         origin = Origin(f"{site_url(self.settings.web)}/c/", client, "confirmation link")
         state, subscriber = await run_in_threadpool(confirm, self.factory, self.key, token, origin=origin, now=now)
         if subscriber is None:
@@ -219,7 +226,18 @@ class SignupPages:
             confirm_form=form_token(self.key, "confirm:" + token),
             manage_token=make_token(self.key, subscriber.id, subscriber.unsubscribe_secret) if done else "",
             describe=describe,
+            shown_filter=shown_filter,
         )
+
+
+def address_of(request: Request) -> str:
+    """The client's IP address as uvicorn saw it (a trusted proxy's X-Forwarded-For
+    included); "" when it is not an address, so no header text reaches the consent record."""
+    host = request.client.host if request.client else ""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return ""
 
 
 def _csp_with_script() -> str:

@@ -1,6 +1,6 @@
 """Subscriber endpoint: a reader's library uploaded on their manage page
-(``POST /m/{token}/library``, ``multipart/form-data`` with the page's form token),
-and their ``liked`` threshold (the manage form's ``threshold`` action).
+(``POST /m/{token}`` as ``multipart/form-data``, with the page's form token), and
+their ``liked`` threshold (the manage form's ``threshold`` action).
 
 The file is read as ``subscribers library add`` reads it (``bot.taste.library``): a
 bad record is one line on the page and the rest is added; a file that cannot be read
@@ -50,7 +50,8 @@ class LibraryUploads:
         if body is None:
             limit = f"{MAX_UPLOAD_BYTES // 1_000_000} MB"
             return await self.manage_page(request, subscriber, 413, error=f"That file is larger than {limit}.")
-        fields, data = form_with_file(request.headers.get("content-type", ""), body, "library")
+        # Parsing megabytes is no work for the event loop that answers unsubscribes.
+        fields, data = await run_in_threadpool(form_with_file, request.headers.get("content-type", ""), body, "library")
         if not form_token_ok(self.key, request.path_params["token"], fields.get("form", "")):
             return self.forbidden()
         if subscriber.status is SubscriberStatus.UNSUBSCRIBED:

@@ -1,0 +1,558 @@
+"""Every page, used by a person in a real browser: headless Chromium, driven through
+chromedriver, clicking the buttons of ``digestbot serve`` (a separate process, as
+deployed), reading the confirmation mail from the test SMTP sink, and checking the
+store after each step.  Each page is audited with axe-core at a phone's width and a
+desktop's, in light and dark mode.
+
+An HTTP client is not a browser: it sends no Origin, runs no script and keeps no cookie
+policy.  These tests are what caught every form being refused with ``Origin: null``.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import re
+import socketserver
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import date
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.domain import Subscriber, SubscriberStatus
+from bot.sink import Sink, SinkHandler, free_port
+from bot.store.consents import consents_of
+from bot.store.engine import make_engine, sessions
+from bot.store.subscribers import get_subscriber
+from bot.store.taste_tables import Feedback, LibraryPaperRow
+from bot.tokens import make_token
+from tests.browser import audit, axe_missing, browser_missing, chromium
+from tests.conftest import ROOT, SEEDS
+from tests.helpers import DIGESTBOT, rich_digest, wait_until_serving
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing())),
+]
+KEY = "browser-tests-signing-key-0123456789"
+
+
+@dataclass
+class Site:
+    """``digestbot serve`` on 127.0.0.1 with its store, its config and the SMTP sink."""
+
+    url: str
+    folder: Path
+    env: dict[str, str]
+    sink: Sink
+    engine: Engine
+    factory: sessionmaker[Session] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.factory = sessions(self.engine)
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run(
+            [DIGESTBOT, *args], cwd=self.folder, env=self.env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def subscriber(self, email: str) -> Subscriber:
+        with self.factory() as session:
+            found = get_subscriber(session, email)
+        assert found is not None, email
+        return found
+
+    def add(self, email: str, *options: str) -> str:
+        """A subscriber added on the command line; the token of their links."""
+        self.cli("subscribers", "add", email, *options)
+        found = self.subscriber(email)
+        return make_token(KEY.encode(), found.id, found.unsubscribe_secret)
+
+    def mails_to(self, email: str) -> list[EmailMessage]:
+        return [r.message for r in self.sink.received if email in r.recipients]
+
+    def wait_for_mail(self, email: str, count: int = 1) -> EmailMessage:
+        deadline = time.monotonic() + 15
+        while len(self.mails_to(email)) < count:
+            assert time.monotonic() < deadline, f"no mail {count} to {email}"
+            time.sleep(0.05)
+        return self.mails_to(email)[count - 1]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    folder = tmp_path_factory.mktemp("site")
+    port = free_port()
+    with Sink(SinkHandler()) as sink:
+        config = folder / "digestbot.toml"
+        config.write_text(
+            f"""
+[paths]
+var_dir = "{folder / "var"}"
+dump_dir = "{SEEDS}"
+[smtp]
+host = "127.0.0.1"
+port = {sink.port}
+[sender]
+from_address = "digest@example.org"
+from_name = "Research Digest"
+[web]
+public_url = "http://127.0.0.1:{port}"
+signup = true
+""",
+            encoding="utf-8",
+        )
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "HOME": str(folder),
+            "DIGESTBOT_CONFIG": str(config),
+            "DIGESTBOT_WEB__SIGNING_KEY": KEY,
+        }
+        subprocess.run(
+            [DIGESTBOT, "dumps", "ingest", str(SEEDS)],
+            cwd=folder,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        server = subprocess.Popen(
+            [DIGESTBOT, "serve", "--port", str(port)],
+            cwd=folder,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_until_serving(server, port)
+            engine = make_engine(f"sqlite:///{folder / 'var' / 'digestbot.sqlite3'}")
+            yield Site(f"http://127.0.0.1:{port}", folder, env, sink, engine)
+            engine.dispose()
+        finally:
+            server.terminate()
+            _, errors = server.communicate(timeout=30)
+        assert "Traceback" not in errors, errors[-3000:]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as driver:
+        yield driver
+
+
+@pytest.fixture
+def audited(browser: Any) -> Iterator[Callable[[str], None]]:
+    """Audit the page shown now with axe-core (``tests.browser.audit``); the test fails at
+    its end with every problem found on every page it audited."""
+    found: list[str] = []
+    missing = axe_missing()
+
+    def check(name: str) -> None:
+        if missing is None:
+            found.extend(audit(browser, name))
+
+    yield check
+    assert found == [], "\n".join(found)
+
+
+# --- what a person does -----------------------------------------------------------------
+
+
+def heading(driver: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.TAG_NAME, "h1").text)
+
+
+def press(driver: Any, css: str, *, text: str | None = None) -> str:
+    """Click the button (or link) *css* finds, whose text is *text* if given; wait for the
+    page it leads to; that page's h1."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    candidates = driver.find_elements(By.CSS_SELECTOR, css)
+    chosen = [c for c in candidates if text is None or c.text.strip() == text]
+    assert chosen, f"nothing to press at {css!r} {text or ''}: {[c.text for c in candidates]}"
+    page = driver.find_element(By.TAG_NAME, "html")
+    chosen[0].click()
+    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    return heading(driver)
+
+
+def type_into(driver: Any, css: str, text: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    box = driver.find_element(By.CSS_SELECTOR, css)
+    box.clear()
+    box.send_keys(text)
+
+
+def choose(driver: Any, name: str, value: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element(By.CSS_SELECTOR, f'select[name="{name}"]')).select_by_value(value)
+
+
+def tick(driver: Any, tags: list[str], *, only: bool = True) -> None:
+    """Tick the tag boxes named (and, with *only*, untick every other)."""
+    from selenium.webdriver.common.by import By
+
+    for box in driver.find_elements(By.CSS_SELECTOR, 'input[name="tag"]'):
+        wanted = box.get_attribute("value") in tags
+        if box.is_selected() != wanted and (wanted or only):
+            box.click()
+
+
+def text_of(driver: Any) -> str:
+    from selenium.webdriver.common.by import By
+
+    return " ".join(str(driver.find_element(By.TAG_NAME, "body").text).split())
+
+
+def eventually(check: Callable[[], bool], what: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+# --- the flows ---------------------------------------------------------------------------
+
+
+def test_sign_up_with_tags_and_confirm_by_clicking(site: Site, browser: Any, audited: Callable[[str], None]) -> None:
+    browser.get(site.url + "/subscribe")
+    assert heading(browser) == "Subscribe to Research Digest"
+    audited("sign-up page")
+    type_into(browser, "#email", "grace@example.org")
+    type_into(browser, "#name", "Grace")
+    tick(browser, ["gpu", "llm"])
+    choose(browser, "cadence", "weekly:mon")
+    choose(browser, "timezone", "Asia/Tokyo")
+    choose(browser, "send_hour", "7")
+    assert press(browser, "button[type=submit]", text="Subscribe") == "Check your inbox"
+    audited("sign-up sent")
+    grace = site.subscriber("grace@example.org")
+    assert (grace.status, grace.filter, grace.cadence, grace.timezone, grace.send_hour, grace.name) == (
+        SubscriberStatus.PENDING,
+        "gpu or llm",
+        "weekly:mon",
+        "Asia/Tokyo",
+        7,
+        "Grace",
+    )
+    mail = site.wait_for_mail("grace@example.org")
+    body = mail.get_body(("plain",))
+    assert body is not None
+    found = re.search(r"http://127\.0\.0\.1:\d+/c/\S+", body.get_content())
+    assert found, body.get_content()
+    browser.get(found.group())
+    assert heading(browser) == "Confirm your subscription"
+    assert "filter: gpu or llm" in text_of(browser)
+    audited("confirmation page")
+    assert site.subscriber("grace@example.org").status is SubscriberStatus.PENDING  # opening it confirms nothing
+    assert press(browser, "button[type=submit]", text="Confirm") == "You are subscribed"
+    audited("confirmed")
+    grace = site.subscriber("grace@example.org")
+    assert grace.status is SubscriberStatus.ACTIVE
+    with site.factory() as session:
+        events = [(e.event, e.client) for e in consents_of(session, grace.id)]
+    assert events == [("signup", "127.0.0.1"), ("confirm", "127.0.0.1")]
+    assert press(browser, "a", text="Manage your subscription") == "Your digest"
+    assert "grace@example.org — status: active" in text_of(browser)
+
+
+def test_sign_up_with_an_advanced_filter_and_a_mistake(
+    site: Site, browser: Any, audited: Callable[[str], None]
+) -> None:
+    browser.get(site.url + "/subscribe")
+    type_into(browser, "#email", "carver@example.org")
+    type_into(browser, "#filter", "(snn and fpga) or (")
+    assert press(browser, "button[type=submit]", text="Subscribe") == "Subscribe to Research Digest"
+    assert "filter:" in text_of(browser)  # the mistake, named on the page
+    audited("sign-up with an error")
+    with site.factory() as session:
+        assert get_subscriber(session, "carver@example.org") is None
+    type_into(browser, "#filter", '(snn and fpga) or "kv cache"')
+    choose(browser, "cadence", "weekdays")
+    choose(browser, "timezone", "America/New_York")
+    choose(browser, "send_hour", "18")
+    assert press(browser, "button[type=submit]", text="Subscribe") == "Check your inbox"
+    carver = site.subscriber("carver@example.org")
+    assert (carver.filter, carver.cadence, carver.timezone, carver.send_hour) == (
+        '(snn and fpga) or "kv cache"',
+        "weekdays",
+        "America/New_York",
+        18,
+    )
+    body = site.wait_for_mail("carver@example.org").get_body(("plain",))
+    assert body is not None
+    found = re.search(r"http://127\.0\.0\.1:\d+/c/\S+", body.get_content())
+    assert found
+    browser.get(found.group())
+    assert 'filter: (snn and fpga) or "kv cache"' in text_of(browser)  # with the parentheses typed
+    assert press(browser, "button[type=submit]", text="Confirm") == "You are subscribed"
+    assert site.subscriber("carver@example.org").status is SubscriberStatus.ACTIVE
+
+
+def test_every_manage_form_by_clicking(site: Site, browser: Any, audited: Callable[[str], None]) -> None:
+    token = site.add("linus@example.org", "--filter", "gpu")
+    manage = f"{site.url}/m/{token}"
+    browser.get(manage)
+    assert heading(browser) == "Your digest"
+    audited("manage page")
+
+    tick(browser, ["gpu", "snn"])
+    assert press(browser, "button[type=submit]", text="Save") == "Your digest"
+    assert "Saved." in text_of(browser)
+    assert site.subscriber("linus@example.org").filter == "gpu or snn"
+
+    tick(browser, [], only=True)
+    type_into(browser, "#filter", "(gpu and llm) or snn")
+    choose(browser, "cadence", "weekly:fri")
+    choose(browser, "timezone", "Europe/Berlin")
+    choose(browser, "send_hour", "9")
+    press(browser, "button[type=submit]", text="Save")
+    linus = site.subscriber("linus@example.org")
+    assert (linus.filter, linus.cadence, linus.timezone, linus.send_hour) == (
+        "(gpu and llm) or snn",
+        "weekly:fri",
+        "Europe/Berlin",
+        9,
+    )
+    from selenium.webdriver.common.by import By
+
+    assert browser.find_element(By.ID, "filter").get_attribute("value") == "(gpu and llm) or snn"
+    audited("manage page, saved")
+
+    type_into(browser, "#threshold", "0.4")
+    press(browser, "form:has(#threshold) button")
+    assert "liked means a taste score above 0.40" in text_of(browser)
+    assert site.subscriber("linus@example.org").taste_threshold == pytest.approx(0.4)
+
+    browser.find_element(By.ID, "library").send_keys(str(ROOT / "config" / "library.example.bib"))
+    press(browser, "button", text="Add to my library")
+    shown = text_of(browser)
+    assert "Added 2 papers to your library" in shown, shown
+    assert "Your model is trained with the next planning pass" in shown and "Add two papers" not in shown
+    with site.factory() as session:
+        assert len(session.scalars(select(LibraryPaperRow).where(LibraryPaperRow.subscriber_id == linus.id)).all()) == 2
+    audited("manage page after an upload")
+
+    press(browser, "button", text="Stop listing revised entries")
+    assert site.subscriber("linus@example.org").send_updates is False
+    press(browser, "button", text="List revised entries again")
+    assert site.subscriber("linus@example.org").send_updates is True
+
+    press(browser, "button", text="Pause digests")
+    assert site.subscriber("linus@example.org").status is SubscriberStatus.PAUSED
+    audited("manage page, paused")
+    press(browser, "button", text="Resume digests")
+    assert site.subscriber("linus@example.org").status is SubscriberStatus.ACTIVE
+
+    assert press(browser, "button", text="Unsubscribe") == "You are unsubscribed"
+    audited("unsubscribed")
+    eventually(
+        lambda: site.subscriber("linus@example.org").status is SubscriberStatus.UNSUBSCRIBED, "unsubscribe applied"
+    )
+    assert press(browser, "a", text="Manage your subscription") == "Your digest"
+    audited("manage page, unsubscribed")
+    press(browser, "button", text="Subscribe again")
+    assert site.subscriber("linus@example.org").status is SubscriberStatus.ACTIVE
+
+
+def test_one_click_unsubscribe_page(site: Site, browser: Any, audited: Callable[[str], None]) -> None:
+    token = site.add("ken@example.org")
+    browser.get(f"{site.url}/u/{token}")
+    assert heading(browser) == "Unsubscribe?"
+    audited("unsubscribe page")
+    assert site.subscriber("ken@example.org").status is SubscriberStatus.ACTIVE
+    assert press(browser, "button", text="Unsubscribe") == "You are unsubscribed"
+    eventually(
+        lambda: site.subscriber("ken@example.org").status is SubscriberStatus.UNSUBSCRIBED, "unsubscribe applied"
+    )
+
+
+def _verdict(site: Site, subscriber_id: int) -> dict[int, str]:
+    query = select(Feedback.entry_id, Feedback.verdict).where(Feedback.subscriber_id == subscriber_id)
+    with site.factory() as session:
+        return {entry_id: verdict for entry_id, verdict in session.execute(query)}
+
+
+def test_rating_from_the_mail_and_the_web_version(site: Site, browser: Any, audited: Callable[[str], None]) -> None:
+    site.add("barbara@example.org", "--filter", "*", "--backfill", "all")
+    site.cli("send-now", "barbara@example.org")
+    barbara = site.subscriber("barbara@example.org")
+    mail = site.wait_for_mail("barbara@example.org")
+    html_part = mail.get_body(("html",))
+    assert html_part is not None
+    page = html_part.get_content()
+    more = re.search(r'href="(http://127\.0\.0\.1:\d+/d/[^"]+/2/more)"', page)
+    assert more, page[:3000]
+    as_delivered = site.folder / "barbara.html"
+    as_delivered.write_text(page, encoding="utf-8")
+    browser.get(as_delivered.as_uri())
+    audited("the digest as mailed")
+
+    browser.get(more.group(1))
+    assert heading(browser) == "More like this?"
+    audited("rating page")
+    assert _verdict(site, barbara.id) == {}  # a link scanner's GET records nothing
+    press(browser, "button", text="More like this")
+    assert "Noted: more like this." in text_of(browser)
+    (entry_id,) = _verdict(site, barbara.id)
+    assert _verdict(site, barbara.id) == {entry_id: "more"}
+    audited("rating page, rated")
+    press(browser, "button", text="Undo")
+    assert _verdict(site, barbara.id) == {}
+    browser.get(more.group(1).replace("/2/more", "/2/less"))
+    assert heading(browser) == "Less like this?"
+    press(browser, "button", text="Less like this")
+    assert _verdict(site, barbara.id) == {entry_id: "less"}
+    press(browser, "button", text="Undo")
+    assert _verdict(site, barbara.id) == {}
+
+    web = re.search(r'href="(http://127\.0\.0\.1:\d+/d/[^"/]+/\d{4}-\d\d-\d\d)"', page)
+    assert web
+    browser.get(web.group(1))
+    audited("web version")
+    press(browser, "#e3 button", text="Less like this")
+    assert "Noted: less like this." in text_of(browser)
+    assert list(_verdict(site, barbara.id).values()) == ["less"]
+    browser.get(web.group(1))
+    assert "You asked for less like this." in text_of(browser)
+    audited("web version after a rating")
+    press(browser, "#e3 button", text="Undo")
+    assert _verdict(site, barbara.id) == {}
+
+
+# --- what another site can and cannot do --------------------------------------------------
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    pages: dict[str, str] = {}
+    seen: list[tuple[str, str | None]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.seen.append((self.path, self.headers.get("Referer")))
+        body = self.pages.get(self.path, "<!DOCTYPE html><title>elsewhere</title><h1>elsewhere</h1>").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def elsewhere() -> Iterator[str]:
+    """Another site (http://localhost:PORT): another origin and another site than
+    http://127.0.0.1, the pages' own."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://localhost:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _attack(action: str, fields: dict[str, str], *, multipart: bool = False) -> str:
+    inputs = "".join(f'<input type="hidden" name="{k}" value="{v}">' for k, v in fields.items())
+    kind = ' enctype="multipart/form-data"' if multipart else ""
+    return (
+        f'<!DOCTYPE html><html lang="en"><title>win a prize</title><form method="post" action="{action}"{kind}>'
+        f'{inputs}<button type="submit">Win</button></form></html>'
+    )
+
+
+def test_a_form_on_another_site_changes_nothing(site: Site, browser: Any, elsewhere: str) -> None:
+    """Even knowing the token and the form token (the worst case), a form another site
+    serves is refused: the browser says where it comes from."""
+    from bot.web.forms import form_token
+
+    token = site.add("mallory-victim@example.org", "--filter", "*", "--backfill", "all")
+    victim = site.subscriber("mallory-victim@example.org")
+    site.cli("send-now", "mallory-victim@example.org")
+    site.wait_for_mail("mallory-victim@example.org")
+    form = form_token(KEY.encode(), token)
+    today = date.today().isoformat()
+    _Recorder.pages = {
+        "/pause": _attack(f"{site.url}/m/{token}", {"form": form, "action": "pause"}),
+        "/filter": _attack(f"{site.url}/m/{token}", {"form": form, "action": "filter", "filter": "nothing"}),
+        "/rate": _attack(f"{site.url}/d/{token}/{today}/1/more", {"form": form, "action": "more"}),
+        "/library": _attack(f"{site.url}/m/{token}", {"form": form}, multipart=True),
+        "/subscribe": _attack(f"{site.url}/subscribe", {"email": "someone@example.org", "tag": "gpu"}),
+    }
+    for path in _Recorder.pages:
+        browser.get(elsewhere + path)
+        assert press(browser, "button", text="Win") == "Please use the page itself", path
+    assert site.subscriber("mallory-victim@example.org") == victim
+    assert _verdict(site, victim.id) == {}
+    with site.factory() as session:
+        assert get_subscriber(session, "someone@example.org") is None
+
+
+def test_no_link_token_reaches_another_site(site: Site, browser: Any, elsewhere: str) -> None:
+    """The pages' URLs hold the reader's token: a link to arXiv, GitHub or a DOI from the
+    web version, or from the manage page, sends no Referer with it."""
+    token = site.add("referer@example.org", "--filter", "*", "--backfill", "all")
+    site.cli("send-now", "referer@example.org")
+    site.wait_for_mail("referer@example.org")
+    _Recorder.seen.clear()
+    browser.get(f"{site.url}/d/{token}/{date.today().isoformat()}")
+    # The first link out of the site, pointed at the other site: the page's own policy applies.
+    browser.execute_script(
+        "const a = [...document.querySelectorAll('a')].find(a => !a.href.startsWith(location.origin));"
+        "a.href = arguments[0]; a.removeAttribute('target');",
+        elsewhere + "/paper",
+    )
+    from selenium.webdriver.common.by import By
+
+    outbound = [a for a in browser.find_elements(By.TAG_NAME, "a") if a.get_attribute("href") == elsewhere + "/paper"]
+    outbound[0].click()
+    eventually(lambda: any(path == "/paper" for path, _ in _Recorder.seen), "the other site was visited")
+    assert [referer for path, referer in _Recorder.seen if path == "/paper"] == [None]
+
+
+# --- digests at their richest ----------------------------------------------------------------
+
+
+def test_a_rich_digest_and_its_web_version_pass_axe(
+    browser: Any, audited: Callable[[str], None], tmp_path: Path
+) -> None:
+    if axe_missing() is not None:
+        pytest.skip(str(axe_missing()))
+    mailed, web = rich_digest()
+    assert "Top picks for you" in mailed and "Updated since we sent it" in mailed
+    assert "You asked for more like this." in web
+    for name, page in (("rich digest", mailed), ("rich web version", web)):
+        path = tmp_path / f"{name.replace(' ', '-')}.html"
+        path.write_text(page, encoding="utf-8")
+        browser.get(path.as_uri())
+        audited(name)
+
+
+def test_headings_step_down(site: Site, browser: Any) -> None:
+    """The manage page's section headings are smaller than its title."""
+    token = site.add("headings@example.org")
+    browser.get(f"{site.url}/m/{token}")
+    sizes = browser.execute_script(
+        "return ['h1', 'h2'].map(t => parseFloat(getComputedStyle(document.querySelector(t)).fontSize))"
+    )
+    assert sizes[0] > sizes[1], sizes

@@ -1,0 +1,252 @@
+"""``digestbot serve`` under abuse, as deployed (a separate process): stalled and
+half-sent requests, a process short of file descriptors, forged X-Forwarded-For
+headers, clients that leave in the middle of a body.  Whatever they do, a one-click
+unsubscribe from someone else is answered at once."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from bot.domain import SubscriberStatus
+from bot.sink import free_port
+from bot.store.consents import consents_of
+from bot.store.engine import make_engine, sessions
+from bot.store.subscribers import get_subscriber
+from bot.tokens import make_token
+from tests.helpers import DIGESTBOT, wait_until_serving
+
+KEY = "serve-limits-signing-key-0123456789"
+
+
+@dataclass
+class Served:
+    url: str
+    port: int
+    folder: Path
+    process: subprocess.Popen[str]
+    env: dict[str, str]
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run(
+            [DIGESTBOT, *args], cwd=self.folder, env=self.env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def token(self, email: str) -> str:
+        self.cli("subscribers", "add", email)
+        engine = make_engine(f"sqlite:///{self.folder / 'var' / 'digestbot.sqlite3'}")
+        with sessions(engine)() as session:
+            found = get_subscriber(session, email)
+        engine.dispose()
+        assert found is not None
+        return make_token(KEY.encode(), found.id, found.unsubscribe_secret)
+
+    def status(self, email: str) -> SubscriberStatus:
+        engine = make_engine(f"sqlite:///{self.folder / 'var' / 'digestbot.sqlite3'}")
+        with sessions(engine)() as session:
+            found = get_subscriber(session, email)
+        engine.dispose()
+        assert found is not None
+        return found.status
+
+
+@contextmanager
+def serving(folder: Path, *, files: int | None = None, **web: str) -> Iterator[Served]:
+    """``digestbot serve`` with these ``web.*`` settings (and at most *files* open files);
+    its log is checked for tracebacks when it stops."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env |= {
+        "DIGESTBOT_PATHS__VAR_DIR": str(folder / "var"),
+        "DIGESTBOT_WEB__SIGNING_KEY": KEY,
+        "DIGESTBOT_WEB__PUBLIC_URL": f"http://127.0.0.1:{port}",
+        "DIGESTBOT_WEB__SIGNUP": "true",
+        "DIGESTBOT_SMTP__PORT": str(free_port()),  # nobody listens: sign-up mail is not sent
+    }
+    env |= {f"DIGESTBOT_WEB__{name.upper()}": value for name, value in web.items()}
+
+    def limit() -> None:
+        if files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "serve.log"
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [DIGESTBOT, "serve", "--port", str(port)],
+            cwd=folder,
+            env=env,
+            stdout=sink,
+            stderr=sink,
+            text=True,
+            preexec_fn=limit,
+        )
+    try:
+        wait_until_serving(process, port)
+        yield Served(f"http://127.0.0.1:{port}", port, folder, process, env)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+def _stalled(port: int, count: int, start: bytes) -> list[socket.socket]:
+    """*count* connections from another loopback address that send *start* and stop."""
+    held = []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("127.0.0.2", 0))
+        sock.connect(("127.0.0.1", port))
+        if start:
+            sock.sendall(start)
+        held.append(sock)
+    return held
+
+
+def _closed_by_server(sockets: list[socket.socket]) -> int:
+    closed = 0
+    for sock in sockets:
+        sock.settimeout(0.05)
+        try:
+            data = sock.recv(200)
+            closed += data == b"" or data.startswith(b"HTTP/1.1 408")
+        except TimeoutError:
+            pass
+        except OSError:
+            closed += 1
+    return closed
+
+
+def test_stalled_requests_never_lock_out_a_one_click_unsubscribe(tmp_path: Path) -> None:
+    """300 half-sent requests against a process that may open 256 files: the one-click
+    POST after them is answered at once (today's main: "Server disconnected")."""
+    with serving(tmp_path, files=256, header_timeout_seconds="3") as served:
+        token = served.token("ada@example.org")
+        held = _stalled(served.port, 150, b"POST /u/" + token.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Le")
+        held += _stalled(served.port, 150, b"")
+        started = time.monotonic()
+        answer = httpx.post(
+            f"{served.url}/u/{token}",
+            content=b"List-Unsubscribe=One-Click",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+            timeout=10,
+        )
+        took = time.monotonic() - started
+        assert answer.status_code == 200 and "You are unsubscribed" in answer.text
+        assert took < 2, f"the one-click POST waited {took:.1f} s behind stalled connections"
+        assert httpx.get(f"{served.url}/healthz", timeout=5).text == "ok"
+        # The stalled ones are closed once their headers are overdue, with a 408 where they started.
+        time.sleep(3.5)
+        assert _closed_by_server(held) == len(held)
+        for sock in held:
+            sock.close()
+        deadline = time.monotonic() + 10
+        while served.status("ada@example.org") is not SubscriberStatus.UNSUBSCRIBED:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_headers_that_never_end_are_refused(tmp_path: Path) -> None:
+    with serving(tmp_path) as served:
+        sock = socket.create_connection(("127.0.0.1", served.port))
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        try:
+            for n in range(5000):
+                sock.sendall(b"X-Filler-%d: %s\r\n" % (n, b"a" * 64))
+        except OSError:
+            pass  # closed by the server, as it should be
+        sock.settimeout(5)
+        try:
+            answer = sock.recv(200)
+        except OSError:
+            answer = b""
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 431"), answer
+        sock.close()
+        assert httpx.get(f"{served.url}/healthz", timeout=5).text == "ok"
+
+
+def _sign_up(served: Served, email: str, headers: dict[str, str]) -> httpx.Response:
+    with httpx.Client(base_url=served.url, timeout=10) as client:
+        form = client.get("/subscribe")
+        csrf = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        return client.post(
+            "/subscribe",
+            data={"csrf": csrf, "email": email, "tag": "*", "cadence": "daily", "timezone": "UTC", "send_hour": "8"},
+            headers=headers,
+        )
+
+
+def test_x_forwarded_for_counts_only_from_a_trusted_proxy(tmp_path: Path) -> None:
+    """By default no X-Forwarded-For is believed: forged ones neither escape the sign-up
+    limit nor reach the consent record (today's main believed any from 127.0.0.1)."""
+    with serving(tmp_path / "direct", signups_per_hour="10") as served:
+        codes = [
+            _sign_up(served, f"p{n}@example.org", {"X-Forwarded-For": f"198.51.100.{n}"}).status_code for n in range(14)
+        ]
+        assert codes == [200] * 10 + [429] * 4
+        forged = _sign_up(served, "q@example.org", {"X-Forwarded-For": "ID checked)"})
+        assert forged.status_code == 429
+        engine = make_engine(f"sqlite:///{served.folder / 'var' / 'digestbot.sqlite3'}")
+        with sessions(engine)() as session:
+            first = get_subscriber(session, "p0@example.org")
+            assert first is not None
+            assert [e.client for e in consents_of(session, first.id)] == ["127.0.0.1"]
+        engine.dispose()
+
+
+def test_a_trusted_proxy_names_the_client(tmp_path: Path) -> None:
+    with serving(tmp_path, trusted_proxies='["127.0.0.1"]', signups_per_hour="2") as served:
+        first = _sign_up(served, "a@example.org", {"X-Forwarded-For": "203.0.113.7"})
+        second = _sign_up(served, "b@example.org", {"X-Forwarded-For": "ID checked)"})
+        assert (first.status_code, second.status_code) == (200, 200)
+        # Each client has its own budget behind the proxy.
+        assert [
+            _sign_up(served, "c@example.org", {"X-Forwarded-For": "203.0.113.8"}).status_code for _ in range(3)
+        ] == [
+            200,
+            200,
+            429,
+        ]
+        engine = make_engine(f"sqlite:///{served.folder / 'var' / 'digestbot.sqlite3'}")
+        with sessions(engine)() as session:
+            clients = {}
+            for email in ("a@example.org", "b@example.org"):
+                found = get_subscriber(session, email)
+                assert found is not None
+                clients[email] = [e.client for e in consents_of(session, found.id)]
+        engine.dispose()
+        # A value that is not an address is never stored.
+        assert clients == {"a@example.org": ["203.0.113.7"], "b@example.org": [""]}
+
+
+def test_a_client_that_leaves_mid_body_costs_no_traceback(tmp_path: Path) -> None:
+    """Ten aborted POSTs of each form (today's main: 44 log lines each, with a traceback)."""
+    with serving(tmp_path) as served:
+        token = served.token("ada@example.org")
+        log = served.folder / "serve.log"
+        before = log.read_text().count("\n")
+        for path in ("/subscribe", f"/m/{token}", f"/u/{token}", f"/c/{token}"):
+            for _ in range(10):
+                sock = socket.create_connection(("127.0.0.1", served.port))
+                sock.sendall(
+                    f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 10000\r\n\r\nemail=a".encode()
+                )
+                time.sleep(0.05)
+                sock.close()
+        time.sleep(0.5)
+        assert httpx.get(f"{served.url}/healthz", timeout=5).text == "ok"
+        written = log.read_text().splitlines()[before:]
+        assert len(written) <= 40 and not any("Traceback" in line or "ERROR" in line for line in written), written
+        assert served.status("ada@example.org") is SubscriberStatus.ACTIVE

@@ -91,6 +91,10 @@ class SubscribersConfig(_Section):
     # days ("7d"), "all", or "none".
     default_backfill: str = Field("7d", pattern=r"^(?:all|none|\d{1,4}d)$")
     default_filter: str = "*"
+    # A reader's library (the papers their ranking learns from) holds at most this many;
+    # the manage page reads at most this many uploads of theirs an hour.
+    library_max_papers: int = Field(5000, ge=1, le=100_000)
+    library_uploads_per_hour: int = Field(10, ge=1, le=1000)
 
 
 class SmtpConfig(_Section):

@@ -6,6 +6,7 @@ value and never mentions pydantic."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,17 @@ def read_secret_file(path: Path, setting: str) -> str:
     """The stripped text of a password or key file; ``ConfigError`` naming *setting* and
     the file (never its content) when it cannot be read, is too long or is not UTF-8."""
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_SECRET_FILE_BYTES + 1)
+        # O_NONBLOCK: a FIFO named here must not hang the command; only a regular file is read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{setting}: {path} is not a regular file (a FIFO, a device or a folder)")
+        try:
+            data = handle.read(MAX_SECRET_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror}") from None
     if len(data) > MAX_SECRET_FILE_BYTES:
         raise ConfigError(f"{setting}: {path} is longer than {MAX_SECRET_FILE_BYTES // 1024} KB")
     try:

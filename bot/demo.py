@@ -73,7 +73,8 @@ def run_demo(
         with factory() as session:
             reader = get_subscriber(session, email)
         if reader is not None:
-            import_library(factory, reader.id, export, start - timedelta(days=1))
+            most = settings.subscribers.library_max_papers
+            import_library(factory, reader.id, export, start - timedelta(days=1), most=most)
     rows: list[DemoRow] = []
     handler = SinkHandler(inbox=inbox)
     with Sink(handler) as sink:

@@ -25,7 +25,7 @@ from bot.mail.notices import Choices, already_subscribed, confirmation
 from bot.mail.render import web_links
 from bot.store.consents import (
     consents_of,
-    count_signup_request,
+    count_request,
     delete_unconfirmed,
     mailed_at,
     record_consent,
@@ -91,7 +91,7 @@ def client_allowed(factory: sessionmaker[Session], settings: Settings, client: s
     """Count one sign-up from *client*; False once it sent more than
     ``web.signups_per_hour`` in the last hour."""
     with transaction(factory) as session:
-        return count_signup_request(session, client, now) <= settings.web.signups_per_hour
+        return count_request(session, client, now) <= settings.web.signups_per_hour
 
 
 def request_signup(

@@ -248,3 +248,108 @@ def test_preview_of_a_paused_subscriber_says_why(cli: Cli) -> None:
     cli("subscribers", "pause", "p@example.org")
     line = one_error_line(cli("preview", "p@example.org", "--eml", "p.eml", code=1))
     assert line == "error: p@example.org is paused: they get no digest"
+
+
+# --- issue 34: numbers, dates, URLs, paths, and a store in trouble ----------------------
+
+HUGE = "9" * 24
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("entries", "show", HUGE), f"error: no entry '{HUGE}'"),
+        (("entries", "list", "--limit", HUGE), "error: --limit: must be less than or equal to 1000000000"),
+        (("history", "--limit", HUGE), "error: --limit: must be less than or equal to 1000000000"),
+        (("resend", HUGE), "error: DIGEST_ID: must be less than or equal to 9223372036854775807"),
+        (("preview", "a@example.org", "--date", "0001-01-01"), "error: --date: '0001-01-01' is not between"),
+        (("preview", "a@example.org", "--date", "9999-12-31"), "error: --date: '9999-12-31' is not between"),
+        (("resend", "--subscriber", "a@example.org", "--date", "0001-01-01"), "error: --date: '0001-01-01'"),
+        (("dumps", "ingest", ""), "error: PATH: an empty path"),
+    ],
+)
+def test_numbers_dates_and_paths_out_of_range_are_one_line(cli: Cli, args: tuple[str, ...], said: str) -> None:
+    """On 43d1e81: OverflowError tracebacks, and `dumps ingest ''` scanned the current folder."""
+    cli("subscribers", "add", "a@example.org")
+    (cli.tmp_path / "stray.txt").write_text("a file in the current folder, not a dump")
+    done = cli(*args, code=1 if args[0] == "entries" and args[1] == "show" else 2)
+    assert one_error_line(done).startswith(said), done.stderr
+
+
+def test_a_malformed_feed_url_is_one_failed_source(cli: Cli) -> None:
+    done = cli("feeds", "fetch", "http://[::1", code=1)
+    assert "http://[::1: not a URL that can be fetched" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: p.write_bytes(os.urandom(100_000)), "it is not a SQLite database"),
+        (lambda p: p.write_text("hello\n"), "it is not a SQLite database"),
+        (lambda p: p.mkdir(), "it cannot be opened"),
+    ],
+    ids=["random bytes", "a text file", "a folder"],
+)
+def test_a_store_that_is_no_store_is_one_line(cli: Cli, make: object, said: str) -> None:
+    store = cli.tmp_path / "cli.sqlite3"
+    make(store)  # type: ignore[operator]
+    for command in (("subscribers", "list"), ("stats",), ("db", "current"), ("subscribers", "add", "b@example.org")):
+        line = one_error_line(cli(*command, code=2))
+        assert line.startswith(f"error: the store {store}: {said}"), line
+
+
+def _set_revision(store: Path, revision: str) -> None:
+    import sqlite3
+
+    with sqlite3.connect(store) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = ?", (revision,))
+
+
+def test_a_store_of_another_version_is_one_line(cli: Cli) -> None:
+    cli("subscribers", "add", "a@example.org")
+    store = cli.tmp_path / "cli.sqlite3"
+    _set_revision(store, "9999")
+    line = one_error_line(cli("subscribers", "list", code=2))
+    assert "its schema is 9999, newer than this digestbot's" in line
+    _set_revision(store, "0000")
+    line = one_error_line(cli("subscribers", "list", code=2))
+    assert "its schema is '0000', which this digestbot does not know" in line
+
+
+def test_a_garbage_unsubscribe_journal_is_one_line(cli: Cli) -> None:
+    cli("subscribers", "add", "a@example.org")
+    (cli.tmp_path / "cli-unsubscribes.sqlite3").write_text("garbage\n" * 100)
+    line = one_error_line(cli("send-now", "a@example.org", code=2))
+    assert line.startswith(f"error: the unsubscribe journal {cli.tmp_path / 'cli-unsubscribes.sqlite3'}: it is not")
+
+
+def _mounted(folder: Path, size: str) -> bool:
+    folder.mkdir()
+    return (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=False).returncode
+        == 0
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs (a full disk, a read-only one) takes root")
+def test_a_full_disk_and_a_read_only_store_are_one_line_and_nothing_half_written(cli: Cli) -> None:
+    disk = cli.tmp_path / "disk"
+    if not _mounted(disk, "800k"):
+        pytest.skip("this machine does not let root mount a tmpfs")
+    try:
+        cli.env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{disk / 'store.sqlite3'}"
+        cli("subscribers", "add", "a@example.org")
+        rows = "email\n" + "".join(f"reader{n}@example.org\n" for n in range(20_000))
+        (cli.tmp_path / "many.csv").write_text(rows)
+        line = one_error_line(cli("subscribers", "import", str(cli.tmp_path / "many.csv"), code=2))
+        assert line.startswith(f"error: the store {disk / 'store.sqlite3'}: the disk holding it is full"), line
+        assert cli("subscribers", "list", "--json").stdout.count("\n") == 1  # the import left nothing behind
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        for command in (("subscribers", "list"), ("stats",), ("db", "current")):  # reading may work; never a traceback
+            argv = [DIGESTBOT, *command]
+            done = subprocess.run(argv, cwd=cli.tmp_path, env=cli.env, capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0 or "it is read-only here" in one_error_line(done), done.stderr
+        line = one_error_line(cli("subscribers", "add", "b@example.org", code=2))
+        assert line.startswith(f"error: the store {disk / 'store.sqlite3'}: it is read-only here"), line
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

@@ -137,7 +137,7 @@ def test_a_missing_or_wrong_key_is_one_configuration_error(tmp_path: Path) -> No
         signer_of(DkimConfig(domain="bot.example"))
     with pytest.raises(ConfigError, match="dkim.key_file: cannot read .*nothing.pem"):
         signer_of(DkimConfig(domain="bot.example", selector="s", key_file=tmp_path / "nothing.pem"))
-    with pytest.raises(ConfigError, match="dkim.key_file: /dev/zero is longer than 16 KB"):
+    with pytest.raises(ConfigError, match="dkim.key_file: /dev/zero is not a regular file"):
         signer_of(DkimConfig(domain="bot.example", selector="s", key_file=Path("/dev/zero")))
     junk = tmp_path / "junk.pem"
     junk.write_text("not a key\n")
@@ -164,3 +164,32 @@ def test_the_cli_stops_on_a_bad_dkim_setting_with_one_line(tmp_path: Path) -> No
             [DIGESTBOT, "send-now", "a@example.org"], env={**env, **extra}, capture_output=True, text=True
         )
         assert (done.returncode, " ".join(done.stderr.split())) == (2, said)
+
+
+def test_a_short_rsa_key_is_refused_and_a_weak_one_warned_of(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A 512-bit key was accepted silently on 43d1e81: receivers ignore its signatures."""
+    if OPENSSL is None:
+        pytest.skip("no openssl here to make an RSA key (Debian: apt-get install openssl)")
+    for bits in (512, 1024):
+        key = tmp_path / f"rsa{bits}.pem"
+        subprocess.run([OPENSSL, "genrsa", "-out", str(key), str(bits)], check=True, capture_output=True)
+    config = DkimConfig(domain="lab.example.org", selector="s1", key_file=tmp_path / "rsa512.pem")
+    with pytest.raises(ConfigError, match=r"holds a 512-bit RSA key: receivers ignore signatures of keys under 1024"):
+        signer_of(config)
+    with caplog.at_level("WARNING"):
+        assert signer_of(config.model_copy(update={"key_file": tmp_path / "rsa1024.pem"})) is not None
+    assert "holds a 1024-bit RSA key; 2048 bits are recommended" in caplog.text
+
+
+def test_a_fifo_as_the_key_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO hung every command on 43d1e81 (reading waits for a writer for ever)."""
+    import os
+    import time
+
+    fifo = tmp_path / "key.pem"
+    os.mkfifo(fifo)
+    config = DkimConfig(domain="lab.example.org", selector="s1", key_file=fifo)
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"is not a regular file"):
+        signer_of(config)
+    assert time.monotonic() - started < 5

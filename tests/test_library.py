@@ -85,7 +85,7 @@ def test_bibtex_with_latex_bad_blocks_and_identifiers() -> None:
     assert [p.key for p in read.papers] == ["arxiv:2305.01234", "doi:10.1145/3579371.3589057", "arxiv:1706.03762"]
     first = read.papers[0]
     assert first.title == "Spiking Neural Networks for Event Cameras: a Survey of Müller's Ideas"
-    assert first.abstract == "Spiking neural networks process events with $O(n)$ energy."
+    assert first.abstract == "Spiking neural networks process events with O(n) energy."
     assert read.problems == ["line 10: not a BibTeX entry that can be read", "line 17: @book{no-title} has no title"]
 
 
@@ -93,7 +93,7 @@ def test_ris_csl_json_and_identifier_lists() -> None:
     ris = read_library(RIS.encode())
     assert ris.format == "ris" and [p.key for p in ris.papers] == ["doi:10.1109/mm.2021.3099999", "arxiv:2401.00001"]
     assert ris.papers[0].abstract == "A neuromorphic chip."
-    assert ris.problems == ["line 11: record 3 has no title, DOI or arXiv id"]
+    assert ris.problems == ["line 12: record 3 has no title, DOI or arXiv id"]
     csl = read_library(CSL.encode())
     assert [p.key for p in csl.papers] == ["doi:10.1000/ev.1", "arxiv:2402.00002"]
     assert csl.problems == ["item 3: not a CSL-JSON object", "item 4: has no title, DOI or arXiv id"]
@@ -165,8 +165,8 @@ def test_papers_are_matched_to_stored_entries_and_removed(factory: sessionmaker[
     ada = _ada(factory)
     read = read_library(BIBTEX.encode())
     with transaction(factory) as session:
-        added = add_papers(session, ada, read.papers, NOW)
-        assert add_papers(session, ada, read.papers, NOW) == []
+        added, over = add_papers(session, ada, read.papers, NOW)
+        assert over == 0 and add_papers(session, ada, read.papers, NOW) == ([], 0)
     assert [(p.key, p.entry_id is not None) for p in added] == [
         ("arxiv:2305.01234", True),
         ("doi:10.1145/3579371.3589057", False),
@@ -188,7 +188,7 @@ def test_a_paper_known_by_title_only_matches_the_entry_with_that_title(factory: 
         "@misc{b, title={Spiking neural networks for event cameras}}\n".encode()
     ).papers
     with transaction(factory) as session:
-        assert [p.entry_id is not None for p in add_papers(session, ada, papers, NOW)] == [True, False]
+        assert [p.entry_id is not None for p in add_papers(session, ada, papers, NOW)[0]] == [True, False]
 
 
 def test_the_commands(tmp_path: Path) -> None:
@@ -229,3 +229,124 @@ def test_the_commands(tmp_path: Path) -> None:
     missing = cli("subscribers", "library", "add", "ada@example.com", "nowhere.bib")
     assert missing.returncode == 1 and "nowhere.bib: cannot read: No such file or directory" in missing.stderr
     assert "Traceback" not in bad.stderr + missing.stderr + removed.stderr
+
+
+# --- hostile files (issue 34) -----------------------------------------------------------
+
+MB = 1_000_000
+
+
+def _normal_bibtex(size: int) -> bytes:
+    entry = (
+        "@article{{k{n},\n  title = {{A study of spiking networks, number {n}}},\n  author = {{Ada Lovelace and "
+        "Grace Hopper}},\n  abstract = {{We study things in $O(n)$ time. " + "More words about it. " * 20 + "}},\n"
+        "  eprint = {{2401.{n:05d}}}\n}}\n\n"
+    )
+    out, n = [], 0
+    while sum(map(len, out)) < size:
+        out.append(entry.format(n=n % 99_999))
+        n += 1
+    return "".join(out).encode()[:size]
+
+
+def library_shapes(size: int) -> dict[str, bytes]:
+    """Each shape that once made a reader quadratic or slow, *size* bytes of it."""
+    return {
+        "x and newlines (format detection)": b"x" + b"\n" * size,
+        "newlines": b"\n" * size,
+        "@ then newlines": b"@" + b"\n" * size,
+        "@ signs": b"@" * size,
+        "@a{ repeated": b"@a{" * (size // 3),
+        "open braces": b"@a{k, title = " + b"{" * size,
+        "close braces": b"@a{k, title = {x}" + b"}" * size,
+        "commas": b"@article{k" + b"," * size + b"}",
+        "equals": b"@article{k, title " + b"=" * size + b"}",
+        "RIS records": b"TY  - JOUR\n" * (size // 11),
+        "RIS and newlines": b"TY  - JOUR\n" + b"\n" * size,
+        "RIS ends": b"TY  - JOUR\n" + b"ER  - \n" * (size // 7),
+        "JSON brackets": b"[" * size,
+        "JSON digits": b"[" + b"1" * size + b"]",
+        "JSON strings": b"[" + b'"a",' * (size // 4) + b'"a"]',
+        "ids": b"2401.00001\n" * (size // 11),
+        "LaTeX abstract": b"@article{k, title = {x}, abstract = {" + b"$x^{2}$ " * (size // 8) + b"}}",
+        "LaTeX title": b"@article{k, title = {" + b"$x^{2}$ " * (size // 8) + b"}}",
+        "backslashes": b"@article{k, title = {" + b"\\" * size + b"}}",
+    }
+
+
+def _timed(data: bytes) -> float:
+    import time
+
+    started = time.perf_counter()
+    try:
+        read_library(data)
+    except LibraryFileError:
+        pass
+    return time.perf_counter() - started
+
+
+@pytest.mark.slow
+def test_every_library_reader_runs_in_linear_time() -> None:
+    """1 MB of each shape within ten times a normal 1 MB export (on 43d1e81: "x and
+    newlines" took 55 s at 80 KB, "RIS records" 36 s at 1 MB, a LaTeX abstract 456 s
+    at 5 MB)."""
+    baseline = min(_timed(_normal_bibtex(MB)) for _ in range(3))
+    slow = {}
+    for shape, data in library_shapes(MB).items():
+        spent = min(_timed(data) for _ in range(2 if _timed(data) > 10 * baseline + 0.5 else 1))
+        if spent > 10 * baseline + 0.5:
+            slow[shape] = round(spent / baseline, 1)
+    assert not slow, f"times a normal 1 MB export ({baseline:.3f} s): {slow}"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"items": 5}',
+        b'{"items": null}',
+        b'{"items": "abc"}',
+        b'{"items": [5, null, "x", []]}',
+        b"[" + b"1" * 4301 + b"]",
+        b'{"title": 5, "DOI": ["x"]}',
+        b"[" + b"[" * 100_000 + b"]" * 100_000 + b"]",
+        b"5",
+        b"null",
+    ],
+)
+def test_csl_json_of_any_shape_is_read_or_named(data: bytes) -> None:
+    read = read_library(data)
+    assert read.papers == [] and read.problems  # each named, never a traceback
+
+
+def test_a_library_holds_at_most_its_share(factory: sessionmaker[Session]) -> None:
+    from bot.taste.service import import_library
+
+    ada = _ada(factory)
+    ids = "".join(f"2401.{n:05d}\n" for n in range(10)).encode()
+    first = import_library(factory, ada, ids, NOW, most=4)
+    assert (len(first.added), first.already, first.over) == (4, 0, 6)
+    again = import_library(factory, ada, ids, NOW, most=4)
+    assert (len(again.added), again.already, again.over) == (0, 4, 6)
+    with factory() as session:
+        assert len(library_of(session, ada)) == 4
+
+
+def test_the_command_says_what_did_not_fit(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+        "DIGESTBOT_SUBSCRIBERS__LIBRARY_MAX_PAPERS": "2",
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bot", *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60
+        )
+
+    assert cli("subscribers", "add", "ada@example.com").returncode == 0
+    (tmp_path / "ids.txt").write_text("2401.00001\n2401.00002\n2401.00003\n")
+    done = cli("subscribers", "library", "add", "ada@example.com", "ids.txt")
+    assert done.returncode == 1 and "added 2 papers" in done.stdout
+    assert done.stderr.strip() == (
+        "warning: ids.txt: 1 paper not added: a library holds at most 2 (subscribers.library_max_papers)"
+    )

@@ -455,21 +455,60 @@ def test_a_filter_reads_with_parentheses_around_each_and_group() -> None:
     assert parse_filter("gpu and llm or snn") == parse_filter(shown_filter("gpu and llm or snn"))
 
 
+def _read_by_two_parsers(text: str) -> tuple[list[str], list[str]]:
+    """The entry keys pybtex (BibTeX's own rules, strict) and bibtexparser read in *text*."""
+    import bibtexparser
+    from pybtex.database import parse_string
+
+    second = bibtexparser.parse_string(text)
+    assert not second.failed_blocks, [b.raw[:200] for b in second.failed_blocks]
+    return list(parse_string(text, "bibtex").entries.keys()), [e.key for e in second.entries]
+
+
 @hsettings(max_examples=200, deadline=None)
 @given(st.text(max_size=200), st.lists(st.text(max_size=60), max_size=5), st.text(max_size=40))
-def test_bibtex_braces_stay_balanced_whatever_the_title(title: str, authors: list[str], doi: str) -> None:
+def test_bibtex_is_bibtex_whatever_the_title(title: str, authors: list[str], doi: str) -> None:
+    """Every braced value balanced as BibTeX counts braces (escaped ones too), and two
+    parsers read every entry back (on 43d1e81 pybtex read 5 of 8 entries of titles with
+    "}" and "@comment{", and made entries named "injected" and "x")."""
+    from bot.mail.bibtex import balanced
+
     item = _item("x", title=title or "t", authors=tuple(authors), doi=doi or None, arxiv_id="2606.01234")
-    for line in bibtex_of([item, item], SEARCH).split("\n"):
+    text = bibtex_of([item, item], SEARCH)
+    for line in text.split("\n"):
         if line.startswith("  "):  # a field: "name = {value},"
             value = line.split(" = ", 1)[1]
-            assert value.startswith("{") and value.endswith("},")
-            unescaped = re.sub(r"\\.", "", value[1:-2])
-            depth = 0
-            for char in unescaped:
-                depth += {"{": 1, "}": -1}.get(char, 0)
-                assert depth >= 0, line
-            assert depth == 0, line
-            assert "\n" not in value
+            assert value.startswith("{") and value.endswith("},") and balanced(value[1:-2]), line
+    first, second = _read_by_two_parsers(text)
+    assert len(first) == len(second) == 2 and first == second
+
+
+def test_bibtex_of_hostile_titles_reads_back_entry_for_entry() -> None:
+    titles = [
+        "Plain",
+        "Closes } early @comment{injected, title={x}}",
+        "@misc{x, title={y}}",
+        "Escaped \\} and \\{ braces",
+        "Unbalanced {{{",
+        "Back\\slash at the end\\",
+        "%comment and & and $math$",
+        "Müller's naïve café",
+    ]
+    items = [_item("x", title=t, authors=(f"Author {n}",), arxiv_id=f"2606.{n:05d}") for n, t in enumerate(titles)]
+    first, second = _read_by_two_parsers(bibtex_of(items, SEARCH))
+    assert len(first) == len(second) == len(titles) and first == second
+    assert not {"injected", "x"} & set(first)
+
+
+def test_the_bibtex_url_is_the_paper_never_a_search() -> None:
+    from bot.mail.bibtex import bibtex_entry
+
+    on_arxiv = bibtex_entry(_item("x", title="SupraSNN", arxiv_id="2606.01234"), SEARCH)
+    assert "  url = {https://arxiv.org/abs/2606.01234}," in on_arxiv
+    nowhere = bibtex_entry(_item("x", title="SupraSNN", arxiv_id=None, doi=None, links=()), SEARCH)
+    assert "url = " not in nowhere and "arxiv.org/search" not in nowhere
+    pinned = _item("x", title="SupraSNN", arxiv_id=None, url=SEARCH.format(title="SupraSNN"))
+    assert "url = " not in bibtex_entry(pinned, SEARCH)  # a search the planner pinned is no paper either
 
 
 # --- changed since sent ------------------------------------------------------------

@@ -43,8 +43,10 @@ def read(factory: sessionmaker[Session], maildir: Path, now: datetime = NOW, **i
 
 
 def events(factory: sessionmaker[Session]) -> int:
+    """Outcomes recorded (messages left for a person are remembered as "other", not counted)."""
     with factory() as session:
-        return int(session.scalar(select(func.count()).select_from(ReturnEvent)) or 0)
+        query = select(func.count()).select_from(ReturnEvent).where(ReturnEvent.kind != ReturnKind.OTHER.value)
+        return int(session.scalar(query) or 0)
 
 
 def test_the_rules() -> None:
@@ -321,3 +323,98 @@ def test_links_in_the_maildir_are_not_followed(factory: sessionmaker[Session], m
     outside.write_bytes((Path(__file__).parent / "fixtures" / "returns" / "postfix_hard.eml").read_bytes())
     (maildir / "new" / "1764000000.M0P1.link").symlink_to(outside)
     assert read(factory, maildir).read == 0 and events(factory) == 0
+
+
+# --- issue 34 ----------------------------------------------------------------------------
+
+
+def test_a_message_for_a_person_is_classified_once(
+    factory: sessionmaker[Session], maildir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A megabyte of newlines from MAILER-DAEMON, left for a person: read in well under
+    a second, and never classified again at the next readings (on 43d1e81: 23 s, at
+    every reading, every ten minutes)."""
+    import time
+
+    from bot.returns import service
+
+    add_people(factory)
+    slow = deliver(maildir, b"From: MAILER-DAEMON@relay.example.org\r\nSubject: x\r\n\r\n" + b"\n" * 1_000_000)
+    started = time.perf_counter()
+    first = read(factory, maildir)
+    assert time.perf_counter() - started < 5 and first.left == 1 and slow.exists()
+
+    def classified_again(*_: object) -> None:
+        raise AssertionError("classified twice")
+
+    monkeypatch.setattr(service, "classify", classified_again)
+    for _ in range(2):
+        assert read(factory, maildir).left == 1 and slow.exists()
+    assert events(factory) == 0
+
+
+def test_one_file_that_cannot_be_read_is_skipped() -> None:
+    """A message file the process may not read, sorted before the others, is one warning;
+    the rest are read (on 43d1e81 every reading stopped at it with exit 1)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:  # not under pytest's folder, which only root may enter
+        Path(scratch).chmod(0o755)
+        _one_file_that_cannot_be_read_is_skipped(new_maildir(Path(scratch) / "Maildir"))
+
+
+def _one_file_that_cannot_be_read_is_skipped(maildir: Path) -> None:
+    blocked = deliver(maildir, "postfix_hard.eml")
+    later = deliver(maildir, "exim_hard.eml")
+    blocked.chmod(0)
+    for folder in (maildir, maildir / "new", maildir / "cur"):
+        folder.chmod(0o777)
+    later.chmod(0o644)
+    script = (
+        "import os, sys, logging, pathlib\n"
+        "from bot.returns.mailboxes import MaildirBox\n"
+        "logging.basicConfig(level=logging.WARNING, format='%(message)s')\n"
+        "if os.geteuid() == 0:\n"
+        "    os.setgid(65534); os.setuid(65534)\n"  # root reads every file: be nobody, imports done
+        "box = MaildirBox(pathlib.Path(sys.argv[1]), '', 10_000_000)\n"
+        "print([ref.rpartition('.')[0] for ref, data in box.messages() if data])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(maildir)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"['new/{later.name.rpartition('.')[0]}']"
+    assert "left unread: Permission denied" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_marking_a_message_done_never_replaces_another(factory: sessionmaker[Session], maildir: Path) -> None:
+    """``new/012.collide`` marked Seen where ``cur/012.collide:2,S`` (a person's mail)
+    exists: both are kept (on 43d1e81 the rename replaced the person's mail)."""
+    add_people(factory)
+    (maildir / "new" / "012.collide").write_bytes(
+        (Path(__file__).parent / "fixtures/returns/postfix_hard.eml").read_bytes()
+    )
+    persons = maildir / "cur" / "012.collide:2,S"
+    persons.write_bytes(b"From: a person\r\n\r\nkeep me")
+    assert read(factory, maildir).kinds == {ReturnKind.HARD: 1}
+    assert persons.read_bytes().endswith(b"keep me")
+    assert sorted(p.name for p in (maildir / "cur").iterdir()) == ["012.collide.1:2,S", "012.collide:2,S"]
+
+
+def test_a_bounce_naming_an_internationalized_domain_in_ascii_finds_its_subscriber(
+    factory: sessionmaker[Session], maildir: Path
+) -> None:
+    """Mail goes out to ``linus@xn--bcher-kva.example`` (IDNA), the store holds
+    ``linus@bücher.example``: a DSN without VERP naming the first marks the second."""
+    from bot.subscriptions import clean_fields, save
+
+    save(factory, Settings(), [clean_fields("linus@bücher.example")], NOW)
+    dsn = (
+        (Path(__file__).parent / "fixtures" / "returns" / "postfix_hard.eml")
+        .read_bytes()
+        .replace(b"ada@example.com", b"linus@xn--bcher-kva.example")
+        .replace(b"bounces+d42.artqb5lrcjmvzx4n@lab.example.org", b"bounces@lab.example.org")
+    )
+    deliver(maildir, dsn)
+    report = read(factory, maildir)
+    assert report.changed == [("linus@bücher.example", SubscriberStatus.BOUNCED)]

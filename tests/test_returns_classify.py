@@ -140,3 +140,78 @@ def test_hostile_structures_are_classified_without_error(tmp_path: Path) -> None
     )
     for data in (deep, huge_header, bad_charset, many_parts, b"", b"\xff\xfe\x00" * 1000):
         assert classify(data, KNOWN).kind in set(ReturnKind)
+
+
+# --- issue 34: replies, slow shapes --------------------------------------------------
+
+
+def test_a_reply_that_quotes_the_footer_is_for_a_person() -> None:
+    """An Outlook-style reply (no "> " quoting) to the From address, the digest's text
+    footer with its unsubscribe mailto below the person's words: not an unsubscribe
+    (on 43d1e81 it unsubscribed them)."""
+    original = (
+        "-----Original Message-----\nFrom: Research Digest <unsubscribe@lab.example.org>\n"
+        "Subject: 3 new entries\n\nA paper\n\nUnsubscribe: "
+        f"mailto:unsubscribe@lab.example.org?subject=unsubscribe%20{ADA_TOKEN}\n"
+    )
+    replies = [
+        _mail("RE: 3 new entries", "I want to keep getting these, thanks!\n\n" + original),
+        _mail("Re: 3 new entries", f"Please keep me on the list.\nunsubscribe {ADA_TOKEN}\n"),
+        _mail(f"Re: 3 new entries unsubscribe {ADA_TOKEN}", "Keep them coming."),
+    ]
+    for data in replies:
+        assert classify(data, KNOWN).kind is ReturnKind.OTHER, data
+    # The request itself, with a signature or a quote below it, still counts.
+    for body in (f"unsubscribe {ADA_TOKEN}\n\n-- \nAda\nSent from my phone\n", f"unsubscribe {ADA_TOKEN}\n> old\n"):
+        found = classify(_mail("please", body), KNOWN)
+        assert (found.kind, found.token) == (ReturnKind.UNSUBSCRIBE, ADA_TOKEN), body
+
+
+MB = 1_000_000
+_BOUNCE_HEAD = (
+    b"From: MAILER-DAEMON@relay.example.org\r\nTo: bounces@lab.example.org\r\n"
+    b"Subject: Undelivered Mail Returned to Sender\r\nMIME-Version: 1.0\r\n"
+)
+
+
+def returned_shapes(size: int) -> dict[str, bytes]:
+    """What anyone can mail the bounce address, *size* bytes of each risky shape."""
+    plain = _BOUNCE_HEAD + b"Content-Type: text/plain\r\n\r\n"
+    boundary = b"b"
+    parts = b"".join(b"--b\r\nContent-Type: text/plain\r\n\r\n" + b"\n" * 100 + b"\r\n" for _ in range(size // 140))
+    return {
+        "newlines": plain + b"\n" * size,
+        "CRLFs": plain + b"\r\n" * (size // 2),
+        "blank lines with spaces": plain + b" \n" * (size // 2),
+        "header-like lines": plain + b"a: b\n" * (size // 5),
+        "status codes": plain + b"550 5.1.1 " * (size // 10),
+        "addresses": plain + b"<a@b.c> " * (size // 8),
+        "many parts": _BOUNCE_HEAD + b"Content-Type: multipart/mixed; boundary=" + boundary + b"\r\n\r\n" + parts,
+        "base64 newlines": plain.replace(b"text/plain", b"text/plain\r\nContent-Transfer-Encoding: base64")
+        + __import__("base64").encodebytes(b"\n" * (size * 3 // 4)),
+        "header folds": _BOUNCE_HEAD.replace(b"MIME", b"X-Long: a\r\n" + b" a\r\n" * (size // 4) + b"MIME")
+        + b"\r\ntext",
+    }
+
+
+@pytest.mark.slow
+def test_the_classifier_runs_in_linear_time() -> None:
+    """1 MB of each shape within ten times a normal 1 MB bounce (a DSN with the digest it
+    returns attached); on 43d1e81 a megabyte of newlines took 23 s, and 4.9 MB 205 s."""
+    import time
+
+    line = b"Some words of the digest it returns, as a bounce quotes it, about eighty bytes.\r\n"
+    normal = (RETURNS / "postfix_hard.eml").read_bytes().replace(b"The mail system", line * (MB // len(line)), 1)
+
+    def timed(data: bytes) -> float:
+        started = time.perf_counter()
+        classify(data, KNOWN)
+        return time.perf_counter() - started
+
+    baseline = min(timed(normal) for _ in range(3))
+    slow = {}
+    for shape, data in returned_shapes(MB).items():
+        spent = min(timed(data) for _ in range(2))
+        if spent > 10 * baseline + 0.5:
+            slow[shape] = round(spent, 2)
+    assert not slow, f"a normal 1 MB bounce takes {baseline:.3f} s: {slow}"

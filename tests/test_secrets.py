@@ -205,6 +205,12 @@ def test_a_secret_file_that_is_huge_or_not_text_is_one_error(tmp_path: Path, set
             return signing_key(settings)
         return settings.smtp.resolved_password() if section == "smtp" else settings.inbox.resolved_password()
 
-    for path, said in [(Path("/dev/zero"), "is longer than 16 KB"), (binary, "is not UTF-8 text")]:
+    huge = tmp_path / "huge"
+    huge.write_bytes(b"k" * 20_000)
+    for path, said in [
+        (huge, "is longer than 16 KB"),
+        (binary, "is not UTF-8 text"),
+        (Path("/dev/zero"), r"is not a regular file \(a FIFO, a device or a folder\)"),
+    ]:
         with pytest.raises(ConfigError, match=f"^{setting}: {path} {said}$"):
             read(path)

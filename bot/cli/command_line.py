@@ -11,6 +11,7 @@ import typer
 from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from bot.cli.shell import EXIT_INPUT_FAILED, EXIT_USAGE, err
+from bot.cli.troubles import store_trouble
 
 
 def plain_help(command: Any) -> None:
@@ -84,7 +85,7 @@ def run_command_line(command: Any) -> int:
         exc.show()
         return EXIT_USAGE
     except click_errors.UsageError as exc:
-        message = re.sub(r"^Invalid value for '([^']+)': ", r"\1: ", exc.format_message())
+        message = re.sub(r"^Invalid value for '?([^':]+)'?: ", r"\1: ", exc.format_message())
         for theirs, ours in _VALUE_WORDING:
             message = message.replace(theirs, ours)
         where = exc.ctx.command_path if exc.ctx is not None else "digestbot"
@@ -96,4 +97,10 @@ def run_command_line(command: Any) -> int:
     except typer.Abort:
         err.print("error: aborted", markup=False)
         return EXIT_INPUT_FAILED
+    except Exception as exc:  # noqa: BLE001 - the store's troubles, said in one line; anything else re-raised
+        said = store_trouble(exc)
+        if said is None:
+            raise
+        err.print(f"error: {said}", markup=False)
+        return EXIT_USAGE
     return code if isinstance(code, int) else 0

@@ -12,6 +12,7 @@ import typer
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     EXIT_USAGE,
+    MAX_ID,
     Context,
     JsonOption,
     app,
@@ -320,7 +321,7 @@ def send_now(
 @app.command("resend")
 def resend_command(
     ctx: typer.Context,
-    digest_id: Annotated[int | None, typer.Argument(help="The digest to send again.")] = None,
+    digest_id: Annotated[int | None, typer.Argument(min=1, max=MAX_ID, help="The digest to send again.")] = None,
     subscriber: Annotated[
         str | None, typer.Option("--subscriber", help="With --date: that subscriber's scheduled digest.")
     ] = None,

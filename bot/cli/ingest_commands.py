@@ -10,6 +10,8 @@ import typer
 
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
+    EXIT_USAGE,
+    MAX_ROWS,
     JsonOption,
     command_group,
     ctx_of,
@@ -36,7 +38,7 @@ feeds_app = command_group("Fetch the configured feed URLs.")
 def dumps_ingest(
     ctx: typer.Context,
     paths: Annotated[
-        list[Path] | None, typer.Argument(help="Dump or feed files, or folders (default: the dump folder).")
+        list[str] | None, typer.Argument(help="Dump or feed files, or folders (default: the dump folder).")
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -48,11 +50,13 @@ def dumps_ingest(
     from bot.ingest.service import ingest_file
     from bot.ingest.watcher import expand, scan_folder
 
+    if paths is not None and not all(p.strip() for p in paths):
+        fail("PATH: an empty path (name a file or a folder; without PATH the dump folder is scanned)", EXIT_USAGE)
     c = ctx_of(ctx)
     factory = c.sessions()
     if paths:
         limit = c.settings.watch.max_file_bytes
-        results = [ingest_file(factory, p, rules=c.rules, max_bytes=limit) for p in expand(paths)]
+        results = [ingest_file(factory, p, rules=c.rules, max_bytes=limit) for p in expand(map(Path, paths))]
     else:
         results = scan_folder(
             factory,
@@ -154,7 +158,7 @@ def entries_list(
     since: Annotated[
         str | None, typer.Option(help="Only entries first seen on or after this date (YYYY-MM-DD).")
     ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=MAX_ROWS, help="At most this many.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Stored entries, most recently first seen first."""

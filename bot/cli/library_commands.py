@@ -39,18 +39,25 @@ def library_add(
     from bot.taste.library import MAX_BYTES, LibraryFileError
     from bot.taste.service import import_library, refresh_models
 
-    factory = ctx_of(ctx).sessions()
+    c = ctx_of(ctx)
+    settings, factory = c.settings, c.sessions()
     subscriber = find_subscriber(factory, email)
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_BYTES + 1)  # a bigger file is refused by its size
-        result = import_library(factory, subscriber.id, data, now())
+        result = import_library(factory, subscriber.id, data, now(), most=settings.subscribers.library_max_papers)
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror}")
     except LibraryFileError as exc:
         fail(f"{path}: {exc}")
     for problem in result.problems:
         err.print(f"warning: {path}: {problem}", markup=False)
+    if result.over:
+        err.print(
+            f"warning: {path}: {plural(result.over, 'paper')} not added: a library holds at most "
+            f"{settings.subscribers.library_max_papers:,} (subscribers.library_max_papers)",
+            markup=False,
+        )
     matched = sum(1 for p in result.added if p.entry_id is not None)
     out.print(
         f"{subscriber.email}: added {plural(len(result.added), 'paper')} ({result.format}), "
@@ -59,7 +66,7 @@ def library_add(
     )
     if result.added:
         refresh_models(factory, now(), only=[subscriber.id])  # the next preview is ranked by it
-    if result.problems:
+    if result.problems or result.over:
         raise typer.Exit(EXIT_INPUT_FAILED)
 
 

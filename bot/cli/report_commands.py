@@ -11,6 +11,7 @@ from rich.table import Table
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     EXIT_USAGE,
+    MAX_ROWS,
     JsonOption,
     app,
     command_group,
@@ -47,7 +48,7 @@ def history(
     ctx: typer.Context,
     email: Annotated[str | None, typer.Argument(help="Only this subscriber.")] = None,
     status: Annotated[DigestState | None, typer.Option("--status", help="Only digests in this state.")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most this many (newest first).")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=MAX_ROWS, help="At most this many (newest first).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Digests, newest first: who, which day, state, entries, attempts, last error; for

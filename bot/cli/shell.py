@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 import typer
 from rich.console import Console
 
+from bot.cli.troubles import opened, shown_store
 from bot.domain import IngestResult, SourceStatus
 
 if TYPE_CHECKING:  # imported where used: every command pays for what it imports here
@@ -107,6 +108,7 @@ class Context:
         from bot.store import engine as store_engine
 
         if self._engine is None:
+            opened(self.settings.database_url)
             database = self.settings.database
             self._engine = store_engine.make_engine(
                 self.settings.database_url,
@@ -142,12 +144,32 @@ class Context:
 
         if migrate:
             current = store_engine.current_revision(self.engine)
+            if current is not None and current > store_engine.HEAD_REVISION:
+                fail(
+                    f"{shown_store()}: its schema is {current}, newer than this digestbot's "
+                    f"{store_engine.HEAD_REVISION}: upgrade digestbot, or restore a backup taken before",
+                    EXIT_USAGE,
+                )
             if current != store_engine.HEAD_REVISION:
                 if store_engine.is_sqlite(self.engine):
-                    store_engine.upgrade(self.engine)
+                    self._upgrade(current)
                 else:
                     fail(f"database schema is at {current or 'nothing'}; run 'digestbot db upgrade'", EXIT_USAGE)
         return store_engine.sessions(self.engine)
+
+    def _upgrade(self, current: str | None) -> None:
+        from alembic.util import CommandError
+
+        from bot.store import engine as store_engine
+
+        try:
+            store_engine.upgrade(self.engine)
+        except CommandError:  # a revision Alembic does not know: nothing was changed
+            fail(
+                f"{shown_store()}: its schema is {current!r}, which this digestbot does not know: "
+                "restore a backup, or run the digestbot that wrote it",
+                EXIT_USAGE,
+            )
 
 
 def fail(message: str, code: int = EXIT_INPUT_FAILED) -> NoReturn:
@@ -230,13 +252,24 @@ def now() -> datetime:
     return utcnow()
 
 
+# The largest row id and row count the store takes (SQLite and PostgreSQL integers are 64-bit).
+MAX_ID = 2**63 - 1
+MAX_ROWS = 1_000_000_000
+# Days the commands take: wide of any real one, narrow enough that a week's arithmetic
+# and a time zone's offset around them stay within what dates can hold.
+FIRST_DAY, LAST_DAY = date(1900, 1, 1), date(9000, 12, 31)
+
+
 def parse_date(value: str | None, option: str = "--since") -> date | None:
     if value is None:
         return None
     try:
-        return date.fromisoformat(value)
+        day = date.fromisoformat(value)
     except ValueError:
         raise typer.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)", param_hint=option) from None
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise typer.BadParameter(f"{value!r} is not between {FIRST_DAY} and {LAST_DAY}", param_hint=option)
+    return day
 
 
 def clean_or_exit(email: str, **fields: Any) -> Any:

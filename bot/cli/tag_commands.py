@@ -9,6 +9,7 @@ import typer
 
 from bot.cli.shell import (
     EXIT_USAGE,
+    MAX_ROWS,
     JsonOption,
     command_group,
     ctx_of,
@@ -56,7 +57,7 @@ def tags_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
 def tags_test(
     ctx: typer.Context,
     expression: Annotated[str, typer.Argument(help="A filter expression, e.g. 'gpu and not snn'.")],
-    limit: Annotated[int | None, typer.Option(min=1, help="At most this many.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=MAX_ROWS, help="At most this many.")] = None,
     subscriber_email: Annotated[
         str | None,
         typer.Option("--subscriber", help="Rank and score by this subscriber's model ('liked' is theirs)."),

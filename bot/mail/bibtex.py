@@ -1,8 +1,11 @@
 """Render stage: BibTeX for a digest's entries (the web version's export).
 
 Built from what the store knows (title, authors, year, arXiv id, DOI, link); every
-value goes through pylatexenc's encoder, so braces, %, & and accents in a title
-cannot break the file.  Pure: never reads the store.
+value goes through pylatexenc's encoder, so %, & and accents in a title cannot break
+the file, and every braced value is balanced by BibTeX's own rule, which counts each
+brace, escaped or not (``\\}`` closes a field for BibTeX): a brace in a title is written
+``\textbraceright{}``.  ``url`` is the paper's page or nothing, never a search.  Pure:
+never reads the store.
 """
 
 from __future__ import annotations
@@ -51,17 +54,49 @@ def bibtex_entry(item: DigestItem, search_url: str, key: str | None = None) -> s
         fields.append(("doi", item.doi))
     if item.arxiv_id:
         fields += [("eprint", item.arxiv_id), ("archiveprefix", "arXiv")]
-    fields.append(("url", primary_url(item, search_url)))
+    url = paper_url(item, search_url)
+    if url:
+        fields.append(("url", url))
     lines = [f"@{kind}{{{key or _key(item)},"]
     for name, raw in fields:
         value = " ".join(CONTROL_CHARACTERS.sub(" ", raw).split())
         if name in ("url", "doi", "eprint"):  # kept as they are, less what would break the file
             shown = value.translate(_UNSAFE_IN_IDENTIFIERS)
         else:
-            shown = unicode_to_latex(value, unknown_char_policy="keep")
+            shown = braced_text(value)
         lines.append(f"  {name} = {{{shown}}},")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def paper_url(item: DigestItem, search_url: str) -> str:
+    """The paper's own page (arXiv, DOI, the page its source gave); "" when all we have
+    is a search for its title."""
+    url = primary_url(item, search_url)
+    search = search_url.split("{", 1)[0]
+    return "" if search and url.startswith(search) else url
+
+
+def braced_text(value: str) -> str:
+    """*value* as LaTeX for a braced BibTeX field: balanced as BibTeX counts braces."""
+    shown = str(unicode_to_latex(value, unknown_char_policy="keep"))
+    shown = shown.replace("\\{", "\\textbraceleft{}").replace("\\}", "\\textbraceright{}")
+    if balanced(shown):
+        return shown
+    return str(unicode_to_latex(value.replace("{", "").replace("}", ""), unknown_char_policy="keep"))  # a safety net
+
+
+def balanced(text: str) -> bool:
+    """BibTeX's rule: every brace counts; the depth never drops below zero and ends at it."""
+    depth = 0
+    for char in text:
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
 
 
 def bibtex_of(items: Sequence[DigestItem], search_url: str) -> str:

@@ -13,6 +13,7 @@ Never reads the store, never sends, never logs the key.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import dkim
 
 from bot.config import ConfigError, DkimConfig, read_secret_file
 
+log = logging.getLogger(__name__)
 SIGNED_HEADERS = (
     b"From",
     b"To",
@@ -34,6 +36,7 @@ SIGNED_HEADERS = (
 )
 
 CANONICALIZATION = (b"relaxed", b"simple")
+MIN_RSA_BITS, GOOD_RSA_BITS = 1024, 2048
 _PROBE = b"From: a@b.example\r\nTo: c@d.example\r\nSubject: probe\r\n\r\nprobe\r\n"
 
 
@@ -80,4 +83,21 @@ def signer_of(config: DkimConfig) -> Signer | None:
     except Exception as exc:  # dkimpy raises its own and the crypto libraries' errors
         kind = "an RSA private key in PEM" if config.algorithm == "rsa-sha256" else "a base64 Ed25519 private key"
         raise ConfigError(f"dkim.key_file: {path} does not hold {kind} ({type(exc).__name__})") from None
+    if config.algorithm == "rsa-sha256":
+        _check_rsa_size(key, Path(path))
     return signer
+
+
+def _check_rsa_size(key: bytes, path: Path) -> None:
+    """Refuse an RSA key under ``MIN_RSA_BITS`` (receivers treat its signatures as none,
+    RFC 8301) and warn under ``GOOD_RSA_BITS``."""
+    import dkim.crypto
+
+    bits = int(dkim.crypto.parse_pem_private_key(key)["modulus"].bit_length())
+    if bits < MIN_RSA_BITS:
+        raise ConfigError(
+            f"dkim.key_file: {path} holds a {bits}-bit RSA key: receivers ignore signatures of keys under "
+            f"{MIN_RSA_BITS} bits (RFC 8301); make a {GOOD_RSA_BITS}-bit one (README, DKIM)"
+        )
+    if bits < GOOD_RSA_BITS:
+        log.warning("dkim.key_file: %s holds a %d-bit RSA key; %d bits are recommended", path, bits, GOOD_RSA_BITS)

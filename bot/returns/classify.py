@@ -33,6 +33,7 @@ from bot.text import one_line
 _TOKEN = r"(\d{1,18}\.[A-Za-z0-9_-]{24})(?![A-Za-z0-9_-])"
 # "unsubscribe <token>": the subject our mailto sets, as typed, URL-encoded or form-encoded.
 _UNSUBSCRIBE = re.compile(r"unsubscribe(?:\s+|%20|\+)" + _TOKEN, re.IGNORECASE)
+_REPLY_PREFIX = re.compile(r"^(?:(?:re|aw|sv|fwd?|wg)\s*:\s*)+", re.IGNORECASE)
 # A subscriber's own link (unsubscribe, manage, web version), as a quoted original shows it.
 _LINK_TOKEN = re.compile(r"/[umd]/" + _TOKEN)
 _STATUS = re.compile(r"(?<![\d.])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
@@ -47,6 +48,11 @@ _VACATION_SUBJECT = re.compile(
 _VACATION_HEADERS = ("x-autoreply", "x-autorespond", "x-auto-response-suppress", "x-vacation")
 RECIPIENT_HEADERS = ("delivered-to", "x-original-to", "envelope-to", "x-envelope-to", "to", "cc")
 TEXT_CHARACTERS = 300_000  # of a message's text, searched for status codes and tokens
+CLASSIFIED_BYTES = 500_000  # a bounce says what it must near its start; the rest is its quote
+TEXT_LINES = 500  # of each text part, for flufl.bounce (a bounce says what it must in a few dozen)
+PART_BYTES = 100_000
+MAX_PARTS = 20
+_BLANK_RUN = re.compile(rb"\n(?:[ \t\r]*\n){2,}")
 DIAGNOSTIC_CHARACTERS = 300
 
 
@@ -60,9 +66,10 @@ class Addresses:
 
 
 def classify(raw: bytes, known: Addresses) -> Returned:
-    """What *raw* is.  Bytes that no parser makes sense of are ``OTHER``: left for a person."""
+    """What *raw* is.  Bytes that no parser makes sense of are ``OTHER``: left for a person.
+    The work is bounded whatever the bytes (``bounded``)."""
     try:
-        return _classify(message_from_bytes(raw, policy=compat32), raw, known)
+        return _classify(bounded(message_from_bytes(raw[:CLASSIFIED_BYTES], policy=compat32)), raw, known)
     except Exception as exc:  # noqa: BLE001 - third-party heuristics over anyone's bytes; a person reads it instead
         return Returned(ReturnKind.OTHER, diagnostic=f"not readable as mail ({type(exc).__name__})")
 
@@ -84,6 +91,33 @@ def _classify(message: Message, raw: bytes, known: Addresses) -> Returned:
     if token is not None:
         return Returned(ReturnKind.UNSUBSCRIBE, token=token, addresses=_senders(message))
     return Returned(ReturnKind.OTHER)
+
+
+def bounded(message: Message) -> Message:
+    """*message* cut to what telling a bounce needs, so that the work is bounded whatever
+    the bytes: flufl.bounce tries dozens of patterns on every line of every text part
+    (about 40 µs a line: a part of a megabyte of newlines took 23 s).  At most
+    ``MAX_PARTS`` parts are kept, and each text part keeps its first ``TEXT_LINES`` lines
+    (a run of blank lines counted as one) of at most ``PART_BYTES``.  Headers and
+    delivery-status fields are kept."""
+    kept = 0
+    for part in message.walk():
+        kept += 1
+        if part.is_multipart():
+            room = max(0, MAX_PARTS - kept)
+            payload = part.get_payload()
+            if isinstance(payload, list) and len(payload) > room:
+                part.set_payload(payload[:room])
+            continue
+        if part.get_content_maintype() != "text":
+            continue
+        payload = part.get_payload(decode=True)
+        if not isinstance(payload, bytes) or (len(payload) <= PART_BYTES and payload.count(b"\n") <= TEXT_LINES):
+            continue
+        lines = _BLANK_RUN.sub(b"\n\n", payload[:PART_BYTES]).split(b"\n", TEXT_LINES)[:TEXT_LINES]
+        del part["content-transfer-encoding"]
+        part.set_payload(b"\n".join(lines).decode("latin-1"))  # read back byte for byte (compat32)
+    return message
 
 
 # Bounces ---------------------------------------------------------------------------
@@ -286,9 +320,12 @@ def _looks_like_vacation(message: Message) -> bool:
 
 
 def _unsubscribe_token(message: Message, known: Addresses) -> str | None:
-    """A token in the subject ("unsubscribe <token>", as our mailto sets it), or in the
-    body of a mail sent to the unsubscribe address (quoted lines aside)."""
-    found = _UNSUBSCRIBE.search(_decoded(message.get("subject")))
+    """The token of a message that is an unsubscribe request itself: its subject is
+    exactly "unsubscribe <token>" (what our mailto sets), or it went to the unsubscribe
+    address and its own words, quoting and a signature aside, are that line alone.
+    A reply that says anything else (with the digest below it, footer and all) is for
+    a person."""
+    found = _UNSUBSCRIBE.fullmatch(_REPLY_PREFIX.sub("", _decoded(message.get("subject")).strip()))
     if found:
         return found.group(1)
     recipients = [
@@ -296,9 +333,21 @@ def _unsubscribe_token(message: Message, known: Addresses) -> str | None:
     ]
     if not known.unsubscribe_address or known.unsubscribe_address.lower() not in recipients:
         return None
-    own_lines = "\n".join(line for line in _text_of(message, plain_only=True).splitlines() if not line.startswith(">"))
-    found = _UNSUBSCRIBE.search(own_lines)
+    own = _own_lines(_text_of(message, plain_only=True))
+    found = _UNSUBSCRIBE.fullmatch(own[0]) if len(own) == 1 else None
     return found.group(1) if found else None
+
+
+def _own_lines(text: str) -> list[str]:
+    """The non-blank lines a person wrote: none quoted ("> "), none after the signature
+    separator ("-- ")."""
+    own = []
+    for line in text.splitlines():
+        if line.rstrip() == "--":
+            break
+        if line.strip() and not line.lstrip().startswith(">"):
+            own.append(line.strip())
+    return own
 
 
 def _senders(message: Message) -> tuple[str, ...]:

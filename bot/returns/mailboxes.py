@@ -11,7 +11,9 @@ never classifies one and never touches the store.
 
 from __future__ import annotations
 
+import errno
 import imaplib
+import logging
 import os
 import re
 import ssl
@@ -22,6 +24,7 @@ from urllib.parse import unquote, urlsplit
 
 from bot.config import InboxConfig
 
+log = logging.getLogger(__name__)
 SEEN = "S"
 _SIZE = re.compile(rb"RFC822\.SIZE (\d+)")
 
@@ -74,8 +77,9 @@ class MaildirBox:
                         data = handle.read(self.max_bytes + 1)
                 except FileNotFoundError:
                     continue  # a mail client moved it meanwhile
-                except OSError as exc:
-                    raise MailboxError(f"inbox.url: cannot read {self.path / sub / name}: {exc.strerror}") from None
+                except OSError as exc:  # one file this process may not read must not block the rest
+                    log.warning("inbox.url: %s left unread: %s", self.path / sub / name, exc.strerror)
+                    continue
                 yield f"{sub}/{name}", (data if len(data) <= self.max_bytes else None)
 
     def done(self, ref: str) -> None:
@@ -98,12 +102,39 @@ class MaildirBox:
 
 
 def _move(source: Path, target: Path) -> None:
+    """Move a message file, never over another: ``os.link`` refuses a name that is taken
+    (``rename`` would replace that message), and the next free name is used instead."""
+    base, colon, info = target.name.partition(":")
+    for attempt in range(100):
+        free = target.parent / f"{base}{'' if attempt == 0 else f'.{attempt}'}{colon}{info}"
+        try:
+            linked = _link_or_rename(source, free)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            return  # another reader (a second fetcher, a mail client) moved it first
+        except OSError as exc:
+            raise MailboxError(f"inbox.url: cannot move {source} to {target.parent}: {exc.strerror}") from None
+        if linked:
+            source.unlink(missing_ok=True)
+        return
+    raise MailboxError(f"inbox.url: cannot move {source}: 100 names like {target.name} are taken")
+
+
+def _link_or_rename(source: Path, target: Path) -> bool:
+    """Put the file at *target* as a hard link (True: *source* is still there), or, where
+    the file system has no hard links, rename it to a name that was free a moment
+    before (False); ``FileExistsError`` when *target* is taken."""
     try:
-        os.rename(source, target)
-    except FileNotFoundError:
-        pass  # another reader (a second fetcher, a mail client) moved it first
+        os.link(source, target)
+        return True
     except OSError as exc:
-        raise MailboxError(f"inbox.url: cannot move {source} to {target.parent}: {exc.strerror}") from None
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    if target.exists():
+        raise FileExistsError(errno.EEXIST, "taken", str(target))
+    os.rename(source, target)
+    return False
 
 
 def _flags(name: str) -> str:

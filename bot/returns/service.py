@@ -26,7 +26,7 @@ from bot.returns.classify import Addresses, classify
 from bot.returns.mailboxes import Mailbox, open_mailbox
 from bot.returns.rules import Limits, status_after
 from bot.store.engine import transaction
-from bot.store.returns import count_since_cleared, digest_subscriber, is_recorded, record_return
+from bot.store.returns import count_since_cleared, digest_subscriber, is_recorded, record_return, recorded_kind
 from bot.store.subscribers import get_subscriber, set_status, subscribers_by_ids
 from bot.tokens import token_is_valid, token_subscriber_id
 
@@ -73,14 +73,23 @@ def read_inbox(
     report = InboxReport()
     for ref, raw in mailbox.messages():
         report.read += 1
-        returned = (
-            classify(raw, reading.addresses) if raw is not None else Returned(ReturnKind.OTHER, diagnostic="too big")
-        )
-        if raw is None or returned.kind is ReturnKind.OTHER:
+        if raw is None:  # bigger than inbox.max_message_bytes: not read at all
             mailbox.leave(ref)
             report.left += 1
             continue
         key = hashlib.sha256(raw).hexdigest()
+        with factory() as session:
+            before = recorded_kind(session, key)
+        if before is ReturnKind.OTHER:  # read before and left for a person: never classified twice
+            mailbox.leave(ref)
+            report.left += 1
+            continue
+        returned = classify(raw, reading.addresses) if before is None else Returned(before)
+        if returned.kind is ReturnKind.OTHER:
+            _remember_other(factory, key, returned, now or datetime.now(UTC))
+            mailbox.leave(ref)
+            report.left += 1
+            continue
         try:
             with transaction(factory) as session:
                 handled = _record(session, returned, key, reading, now or datetime.now(UTC), report)
@@ -90,9 +99,21 @@ def read_inbox(
         if handled:
             mailbox.done(ref)
         else:
+            nobody = Returned(ReturnKind.OTHER, diagnostic="an unsubscribe mail whose token names nobody")
+            _remember_other(factory, key, nobody, now or datetime.now(UTC))
             mailbox.leave(ref)
             report.left += 1
     return report
+
+
+def _remember_other(factory: sessionmaker[Session], message_key: str, returned: Returned, now: datetime) -> None:
+    """Record that a message is for a person, so that later readings of the inbox skip it."""
+    event = ReturnEvent(now, ReturnKind.OTHER, "", "", returned.diagnostic, None)
+    try:
+        with transaction(factory) as session:
+            record_return(session, message_key, None, event)
+    except IntegrityError:
+        pass  # another reader recorded it a moment ago
 
 
 def _record(

@@ -1,4 +1,5 @@
-"""Consent rows, the sign-up mail stamp and the per-client sign-up count: SQL only."""
+"""Consent rows, the sign-up mail stamp and the hourly counts of requests (sign-ups per
+client, library uploads per reader): SQL only."""
 
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ def set_mailed_at(session: Session, subscriber_id: int, at: datetime | None) -> 
     session.execute(update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values(mailed_at=at))
 
 
-def count_signup_request(session: Session, client: str, now: datetime) -> int:
-    """Record one sign-up from *client*; how many it sent in the last hour, this one included.
-    Rows older than an hour are deleted on the way."""
+def count_request(session: Session, client: str, now: datetime) -> int:
+    """Record one request counted under *client* (a client's address for a sign-up,
+    ``library:<id>`` for a reader's upload); how many it made in the last hour, this one
+    included.  Rows older than an hour are deleted on the way."""
     hour_ago = now - timedelta(hours=1)
     session.execute(delete(SignupRequest).where(SignupRequest.at < hour_ago))
     session.execute(insert(SignupRequest).values(client=client[:64], at=now))

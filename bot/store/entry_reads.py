@@ -103,7 +103,7 @@ def find_entry(session: Session, ref: str) -> EntryView | None:
 
     ref = ref.strip()
     conditions = [Entry.key == ref, Entry.key == ref.lower()]
-    if ref.isdigit():
+    if ref.isascii() and ref.isdigit() and int(ref) < 2**63:  # ids are 64-bit: a longer number names none
         conditions.append(Entry.id == int(ref))
     if arxiv := arxiv_id_in(ref):
         conditions.append(Entry.arxiv_id == arxiv)

@@ -15,11 +15,13 @@ from pathlib import Path
 
 from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from bot.domain import SubscriberStatus
 from bot.store.bulk import chunks, insert_ignoring_conflicts
 from bot.store.engine import make_engine
+from bot.store.errors import StoreError, meaning
 from bot.store.schema import AppliedUnsubscribe, UnsubscribeRequest
 from bot.store.schema import Subscriber as SubscriberRow
 
@@ -41,8 +43,19 @@ def open_journal(store_url: str, *, busy_timeout_ms: int) -> tuple[Engine, Engin
     url = journal_url(store_url)
     writer = make_engine(url, busy_timeout_ms=busy_timeout_ms, sqlite_cache_mb=2, durable=True)
     if url != store_url:
-        with writer.begin() as conn:
-            REQUESTS.create(conn, checkfirst=True)
+        try:
+            with writer.begin() as conn:
+                REQUESTS.create(conn, checkfirst=True)
+        except DBAPIError as exc:  # named here: the journal is a file of its own beside the store
+            writer.dispose()
+            where = f"the unsubscribe journal {make_url(url).database}"
+            said = " ".join(str(exc.orig).split())[:200]
+            if "not a database" in said:
+                raise StoreError(
+                    f"{where}: it is not a SQLite database ({said}); if it was damaged, move it aside and "
+                    "digestbot starts a new one (unsubscribes it held and had not applied yet are lost)"
+                ) from None
+            raise StoreError(meaning(exc, where) or f"{where}: {said}") from None
     return writer, make_engine(url, busy_timeout_ms=busy_timeout_ms, sqlite_cache_mb=2, read_only=True)
 
 

@@ -49,14 +49,17 @@ def _entries_by(session: Session, papers: Sequence[LibraryPaper], norms: list[st
 
 
 def add_papers(
-    session: Session, subscriber_id: int, papers: Sequence[LibraryPaper], now: datetime
-) -> list[LibraryPaper]:
-    """Add the papers the subscriber's library does not hold yet; the ones added, with
-    the stored entry each one is."""
+    session: Session, subscriber_id: int, papers: Sequence[LibraryPaper], now: datetime, *, most: int | None = None
+) -> tuple[list[LibraryPaper], int]:
+    """Add the papers the subscriber's library does not hold yet, in order, until it
+    holds *most*; the ones added, with the stored entry each one is, and how many new
+    ones did not fit."""
     held = set(session.scalars(select(LibraryPaperRow.key).where(LibraryPaperRow.subscriber_id == subscriber_id)))
     new = [p for p in papers if p.key not in held]
+    room = len(new) if most is None else max(0, most - len(held))
+    new, over = new[:room], len(new) - min(room, len(new))
     if not new:
-        return []
+        return [], over
     entries = stored_entries(session, new)
     added = [LibraryPaper(p.key, p.title, p.abstract, p.arxiv_id, p.doi, entries.get(p.key), p.source) for p in new]
     session.execute(
@@ -74,7 +77,7 @@ def add_papers(
             for p in added
         ],
     )
-    return added
+    return added, over
 
 
 def library_of(session: Session, subscriber_id: int) -> list[LibraryPaper]:

@@ -15,7 +15,13 @@ from bot.store.schema import ReturnEvent as ReturnRow
 
 def is_recorded(session: Session, message_key: str) -> bool:
     """Whether the message with this key was read and its outcome committed before."""
-    return session.scalar(select(ReturnRow.id).where(ReturnRow.message_key == message_key)) is not None
+    return recorded_kind(session, message_key) is not None
+
+
+def recorded_kind(session: Session, message_key: str) -> ReturnKind | None:
+    """What the message with this key was found to be when it was read before (None: never)."""
+    kind = session.scalar(select(ReturnRow.kind).where(ReturnRow.message_key == message_key).limit(1))
+    return ReturnKind(kind) if kind is not None else None
 
 
 def record_return(session: Session, message_key: str | None, subscriber_id: int | None, event: ReturnEvent) -> None:

@@ -379,7 +379,8 @@ class Consent(Base):
 
 
 class SignupRequest(Base):
-    """One sign-up form submission, kept an hour: the per-client-address limit."""
+    """One sign-up form submission (or a reader's library upload, ``library:<id>``),
+    kept an hour: the per-client and per-reader limits."""
 
     __tablename__ = "signup_requests"
     __table_args__ = (Index("ix_signup_requests_client_at", "client", "at"),)

@@ -16,7 +16,22 @@ from bot.store.schema import Subscriber as SubscriberRow
 
 
 def email_key(email: str) -> str:
-    return email.casefold()
+    """The form addresses are compared in: case-folded, the domain in Unicode (stored
+    addresses have it so), so that a bounce naming ``linus@xn--bcher-kva.example``
+    finds ``linus@bücher.example``."""
+    local, at, domain = email.rpartition("@")
+    if "xn--" in domain.casefold():
+        domain = _unicode_domain(domain)
+    return (local + at + domain).casefold()
+
+
+def _unicode_domain(domain: str) -> str:
+    import idna
+
+    try:
+        return str(idna.decode(domain, uts46=True))
+    except (idna.IDNAError, UnicodeError, ValueError):
+        return domain
 
 
 def _view(row: SubscriberRow) -> Subscriber:

@@ -20,10 +20,23 @@ from bot.text import one_line
 
 MAX_BYTES = 20_000_000  # a library of 20,000 papers with abstracts is about 30 MB of BibTeX
 MAX_PAPERS = 20_000
+MAX_AT_SIGNS = 4 * MAX_PAPERS  # entries, and an e-mail address or two in some of them
+MAX_PROBLEMS = 1000  # records named that cannot be read; the rest are counted
 TITLE_CHARACTERS = 500
 ABSTRACT_CHARACTERS = 5000
-_RIS_START = re.compile(r"^\s*TY  - ", re.MULTILINE)
+# Linear on any text: "^" with "[ \t]*", never "\s*", which would run over every newline
+# after each line start and make a run of newlines quadratic.
+_RIS_START = re.compile(r"^[ \t]*TY  - ", re.MULTILINE)
+_BIBTEX_START = re.compile(r"^[ \t]*@[A-Za-z]+[ \t]*[{(]", re.MULTILINE)
 _LATEX_HINT = re.compile(r"[\\{}$]")
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+\*?|[$^_~]")  # \emph, \alpha, math signs: a space
+_LATEX_SIGN = re.compile(r"\\[^A-Za-z\s]|[{}]")  # accents (\"u), escapes (\%), braces: the letters stay
+# LaTeX is converted only this far into a value: what is kept of it, with room for markup.
+_LATEX_READ = 4
+# pylatexenc reads about 20 µs a character of mathematics: a file's titles get this many
+# characters of it, and the rest (and every abstract, which only the model reads) has its
+# markup taken off by one linear pass.
+LATEX_BUDGET = 200_000
 
 
 class LibraryFileError(Exception):
@@ -51,7 +64,7 @@ def read_library(data: bytes) -> LibraryRead:
     stripped = text.lstrip()
     if stripped.startswith(("[", "{")):
         found = _csl_json(text)
-    elif stripped.startswith("@") or re.search(r"^\s*@[A-Za-z]+\s*[{(]", text, re.MULTILINE):
+    elif stripped.startswith("@") or _BIBTEX_START.search(text):
         found = _bibtex(text)
     elif _RIS_START.search(text):
         found = _ris(text)
@@ -71,6 +84,9 @@ def _once(found: LibraryRead) -> LibraryRead:
         found.problems.append(f"only the first {MAX_PAPERS} papers are read")
         papers = papers[:MAX_PAPERS]
     found.papers = papers
+    if len(found.problems) > MAX_PROBLEMS:
+        more = len(found.problems) - MAX_PROBLEMS
+        found.problems = [*found.problems[:MAX_PROBLEMS], f"and {more:,} more records that cannot be read"]
     return found
 
 
@@ -94,23 +110,51 @@ def paper_of(title: str, abstract: str, identifiers: Iterable[str], source: str)
     return LibraryPaper(key, title, one_line(abstract)[:ABSTRACT_CHARACTERS], arxiv_id, doi, None, source)
 
 
-def _latex(value: str) -> str:
+class _Latex:
+    """LaTeX to text within one file's budget of pylatexenc (``LATEX_BUDGET``)."""
+
+    def __init__(self) -> None:
+        self.left = LATEX_BUDGET
+
+    def title(self, value: str) -> str:
+        value = value[: TITLE_CHARACTERS * _LATEX_READ]
+        if not _LATEX_HINT.search(value):
+            return value
+        if len(value) > self.left:
+            return plain(value)
+        self.left -= len(value)
+        from pylatexenc.latex2text import LatexNodes2Text
+
+        try:
+            return str(LatexNodes2Text(math_mode="verbatim").latex_to_text(value))
+        except Exception:  # noqa: BLE001 - pylatexenc on any string; the markup comes off by hand instead
+            return plain(value)
+
+
+def plain(value: str) -> str:
+    """*value* with LaTeX's commands, braces and math signs taken off: text for the model."""
     if not _LATEX_HINT.search(value):
         return value
-    from pylatexenc.latex2text import LatexNodes2Text
-
-    try:
-        return str(LatexNodes2Text(math_mode="verbatim").latex_to_text(value))
-    except Exception:  # noqa: BLE001 - pylatexenc on any string; the braces come off by hand instead
-        return value.replace("{", "").replace("}", "")
+    return " ".join(_LATEX_SIGN.sub("", _LATEX_COMMAND.sub(" ", value)).split())
 
 
 def _bibtex(text: str) -> LibraryRead:
     from bibtexparser.entrypoint import parse_string
 
     logging.getLogger("bibtexparser").setLevel(logging.CRITICAL)  # its own warnings; ours say the line
-    parsed = parse_string(text)
+    # bibtexparser starts a block at every "@": a file of them is work without papers.
+    if text.count("@") > MAX_AT_SIGNS:
+        raise LibraryFileError(
+            f"more than {MAX_AT_SIGNS:,} @ signs: not a BibTeX export of at most {MAX_PAPERS:,} papers"
+        )
     found = LibraryRead(format="bibtex")
+    starts = _BIBTEX_START.finditer(text)
+    cut = next((m.start() for n, m in enumerate(starts) if n == MAX_PAPERS), None)
+    if cut is not None:  # only the first MAX_PAPERS entries are read
+        text = text[:cut]
+        found.problems.append(f"only the first {MAX_PAPERS:,} entries are read")
+    parsed = parse_string(text)
+    latex = _Latex()
     for block in parsed.failed_blocks:
         found.problems.append(f"line {(block.start_line or 0) + 1}: not a BibTeX entry that can be read")
     for entry in parsed.entries:
@@ -119,7 +163,8 @@ def _bibtex(text: str) -> LibraryRead:
         if eprint and "arxiv" in fields.get("archiveprefix", "arxiv").lower():
             eprint = f"arXiv:{eprint}"
         ids = (eprint, fields.get("doi", ""), fields.get("url", ""), fields.get("journal", ""))
-        paper = paper_of(_latex(fields.get("title", "")), _latex(fields.get("abstract", "")), ids, "bibtex")
+        abstract = plain(fields.get("abstract", "")[: ABSTRACT_CHARACTERS * _LATEX_READ])
+        paper = paper_of(latex.title(fields.get("title", "")), abstract, ids, "bibtex")
         if paper is None:
             found.problems.append(
                 f"line {(entry.start_line or 0) + 1}: @{entry.entry_type}{{{entry.key}}} has no title"
@@ -134,8 +179,10 @@ def _ris(text: str) -> LibraryRead:
 
     found = LibraryRead(format="ris")
     starts = [m.start() for m in _RIS_START.finditer(text)] + [len(text)]
+    line, counted = 1, 0
     for number, (start, end) in enumerate(zip(starts, starts[1:], strict=False), start=1):
-        line = text.count("\n", 0, start) + 1
+        line += text.count("\n", counted, start)  # from the last record on: linear in all
+        counted = start
         try:
             records = rispy.loads(text[start:end])
         except Exception as exc:  # noqa: BLE001 - rispy raises several kinds on a broken record
@@ -156,13 +203,18 @@ def _csl_json(text: str) -> LibraryRead:
     found = LibraryRead(format="csl-json")
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        line = exc.lineno if isinstance(exc, json.JSONDecodeError) else 1
-        found.problems.append(
-            f"line {line}: not JSON ({exc.msg if isinstance(exc, json.JSONDecodeError) else 'nested too deep'})"
-        )
+    except json.JSONDecodeError as exc:
+        found.problems.append(f"line {exc.lineno}: not JSON ({exc.msg})")
         return found
-    items = data if isinstance(data, list) else data.get("items", [data]) if isinstance(data, dict) else []
+    except RecursionError:
+        found.problems.append("line 1: not JSON (nested too deep)")
+        return found
+    except ValueError:  # a number of thousands of digits, which Python refuses to convert
+        found.problems.append("line 1: not CSL-JSON (a number too long to read)")
+        return found
+    items = _items(data)
+    if not items:
+        found.problems.append("line 1: no CSL-JSON items (a list of objects with a title, DOI or URL)")
     for number, item in enumerate(items, start=1):
         if not isinstance(item, dict):
             found.problems.append(f"item {number}: not a CSL-JSON object")
@@ -178,13 +230,30 @@ def _csl_json(text: str) -> LibraryRead:
     return found
 
 
+def _items(data: object) -> list[object]:
+    """The records of a CSL-JSON document: a list of them, an object holding them under
+    "items" (Zotero's API), or one record alone; anything else holds none."""
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        items = data.get("items", [data])
+        return items if isinstance(items, list) else [data] if "title" in data else []
+    return []
+
+
 def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
 def _identifiers(text: str) -> LibraryRead:
     found = LibraryRead(format="ids")
+    seen: set[str] = set()
     for number, line in _lines(text):
+        if line in seen:
+            continue
+        seen.add(line)
+        if len(found.papers) > MAX_PAPERS:
+            break
         paper = paper_of("", "", [line], "ids")
         if paper is None or paper.key.startswith("paper:"):
             found.problems.append(f"line {number}: {line[:80]!r} is not an arXiv id or a DOI")

@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import LibraryPaper, RatedEntry, Subscriber
+from bot.store.consents import count_request
 from bot.store.engine import transaction
 from bot.store.feedback import feedback_of, remove_feedback, set_feedback, set_threshold
 from bot.store.library import add_papers, library_of, remove_papers
@@ -37,7 +38,7 @@ from bot.store.taste import (
     titled_texts_of,
     vocabulary_size,
 )
-from bot.taste.library import read_library
+from bot.taste.library import LibraryRead, read_library
 
 log = logging.getLogger(__name__)
 # Taste scores run about from 0 (a typical entry) to 1 (a typical library paper): a
@@ -52,15 +53,32 @@ class LibraryImport:
     already: int  # papers the library held before
     problems: list[str]  # one line per record that could not be read
     format: str
+    over: int = 0  # new papers not added: the library holds its most already
 
 
-def import_library(factory: sessionmaker[Session], subscriber_id: int, data: bytes, now: datetime) -> LibraryImport:
-    """Add what an export holds to the subscriber's library (``LibraryFileError`` when
-    the file cannot be read at all; bad records are listed, the rest is added)."""
-    read = read_library(data)
+def import_library(
+    factory: sessionmaker[Session], subscriber_id: int, data: bytes, now: datetime, *, most: int | None = None
+) -> LibraryImport:
+    """Add what an export holds to the subscriber's library, up to *most* papers in all
+    (``LibraryFileError`` when the file cannot be read at all; bad records are listed,
+    the rest is added)."""
+    return add_library(factory, subscriber_id, read_library(data), now, most=most)
+
+
+def add_library(
+    factory: sessionmaker[Session], subscriber_id: int, read: LibraryRead, now: datetime, *, most: int | None = None
+) -> LibraryImport:
+    """Add the papers of an export read already (``bot.taste.isolated``), up to *most*."""
     with transaction(factory) as session:
-        added = add_papers(session, subscriber_id, read.papers, now)
-    return LibraryImport(added, len(read.papers) - len(added), read.problems, read.format)
+        added, over = add_papers(session, subscriber_id, read.papers, now, most=most)
+    return LibraryImport(added, len(read.papers) - len(added) - over, read.problems, read.format, over)
+
+
+def upload_allowed(factory: sessionmaker[Session], subscriber_id: int, per_hour: int, now: datetime) -> bool:
+    """Count one upload of the subscriber's; False once they made more than *per_hour*
+    in the last hour (the file is then not read)."""
+    with transaction(factory) as session:
+        return count_request(session, f"library:{subscriber_id}", now) <= per_hour
 
 
 def library(factory: sessionmaker[Session], subscriber_id: int) -> list[LibraryPaper]:

@@ -69,12 +69,14 @@ class GuardedHttp(HttpToolsProtocol):
             self._make_room()
 
     def data_received(self, data: bytes) -> None:
-        if self.waiting_since is not None:
+        waiting = self.waiting_since is not None
+        super().data_received(data)
+        # Counted only while the headers are still incomplete after this chunk: a chunk
+        # that ends them may carry much of the body too.
+        if waiting and self.waiting_since is not None:
             self.header_bytes += len(data)
             if self.header_bytes > MAX_HEADER_BYTES:
                 self.refuse(b"431 Request Header Fields Too Large")
-                return
-        super().data_received(data)
 
     def on_headers_complete(self) -> None:
         self.waiting_since, self.header_bytes = None, 0

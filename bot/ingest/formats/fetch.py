@@ -64,6 +64,8 @@ def fetch(
             )
     except httpx.TimeoutException:
         raise FetchError(f"{url}: timed out after {timeout:g} s") from None
+    except httpx.InvalidURL as exc:  # not an HTTPError: httpx raises it before any request
+        raise FetchError(f"{url}: not a URL that can be fetched ({exc})") from None
     except httpx.HTTPError as exc:
         raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from None
     finally:

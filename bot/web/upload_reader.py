@@ -1,0 +1,77 @@
+"""Subscriber endpoint: a library file read in a process of its own (``read_upload``).
+
+Reading a file of megabytes as BibTeX, RIS or CSL-JSON is seconds of CPU: in the
+endpoint's process that work would hold the interpreter's lock, and a one-click
+unsubscribe would wait for it.  So the file goes to ``python -m bot.web.upload_reader``,
+which reads it (``bot.taste.library``), answers with JSON on stdout, limits its own
+memory and CPU time, runs at a lower priority, and is killed when it takes longer than
+it may.  Never reads the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import sys
+from dataclasses import asdict
+
+from bot.domain import LibraryPaper
+from bot.taste.library import MAX_BYTES, LibraryFileError, LibraryRead, read_library
+
+MEMORY_BYTES = 1 << 30  # a 5 MB export needs a few hundred MB at most
+CPU_SECONDS = 120
+
+
+async def read_upload(data: bytes, seconds: float) -> LibraryRead:
+    """``read_library(data)`` in a child process; ``LibraryFileError`` when the file
+    cannot be read at all, or the child fails or is not done within *seconds*."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bot.web.upload_reader",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        out, _ = await asyncio.wait_for(child.communicate(data), seconds)
+    except TimeoutError:
+        raise LibraryFileError(f"it took longer than {seconds:g} s to read") from None
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    try:
+        answer = json.loads(out)
+    except ValueError:
+        answer = None
+    if child.returncode != 0 or not isinstance(answer, dict):
+        raise LibraryFileError("it could not be read (it needs more memory or time than an upload may take)")
+    if "error" in answer:
+        raise LibraryFileError(str(answer["error"]))
+    return LibraryRead(
+        papers=[LibraryPaper(**paper) for paper in answer["papers"]],
+        problems=[str(p) for p in answer["problems"]],
+        format=str(answer["format"]),
+    )
+
+
+def main() -> None:
+    """The child: the file on stdin, a ``LibraryRead`` (or an error) as JSON on stdout."""
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
+    os.nice(19)  # on a busy machine the endpoint that answers unsubscribes runs first
+    data = sys.stdin.buffer.read(MAX_BYTES + 1)
+    try:
+        read = read_library(data)
+    except LibraryFileError as exc:
+        json.dump({"error": str(exc)}, sys.stdout)
+        return
+    papers = [asdict(paper) for paper in read.papers]
+    json.dump({"papers": papers, "problems": read.problems, "format": read.format}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # npm those tests skip and say why.
 NODE_TOOLS := $(VENV)/node/.installed
 
-.PHONY: demo test test-fast lint install clean bench screens
+.PHONY: demo test test-fast lint install clean bench bench-check screens
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/import_csv.py
+
+# The standing ratios against their budgets (bench/README.md, Budgets): a few minutes.
+bench-check: $(STAMP)
+	$(BIN)/python bench/check.py
 
 screens: demo
 	$(BIN)/python bench/screens.py

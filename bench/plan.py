@@ -47,7 +47,7 @@ from bot.plan import plan, planned_key  # noqa: E402
 from bot.store.bulk import allocate_ids, bulk_insert
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
 from bot.store.entry_reads import entries_first_seen_between  # noqa: E402
-from bot.store.schema import Digest, LedgerEntry  # noqa: E402
+from bot.store.schema import BodyItem, Digest, LedgerEntry  # noqa: E402
 from bot.store.subscribers import list_subscribers, set_watermarks  # noqa: E402
 from tests.helpers import dump_text, filter_expressions  # noqa: E402
 
@@ -82,9 +82,23 @@ def write_history(factory, filters: list[str], days: int, entries: int) -> int:
             todays = entries_first_seen_between(session, day - timedelta(hours=3), day)
         matched = {f: [e for e in todays if cache.verdict(f, e, RULES) is not None] for f in by_filter}
         with transaction(factory) as session:
-            digests, ledger = [], []
+            digests, ledger, items = [], [], []
             ids = iter(allocate_ids(session, Digest.__table__, len(filters)))
-            for text, subscriber_ids in by_filter.items():
+            for number, (text, subscriber_ids) in enumerate(by_filter.items()):
+                key = f"history-{back}-{number}" if matched[text] else None
+                items += [
+                    {
+                        "body_key": key,
+                        "position": n,
+                        "entry_id": e.id,
+                        "summary_source_id": e.summary_source_id,
+                        "why": "history",
+                        "tags": [],
+                        "url": "https://x",
+                        "taste": None,
+                    }
+                    for n, e in enumerate(matched[text])
+                ]
                 for subscriber_id in subscriber_ids:
                     digest_id = next(ids)
                     digests.append(
@@ -106,22 +120,15 @@ def write_history(factory, filters: list[str], days: int, entries: int) -> int:
                             "last_error": None,
                             "planned_at": day,
                             "sent_at": day,
+                            "body_key": key,
                         }
                     )
                     ledger += [
-                        {
-                            "subscriber_id": subscriber_id,
-                            "entry_id": e.id,
-                            "digest_id": digest_id,
-                            "position": n,
-                            "summary_source_id": e.summary_source_id,
-                            "why": "history",
-                            "tags": [],
-                            "url": "https://x",
-                        }
-                        for n, e in enumerate(matched[text])
+                        {"subscriber_id": subscriber_id, "entry_id": e.id, "digest_id": digest_id}
+                        for e in matched[text]
                     ]
             bulk_insert(session, Digest.__table__, digests)
+            bulk_insert(session, BodyItem.__table__, items)
             for start in range(0, len(ledger), 50_000):
                 bulk_insert(session, LedgerEntry.__table__, ledger[start : start + 50_000])
             # The watermark the real planner leaves after a day with nothing pending.

@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import itertools
 import multiprocessing
+import os
 import random
 import resource
 import shutil
@@ -222,6 +223,18 @@ def naive_rate(factory, settings: Settings, ids: list[int], port: int) -> float:
     return asyncio.run(run())
 
 
+def children_cpu() -> float:
+    """CPU seconds of this process's ended children (the build processes, once shut down)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds a running process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident set (VmHWM: unlike ru_maxrss, it does not carry
     over the parent's peak into a process started by fork and exec)."""
@@ -266,12 +279,24 @@ def daily_cycle(path: str, settings: Settings, args: argparse.Namespace, setup_r
         # just after: the machine's speed drifts, and the ratio should not catch a drift.
         half = max(queued, 1000) // 2
         before = smtp_source_rate(port, half, int(size), args.sessions)
+        cpu_before = (time.process_time(), children_cpu(), process_cpu(sink.pid))
         started = time.perf_counter()
         report = asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
         send_s = time.perf_counter() - started
+        cpu = [
+            after - before
+            for before, after in zip(
+                cpu_before, (time.process_time(), children_cpu(), process_cpu(sink.pid)), strict=True
+            )
+        ]
         assert report.sent == queued, report
         end_to_end = queued / (plan_s + send_s)
         print(f"send:   {send_s:8.2f} s  ({report.sent / send_s:,.0f} messages/s, {args.sessions} connections)")
+        print(
+            "        CPU a message: sender {:.2f} ms, build processes {:.2f} ms, smtp-sink {:.2f} ms".format(
+                *(1000 * seconds / queued for seconds in cpu)
+            )
+        )
         after = smtp_source_rate(port, half, int(size), args.sessions)
         source = 2 / (1 / before + 1 / after)  # both halves' messages over both halves' time
         print(

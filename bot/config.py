@@ -179,6 +179,8 @@ def feedback_id_of(sender: SenderConfig) -> str:
 
 class DigestConfig(_Section):
     max_entries: int = Field(30, ge=1)  # the rest rolls into the next digest, best first
+    # Left-over entries (beyond max_entries) roll over for at most this many days.
+    max_age_days: int = Field(30, ge=1, le=3650)
     # Longer summaries are cut at a sentence near this length (0: always whole).
     summary_chars: int = Field(400, ge=0, le=100_000)
     send_empty: bool = False

@@ -193,3 +193,50 @@ def test_a_fifo_as_the_key_file_is_refused_not_waited_on(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match=r"is not a regular file"):
         signer_of(config)
     assert time.monotonic() - started < 5
+
+
+# Mail::DKIM (Perl, what SpamAssassin and Amavis verify with), its DNS look-up replaced by
+# the record given: an independent verifier of what we sign.
+MAIL_DKIM = r"""
+use strict; use Mail::DKIM::Verifier; use Net::DNS;
+no warnings 'redefine';
+*Mail::DKIM::DNS::query = sub {
+    my ($domain, $type) = @_;
+    $@ = 'NOERROR';
+    return (Net::DNS::RR->new(name => $domain, type => 'TXT', txtdata => $ENV{DKIM_RECORD}));
+};
+my $dkim = Mail::DKIM::Verifier->new();
+binmode STDIN;
+while (my $line = <STDIN>) { $line =~ s/\015?\012\z/\015\012/; $dkim->PRINT($line); }
+$dkim->CLOSE;
+print $dkim->result, " ", ($dkim->result_detail || ""), "\n";
+"""
+
+
+def _perl_has_mail_dkim() -> bool:
+    perl = shutil.which("perl")
+    return perl is not None and subprocess.run([perl, "-MMail::DKIM::Verifier", "-e", "1"], check=False).returncode == 0
+
+
+@pytest.mark.skipif(
+    not _perl_has_mail_dkim(), reason="no Perl Mail::DKIM here (Debian: apt-get install libmail-dkim-perl)"
+)
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_mail_dkim_verifies_the_rsa_signatures(
+    factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
+) -> None:
+    key, record = rsa_key(tmp_path)
+    settings = dkim_settings(tmp_path, "rsa-sha256", key)
+    ids = planned(factory, settings, seed_files)
+    mailer = Mailer(settings)
+    with factory() as session:
+        rows = [r for r in (get_digest(session, i) for i in ids) if r is not None]
+        built = [b.data for b in mailer.build(session, rows, NOW)] + [mailer.message_bytes(session, rows[0], NOW)[0]]
+    env = {"PATH": "/usr/bin:/bin", "DKIM_RECORD": record.decode()}
+    for data in built:
+        assert isinstance(data, bytes)
+        for message, expected in ((data, "pass"), (data.replace(b"Subject: ", b"Subject: X", 1), "fail")):
+            done = subprocess.run(
+                ["perl", "-e", MAIL_DKIM], input=message, capture_output=True, env=env, timeout=60, check=False
+            )
+            assert done.stdout.decode().split(" ")[0] == expected, (done.stdout, done.stderr[-500:])

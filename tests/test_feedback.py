@@ -39,6 +39,7 @@ from bot.sink import Sink, SinkHandler
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
 from bot.store.entry_reads import find_entry
+from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel
 from bot.subscriptions import clean_fields, remove, save
@@ -439,10 +440,24 @@ def test_purge_deletes_feedback_and_export_gives_it_back(
     again = read_library(exported)
     assert again.problems == [] and len(again.papers) == 3  # two papers and the "more"; the "less" is left out
     assert _title_starting(factory, "SupraSNN") in {p.title for p in again.papers}
+    _people(factory, settings, ("other@example.org", "*"))
+    refresh_models(factory, DAY)
+    plan(
+        factory, settings, RULES, now=DAY + timedelta(hours=1), all_due=True
+    )  # the reader's why lines name their papers
+    other = _subscriber_id(factory, "other@example.org")
+    with factory() as session:
+        query = select(Digest.subscriber_id, Digest.body_key).where(Digest.entry_count > 0)
+        bodies = {subscriber_id: key for subscriber_id, key in session.execute(query)}
+        theirs = bodies[reader]
+        assert theirs != bodies[other]
+        assert any("snn" in why.lower() for why in session.scalars(select(BodyItem.why)))
     remove(factory, "reader@example.org", purge=True, now=DAY)
     with factory() as session:
         assert session.scalar(select(func.count()).select_from(Feedback)) == 0
         assert session.scalar(select(func.count()).select_from(LibraryPaperRow)) == 0
+        kept = set(session.scalars(select(BodyItem.body_key)))
+        assert theirs not in kept and kept == set(bodies.values()) - {theirs}  # the other reader's stays
 
 
 def _entries_by_email(factory: sessionmaker[Session]) -> dict[str, list[tuple[str, float | None, str]]]:

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, inspect, select
+from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.tagging import load_rules
+from bot.config import Settings
+from bot.domain import DigestContent, DigestKind
 from bot.ingest.identity import key_for_title_hash
 from bot.ingest.service import ingest_bytes, ingest_file
+from bot.plan import plan, resend
+from bot.store.contents import digest_contents
 from bot.store.engine import HEAD_REVISION, current_revision, downgrade, head_revision, make_engine, sessions, upgrade
-from bot.store.schema import Base, Entry
-from tests.conftest import FIXTURES
+from bot.store.schema import Base, Digest, Entry
+from bot.subscriptions import clean_fields, save
+from tests.conftest import FIXTURES, ROOT
 
 
 def test_upgraded_database_matches_models(engine: Engine) -> None:
@@ -66,3 +74,50 @@ def test_a_database_never_migrated_has_no_revision(tmp_path: Path) -> None:
     upgrade(engine, "0007")
     assert current_revision(engine) == "0007"
     engine.dispose()
+
+
+def _shown(factory: sessionmaker[Session]) -> tuple[dict[int, DigestContent], set[tuple[int, int, int]]]:
+    with factory() as session:
+        ids = list(session.scalars(select(Digest.id)))
+        ledger = {tuple(row) for row in session.execute(text("SELECT entry_id, subscriber_id, digest_id FROM ledger"))}
+        return digest_contents(session, ids), ledger  # type: ignore[return-value]
+
+
+def test_body_items_migration_round_trips_what_every_digest_shows(
+    engine: Engine, tmp_path: Path, seed_files: list[Path]
+) -> None:
+    """0019 moves the items from the ledger to one row per body: each digest (scheduled,
+    manual, a resend) shows the same items before and after, down and up again."""
+    factory = sessionmaker(engine, expire_on_commit=False)
+    rules = load_rules(ROOT / "config" / "tags.toml")
+    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    day = datetime(2026, 6, 14, 12, tzinfo=UTC)
+    people = [clean_fields(f"{n}@example.org") for n in ("ada", "bob", "cy")]
+    people.append(clean_fields("dee@example.org", filter="not snn"))
+    save(factory, settings, people, day - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=day, rules=rules)
+    scheduled = list(plan(factory, settings, rules, now=day, all_due=True).planned)
+    ingest_file(factory, seed_files[1], now=day, rules=rules)
+    manual = list(plan(factory, settings, rules, now=day, kind=DigestKind.MANUAL).planned)
+    resend(factory, settings, scheduled[0], now=day)
+    before, ledger = _shown(factory)
+    assert len(before) == 2 * len(people) + 1 and sum(len(c.items) for c in before.values()) > 20
+    with engine.connect() as conn:
+        bodies = conn.execute(text("SELECT COUNT(DISTINCT body_key) FROM body_items")).scalar()
+    assert bodies is not None and bodies < len(scheduled) + len(manual)  # three readers of "*" share one
+
+    downgrade(engine, "0018")
+    with engine.connect() as conn:
+        fat = conn.execute(
+            text("SELECT digest_id, position, key, why, url FROM ledger JOIN entries ON entries.id = entry_id")
+        ).all()
+    assert len(fat) == len(ledger) and all(why and url for *_, why, url in fat)
+    for digest_id, content in before.items():
+        if content.resend_of is None:
+            rows = sorted((position, key) for d, position, key, _, _ in fat if d == digest_id)
+            assert [key for _, key in rows] == [item.key for item in content.items]
+    with engine.begin() as conn:  # as ``digest send`` left them before 0006: no body key
+        conn.execute(text(f"UPDATE digests SET body_key = NULL WHERE id IN ({', '.join(map(str, manual))})"))
+
+    upgrade(engine)
+    assert _shown(factory) == (before, ledger)

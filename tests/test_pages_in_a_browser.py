@@ -171,58 +171,112 @@ def audited(browser: Any) -> Iterator[Callable[[str], None]]:
 # --- what a person does -----------------------------------------------------------------
 
 
+def again(action: Callable[[], Any]) -> Any:
+    """*action*, tried again when the page was replaced under it (Chromium still
+    settling the last navigation): a browser race, not a finding."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    for attempt in range(5):
+        try:
+            return action()
+        except StaleElementReferenceException:
+            pass
+        except WebDriverException as exc:
+            if "does not belong to the document" not in str(exc) or attempt == 4:
+                raise
+        time.sleep(0.2)
+    return action()
+
+
+def settled(driver: Any) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
 def heading(driver: Any) -> str:
     from selenium.webdriver.common.by import By
 
-    return str(driver.find_element(By.TAG_NAME, "h1").text)
+    settled(driver)
+    return str(again(lambda: driver.find_element(By.TAG_NAME, "h1").text))
 
 
 def press(driver: Any, css: str, *, text: str | None = None) -> str:
     """Click the button (or link) *css* finds, whose text is *text* if given; wait for the
     page it leads to; that page's h1."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    candidates = driver.find_elements(By.CSS_SELECTOR, css)
-    chosen = [c for c in candidates if text is None or c.text.strip() == text]
-    assert chosen, f"nothing to press at {css!r} {text or ''}: {[c.text for c in candidates]}"
-    page = driver.find_element(By.TAG_NAME, "html")
+    settled(driver)
+
+    def find() -> tuple[Any, list[Any]]:
+        candidates = driver.find_elements(By.CSS_SELECTOR, css)
+        chosen = [c for c in candidates if text is None or c.text.strip() == text]
+        assert chosen, f"nothing to press at {css!r} {text or ''}: {[c.text for c in candidates]}"
+        return driver.find_element(By.TAG_NAME, "html"), chosen
+
+    page, chosen = again(find)
     chosen[0].click()
-    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
-    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(driver, 20).until(lambda _: _gone(page))
     return heading(driver)
+
+
+def _gone(element: Any) -> bool:
+    """Whether *element* left the document: stale, or (while Chromium swaps documents)
+    a node its inspector no longer finds, which it reports as an unknown error."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc) or "No node with given id" in str(exc):
+            return True
+        raise
+    return False
 
 
 def type_into(driver: Any, css: str, text: str) -> None:
     from selenium.webdriver.common.by import By
 
-    box = driver.find_element(By.CSS_SELECTOR, css)
-    box.clear()
-    box.send_keys(text)
+    settled(driver)
+
+    def typed() -> None:
+        box = driver.find_element(By.CSS_SELECTOR, css)
+        box.clear()
+        box.send_keys(text)
+
+    again(typed)
 
 
 def choose(driver: Any, name: str, value: str) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    Select(driver.find_element(By.CSS_SELECTOR, f'select[name="{name}"]')).select_by_value(value)
+    settled(driver)
+    again(lambda: Select(driver.find_element(By.CSS_SELECTOR, f'select[name="{name}"]')).select_by_value(value))
 
 
 def tick(driver: Any, tags: list[str], *, only: bool = True) -> None:
     """Tick the tag boxes named (and, with *only*, untick every other)."""
     from selenium.webdriver.common.by import By
 
-    for box in driver.find_elements(By.CSS_SELECTOR, 'input[name="tag"]'):
-        wanted = box.get_attribute("value") in tags
-        if box.is_selected() != wanted and (wanted or only):
-            box.click()
+    def ticked() -> None:
+        for box in driver.find_elements(By.CSS_SELECTOR, 'input[name="tag"]'):
+            wanted = box.get_attribute("value") in tags
+            if box.is_selected() != wanted and (wanted or only):
+                box.click()
+
+    settled(driver)
+    again(ticked)
 
 
 def text_of(driver: Any) -> str:
     from selenium.webdriver.common.by import By
 
-    return " ".join(str(driver.find_element(By.TAG_NAME, "body").text).split())
+    settled(driver)
+    return " ".join(str(again(lambda: driver.find_element(By.TAG_NAME, "body").text)).split())
 
 
 def eventually(check: Callable[[], bool], what: str, seconds: float = 10) -> None:

@@ -38,7 +38,7 @@ from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
 from bot.subscriptions import clean_fields, save, set_filter
 from tests.conftest import ROOT
-from tests.helpers import dump_text, filter_expressions, render_dump
+from tests.helpers import digest_entry_ids, dump_text, filter_expressions, render_dump
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -67,15 +67,11 @@ def test_id_runs_keep_every_id_in_order(ids: list[int]) -> None:
 
 def _planned(factory: sessionmaker[Session], digest_ids: Iterable[int]) -> dict[int, list[int]]:
     with factory() as session:
-        rows = session.execute(
-            select(Digest.subscriber_id, LedgerEntry.entry_id)
-            .join(LedgerEntry, LedgerEntry.digest_id == Digest.id)
-            .where(Digest.id.in_(list(digest_ids)))
-            .order_by(Digest.subscriber_id, LedgerEntry.position)
-        )
         out: dict[int, list[int]] = {}
-        for subscriber_id, entry_id in rows:
-            out.setdefault(subscriber_id, []).append(entry_id)
+        for subscriber_id, digest_id in session.execute(
+            select(Digest.subscriber_id, Digest.id).where(Digest.id.in_(list(digest_ids))).order_by(Digest.id)
+        ):
+            out.setdefault(subscriber_id, []).extend(digest_entry_ids(session, digest_id))
         return out
 
 
@@ -256,6 +252,35 @@ def test_claimed_rows_read_per_entry_or_through_digests_agree(factory: sessionma
     assert sum(len(e) for e in expected.values()) > 10
 
 
+def test_left_overs_roll_over_for_max_age_days_and_then_the_window_stops_growing(
+    factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """A reader who matches more every day than a digest holds gets the best of the last
+    ``digest.max_age_days``: older left-overs are dropped, not promised, and each day's
+    planning reads that many days of entries, not their whole history."""
+    from bot.store.subscribers import watermarks
+
+    cfg = Settings.model_validate(
+        {"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 2, "max_age_days": 3}}
+    )
+    save(factory, cfg, [clean_fields("heavy@example.org", filter="*", backfill="0d")], START - timedelta(hours=2))
+    for day in range(8):
+        now = START + timedelta(days=day)
+        ingest_bytes(factory, dump_text(5, seed=day, start=day * 100).encode(), name=f"d{day}", now=now, rules=RULES)
+        plan(factory, cfg, RULES, now=now + timedelta(hours=1), all_due=True)
+        with factory() as session:
+            reader = list_subscribers(session)[0]
+            mark = watermarks(session, [reader.id])[reader.id][0]
+        assert mark >= now + timedelta(hours=1) - timedelta(days=3), f"day {day}: the window reaches back to {mark}"
+    with factory() as session:
+        query = (
+            select(Digest.planned_at, Entry.first_seen_at).join(Entry).join(Digest, Digest.id == LedgerEntry.digest_id)
+        )
+        ages = [planned - seen for planned, seen in session.execute(query.select_from(LedgerEntry))]
+    assert len(ages) == 16  # two a day, every day: the backlog never runs dry
+    assert max(ages) <= timedelta(days=3, hours=1), max(ages)  # nothing older than max_age_days (and the margin)
+
+
 # --- the open day: the real planner run every simulated minute ------------------------
 
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe", "Pacific/Chatham"]
@@ -344,7 +369,11 @@ def _check_open_days(factory: sessionmaker[Session], case: dict, start: datetime
                 day, send_hour=subscriber.send_hour, close_hour=case["close_hour"], timezone=subscriber.timezone
             )
             went_earlier = any(d.local_date == day and _utc(d.planned_at) < arrived for d in mine)
-            expected_day = day if arrived < closes and not went_earlier else day + timedelta(days=1)
+            # A day first planned after it closed (the bot was not running at its send time)
+            # goes out late with everything that arrived until then.
+            planned_late = any(d.local_date == day and arrived <= _utc(d.planned_at) > closes for d in mine)
+            open_then = arrived < closes or planned_late
+            expected_day = day if open_then and not went_earlier else day + timedelta(days=1)
             send_at = local_time(expected_day, subscriber.send_hour, subscriber.timezone)
             for k in range(2):
                 digest_id = carried.get((subscriber.id, f"Dump {n} paper {k}"))

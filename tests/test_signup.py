@@ -468,7 +468,7 @@ def test_the_confirmation_mail_carries_nothing_a_stranger_typed(
     settled(sink, 1)
     (received,) = sink.received
     raw = received.data.decode("utf-8", "replace")
-    assert "URGENT" not in raw and "evil.example" not in raw and "555" not in raw
+    assert "URGENT" not in raw and "evil.example" not in raw and "555 0100" not in raw and "locked" not in raw
     assert received.message["To"] == "victim@example.org"
     page = web.get(link_in(mails_to(sink, "victim@example.org")[0]))
     # The page behind the link shows the filter, as text, before anything is confirmed.

@@ -174,8 +174,8 @@ def test_an_address_printed_outside_the_footer_is_spliced_with_either_footer(
     ],
 )
 def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, snippet: str, allowed: bool) -> None:
+    from bot.mail.holes import templates_allow_splicing
     from bot.mail.render import Renderer
-    from bot.mail.splice import templates_allow_splicing
 
     templates = tmp_path / "templates"
     shutil.copytree(ROOT / "templates", templates)
@@ -187,8 +187,8 @@ def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, s
 
 
 def test_only_a_footer_that_prints_personal_values_is_spliced(tmp_path: Path) -> None:
+    from bot.mail.holes import footer_allows_substitution, templates_allow_splicing
     from bot.mail.render import Renderer
-    from bot.mail.splice import footer_allows_substitution, templates_allow_splicing
 
     assert footer_allows_substitution(Renderer(ROOT / "templates", search_url="x"))
     wrapping = Renderer(_wrapping_templates(tmp_path), search_url="x")
@@ -311,7 +311,7 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
     html = mailer.renderer.render(content, mailer.links_for_token("t")[0]).html
     readmore, rate = html.count('class="readmore"'), html.count('<p class="rate"')
     assert readmore > 0 and rate == len(content.items)
-    per_subscriber = [p.__qualname__ for p in template.wire_pieces if callable(p)]
+    per_subscriber = [getattr(p, "__qualname__", type(p).__qualname__) for p in template.wire_pieces if callable(p)]
     footer_lines = "MessageTemplate._text_pieces.<locals>.footer_lines"
     assert len(per_subscriber) == (11 if footer == "shipped" else 8) + readmore + 3 * rate, per_subscriber
     assert (footer_lines in per_subscriber) is (footer == "wrapping")
@@ -337,8 +337,9 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
         simple = build_message(
             rendered, Headers(name, subscriber.email, "<m.1@bot.example>", DAY, unsubscribe), settings.sender
         ).as_bytes()
-        fast = template.fill(Personal(subscriber.email, name, subscriber.email, token, "<m.1@bot.example>", DAY))
-        assert fast == simple
+        personal = Personal(subscriber.email, name, subscriber.email, token, "<m.1@bot.example>", DAY)
+        assert template.fill(personal) == simple
+        assert template.fill_wire(personal) == prepared(simple)  # the token lines laid out per token length
 
     check()
 
@@ -377,16 +378,18 @@ def test_an_entry_changed_during_a_delivery_run_is_read_again(factory: sessionma
     assert b"First text 0." in simple[0] and b"Second text 0." in simple[1]
 
 
-def test_body_keys_name_the_ledger_rows_and_spare_reading_them_again(
+def test_body_keys_name_the_items_and_spare_reading_them_again(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
 ) -> None:
-    """The planner's body key is the hash of exactly the ledger rows the send path
-    would read; digests that share it share one read, and build the same bytes."""
+    """The planner's body key is the hash of exactly the items the send path reads for
+    it, and the ledger names those entries; digests that share a key share one read,
+    and build the same bytes."""
     from sqlalchemy import select
 
     from bot.store.contents import ContentCache, digest_contents
-    from bot.store.ledger import LedgerRow, body_key
-    from bot.store.schema import Digest, LedgerEntry
+    from bot.store.ledger import ItemRow, body_key
+    from bot.store.schema import BodyItem, Digest
+    from tests.helpers import digest_entry_ids
 
     settings = _settings(tmp_path)
     ids = _queued(factory, settings, seed_files)
@@ -395,18 +398,19 @@ def test_body_keys_name_the_ledger_rows_and_spare_reading_them_again(
         for digest_id in ids:
             stored = session.execute(
                 select(
-                    LedgerEntry.entry_id,
-                    LedgerEntry.summary_source_id,
-                    LedgerEntry.why,
-                    LedgerEntry.tags,
-                    LedgerEntry.url,
-                    LedgerEntry.taste,
+                    BodyItem.entry_id,
+                    BodyItem.summary_source_id,
+                    BodyItem.why,
+                    BodyItem.tags,
+                    BodyItem.url,
+                    BodyItem.taste,
                 )
-                .where(LedgerEntry.digest_id == digest_id)
-                .order_by(LedgerEntry.position)
+                .where(BodyItem.body_key == keys[digest_id])
+                .order_by(BodyItem.position)
             ).all()
-            rows: list[LedgerRow] = [(e, s, w, tuple(t), u, x) for e, s, w, t, u, x in stored]
-            assert keys[digest_id] == body_key(rows)
+            rows: list[ItemRow] = [(e, s, w, tuple(t), u, x) for e, s, w, t, u, x in stored]
+            assert rows and keys[digest_id] == body_key(rows)
+            assert digest_entry_ids(session, digest_id) == [row[0] for row in rows]
         assert len(set(keys.values())) == 4  # one per filter
         cache = ContentCache()
         first = digest_contents(session, ids[:3], cache)  # three of the "*" subscribers
@@ -439,3 +443,28 @@ def test_a_released_digest_does_not_lend_its_empty_rows_to_its_body(
         fresh = digest_contents(session, [ids[1]])
     assert contents[ids[0]].items == ()
     assert contents[ids[1]].items and contents[ids[1]] == fresh[ids[1]]
+
+
+def test_a_token_line_is_filled_as_encoding_it_would_at_every_soft_break() -> None:
+    """``TokenLine`` puts a token's characters where one encoding of the line shows
+    them: checked against encoding the line itself, with the token at every offset
+    around the soft line breaks, twice in a line, for tokens of several lengths."""
+    from bot.mail.holes import TokenLine
+    from bot.mail.lines import qp_lines
+    from bot.mail.render import Links
+    from bot.mail.splice import MessageTemplate, Personal
+
+    links = Links("u", None)
+    for length in (5, 30, 31, 90):
+        token = ("7." + "aB_-x" * 20)[:length]
+        dotted = "." * (length // 2) + "ab." * length  # a dot wherever a soft break may put it first on a line
+        for offset in range(0, 170, 3):
+            segments = (b"=" * (offset % 7) + b"a" * offset + b"<a href=/d/", "token", b"/more> &nbsp;", "token", b" ")
+            line = TokenLine(segments)
+            for value in (token, dotted[:length]):
+                personal = Personal("e", "", "e@x.org", value, "<m@x>", datetime(2026, 1, 1, tzinfo=UTC))
+                whole = b"".join(value.encode() if s == "token" else s for s in segments)  # type: ignore[misc]
+                assert line(personal, links) == qp_lines(whole), (length, offset)
+                # and as DATA carries it, dot-stuffed, from the layout compiled for its length
+                template = MessageTemplate([b".X\r\n", line, b"..Y\r\n"], lambda _: (links, ()))
+                assert template.fill_wire(personal) == prepared(template.fill(personal)), (length, offset, value)

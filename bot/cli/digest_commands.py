@@ -200,6 +200,7 @@ def run_command(
 
     from bot.ingest.watcher import fetch_feeds, scan_folder
     from bot.plan import plan
+    from bot.store.engine import refresh_statistics
 
     c = ctx_of(ctx)
     if all_due and not once:
@@ -219,6 +220,7 @@ def run_command(
     if c.settings.feeds.urls:
         results += fetch_feeds(factory, c.settings, rules=c.rules)
     report_ingest(results, False)
+    refresh_statistics(c.engine)
     planned = plan(factory, c.settings, c.rules, now=now(), all_due=all_due)
     out.print(
         f"planned {plural(len(planned.planned), 'digest')} "

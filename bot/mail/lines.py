@@ -39,9 +39,10 @@ def _qp_line(line: bytes) -> bytes:
     return body_encode(line.decode("latin-1"), _QP_LINE_LENGTH, "\r\n").encode("ascii") + b"\r\n"
 
 
-# Lines of the per-subscriber parts: most (the footer's list of links) repeat
-# across a body's subscribers.  Bounded: a few thousand short lines.
-_qp_line_cached = lru_cache(maxsize=8192)(_qp_line)
+# Lines that repeat: the per-subscriber footer lines across a body's subscribers, and
+# a day's bodies, which share most of their lines (the same entries).  Bounded: about
+# 15 MB at most.
+_qp_line_cached = lru_cache(maxsize=32768)(_qp_line)
 
 
 def qp_lines(data: bytes, *, cached: bool = False) -> bytes:

@@ -25,9 +25,10 @@ from bot.config import Settings
 from bot.domain import DeliverReport, DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.mail.chunks import ChunkPool
 from bot.mail.dkim import signer_of
+from bot.mail.holes import Personal, footer_allows_substitution, templates_allow_splicing
 from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for, prepared
 from bot.mail.render import Keywords, Links, Renderer, period_words, web_links
-from bot.mail.splice import MessageTemplate, Personal, footer_allows_substitution, templates_allow_splicing
+from bot.mail.splice import MessageTemplate
 from bot.mail.verp import return_path
 from bot.store.contents import ContentCache, digest_content, digest_contents
 from bot.store.digests import DigestRow, Finished, finish_many, get_digest, get_digests

@@ -187,6 +187,19 @@ class Links:
     web_url: str | None = None  # the subscriber's web versions: <web_url>/<date>, .bib exports
 
 
+def _savings(whole: bytes, compact: bytes, refs: list[object]) -> list[int]:
+    """Bytes each entry saves when shown compact: its part of the all-full page less its
+    part of the all-compact one, the parts cut at each entry's ``id``; the last entry's
+    saving is what the pages differ by beyond the others'."""
+
+    def starts(page: bytes) -> list[int]:
+        return [page.rfind(b"<", 0, page.find(f' id="e{ref}"'.encode())) for ref in refs]
+
+    full_at, compact_at = starts(whole), starts(compact)
+    saved = [(full_at[n + 1] - full_at[n]) - (compact_at[n + 1] - compact_at[n]) for n in range(len(refs) - 1)]
+    return [*saved, len(whole) - len(compact) - sum(saved)]
+
+
 def web_links(public_url: str, token: str) -> Links:
     """The https links of a subscriber whose endpoint is served at *public_url*."""
     public = public_url.rstrip("/")
@@ -300,28 +313,42 @@ class Renderer:
         """Show the last entries compact (title and byline) while the HTML part would pass
         the budget; as few as possible.  Measured without the subscriber's address and with
         the longest links any subscriber has, so every subscriber of one body gets the
-        same layout."""
-        budget = HTML_BUDGET - PERSONAL_ALLOWANCE
-        if not self.fit:
-            return
+        same layout.
 
-        def fits(full: int) -> bool:
+        Each entry's part of the page is the same whoever else is full or compact, so two
+        renders (all full, all compact) say what making each compact saves, and a third
+        checks the count they give; a count that does not fit falls back to a binary
+        search below it (it took six renders a body, each with its CSS inlined)."""
+        budget = HTML_BUDGET - PERSONAL_ALLOWANCE
+        if not self.fit or not items:
+            return
+        measured = {**context, **personal_context("", self.measured_links)}
+
+        def page(full: int) -> bytes:
             for index, item in enumerate(items):
                 item["compact"] = index >= full
-            measured = {**context, **personal_context("", self.measured_links)}
-            return len(self.inliner.inline(self.html_template.render(measured)).encode("utf-8")) <= budget
+            return self.inliner.inline(self.html_template.render(measured)).encode("utf-8")
 
-        low, high = 0, len(items)
-        if fits(high):
+        whole = page(len(items))
+        if len(whole) <= budget:
             return
-        while low < high:  # the most entries shown in full that still fit
-            middle = (low + high + 1) // 2
-            if fits(middle):
-                low = middle
-            else:
-                high = middle - 1
+        compact = page(0)
+        saved = _savings(whole, compact, [item["ref"] for item in items])
+        full, size = len(items), len(whole)
+        while full > 0 and size > budget:
+            full -= 1
+            size -= saved[full]
+        high = full
+        if full and len(page(full)) > budget:  # the parts were not additive after all
+            low, high = 0, full - 1
+            while low < high:  # the most entries shown in full that still fit
+                middle = (low + high + 1) // 2
+                if len(page(middle)) <= budget:
+                    low = middle
+                else:
+                    high = middle - 1
         for index, item in enumerate(items):
-            item["compact"] = index >= low
+            item["compact"] = index >= high
 
     def render(self, content: DigestContent, links: Links) -> RenderedDigest:
         return self.render_context(self.context(content, links))

@@ -32,14 +32,20 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import format_datetime
 
-from jinja2 import nodes
-
 from bot.config import SenderConfig
 from bot.domain import DigestContent, RenderedDigest
 from bot.mail.chunks import ChunkPool
+from bot.mail.holes import (
+    TOKEN_CHARACTERS,
+    Personal,
+    TokenLine,
+    line_spans,
+    lines_around,
+    spliced_line,
+)
 from bot.mail.lines import date_line, html_escape, plain_line, qp_lines, to_line
 from bot.mail.message import Headers, Prepared, build_message, dot_stuff, prepared
-from bot.mail.render import TEXT_FOOTER, Links, Renderer, personal_context
+from bot.mail.render import Links, Renderer, personal_context
 
 LinksFor = Callable[[str], tuple[Links, tuple[str, ...]]]  # token -> (footer links, List-Unsubscribe URIs)
 
@@ -51,19 +57,22 @@ _PROBE_NAME = "Probe Reader"
 _PROBE_ADDRESS = "probe@example.org"
 
 
-@dataclass(frozen=True, slots=True)
-class Personal:
-    """One subscriber's values in one message."""
-
-    email: str  # as stored, shown in the footer
-    to_name: str
-    to_address: str  # the envelope form (``message.envelope_address``)
-    token: str  # signed, from ``bot.tokens``: [0-9A-Za-z._-] only
-    message_id: str
-    date: datetime
-
-
 Piece = bytes | Callable[[Personal, Links], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class _Laid:
+    """A message's DATA parts for tokens of one length: *base* with an empty slot
+    wherever the subscriber's values go.  *whole*: slots that take the whole token;
+    *cuts*: (slot, start, end, begins a line) for token[start:end] (a leading dot is
+    doubled where it begins a line); *made*: (slot, piece) for what is made per
+    subscriber; *size*: the bytes that are the same in every such message."""
+
+    base: list[bytes]
+    whole: tuple[int, ...]
+    cuts: tuple[tuple[int, int, int, bool], ...]
+    made: tuple[tuple[int, Callable[[Personal, Links], bytes]], ...]
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,56 +93,6 @@ _HTML_FORMS = {
 }
 
 
-def templates_allow_splicing(renderer: Renderer) -> bool:
-    """True when no digest template but the text footer does more with a
-    subscriber's own values than print them (``{{ subscriber_email }}``) or test
-    whether there is a manage link (``{% if manage_url %}``, the same for every
-    subscriber).  A template that branches on them, filters or joins them could
-    differ between subscribers where the probe cannot show it: such a template
-    set is always rendered in full.  Checked on the templates' syntax tree."""
-    names = renderer.env.list_templates(
-        filter_func=lambda name: name.endswith(".j2") and name != TEXT_FOOTER and not name.startswith("web/")
-    )
-    return _print_values_only(renderer, names)
-
-
-def footer_allows_substitution(renderer: Renderer) -> bool:
-    """True when the text footer, too, only prints a subscriber's values: then
-    its lines are spliced like the HTML part's instead of rendering the footer
-    again for every subscriber (which it needs when it wraps or filters them)."""
-    return _print_values_only(renderer, [TEXT_FOOTER])
-
-
-def _print_values_only(renderer: Renderer, names: list[str]) -> bool:
-    personal = set(personal_context("", Links("", None)))
-    env = renderer.env
-    # Blocks whose output is captured or transformed before it is written.
-    capturing = (nodes.FilterBlock, nodes.AssignBlock, nodes.Macro, nodes.CallBlock)
-
-    def fine(node: nodes.Node, captured: bool) -> bool:
-        captured = captured or isinstance(node, capturing)
-        for child in node.iter_child_nodes():
-            if isinstance(child, nodes.Name) and child.name in personal:
-                printed = isinstance(node, nodes.Output) and not captured
-                # Whether there are web links is the configuration's, the same for everyone.
-                tested = isinstance(node, nodes.If) and node.test is child and child.name in ("manage_url", "web_url")
-                if not (printed or tested):
-                    return False
-            if isinstance(child, nodes.Include) and not isinstance(child.template, nodes.Const):
-                return False  # which template it includes depends on data
-            if not fine(child, captured):
-                return False
-        return True
-
-    try:
-        loader = env.loader
-        if loader is None:
-            return False
-        return all(fine(env.parse(loader.get_source(env, name)[0]), False) for name in names)
-    except Exception:  # unreadable or invalid: the renderer will say so; do not splice
-        return False
-
-
 def _header_fields(block: bytes) -> list[bytes]:
     """A header block cut into fields (each with its continuation lines and CRLF)."""
     fields: list[bytes] = []
@@ -143,21 +102,6 @@ def _header_fields(block: bytes) -> list[bytes]:
         else:
             fields.append(line + b"\r\n")
     return fields
-
-
-def _line_spans(data: bytes) -> list[tuple[int, int]]:
-    spans, offset = [], 0
-    for line in data.splitlines(keepends=True):
-        spans.append((offset, offset + len(line)))
-        offset += len(line)
-    return spans
-
-
-def _lines_around(spans: list[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
-    """Indexes of the first and last line that [start, end) touches."""
-    first = next(n for n, (a, b) in enumerate(spans) if a <= start < b)
-    last = next(n for n, (a, b) in enumerate(spans) if a < end <= b)
-    return first, last
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +207,8 @@ class MessageTemplate:
         ]
         self.constant_size = sum(len(p) for p in pieces if isinstance(p, bytes))
         self.released = False
+        # token length -> the DATA parts with the token lines laid out (``_compiled``)
+        self.compiled: dict[int, _Laid] = {}
 
     def release(self) -> None:
         """Tell the pool this template no longer counts (dropped from a cache).  It
@@ -280,19 +226,67 @@ class MessageTemplate:
 
     def fill_wire(self, personal: Personal) -> Prepared:
         """``fill`` as DATA carries it (``message.prepared(fill(personal))``), without
-        a pass over the whole message."""
+        a pass over the whole message: the constant chunks as they are, the token lines
+        from their layouts (``TokenLine``), and only the rest made for the subscriber."""
         links = self.links_for(personal.token)[0]
-        size = self.constant_size
-        parts: list[bytes] = []
-        for piece in self.wire_pieces:
-            if isinstance(piece, tuple):
-                parts += piece
-            else:
-                made = piece(personal, links)
-                size += len(made)
-                parts.append(dot_stuff(made))
+        token = personal.token.encode("ascii")
+        if not TOKEN_CHARACTERS.issuperset(token):  # never a token we make: each piece made for it
+            whole = prepared(self.fill(personal))
+            if whole is None:
+                raise ValueError("a spliced message without CRLF line ends")
+            return whole
+        laid = self.compiled.get(len(token))
+        if laid is None:
+            laid = self.compiled[len(token)] = self._compiled(len(token))
+        parts = laid.base.copy()
+        for slot in laid.whole:
+            parts[slot] = token
+        for slot, start, end, line_start in laid.cuts:
+            piece = token[start:end]
+            parts[slot] = b"." + piece if line_start and piece[:1] == b"." else piece
+        size = laid.size
+        for slot, make in laid.made:
+            made = make(personal, links)
+            size += len(made)
+            parts[slot] = dot_stuff(made)
         parts.append(b".\r\n")
         return Prepared(tuple(parts), size)
+
+    def _compiled(self, length: int) -> _Laid:
+        """The DATA parts of a message whose token has *length* characters, and the size of
+        what is the same for every such message: each token line is laid out once for
+        that length (its constant bytes dot-stuffed here, the token's slices marked where
+        a line starts with one); a token of other characters is made per subscriber."""
+        base: list[bytes] = []
+        whole: list[int] = []
+        cuts: list[tuple[int, int, int, bool]] = []
+        made: list[tuple[int, Callable[[Personal, Links], bytes]]] = []
+        size = self.constant_size
+        for piece in self.wire_pieces:
+            if isinstance(piece, tuple):
+                base += piece
+                continue
+            layout = piece.layout(length) if isinstance(piece, TokenLine) else None
+            if layout is None:
+                made.append((len(base), piece))
+                base.append(b"")
+                continue
+            at_line_start = True
+            for constant, start, end in layout:
+                if constant:
+                    stuffed = constant.replace(b"\r\n.", b"\r\n..")
+                    base.append(b"." + stuffed if at_line_start and stuffed[:1] == b"." else stuffed)
+                    size += len(constant)
+                    at_line_start = constant.endswith(b"\r\n")
+                if end > start:
+                    if start == 0 and end == length and not at_line_start:
+                        whole.append(len(base))
+                    else:
+                        cuts.append((len(base), start, end, at_line_start))
+                    base.append(b"")
+                    size += end - start
+                    at_line_start = False
+        return _Laid(base, tuple(whole), tuple(cuts), tuple(made), size)
 
     @classmethod
     def build(
@@ -337,7 +331,9 @@ class MessageTemplate:
         """The body cut around the two parts' encoded lines; each part cut at its holes."""
         text = made.rendered.text.encode("utf-8")
         html = made.rendered.html.encode("utf-8")
-        text_qp, html_qp = qp_lines(text), qp_lines(html)
+        # Encoded through the line cache: the constant pieces below are these lines again,
+        # and bodies of one day share most of their lines (the same entries).
+        text_qp, html_qp = qp_lines(text, cached=True), qp_lines(html, cached=True)
         if body.count(text_qp) != 1 or body.count(html_qp) != 1 or body.find(text_qp) > body.find(html_qp):
             return None
         text_at, html_at = body.find(text_qp), body.find(html_qp)
@@ -365,8 +361,8 @@ class MessageTemplate:
         if not footer or text.count(footer) != 1:
             return None
         start = text.find(footer)
-        spans = _line_spans(text)
-        first, last = _lines_around(spans, start, start + len(footer))
+        spans = line_spans(text)
+        first, last = lines_around(spans, start, start + len(footer))
         line_start, line_end = spans[first][0], spans[last][1]
         head, tail = text[line_start:start], text[start + len(footer) : line_end]
         if holes.marker in head or holes.marker in tail:
@@ -399,10 +395,10 @@ class MessageTemplate:
         holes += [(m.start(), m.end(), "token") for m in re.finditer(re.escape(marks.token), data)]
         holes.sort()
         marker = marks.marker
-        spans = _line_spans(data)
+        spans = line_spans(data)
         by_line: dict[int, list[tuple[int, int, str]]] = {}
         for hole in holes:
-            first, last = _lines_around(spans, hole[0], hole[1])
+            first, last = lines_around(spans, hole[0], hole[1])
             if first != last:
                 return None
             by_line.setdefault(first, []).append(hole)
@@ -411,7 +407,7 @@ class MessageTemplate:
         constant_from = 0
         for number in sorted(by_line):
             line_start, line_end = spans[number]
-            pieces.append(qp_lines(data[constant_from:line_start]))
+            pieces.append(qp_lines(data[constant_from:line_start], cached=True))
             segments: list[bytes | str] = []
             at = line_start
             for start, end, what in by_line[number]:
@@ -420,28 +416,12 @@ class MessageTemplate:
             segments.append(data[at:line_end])
             if any(isinstance(s, bytes) and marker in s for s in segments):
                 return None
-            pieces.append(_spliced_line(tuple(segments)))
+            pieces.append(spliced_line(tuple(segments)))
             constant_from = line_end
-        pieces.append(qp_lines(data[constant_from:]))
+        pieces.append(qp_lines(data[constant_from:], cached=True))
         return pieces
 
 
 def _unstuff(lines: bytes) -> bytes:
     """``message.dot_stuff`` undone."""
     return (lines[1:] if lines.startswith(b".") else lines).replace(b"\r\n..", b"\r\n.")
-
-
-# A hole's kind -> the subscriber's value as that place prints it.
-_HOLE_VALUES: dict[str, Callable[[Personal], bytes]] = {
-    "email_raw": lambda p: p.email.encode("utf-8"),
-    "email_text": lambda p: html_escape(p.email, attribute=False).encode("utf-8"),
-    "email_attribute": lambda p: html_escape(p.email, attribute=True).encode("utf-8"),
-    "token": lambda p: p.token.encode("ascii"),
-}
-
-
-def _spliced_line(segments: tuple[bytes | str, ...]) -> Callable[[Personal, Links], bytes]:
-    def line(personal: Personal, _links: Links) -> bytes:
-        return qp_lines(b"".join(s if isinstance(s, bytes) else _HOLE_VALUES[s](personal) for s in segments))
-
-    return line

@@ -26,18 +26,18 @@ from bot.choose.filters import uses_liked
 from bot.choose.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
 from bot.choose.tagging import TagRules
 from bot.config import Settings
-from bot.domain import DigestKind, DigestState, EntryView, Subscriber, SubscriberStatus
+from bot.domain import DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.links import primary_url
 from bot.mail.message import message_id_for
 from bot.plan.cadence import sends_on
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
+from bot.plan.windows import claimed_in_windows, watermark, window_starts
 from bot.store.engine import transaction
 from bot.store.entry_reads import latest_entry_at
 from bot.store.ledger import (
     DayTaken,
     NewDigest,
     Planned,
-    claimed_from,
     fill_empty_days,
     insert_digests,
     last_scheduled_at,
@@ -46,7 +46,7 @@ from bot.store.ledger import (
 )
 from bot.store.revisions import attach_revisions
 from bot.store.sources import latest_dump_at
-from bot.store.subscribers import set_watermarks, subscribers_after, watermarks
+from bot.store.subscribers import set_watermarks, subscribers_after
 from bot.store.taste import any_models
 from bot.taste.service import refresh_models
 from bot.unsubscribes import journal_of
@@ -106,11 +106,6 @@ class PlanReport:
 
 
 PLAN_BATCH = 1000  # subscribers read, selected for and written per transaction
-
-
-# Entries first seen this long before a watermark are weighed again: an ingest
-# that began before a planning pass but committed after it is not skipped.
-WATERMARK_MARGIN = timedelta(hours=1)
 
 
 def planned_key(subscriber: Subscriber, rules: TagRules) -> str:
@@ -235,8 +230,9 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
         if run.kind is DigestKind.SCHEDULED:
             due, fills = _days_to_plan(session, run, due)
         keys = {s.id: planned_key(s, run.rules) for s, _ in due}
-        starts = _window_starts(session, due, keys)
-        claimed = _claimed(session, due, starts, run.cache, now)
+        oldest = now - timedelta(days=settings.digest.max_age_days)
+        starts = window_starts(session, due, keys, oldest)
+        claimed = claimed_in_windows(session, due, starts, run.cache, now)
         choices: list[NewDigest] = []
         marks: list[tuple[int, datetime, str]] = []
         still_empty: list[int] = []
@@ -256,8 +252,7 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             if taste is not None:
                 candidates = taste.rerank(candidates)
             chosen = candidates[: settings.digest.max_entries]
-            if len(chosen) == len(candidates):
-                marks.append((subscriber.id, now, keys[subscriber.id]))
+            marks.append((subscriber.id, watermark(candidates[len(chosen) :], now, oldest), keys[subscriber.id]))
             state = digest_state(len(chosen), send_empty=settings.digest.send_empty, kind=run.kind)
             fill = fills.get(subscriber.id)
             if state is None or (state is DigestState.EMPTY and fill is not None):
@@ -339,45 +334,6 @@ def digest_state(entries: int, *, send_empty: bool, kind: DigestKind) -> DigestS
     if entries or send_empty:
         return DigestState.QUEUED
     return DigestState.EMPTY if kind is DigestKind.SCHEDULED else None
-
-
-def _window_starts(
-    session: Session, due: list[tuple[Subscriber, date]], keys: dict[int, str]
-) -> dict[int, datetime | None]:
-    """Where each subscriber's window starts: their watermark less a margin when it is
-    valid for their filter and the rules, else None (the whole backfill window).  A
-    filter with ``liked`` has no watermark: its verdict on an entry weighed already
-    changes with the subscriber's model and threshold."""
-    known = watermarks(session, [s.id for s, _ in due])
-    starts: dict[int, datetime | None] = {}
-    for subscriber, _ in due:
-        mark = known.get(subscriber.id)
-        valid = mark and mark[1] == keys[subscriber.id] and not uses_liked(subscriber.filter)
-        starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and valid else None
-    return starts
-
-
-def _claimed(
-    session: Session,
-    due: list[tuple[Subscriber, date]],
-    starts: dict[int, datetime | None],
-    cache: SelectionCache,
-    now: datetime,
-) -> dict[int, set[int]]:
-    """The entries of each subscriber's window that the ledger says they already got.
-
-    The ledger is read per window: the batch's rows of the window's entries
-    (subscribers whose windows start together share the read)."""
-    by_window: dict[datetime | None, tuple[list[EntryView], list[int]]] = {}
-    for subscriber, _ in due:
-        start = effective_start(subscriber, starts[subscriber.id])
-        window = cache.entries(session, start, now)
-        if window:
-            by_window.setdefault(start, (window, []))[1].append(subscriber.id)
-    claimed: dict[int, set[int]] = {}
-    for window, ids in by_window.values():
-        claimed.update(claimed_from(session, ids, [entry.id for entry in window]))
-    return claimed
 
 
 def _write(

@@ -103,13 +103,17 @@ class MaildirBox:
 
 def _move(source: Path, target: Path) -> None:
     """Move a message file, never over another: ``os.link`` refuses a name that is taken
-    (``rename`` would replace that message), and the next free name is used instead."""
+    (``rename`` would replace that message), and the next free name is used instead.  A
+    name taken by this very file (another reader moved it a moment ago) ends the move."""
     base, colon, info = target.name.partition(":")
     for attempt in range(100):
         free = target.parent / f"{base}{'' if attempt == 0 else f'.{attempt}'}{colon}{info}"
         try:
             linked = _link_or_rename(source, free)
         except FileExistsError:
+            if _same_file(source, free):
+                source.unlink(missing_ok=True)
+                return
             continue
         except FileNotFoundError:
             return  # another reader (a second fetcher, a mail client) moved it first
@@ -119,6 +123,13 @@ def _move(source: Path, target: Path) -> None:
             source.unlink(missing_ok=True)
         return
     raise MailboxError(f"inbox.url: cannot move {source}: 100 names like {target.name} are taken")
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(one, other)
+    except OSError:  # one of them is gone: the other reader finished its move
+        return not one.exists()
 
 
 def _link_or_rename(source: Path, target: Path) -> bool:

@@ -42,11 +42,12 @@ from bot.returns.service import read_configured_inbox
 from bot.run.exporter import Exporter
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
-from bot.store.engine import transaction
+from bot.store.engine import refresh_statistics, transaction
 
 log = logging.getLogger(__name__)
 
 DELIVER_EVERY_SECONDS = 5
+STATISTICS_EVERY_HOURS = 6  # the store grows by a day's digests between two
 ELECTION_EVERY_SECONDS = 3
 JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600}
 
@@ -105,6 +106,7 @@ class Daemon:
         deliver_jobs: bool = True,
     ) -> None:
         self.factory = factory
+        self.engine = engine
         self.leadership = Leadership(engine)
         # On SQLite a second worker is refused here, before anything starts.
         self.worker_lock = claim_sqlite_worker(engine) if deliver_jobs else None
@@ -201,6 +203,12 @@ class Daemon:
             if self.deliver_jobs:
                 await self.deliver()
 
+    async def refresh_statistics(self) -> None:
+        """Give SQLite's query planner fresh statistics (``store.engine.refresh_statistics``)."""
+        if self.stop.is_set() or not self.leadership.holds():
+            return
+        await asyncio.to_thread(refresh_statistics, self.engine)
+
     async def read_inbox(self) -> None:
         """Read ``inbox.url``: bounces, complaints and unsubscribe mails (``bot.returns``)."""
         if self.stop.is_set() or not self.leadership.holds() or self._reading.locked():
@@ -262,6 +270,12 @@ class Daemon:
             )
             scheduler.add_job(
                 self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now + timedelta(minutes=1)
+            )
+            scheduler.add_job(
+                self.refresh_statistics,
+                IntervalTrigger(hours=STATISTICS_EVERY_HOURS),
+                id="statistics",
+                next_run_time=now + timedelta(seconds=30),
             )
             if self.settings.inbox.url:
                 every = timedelta(minutes=self.settings.inbox.interval_minutes)

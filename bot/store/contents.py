@@ -1,4 +1,4 @@
-"""Store: what a digest carries, read from the ledger with the entries and the pinned
+"""Store: what a digest carries, read from its body with the entries and the pinned
 summary variants (``ContentCache`` keeps them across a delivery run).  SQL only; never writes."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 from sqlalchemy import Text, func, select, type_coerce
 from sqlalchemy.orm import Session, aliased
 
-from bot.domain import DigestContent, DigestItem, DigestKind, EntryKind, Subscriber, Update
+from bot.domain import DigestContent, DigestItem, EntryKind, Subscriber, Update
 from bot.store.bulk import chunks
-from bot.store.ledger import LedgerRow
-from bot.store.schema import Appearance, Digest, Entry, LedgerEntry
+from bot.store.ledger import ItemRow
+from bot.store.schema import Appearance, BodyItem, Digest, Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import _view as subscriber_view
 
@@ -52,9 +52,9 @@ class ContentCache:
     def __init__(self) -> None:
         self.entries: dict[int, tuple[datetime, Any]] = {}  # id -> (updated_at, row of _ENTRY_COLUMNS)
         self.pinned: dict[tuple[int, int], str] = {}  # (entry, source) -> that source's summary variant
-        self.items: dict[tuple[LedgerRow, datetime], DigestItem] = {}
-        # body_key -> those ledger rows: digests of one body read them once.
-        self.bodies: dict[str, list[LedgerRow]] = {}
+        self.items: dict[tuple[ItemRow, datetime], DigestItem] = {}
+        # body_key -> its items: digests of one body read them once.
+        self.bodies: dict[str, list[ItemRow]] = {}
 
     def load(self, session: Session, entry_ids: list[int]) -> None:
         """Make sure every entry of *entry_ids* and its pinned summary variants are current.
@@ -86,7 +86,7 @@ class ContentCache:
                 else:
                     self.pinned[(entry_id, source_id)] = summary
 
-    def item(self, row: LedgerRow) -> DigestItem:
+    def item(self, row: ItemRow) -> DigestItem:
         entry_id, source_id, why, tags, url, taste = row
         updated_at, entry = self.entries[entry_id]
         key = (row, updated_at)
@@ -115,7 +115,7 @@ class ContentCache:
 
 
 def digest_content(session: Session, digest_id: int) -> DigestContent:
-    """What a digest carries, from the ledger (a resend reads its original's rows)."""
+    """What a digest carries, from its body (a resend shows its original's)."""
     return digest_contents(session, [digest_id])[digest_id]
 
 
@@ -127,11 +127,7 @@ def digest_contents(
     (and by later batches, through *cache*)."""
     cache = cache if cache is not None else ContentCache()
     heads = _heads(session, digest_ids)
-    source_of = {
-        d.digest_id: d.resend_of_id if d.kind == DigestKind.RESEND.value and d.resend_of_id else d.digest_id
-        for d in heads
-    }
-    rows = _rows_by_digest(session, heads, source_of, cache)
+    rows = _rows_by_digest(session, heads, cache)
     cache.load(session, sorted({row[0] for found in rows.values() for row in found}))
     return {
         head.digest_id: DigestContent(
@@ -139,7 +135,7 @@ def digest_contents(
             kind=head.kind,
             local_date=head.local_date,
             subscriber=_as_planned(subscriber_view(head), head),
-            items=tuple(map(cache.item, rows.get(source_of[head.digest_id], ()))),
+            items=tuple(map(cache.item, rows.get(head.digest_id, ()))),
             pending=head.pending_count,
             resend_of=head.resend_of_id,
             updates=_updates(head.original_updates if head.resend_of_id else head.own_updates),
@@ -178,6 +174,7 @@ def _heads(session: Session, digest_ids: Sequence[int]) -> list[Any]:
                 Digest.resend_of_id,
                 Digest.pending_count,
                 Digest.body_key,
+                original.body_key.label("original_body_key"),
                 Digest.updates.label("own_updates"),
                 original.updates.label("original_updates"),  # a resend shows its original's
                 func.coalesce(original.filter, Digest.filter).label("planned_filter"),
@@ -190,46 +187,30 @@ def _heads(session: Session, digest_ids: Sequence[int]) -> list[Any]:
     return heads
 
 
-def _rows_by_digest(
-    session: Session, heads: list[Any], source_of: dict[int, int], cache: ContentCache
-) -> dict[int, list[LedgerRow]]:
-    """The ledger rows each digest (or, for a resend, its original) carries.
-
-    A digest's own ledger rows never change once planned, so one read serves
-    every digest with the same body key (a resend reads its original's)."""
-    keyed = {d.digest_id: d.body_key for d in heads if d.body_key is not None and source_of[d.digest_id] == d.digest_id}
-    first_of: dict[str, int] = {}  # per body not read yet, the one digest whose rows are read
-    for digest_id, key in keyed.items():
-        if key not in cache.bodies:
-            first_of.setdefault(key, digest_id)
-    unread = {source_of[d.digest_id] for d in heads if d.digest_id not in keyed} | set(first_of.values())
-    rows = _ledger_rows(session, sorted(unread))
-    for key, digest_id in first_of.items():
-        cache.bodies[key] = rows.get(digest_id, [])  # a keyed digest has rows: release_entries drops the key
-    for digest_id, key in keyed.items():
-        rows[digest_id] = cache.bodies[key]
-    return rows
-
-
-def _ledger_rows(session: Session, digest_ids: list[int]) -> dict[int, list[LedgerRow]]:
-    rows: dict[int, list[LedgerRow]] = {}
-    for part in chunks(digest_ids):
+def _rows_by_digest(session: Session, heads: list[Any], cache: ContentCache) -> dict[int, list[ItemRow]]:
+    """The items each digest (or, for a resend, its original) carries: its body's, read
+    once for every digest with the same body (and kept in *cache*)."""
+    keys = {head.digest_id: head.original_body_key if head.resend_of_id else head.body_key for head in heads}
+    unread = sorted({key for key in keys.values() if key is not None and key not in cache.bodies})
+    for part in chunks(unread):
         found = session.execute(
             select(
-                LedgerEntry.digest_id,
-                LedgerEntry.entry_id,
-                LedgerEntry.summary_source_id,
-                LedgerEntry.why,
-                type_coerce(LedgerEntry.tags, Text),
-                LedgerEntry.url,
-                LedgerEntry.taste,
+                BodyItem.body_key,
+                BodyItem.entry_id,
+                BodyItem.summary_source_id,
+                BodyItem.why,
+                type_coerce(BodyItem.tags, Text),
+                BodyItem.url,
+                BodyItem.taste,
             )
-            .where(LedgerEntry.digest_id.in_(part))
-            .order_by(LedgerEntry.digest_id, LedgerEntry.position)
+            .where(BodyItem.body_key.in_(part))
+            .order_by(BodyItem.body_key, BodyItem.position)
         )
-        for digest_id, entry_id, source_id, why, tags, url, taste in found:
-            rows.setdefault(digest_id, []).append((entry_id, source_id, why, _tags(tags), url, taste))
-    return rows
+        for key in part:
+            cache.bodies[key] = []
+        for key, entry_id, source_id, why, tags, url, taste in found:
+            cache.bodies[key].append((entry_id, source_id, why, _tags(tags), url, taste))
+    return {digest_id: cache.bodies[key] for digest_id, key in keys.items() if key is not None}
 
 
 @lru_cache(maxsize=4096)

@@ -14,12 +14,12 @@ from sqlalchemy import CursorResult, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestKind, DigestState, ScheduledDay
-from bot.store.bulk import CHUNK, allocate_ids, bulk_insert, chunks
-from bot.store.schema import Digest, LedgerEntry
+from bot.store.bulk import CHUNK, allocate_ids, bulk_insert, chunks, insert_ignoring_conflicts
+from bot.store.schema import BodyItem, Digest, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
 
 # entry, pinned source, why, tags, url, taste (the reader's taste score, None without a model)
-LedgerRow = tuple[int, int | None, str, tuple[str, ...], str, float | None]
+ItemRow = tuple[int, int | None, str, tuple[str, ...], str, float | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,19 +90,22 @@ class NewDigest:
     filter: str | None = None  # the subscriber's filter it was chosen with
 
 
-def body_key(rows: Iterable[LedgerRow]) -> str:
-    """What identifies a digest's items: its ledger rows' content, in order."""
+def body_key(rows: Iterable[ItemRow]) -> str:
+    """What identifies a digest's items: their content, in order (``BodyItem``)."""
     return hashlib.blake2b(repr(tuple(rows)).encode("utf-8"), digest_size=16).hexdigest()
 
 
 class _BodyKeys:
     """``body_key`` per digest of one planner batch, hashed once per distinct
-    list: the subscribers of a filter share their ``Planned`` objects."""
+    list: the subscribers of a filter share their ``Planned`` objects.  Keeps
+    each distinct body's items for ``_insert_bodies``."""
 
     def __init__(self) -> None:
         self.known: dict[tuple[int, ...], tuple[str, Sequence[Planned]]] = {}
 
-    def body(self, entries: Sequence[Planned]) -> str:
+    def body(self, entries: Sequence[Planned]) -> str | None:
+        if not entries:
+            return None
         same = tuple(map(id, entries))
         if same not in self.known:  # the entries are kept in the value, so their ids stay theirs
             self.known[same] = (
@@ -111,11 +114,14 @@ class _BodyKeys:
             )
         return self.known[same][0]
 
+    def bodies(self) -> dict[str, Sequence[Planned]]:
+        return {key: entries for key, entries in self.known.values()}
+
 
 def insert_digests(
     session: Session, digests: Sequence[NewDigest], *, now: datetime, message_id: Callable[[int, NewDigest], str]
 ) -> list[int]:
-    """Insert planned digests and their ledger rows in bulk; their ids, in order.
+    """Insert planned digests, their bodies and ledger rows in bulk; their ids, in order.
     *message_id* makes each Message-ID from the digest's new id."""
     ids = list(allocate_ids(session, Digest.__table__, len(digests)))
     keys = _BodyKeys()
@@ -141,7 +147,7 @@ def insert_digests(
                 "last_error": None,
                 "planned_at": now,
                 "sent_at": None,
-                "body_key": keys.body(d.entries) if d.entries else None,
+                "body_key": keys.body(d.entries),
                 "nothing_at": now if d.state is DigestState.EMPTY else None,
                 "checked_at": now if d.state is DigestState.EMPTY else None,
                 "filter": d.filter,
@@ -149,30 +155,43 @@ def insert_digests(
             for digest_id, d in zip(ids, digests, strict=True)
         ],
     )
+    _insert_bodies(session, keys.bodies())
     _insert_ledger(session, list(zip(ids, digests, strict=True)))
     return ids
 
 
-def _insert_ledger(session: Session, digests: Sequence[tuple[int, NewDigest]]) -> None:
-    # Built and written a chunk at a time: a batch of 1,000 subscribers has ~30,000
-    # rows, and as dicts at once they were the planner's peak memory.
-    ledger = (
+def _insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> None:
+    """The items of each body not stored yet (an earlier batch or day may have it)."""
+    stored: set[str] = set()
+    for part in chunks(sorted(bodies)):
+        stored.update(session.scalars(select(BodyItem.body_key).where(BodyItem.body_key.in_(part)).distinct()))
+    rows = [
         {
-            "subscriber_id": d.subscriber_id,
-            "entry_id": p.entry_id,
-            "digest_id": digest_id,
+            "body_key": key,
             "position": n,
-            # The same tuple for every subscriber of a filter: encoded to JSON once (bulk_insert).
+            "entry_id": p.entry_id,
             "summary_source_id": p.summary_source_id,
             "why": p.why,
+            # The same tuple for every body of a filter: encoded to JSON once (bulk_insert).
             "tags": p.tags,
             "url": p.url,
             "taste": p.taste,
         }
+        for key, entries in bodies.items()
+        if key not in stored
+        for n, p in enumerate(entries)
+    ]
+    insert_ignoring_conflicts(session, BodyItem.__table__, rows)  # another planner may write one meanwhile
+
+
+def _insert_ledger(session: Session, digests: Sequence[tuple[int, NewDigest]]) -> None:
+    # Written a chunk at a time: a batch of 1,000 subscribers has ~30,000 rows.
+    ledger = (
+        {"entry_id": p.entry_id, "subscriber_id": d.subscriber_id, "digest_id": digest_id}
         for digest_id, d in digests
-        for n, p in enumerate(d.entries)
+        for p in d.entries
     )
-    while part := list(itertools.islice(ledger, 5_000)):
+    while part := list(itertools.islice(ledger, 10_000)):
         bulk_insert(session, LedgerEntry.__table__, part)
 
 
@@ -250,13 +269,14 @@ def fill_empty_days(
                     pending_count=d.pending,
                     planned_at=now,
                     checked_at=now,
-                    body_key=keys.body(d.entries) if d.entries else None,
+                    body_key=keys.body(d.entries),
                     filter=d.filter,
                 )
             ),
         )
         if result.rowcount != 1:
             raise DayTaken(f"digest #{digest_id} is no longer empty")
+    _insert_bodies(session, keys.bodies())
     _insert_ledger(session, digests)
 
 
@@ -273,7 +293,9 @@ def create_digest(
     resend_of: int | None = None,
     pending: int = 0,
 ) -> int:
-    """Insert a digest and (except for resends, which reuse the original's) its ledger rows."""
+    """Insert a digest and (except for resends, which show the original's) its body
+    and ledger rows."""
+    keys = _BodyKeys()
     digest = Digest(
         subscriber_id=subscriber_id,
         local_date=local_date,
@@ -286,28 +308,14 @@ def create_digest(
         entry_count=len(entries) if kind is not DigestKind.RESEND else entry_count_of(session, resend_of),
         pending_count=pending,
         planned_at=now,
+        body_key=keys.body(entries) if kind is not DigestKind.RESEND else None,
     )
     session.add(digest)
     session.flush()
     if kind is not DigestKind.RESEND:
-        bulk_insert(
-            session,
-            LedgerEntry.__table__,
-            [
-                {
-                    "subscriber_id": subscriber_id,
-                    "entry_id": p.entry_id,
-                    "digest_id": digest.id,
-                    "position": n,
-                    "summary_source_id": p.summary_source_id,
-                    "why": p.why,
-                    "tags": list(p.tags),
-                    "url": p.url,
-                    "taste": p.taste,
-                }
-                for n, p in enumerate(entries)
-            ],
-        )
+        _insert_bodies(session, keys.bodies())
+        new = NewDigest(subscriber_id, local_date, kind, state, entries, pending)
+        _insert_ledger(session, [(digest.id, new)])
     return digest.id
 
 

@@ -262,7 +262,7 @@ class Digest(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     planned_at: Mapped[datetime] = mapped_column(UTCDateTime)
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # store.digests.body_key of the ledger rows (NULL: not known, read them).
+    # Its items (``BodyItem``); NULL for a digest without any (empty, or a resend: its original's).
     body_key: Mapped[str | None] = mapped_column(String(32))
     # A scheduled day the planner found with nothing new: when it first did, and when it
     # last looked again (the day stays open until schedule.day_closes_hour).
@@ -296,9 +296,8 @@ class Digest(Base):
 
 class LedgerEntry(Base):
     """Subscriber × entry -> the digest that carried it.  Unique per subscriber
-    and entry: an entry is claimed by exactly one (non-resend) digest.  The
-    summary variant is pinned by ``summary_source_id`` so a resend carries the
-    same text even after the entry's summary changed.
+    and entry: an entry is claimed by exactly one (non-resend) digest.  What the
+    digest showed of the entry is its body's (``BodyItem``, by ``digests.body_key``).
 
     The key is entry first: a day's rows are all for that day's entries, so
     planning writes and reads the end of each new entry's range.  Subscriber
@@ -306,21 +305,37 @@ class LedgerEntry(Base):
     as the history, and planning slowed down as the history grew
     (``bench/plan.py``).  ``subscriber_id`` is the digest's subscriber, so
     it has no foreign key of its own (that would need a second index led by
-    it): deleting a subscriber deletes their digests, and those their rows."""
+    it): deleting a subscriber deletes their digests, and those their rows.
+    Without a rowid on SQLite: the key is the table, not a second copy of it."""
 
     __tablename__ = "ledger"
-    __table_args__ = (PrimaryKeyConstraint("entry_id", "subscriber_id"),)
+    __table_args__ = (PrimaryKeyConstraint("entry_id", "subscriber_id"), {"sqlite_with_rowid": False})
 
-    subscriber_id: Mapped[int] = mapped_column(Integer)
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))
+    subscriber_id: Mapped[int] = mapped_column(Integer)
     digest_id: Mapped[int] = mapped_column(ForeignKey("digests.id", ondelete="CASCADE"), index=True)
-    position: Mapped[int] = mapped_column(Integer)
-    summary_source_id: Mapped[int | None] = mapped_column(ForeignKey("sources.id"))
-    why: Mapped[str] = mapped_column(Text)
-    tags: Mapped[list[str]] = mapped_column(JSON)  # as shown, so a resend shows the same
-    url: Mapped[str] = mapped_column(Text)  # where the title links, pinned likewise
     # When a revision of the entry was last told to the subscriber (migration 0012).
     reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class BodyItem(Base):
+    """One item of a digest body, in order: what digests with this ``body_key`` show of
+    one entry.  The subscribers of one filter get the same items on one day, so an
+    item is stored once per body, not once per subscriber (it was most of the
+    ledger's bytes: a day of 20,000 subscribers wrote 124 MB).  The summary variant is
+    pinned by ``summary_source_id``, the tags and link as shown, so a resend carries
+    the same even after the entry changed.  Never changed once written (migration 0019)."""
+
+    __tablename__ = "body_items"
+    __table_args__ = (PrimaryKeyConstraint("body_key", "position"),)
+
+    body_key: Mapped[str] = mapped_column(String(32))
+    position: Mapped[int] = mapped_column(Integer)
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), index=True)
+    summary_source_id: Mapped[int | None] = mapped_column(ForeignKey("sources.id"))
+    why: Mapped[str] = mapped_column(Text)
+    tags: Mapped[list[str]] = mapped_column(JSON)
+    url: Mapped[str] = mapped_column(Text)  # where the title links
     # The subscriber's taste score for the entry when it was planned; NULL without a model (0017).
     taste: Mapped[float | None] = mapped_column(Float)
 

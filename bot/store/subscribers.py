@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.store.bulk import bulk_insert, chunks
+from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
 
 
@@ -205,5 +206,11 @@ def set_send_updates(session: Session, subscriber_id: int, on: bool, now: dateti
 
 
 def purge_subscriber(session: Session, subscriber_id: int) -> None:
-    """Delete the row and everything that refers to it (privacy requests)."""
+    """Delete the row and everything that refers to it (privacy requests), and the
+    digest bodies no other digest shows (a why line may name a paper of their library)."""
+    query = select(Digest.body_key).where(Digest.subscriber_id == subscriber_id, Digest.body_key.is_not(None))
+    keys = sorted({key for key in session.scalars(query) if key is not None})
     session.execute(delete(SubscriberRow).where(SubscriberRow.id == subscriber_id))
+    for part in chunks(keys):
+        shared = select(Digest.id).where(Digest.body_key == BodyItem.body_key).exists()
+        session.execute(delete(BodyItem).where(BodyItem.body_key.in_(part), ~shared))

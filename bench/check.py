@@ -47,7 +47,7 @@ CHECKS = (
     Check(
         "send, end to end / smtp-source, 5,000 subscribers",
         ("bench/send.py", "--subscribers", "5000", "--baseline", "100"),
-        r"= ([\d.]+) x smtp-source",
+        r"end to end \(plan, then send\): [\d,]+ digests/s = ([\d.]+) x smtp-source",
         needs="smtp-sink",
     ),
     Check(

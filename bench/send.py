@@ -19,11 +19,15 @@ distinct expressions with a Zipf-like popularity, then prints:
     the delivery, half just after, so that a drift of the machine's speed evens out), and to a naive
     sender (per subscriber: Jinja render + EmailMessage + send on one aiosmtplib
     connection) measured on --baseline subscribers;
+  * messages/s of the SMTP path alone (the same pool sending one prepared message
+    of the average size, nothing built or recorded), against smtp-source;
   * peak RSS of the process that runs the daily cycle (plan, render, send), started fresh
     after set-up as `digestbot worker` would be, and of this process during set-up (it
     generates the subscribers and the day's dump, which no digestbot process does).
 
 --no-send stops after plan and render (for memory runs at large N).
+--templates DIR renders with another templates folder (a copy without one feature
+prices that feature per message).
 --dkim plans, then renders every message three times, unsigned and DKIM-signed with an
 RSA-2048 and an Ed25519 key (dkim.*), and prints what signing costs per message
 (needs openssl for the RSA key); it sends nothing.
@@ -202,6 +206,33 @@ def smtp_source_rate(port: int, count: int, size: int, sessions_: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+def wire_rate(port: int, count: int, size: int, sessions_: int) -> float:
+    """Messages/s of the delivery's SMTP path alone: one prepared message of *size*
+    bytes sent *count* times over a pool of *sessions_* connections, nothing built,
+    nothing recorded (what the sender could do if building and the store cost nothing)."""
+    from pydantic import SecretStr
+
+    from bot.config import SmtpConfig
+    from bot.delivery.smtp import SmtpPool
+    from bot.mail.message import prepared
+
+    line = b"x" * 74 + b"\r\n"
+    message = prepared(b"Subject: wire\r\n\r\n" + line * max(1, size // len(line)))
+    assert message is not None
+
+    async def run() -> float:
+        config = SmtpConfig(host="127.0.0.1", port=port, tls="none", pool_size=sessions_, timeout_seconds=60)
+        async with SmtpPool(config, SecretStr("")) as pool:
+            started = time.perf_counter()
+            sends = (pool.send("bench@bench.example", f"r{n}@bench.example", message) for n in range(count))
+            results = await asyncio.gather(*sends)
+            elapsed = time.perf_counter() - started
+        assert all(r.outcome == "sent" for r in results), results[0]
+        return count / elapsed
+
+    return asyncio.run(run())
+
+
 def naive_rate(factory, settings: Settings, ids: list[int], port: int) -> float:
     """Per subscriber: Jinja render + EmailMessage + serialize, sent on one aiosmtplib connection."""
     mailer = Mailer(settings)
@@ -303,6 +334,11 @@ def daily_cycle(path: str, settings: Settings, args: argparse.Namespace, setup_r
             f"smtp-source, {args.sessions} sessions, {size / 1000:.1f} KB: {source:,.0f} messages/s "
             f"({before:,.0f} before the delivery, {after:,.0f} after)"
         )
+        wire = wire_rate(port, half, int(size), args.sessions)
+        print(
+            f"the SMTP path alone (one prepared message, nothing built or recorded): {wire:,.0f} messages/s "
+            f"= {wire / source:.2f} x smtp-source"
+        )
         with transaction(factory) as session:  # requeue a sample for the naive sender
             sample = list(
                 session.scalars(
@@ -336,6 +372,9 @@ def main() -> None:
     parser.add_argument("--baseline", type=int, default=1000, help="subscribers for the naive sender's rate")
     parser.add_argument("--build-processes", type=int, default=1, help="digest.build_processes for the send phase")
     parser.add_argument("--sqlite-cache-mb", type=int, default=64, help="database.sqlite_cache_mb")
+    parser.add_argument(
+        "--templates", type=Path, default=ROOT / "templates", help="paths.templates_dir (to price a template change)"
+    )
     parser.add_argument("--no-send", action="store_true")
     parser.add_argument("--dkim", action="store_true", help="the cost of DKIM signing (RSA and Ed25519); sends nothing")
     args = parser.parse_args()
@@ -350,7 +389,7 @@ def main() -> None:
         port = free_port()
         settings = Settings.model_validate(
             {
-                "paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
+                "paths": {"var_dir": str(folder / "var"), "templates_dir": str(args.templates)},
                 "smtp": {"port": port, "pool_size": args.sessions, "timeout_seconds": 60},
                 "digest": {"build_processes": args.build_processes},
                 "database": {"sqlite_cache_mb": args.sqlite_cache_mb},

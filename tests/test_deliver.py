@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import aiosmtplib
 import pytest
@@ -11,9 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.config import SmtpConfig
-from bot.delivery.smtp import Outcome, SmtpPool, _can_send_prepared, _unstuffed, transmit
+from bot.delivery.loop import RECORD_EVERY, RECORD_SECONDS, _Outcomes
+from bot.delivery.smtp import Outcome, SendResult, SmtpPool, _can_send_prepared, _unstuffed, transmit
 from bot.mail.message import Prepared, prepared
 from bot.sink import Fault, Sink, SinkHandler
+from bot.store.digests import DigestRow
 
 _lines = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"")), max_size=30)
 
@@ -133,3 +136,30 @@ def test_plain_addresses_are_quoted_as_aiosmtplib_quotes_them() -> None:
         ".a@example.org",
     ):
         assert not _PLAIN_ADDRESS.fullmatch(odd), odd
+
+
+def test_outcomes_are_written_in_groups_on_time_and_a_failed_write_is_raised() -> None:
+    sent = SendResult(Outcome.SENT, 250, "ok")
+    row = cast(DigestRow, object())
+
+    async def scenario() -> None:
+        writes: list[int] = []
+        outcomes = _Outcomes(lambda done: writes.append(len(done)))
+        for _ in range(RECORD_EVERY + 1):
+            outcomes.add(row, sent)
+        assert writes == [RECORD_EVERY]  # a full group at once, the next one waits ...
+        await asyncio.sleep(RECORD_SECONDS * 2)
+        assert writes == [RECORD_EVERY, 1]  # ... at most RECORD_SECONDS
+        outcomes.write()
+        assert writes == [RECORD_EVERY, 1]  # nothing left: no empty write
+
+        def broken(done: object) -> None:
+            raise OSError("disk full")
+
+        failing = _Outcomes(broken)
+        failing.add(row, sent)
+        await asyncio.sleep(RECORD_SECONDS * 2)  # fails on the timer, where nobody sees it ...
+        with pytest.raises(OSError, match="disk full"):
+            failing.write()  # ... so the batch's last write raises it
+
+    asyncio.run(scenario())

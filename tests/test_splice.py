@@ -22,12 +22,13 @@ from markupsafe import escape
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
-from bot.config import Settings
+from bot.config import SenderConfig, Settings
+from bot.domain import RenderedDigest
 from bot.ingest.service import ingest_file
 from bot.mail.chunks import ChunkPool
 from bot.mail.lines import folded, html_escape, plain_line, to_line
 from bot.mail.mailer import Mailer
-from bot.mail.message import POLICY, prepared
+from bot.mail.message import POLICY, Headers, build_message, message_bytes, prepared
 from bot.mail.splice import MessageTemplate, Personal
 from bot.plan import plan
 from bot.store.contents import digest_content
@@ -225,6 +226,37 @@ def test_plain_header_lines_are_what_the_email_package_writes(value: str, ident:
         ("Message-ID", f"<digest.{ident}.{ident:012x}@{domain}>"),
     ):
         assert plain_line(name, text) == POLICY.fold_binary(*POLICY.header_store_parse(name, text)), name
+
+
+_HEADERS = Headers(
+    to_name="Ada",
+    to_address="ada@example.org",
+    message_id="<m@example.org>",
+    date=datetime(2026, 1, 2, tzinfo=UTC),
+    list_unsubscribe=("https://x.example/u/t",),
+)
+
+
+@given(
+    text=st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=400)
+    | st.lists(
+        st.sampled_from(["", " ", "=", ".", "\t", "a" * 75, "\u00e9" * 30, "\r", "\n", "\r\n", "\x85", "\x0c"])
+    ).map("".join),
+    subtype=st.sampled_from(["plain", "html"]),
+)
+def test_parts_from_cached_lines_are_what_the_email_package_writes(text: str, subtype: str) -> None:
+    from email.message import EmailMessage
+
+    from bot.mail.message import PART_POLICY
+    from bot.mail.qp import text_part
+
+    ours, theirs = EmailMessage(policy=PART_POLICY), EmailMessage(policy=PART_POLICY)
+    ours.set_content(text, subtype=subtype, charset="utf-8", cte="quoted-printable", content_manager=text_part)
+    theirs.set_content(text, subtype=subtype, charset="utf-8", cte="quoted-printable")
+    assert ours.as_bytes(policy=POLICY) == theirs.as_bytes(policy=POLICY)
+    whole = build_message(RenderedDigest(subject=text[:50], text=text, html=text), _HEADERS, SenderConfig())
+    whole.preamble = text.encode("ascii", "ignore").decode()  # through the same line writer, "\r" and all
+    assert message_bytes(whole) == whole.as_bytes()
 
 
 _INLINER = css_inline.CSSInliner(keep_style_tags=False, load_remote_stylesheets=False, extra_css="p { color: red }")
@@ -450,7 +482,7 @@ def test_a_token_line_is_filled_as_encoding_it_would_at_every_soft_break() -> No
     them: checked against encoding the line itself, with the token at every offset
     around the soft line breaks, twice in a line, for tokens of several lengths."""
     from bot.mail.holes import TokenLine
-    from bot.mail.lines import qp_lines
+    from bot.mail.qp import qp_lines
     from bot.mail.render import Links
     from bot.mail.splice import MessageTemplate, Personal
 

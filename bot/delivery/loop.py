@@ -15,7 +15,6 @@ import functools
 import logging
 import os
 import socket
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -190,39 +189,56 @@ async def _send_batch(
     report = DeliverReport()
     record = functools.partial(_record, factory, settings, worker=worker, report=report, metrics=metrics)
     built = await asyncio.to_thread(_without_leavers, factory, built, worker=worker, now=clock(), report=report)
-    results: asyncio.Queue[tuple[DigestRow, SendResult | BaseException]] = asyncio.Queue()
-
-    async def send(message: Built) -> None:
-        try:
-            results.put_nowait((message.row, await pool.send(message.sender, message.recipient, message.data)))
-        except Exception as exc:  # a bug, not an SMTP outcome: the loop below raises it
-            results.put_nowait((message.row, exc))
-
-    jobs = [asyncio.ensure_future(send(b)) for b in built]
     # Recorded as sends finish, not in batch order: what a crash can send twice
     # is only what the server accepted and was not yet recorded.
-    done: list[tuple[DigestRow, SendResult]] = []
-    first_done_at = 0.0
-    for _ in range(len(jobs)):
-        wait = None if not done else max(0.0, first_done_at + RECORD_SECONDS - time.monotonic())
-        try:
-            outcome = await asyncio.wait_for(results.get(), wait)
-        except TimeoutError:
-            record(done, now=clock())
-            done = []
-            outcome = await results.get()
-        if isinstance(outcome[1], BaseException):
-            record(done, now=clock())
-            raise outcome[1]
-        if not done:
-            first_done_at = time.monotonic()
-        done.append((outcome[0], outcome[1]))
-        if len(done) >= RECORD_EVERY:
-            record(done, now=clock())
-            done = []
-    record(done, now=clock())
-    await asyncio.gather(*jobs)  # all finished: surfaces an unexpected error instead of losing it
+    outcomes = _Outcomes(lambda done: record(done, now=clock()))
+
+    async def send(message: Built) -> None:
+        outcomes.add(message.row, await pool.send(message.sender, message.recipient, message.data))
+
+    try:
+        # An exception here is a bug, not an SMTP outcome (those are results): raised.
+        await asyncio.gather(*(send(b) for b in built))
+    finally:
+        outcomes.write()
     return report
+
+
+class _Outcomes:
+    """Send results waiting to be written: written RECORD_EVERY at a time, or
+    RECORD_SECONDS after the first of them came in, whichever is sooner.  A write
+    that fails on the timer is raised by the next ``add`` or ``write``, as a write
+    that fails there is."""
+
+    def __init__(self, write: Callable[[list[tuple[DigestRow, SendResult]]], None]) -> None:
+        self._write = write
+        self._waiting: list[tuple[DigestRow, SendResult]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._failed: BaseException | None = None
+
+    def add(self, row: DigestRow, result: SendResult) -> None:
+        self._waiting.append((row, result))
+        if self._failed is not None or len(self._waiting) >= RECORD_EVERY:
+            self.write()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(RECORD_SECONDS, self._on_time)
+
+    def write(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._failed is not None:
+            raise self._failed
+        waiting, self._waiting = self._waiting, []
+        if waiting:
+            self._write(waiting)
+
+    def _on_time(self) -> None:
+        self._timer = None
+        try:
+            self.write()
+        except Exception as exc:  # noqa: BLE001 - raised again where a caller can see it
+            self._failed = exc
 
 
 def _without_leavers(

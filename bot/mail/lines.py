@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 from email.headerregistry import Address
-from email.quoprimime import body_encode
 from functools import lru_cache
 
-from bot.mail.message import POLICY, QP_LINE_LENGTH, display_name
+from bot.mail.message import POLICY, display_name
 
 # Values the email package writes verbatim (checked against it in tests/test_splice.py).
 _SIMPLE_NAME = re.compile(r"[A-Za-z0-9]+(?: [A-Za-z0-9]+)*")
@@ -29,26 +28,6 @@ def html_escape(value: str, *, attribute: bool) -> str:
     if attribute:
         return value.replace('"', "&quot;")
     return value.replace("<", "&lt;").replace(">", "&gt;")
-
-
-# Quoted-printable lines as build_message writes them.
-_QP_LINE_LENGTH = QP_LINE_LENGTH
-
-
-def _qp_line(line: bytes) -> bytes:
-    return body_encode(line.decode("latin-1"), _QP_LINE_LENGTH, "\r\n").encode("ascii") + b"\r\n"
-
-
-# Lines that repeat: the per-subscriber footer lines across a body's subscribers, and
-# a day's bodies, which share most of their lines (the same entries).  Bounded: about
-# 15 MB at most.
-_qp_line_cached = lru_cache(maxsize=32768)(_qp_line)
-
-
-def qp_lines(data: bytes, *, cached: bool = False) -> bytes:
-    """Quoted-printable as the email package encodes a text part, CRLF line ends
-    (each line's encoding depends on that line alone)."""
-    return b"".join(map(_qp_line_cached if cached else _qp_line, data.splitlines()))
 
 
 def folded(name: str, value: object) -> bytes:

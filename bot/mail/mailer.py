@@ -26,7 +26,15 @@ from bot.domain import DeliverReport, DigestContent, DigestKind, DigestState, Su
 from bot.mail.chunks import ChunkPool
 from bot.mail.dkim import signer_of
 from bot.mail.holes import Personal, footer_allows_substitution, templates_allow_splicing
-from bot.mail.message import Headers, Prepared, build_message, envelope_address, envelope_for, prepared
+from bot.mail.message import (
+    Headers,
+    Prepared,
+    build_message,
+    envelope_address,
+    envelope_for,
+    message_bytes,
+    prepared,
+)
 from bot.mail.render import Keywords, Links, Renderer, period_words, web_links
 from bot.mail.splice import MessageTemplate
 from bot.mail.verp import return_path
@@ -161,7 +169,7 @@ class Mailer:
         )
         message = build_message(rendered, headers, self.settings.sender)
         envelope = envelope_for(headers, self.settings.sender)
-        data = message.as_bytes()
+        data = message_bytes(message)
         return (self.signer.sign(data) if self.signer else data), self.return_path(row.id), envelope.recipient
 
     def build(

@@ -220,6 +220,8 @@ def personal_context(email: str, links: Links) -> dict[str, object]:
 class Renderer:
     """Templates and stylesheet loaded once; ``render`` is called per digest."""
 
+    SHOWN_ITEMS = 4096  # entries kept as shown (a day has a few hundred)
+
     def __init__(
         self,
         templates_dir: Path,
@@ -233,6 +235,8 @@ class Renderer:
         top_picks: int = 0,
     ) -> None:
         self.search_url = search_url
+        # Each entry as shown, by entry and marks: a day's bodies share most entries.
+        self._shown: dict[tuple[DigestItem, re.Pattern[str] | None], dict[str, object]] = {}
         self.top_picks = top_picks  # "Top picks for you" above the contents, for a reader with a model
         # Whose links the budget is measured with: the longest a subscriber of *public_url* has.
         self.measured_links = web_links(public_url, _LONGEST_TOKEN) if public_url else Links("", None)
@@ -289,6 +293,16 @@ class Renderer:
         return context
 
     def _item(self, ref: int, item: DigestItem, marks: re.Pattern[str] | None) -> dict[str, object]:
+        shown = self._shown.get((item, marks))
+        if shown is None:
+            if len(self._shown) >= self.SHOWN_ITEMS:
+                self._shown.clear()
+            shown = self._shown[item, marks] = self._shown_item(item, marks)
+        summary_text, cut = shown["summary_text"], shown["cut"]
+        return {**shown, "ref": ref, "summary_text": f"{summary_text} (more: [{ref}])" if cut else summary_text}
+
+    def _shown_item(self, item: DigestItem, marks: re.Pattern[str] | None) -> dict[str, object]:
+        """What the templates show of *item*, but its number in the digest."""
         url = primary_url(item, self.search_url)
         summary = summary_of(item, self.summary_chars, marks, remote_images=self.remote_images)
         description = dict(item.extra).get("description", "") if item.kind is EntryKind.REPO else ""
@@ -296,12 +310,11 @@ class Renderer:
             "title": title_text(item.title),
             "title_html": title_html(item.title, marks),
             "url": url,
-            "ref": ref,
             "byline": byline(item),
             "side_links": side_links(item),
             "description": title_text(description),
             "description_html": title_html(description, marks),
-            "summary_text": summary.text + (f" (more: [{ref}])" if summary.cut else ""),
+            "summary_text": summary.text,
             "summary_html": summary.html,
             "cut": summary.cut,
             "tags": list(item.tags),

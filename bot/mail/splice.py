@@ -43,8 +43,9 @@ from bot.mail.holes import (
     lines_around,
     spliced_line,
 )
-from bot.mail.lines import date_line, html_escape, plain_line, qp_lines, to_line
-from bot.mail.message import Headers, Prepared, build_message, dot_stuff, prepared
+from bot.mail.lines import date_line, html_escape, plain_line, to_line
+from bot.mail.message import Headers, Prepared, build_message, dot_stuff, message_bytes, prepared
+from bot.mail.qp import qp_lines
 from bot.mail.render import Links, Renderer, personal_context
 
 LinksFor = Callable[[str], tuple[Links, tuple[str, ...]]]  # token -> (footer links, List-Unsubscribe URIs)
@@ -160,7 +161,7 @@ class _ProbeMessage:
             date=personal.date,
             list_unsubscribe=list_unsubscribe,
         )
-        message = build_message(rendered, headers, sender).as_bytes()
+        message = message_bytes(build_message(rendered, headers, sender))
         return cls(rendered, footer, context, message, list_unsubscribe)
 
 

@@ -8,9 +8,7 @@ environment or from a file named by ``smtp.password_file``.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +24,7 @@ from pydantic_settings import (
 from bot.config_errors import ENV_PREFIX
 from bot.config_errors import ConfigError as ConfigError  # where the rest of bot imports them from
 from bot.config_errors import read_secret_file as read_secret_file
+from bot.config_values import address_or_network, dns_name, greeting_name
 from bot.shipped import TAG_RULES, TEMPLATES, shipped
 from bot.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url
 
@@ -113,6 +112,8 @@ class SmtpConfig(_Section):
     retry_max_seconds: float = Field(3600.0, gt=0)
     bounce_codes: list[int] = [550, 551, 553]
     bounce_threshold: int = Field(1, ge=1)  # permanent failures with those codes before "bounced"
+    # The name EHLO gives; "" chooses one (bot.delivery.smtp.helo_name), never "localhost".
+    helo_name: Annotated[str, AfterValidator(greeting_name)] = ""
 
     def resolved_password(self) -> SecretStr:
         """The password from the env, else from ``password_file``; never logged."""
@@ -195,14 +196,6 @@ class DigestConfig(_Section):
     top_picks: int = Field(3, ge=0, le=10)
 
 
-def _network(value: str) -> str:
-    try:
-        ipaddress.ip_network(value.strip(), strict=False)
-        return value.strip()
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IP address or network (e.g. 127.0.0.1 or 10.0.0.0/8)") from None
-
-
 class WebConfig(_Section):
     # e.g. "https://digest.example.org": enables https List-Unsubscribe and manage links.
     public_url: str = ""
@@ -236,27 +229,34 @@ class WebConfig(_Section):
     signups_per_hour: int = Field(10, ge=1)
     # The reverse proxies (addresses or networks) whose X-Forwarded-For and
     # X-Forwarded-Proto are believed; from anyone else those headers are ignored.
-    trusted_proxies: list[Annotated[str, AfterValidator(_network)]] = []
+    trusted_proxies: list[Annotated[str, AfterValidator(address_or_network)]] = []
     # A request's headers must arrive within this long; at most max_connections are
     # open at once (fewer where the process may open fewer files).
     header_timeout_seconds: float = Field(10.0, gt=0, le=300)
     max_connections: int = Field(1000, ge=8)
 
 
+DnsName = Annotated[str, AfterValidator(dns_name)]
+DkimAlgorithm = Literal["rsa-sha256", "ed25519-sha256"]
+
+
+class DkimKey(_Section):
+    """One more key every message is signed with, for the same domain."""
+
+    selector: DnsName
+    key_file: Path
+    algorithm: DkimAlgorithm = "ed25519-sha256"
+
+
 class DkimConfig(_Section):
     # DKIM-sign every message (off while domain is empty; most relays sign for you).
-    domain: str = ""
-    selector: str = ""
+    domain: DnsName = ""
+    selector: DnsName = ""
     key_file: Path | None = None  # RSA: a PEM private key; Ed25519: dknewkey's base64 key
-    algorithm: Literal["rsa-sha256", "ed25519-sha256"] = "rsa-sha256"
-
-    @field_validator("domain", "selector")
-    @classmethod
-    def _dns_label(cls, value: str) -> str:
-        # They go into the DKIM-Signature header and name a DNS record.
-        if value and not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?", value):
-            raise ValueError("must be a DNS name: letters, digits, dots, hyphens and underscores")
-        return value
+    algorithm: DkimAlgorithm = "rsa-sha256"
+    # More signatures on every message (RFC 8463: RSA and Ed25519 together, since not
+    # every verifier knows Ed25519), each [[dkim.additional_keys]] with its own selector.
+    additional_keys: list[DkimKey] = []
 
 
 class InboxConfig(_Section):

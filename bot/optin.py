@@ -160,7 +160,7 @@ async def send(settings: Settings, outgoing: Outgoing) -> bool:
     """Send one sign-up mail over the configured SMTP; whether it was accepted."""
     from bot.delivery.smtp import Outcome, SmtpPool
 
-    async with SmtpPool(settings.smtp, settings.smtp.resolved_password()) as pool:
+    async with SmtpPool.of(settings) as pool:
         result = await pool.send(envelope_address(settings.sender.from_address), outgoing.recipient, outgoing.data)
     if result.outcome is not Outcome.SENT:
         log.warning("sign-up mail not sent: %s %s", result.code or "", result.detail)

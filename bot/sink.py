@@ -92,6 +92,7 @@ class Received:
     sender: str
     recipients: list[str]
     data: bytes
+    helo: str = ""  # the name the client greeted with (EHLO or HELO)
 
     @property
     def message(self) -> email.message.EmailMessage:
@@ -154,7 +155,7 @@ class SinkHandler:
         data = envelope.original_content or envelope.content
         if isinstance(data, str):
             data = data.encode("utf-8")
-        received = Received(envelope.mail_from, list(envelope.rcpt_tos), data)
+        received = Received(envelope.mail_from, list(envelope.rcpt_tos), data, session.host_name or "")
         with self.lock:
             self.received.append(received)
             number = self.first_number + len(self.received)

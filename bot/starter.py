@@ -1,5 +1,6 @@
 """``digestbot init``: an operator's editable copy of the shipped configuration, tag
-rules, example subscribers and templates, in a folder of their choice.
+rules, example subscribers and templates, in a folder of their choice, with the
+(empty) dump folder its configuration names.
 
 Writes only into the folder it is given and never overwrites a file unless told to.
 """
@@ -16,7 +17,10 @@ from bot.shipped import EXAMPLE_CONFIG, EXAMPLE_SUBSCRIBERS, TAG_RULES, TEMPLATE
 _USE_COPIES = (
     ('# templates_dir = "templates"', 'templates_dir = "templates"'),
     ('# tags_file = "config/tags.toml"', 'tags_file = "config/tags.toml"'),
+    ('dump_dir = "seeds"', 'dump_dir = "dumps"'),  # the shipped demo reads seeds/; a site starts empty
 )
+# Folders the starter's config names, made empty beside it.
+STARTER_FOLDERS = ("dumps",)
 
 
 class StarterExists(Exception):
@@ -53,4 +57,6 @@ def write_starter(folder: Path, *, overwrite: bool = False) -> list[Path]:
         else:
             shutil.copyfile(source, target)
         written.append(target)
+    for name in STARTER_FOLDERS:
+        (folder / name).mkdir(parents=True, exist_ok=True)
     return written

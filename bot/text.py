@@ -9,8 +9,6 @@ import os
 import re
 from email.policy import default as _default_policy
 
-import nh3
-
 # C0/C1 controls and the Unicode line/paragraph separators: never part of a name,
 # title, tag or address, and a way to smuggle line breaks into a mail header.  Lone
 # surrogates too: they stand for bytes that were not UTF-8 and cannot be stored.
@@ -18,6 +16,13 @@ CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]"
 # A whole http(s) link: no whitespace, quotes, angle brackets or control characters
 # (brackets are fine: DOI URLs have them).
 _WEB_URL = re.compile(r"https?://[^\s<>\"'\x00-\x1f\x7f]+", re.IGNORECASE)
+
+
+def plural(count: int, noun: str, many: str = "") -> str:
+    """``1 entry``, ``2 entries``: *many* when adding an s is wrong."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {many or noun + 's'}"
 
 
 def one_line(text: str | None) -> str:
@@ -118,4 +123,6 @@ def urls_in(text: str) -> tuple[str, ...]:
 def html_text(fragment: str) -> str:
     """The text of an HTML fragment on one line (an Atom ``type="html"`` title): tags
     dropped, entities decoded."""
+    import nh3  # here: the CLI imports this module, and most commands read no HTML
+
     return one_line(html.unescape(nh3.clean(fragment, tags=set(), clean_content_tags={"script", "style"})))

@@ -295,6 +295,13 @@ def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> No
     nothing = run("send-now", "ada@example.org", extra_env=smtp).stdout
     assert "queued 0 digests; 1 subscriber had nothing new" in nothing
     run("send-now", "nobody@example.org", code=1, extra_env=smtp)
+    # A day whose digest was a manual one: resend points to that digest by its id.
+    run("subscribers", "add", "eve@example.org", "--filter", "snn", extra_env=smtp)
+    assert "queued 1 digest" in run("send-now", "eve@example.org", extra_env=smtp).stdout
+    manual = json_lines(run("history", "eve@example.org", "--json", extra_env=smtp).stdout)[0]
+    wrong = run("resend", "--subscriber", "eve@example.org", "--date", manual["local_date"], code=1, extra_env=smtp)
+    assert f"#{manual['id']} (manual, sent)" in wrong.stderr, wrong.stderr
+    assert f"digestbot resend {manual['id']}" in wrong.stderr
 
     # Something asked for and not done is exit 1, with the reason.
     run("subscribers", "remove", "ada@example.org", extra_env=smtp)

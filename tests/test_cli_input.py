@@ -7,6 +7,7 @@ right exit code, and never a traceback; the good rows around a bad one still cou
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,12 @@ def test_a_missing_dump_folder_or_tag_rules_file_stops_the_start(cli: Cli, tmp_p
         assert line == f"error: paths.dump_dir: {tmp_path / 'dumps'} is not a folder (it does not exist or is a file)"
     (tmp_path / "dumps").mkdir()
     assert cli("dumps", "ingest").stdout == "nothing new to ingest\n"
+    # A file just copied in is left for the next scan, and the scan says so; named, it is read now.
+    shutil.copy(sorted((ROOT / "seeds").glob("*.txt"))[1], tmp_path / "dumps" / "today.txt")
+    scan = cli("dumps", "ingest")
+    assert scan.stdout == "" and scan.stderr.startswith("left 1 file for the next scan (dumps/today.txt): ")
+    assert "watch.quiet_seconds" in scan.stderr and "name a file to read it now" in scan.stderr
+    assert "new" in cli("dumps", "ingest", "dumps/today.txt").stdout
     cli.env["DIGESTBOT_PATHS__TAGS_FILE"] = str(tmp_path / "tagz.toml")
     for command in (["dumps", "ingest"], ["run", "--once"], ["tags", "list"]):
         assert one_error_line(cli(*command, code=2)).endswith("tagz.toml: tag rules file not found (paths.tags_file)")
@@ -185,6 +192,13 @@ def test_usage_errors_are_one_line_in_our_words(cli: Cli) -> None:
     assert one_error_line(cli("subscribers", "add", code=2)) == (
         "error: Missing argument 'EMAIL' (see 'digestbot subscribers add --help')"
     )
+    # A value the option's type accepts but the field does not: named as the option too.
+    assert one_error_line(cli("subscribers", "add", "a@example.org", "--hour", "25", code=2)) == (
+        "error: --hour: 25 is not a whole hour 0-23"
+    )
+    assert one_error_line(cli("subscribers", "add", "a@example.org", "--tz", "Mars/Olympus", code=2)).startswith(
+        "error: --tz: 'Mars/Olympus' is not an IANA time zone"
+    )
 
 
 def test_a_filter_naming_a_tag_nothing_carries_is_saved_with_a_warning(cli: Cli, tmp_path: Path) -> None:
@@ -232,6 +246,8 @@ def test_preview_writes_the_message_or_says_why_not(cli: Cli, tmp_path: Path) ->
     written = cli("preview", "a@example.org", "--eml", "next.eml", "--html", "next.html").stdout
     assert "3 entries" in written and (tmp_path / "next.eml").read_bytes().startswith(b"Subject: 3 new entries")
     assert "SupraSNN" in (tmp_path / "next.html").read_text()
+    for name in ("next.eml", "next.html"):  # each file with its own size
+        assert f"{name} ({(tmp_path / name).stat().st_size:,} bytes)" in written, written
     assert one_error_line(cli("preview", "b@example.org", "--eml", "b.eml", code=1)).startswith(
         "error: b@example.org would get no digest on "
     )

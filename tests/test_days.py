@@ -109,3 +109,9 @@ def test_the_story_of_a_day() -> None:
     # Local times, in the subscriber's zone; another day's time says its date.
     assert day_story(_facts(), now=NOON, timezone="Asia/Kolkata", closes_at=CLOSES) == "sent at 13:30"
     assert day_story(_facts(), now=NOON, timezone="Pacific/Honolulu", closes_at=CLOSES) == "sent at 2026-11-22 22:00"
+    # Lists of several subscribers (history) say each time's zone.
+    mixed = {"now": NOON, "closes_at": CLOSES, "zone": True}
+    assert day_story(_facts(), timezone="UTC", **mixed) == "sent at 08:00 UTC"
+    assert day_story(_facts(), timezone="Asia/Kolkata", **mixed) == "sent at 13:30 IST"
+    assert day_story(_facts(), timezone="America/Los_Angeles", **mixed) == "sent at 00:00 PST"
+    assert day_story(empty, timezone="UTC", **mixed) == "nothing new at 08:00 UTC; open until 24:00 UTC"

@@ -22,6 +22,7 @@ from bot.store.library import add_papers, library_of, remove_papers
 from bot.store.subscribers import get_subscriber
 from bot.subscriptions import clean_fields, remove, save
 from bot.taste.library import LibraryFileError, csl_json, read_library
+from tests.conftest import ROOT
 
 NOW = datetime(2026, 11, 24, 12, tzinfo=UTC)
 
@@ -229,6 +230,12 @@ def test_the_commands(tmp_path: Path) -> None:
     missing = cli("subscribers", "library", "add", "ada@example.com", "nowhere.bib")
     assert missing.returncode == 1 and "nowhere.bib: cannot read: No such file or directory" in missing.stderr
     assert "Traceback" not in bad.stderr + missing.stderr + removed.stderr
+    # Two papers and, only now, entries to learn against: what the operator asks about
+    # is ranked by a model trained there and then, not at the daemon's next planning pass.
+    assert cli("dumps", "ingest", *map(str, sorted((ROOT / "seeds").glob("*.txt")))).returncode == 0
+    tested = cli("tags", "test", "snn or liked", "--subscriber", "ada@example.com")
+    assert tested.returncode == 0 and "has no model yet" not in tested.stderr, tested.stderr
+    assert any(" taste " in line for line in tested.stdout.splitlines()[:4]), tested.stdout  # the model column
 
 
 # --- hostile files (issue 34) -----------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -64,12 +65,18 @@ def test_the_rules() -> None:
         assert status_after(kind, gone, 1, limits) is None
 
 
-def test_each_kind_does_what_it_says(factory: sessionmaker[Session], maildir: Path) -> None:
+def test_each_kind_does_what_it_says(
+    factory: sessionmaker[Session], maildir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     add_people(factory)
     for name in ("postfix_hard.eml", "ses_hard.eml", "mangled_no_verp.eml", "arf_abuse.eml", "delayed.eml"):
         deliver(maildir, name)
     left = [deliver(maildir, "out_of_office.eml"), deliver(maildir, "person_question.eml")]
-    report = read(factory, maildir)
+    with caplog.at_level(logging.INFO, logger="bot.returns.service"):
+        report = read(factory, maildir)
+    changes = [r.getMessage() for r in caplog.records if " is now " in r.getMessage()]
+    assert f"{ADA} is now unsubscribed: complaint" in changes  # a complaint has no status code to add
+    assert all(line == line.rstrip() for line in changes), changes
     assert (report.read, report.left, report.repeated, report.unknown) == (7, 2, 0, 0)
     assert report.kinds == {ReturnKind.HARD: 3, ReturnKind.COMPLAINT: 1, ReturnKind.DELAYED: 1}
     # Ada's hard bounce came first and the complaint unsubscribed her after it
@@ -279,9 +286,11 @@ def test_the_daemon_reads_the_inbox_on_its_own_job(
     async def work() -> list[str]:
         daemon = Daemon(factory, settings, load_rules(ROOT / "config" / "tags.toml"), engine=engine, deliver_jobs=False)
         jobs = [job.id for job in daemon._scheduler(NOW).get_jobs()]
-        assert daemon.leadership.try_acquire()
-        await daemon.read_inbox()
+        with caplog.at_level(logging.INFO):
+            await daemon.elect()  # becoming the scheduler reads the inbox at once, not an interval later
+        assert daemon.leadership.is_leader
         assert daemon.metrics.returned.labels("hard")._value.get() == 1
+        assert "inbox: read 1 message, recorded 1, left 0 for a person; 1 subscriber changed status" in caplog.text
         shutil.rmtree(maildir)  # the mailbox goes away: a warning, and the daemon goes on
         await daemon.read_inbox()
         daemon.leadership.release()

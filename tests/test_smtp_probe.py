@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.delivery.smtp import helo_name
 from bot.sink import Sink, SinkHandler, free_port
 from tests.helpers import DIGESTBOT
 
@@ -34,20 +35,45 @@ def lines(done: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 def test_every_step_of_a_plain_connection_and_one_test_message(tmp_path: Path, sink: Sink) -> None:
-    env = {"DIGESTBOT_PATHS__VAR_DIR": str(tmp_path), "DIGESTBOT_SMTP__PORT": str(sink.port)}
+    env = {
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path),
+        "DIGESTBOT_SMTP__PORT": str(sink.port),
+        "DIGESTBOT_SENDER__FROM_ADDRESS": "digest@bot.example",
+    }
     shown = lines(run("--to", "Ops@Example.org", env=env))
     assert shown[0] == "ok resolve 127.0.0.1 is 127.0.0.1"
     assert shown[1].startswith(f"ok connect 127.0.0.1:{sink.port}: 220 ")
-    assert shown[2:5] == [
+    assert shown[2].startswith("ok ehlo as bot.example; the server offers ") and "SIZE" in shown[2]
+    assert shown[3:6] == [
         "ok tls not used: smtp.tls = none",
         "ok auth offered: none",
         "ok login not configured (smtp.username is empty)",
     ]
-    assert shown[5].startswith("ok send to Ops@example.org: ") and len(shown) == 6
+    assert shown[6].startswith("ok send to Ops@example.org: ") and len(shown) == 7
     (received,) = sink.received
     assert received.recipients == ["Ops@example.org"] and received.message["Subject"] == "digestbot: SMTP test"
+    assert received.helo == "bot.example"  # the From domain, never "localhost"
     assert lines(run(env=env))[-1] == "ok login not configured (smtp.username is empty)"  # no --to: nothing sent
     assert len(sink.received) == 1
+    named = lines(run("--to", "ops@example.org", env={**env, "DIGESTBOT_SMTP__HELO_NAME": "mx1.bot.example"}))
+    assert named[2].startswith("ok ehlo as mx1.bot.example;") and sink.received[-1].helo == "mx1.bot.example"
+    refused = run(env={**env, "DIGESTBOT_SMTP__HELO_NAME": "localhost"}, code=2)
+    assert "smtp.helo_name" in refused.stderr and "'localhost' is not a host name" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("configured", "from_address", "fqdn", "greets"),
+    [
+        ("mail.example.org", "digest@example.org", "box.example.net", "mail.example.org"),  # as set
+        ("", "digest@Example.ORG", "box.example.net", "example.org"),  # the From domain
+        ("", "digestbot@localhost", "box.example.net", "box.example.net"),  # else this machine's name
+        ("", "digestbot@localhost", "localhost.localdomain", "[127.0.0.1]"),  # never localhost
+        ("", "digest@intranet", "3f2a9c", "[127.0.0.1]"),  # nor a name without a dot
+        ("", "digest@printer.local", "box", "[127.0.0.1]"),
+    ],
+)
+def test_the_name_delivery_greets_with(configured: str, from_address: str, fqdn: str, greets: str) -> None:
+    assert helo_name(configured, from_address, lambda: fqdn) == greets
 
 
 def test_login_refused_is_the_failing_step_and_the_password_never_shows(tmp_path: Path) -> None:

@@ -88,11 +88,9 @@ def test_an_installed_wheel_works_from_an_empty_folder(tmp_path: Path) -> None:
     assert where.stdout.startswith(str(venv)), where.stdout
 
     assert "snn" in run("tags", "list")  # the shipped tag rules, found from anywhere
-    sink = subprocess.Popen(
-        [digestbot, "sink", "--port", str(port), "--dir", "inbox"], cwd=work, env=environment, stdout=subprocess.PIPE
-    )
-    try:
-        assert sink.stdout is not None and "listening" in sink.stdout.readline().decode()
+    sink = subprocess.Popen([digestbot, "sink", "--dir", "inbox"], cwd=work, env=environment, stdout=subprocess.PIPE)
+    try:  # it listens where delivery sends (smtp.port), set in one place
+        assert sink.stdout is not None and f"listening on 127.0.0.1:{port};" in sink.stdout.readline().decode()
         run("dumps", "ingest", *map(str, SEEDS))
         run("subscribers", "add", "reader@example.org", "--filter", "snn")
         assert "sent 1," in run("send-now", "reader@example.org")
@@ -109,9 +107,12 @@ def test_an_installed_wheel_works_from_an_empty_folder(tmp_path: Path) -> None:
 
     run("init", "site")
     assert (work / "site/templates/digest.html.j2").read_bytes() == (ROOT / "templates/digest.html.j2").read_bytes()
+    assert (work / "site/dumps").is_dir()  # the folder its config names, there and empty
     with open(work / "site/config/tags.toml", "a") as rules:
         rules.write('\n[operator-made]\nkeywords = ["spiking"]\n')
     work = work / "site"  # where the starter's config is found, and its relative paths start
     shown = run("config", "show")
     assert '"templates_dir": "templates"' in shown and '"tags_file": "config/tags.toml"' in shown
+    assert '"dump_dir": "dumps"' in shown
+    assert "nothing new to ingest" in run("dumps", "ingest")  # a scan of the empty folder, no error
     assert "operator-made" in run("tags", "list")

@@ -27,12 +27,14 @@ def smtp_test(
     to: Annotated[str | None, typer.Option("--to", help="Also send one test message to this address.")] = None,
 ) -> None:
     """Connect to smtp.host as delivery does and report each step: resolved, connected,
-    TLS version and certificate, AUTH mechanisms offered, login, and (with --to) one
-    test message.  Exit 1 at the first step that fails; the password is never shown."""
+    the name it greets with (EHLO) and what the server offers, TLS version and
+    certificate, AUTH mechanisms offered, login, and (with --to) one test message.
+    Exit 1 at the first step that fails; the password is never shown."""
     import asyncio
     from datetime import UTC, datetime
 
     from bot.delivery.probe import Step, probe
+    from bot.delivery.smtp import helo_name
     from bot.mail.message import envelope_address
     from bot.mail.notices import test_message
     from bot.subscriptions import SubscriberInputError, clean_email
@@ -55,6 +57,7 @@ def smtp_test(
             smtp,
             smtp.resolved_password(),
             sender=envelope_address(sender.from_address),
+            helo=helo_name(smtp.helo_name, sender.from_address),
             message=message,
             recipient=recipient,
             report=report,
@@ -109,7 +112,10 @@ def init_command(
 
 
 def sink_command(
-    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 1025,
+    ctx: typer.Context,
+    port: Annotated[
+        int | None, typer.Option("--port", min=1, max=65535, help="Port to listen on (default: smtp.port).")
+    ] = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     folder: Annotated[
         Path, typer.Option("--dir", help="Where messages go (.eml, .html, index.html).", metavar="DIR")
@@ -118,7 +124,8 @@ def sink_command(
     """A local SMTP server that keeps every message it accepts, as the demo's does:
     DIR/NNNN.eml, its HTML part as NNNN.html and an index.html to open in a browser.
     For trying a configuration without a real mail server (smtp.host/port pointing
-    here, tls = "none").  Ctrl-C or SIGTERM stops it."""
+    here, tls = "none"; it listens on smtp.port unless told otherwise).  Ctrl-C or
+    SIGTERM stops it."""
     import signal
     import threading
 
@@ -128,6 +135,8 @@ def sink_command(
         subject = str(received.message["Subject"] or "")
         out.print(f"{saved.name if saved else '-'}: to {', '.join(received.recipients)}: {subject}", markup=False)
 
+    if port is None:
+        port = ctx_of(ctx).settings.smtp.port  # where delivery sends: one place to set it
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

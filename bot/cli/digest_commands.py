@@ -29,6 +29,7 @@ from bot.cli.shell import (
     print_json_lines,
     progress_bar,
     report_ingest,
+    train_on_demand,
 )
 from bot.domain import SourceStatus, SubscriberStatus
 
@@ -58,6 +59,7 @@ def preview(
         fail("give EMAIL, or --all", EXIT_USAGE)
     factory = c.sessions()
     subscriber = find_subscriber(factory, email)
+    train_on_demand(factory, subscriber.id)
     if eml or html or show:
         _preview_message(c, factory, subscriber, day, eml=eml, html=html, show=show)
         return
@@ -134,10 +136,11 @@ def _preview_message(
             html.write_text(page, encoding="utf-8")
     except OSError as exc:
         fail(f"{exc.filename}: cannot write: {exc.strerror}")
-    where = ", ".join(str(p) for p in (eml, html) if p is not None)
+    sizes = ((eml, len(found.data)), (html, len(page.encode("utf-8"))))
+    where = ", ".join(f"{path} ({size:,} bytes)" for path, size in sizes if path is not None)
     out.print(
         f"{subscriber.email}, {found.day} (sends at {found.send_at:%Y-%m-%d %H:%M} UTC): "
-        f"{plural(found.entries, 'entry', 'entries')}, {len(found.data):,} bytes -> {where}",
+        f"{plural(found.entries, 'entry', 'entries')} -> {where}",
         markup=False,
     )
     if show and html is not None:
@@ -320,6 +323,20 @@ def send_now(
         raise typer.Exit(EXIT_INPUT_FAILED)
 
 
+def _no_scheduled_digest(factory: Any, subscriber: Any, day: Any) -> str:
+    """Why ``resend --subscriber --date`` found nothing, and the digests of that day
+    it could mean (a manual digest or a resend is resent by its id)."""
+    from bot.store.digests import list_digests
+
+    with factory() as session:
+        others = list_digests(session, subscriber_id=subscriber.id, local_date=day)
+    message = f"no scheduled digest for {subscriber.email} on {day}"
+    if not others:
+        return f"{message} (history {subscriber.email} lists their digests)"
+    named = ", ".join(f"#{d.id} ({d.kind.value}, {d.state.value})" for d in others)
+    return f"{message}; that day has {named}: resend one by its id, e.g. digestbot resend {others[0].id}"
+
+
 @app.command("resend")
 def resend_command(
     ctx: typer.Context,
@@ -348,9 +365,10 @@ def resend_command(
     elif subscriber and date_:
         day = parse_date(date_, "--date")
         assert day is not None
-        found = find_scheduled(factory, find_subscriber(factory, subscriber).id, day)
+        who = find_subscriber(factory, subscriber)
+        found = find_scheduled(factory, who.id, day)
         if found is None:
-            fail(f"no scheduled digest for {subscriber} on {date_}")
+            fail(_no_scheduled_digest(factory, who, day))
             return
         targets = [found.id]
     else:

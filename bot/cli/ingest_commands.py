@@ -16,10 +16,12 @@ from bot.cli.shell import (
     command_group,
     ctx_of,
     display_path,
+    err,
     fail,
     new_table,
     out,
     parse_date,
+    plural,
     print_json_lines,
     report_ingest,
 )
@@ -48,24 +50,30 @@ def dumps_ingest(
     as the scheduler does.  Exit 1 when any file failed.
     """
     from bot.ingest.service import ingest_file
-    from bot.ingest.watcher import expand, scan_folder
+    from bot.ingest.watcher import expand, recent_files, scan_folder
 
     if paths is not None and not all(p.strip() for p in paths):
         fail("PATH: an empty path (name a file or a folder; without PATH the dump folder is scanned)", EXIT_USAGE)
     c = ctx_of(ctx)
     factory = c.sessions()
+    left: list[Path] = []
     if paths:
         limit = c.settings.watch.max_file_bytes
         results = [ingest_file(factory, p, rules=c.rules, max_bytes=limit) for p in expand(map(Path, paths))]
     else:
+        quiet = c.settings.watch.quiet_seconds
         results = scan_folder(
-            factory,
-            c.dump_dir,
-            quiet_seconds=c.settings.watch.quiet_seconds,
-            rules=c.rules,
-            max_bytes=c.settings.watch.max_file_bytes,
+            factory, c.dump_dir, quiet_seconds=quiet, rules=c.rules, max_bytes=c.settings.watch.max_file_bytes
         )
-    report_ingest(results, as_json)
+        left = recent_files(c.dump_dir, quiet_seconds=quiet)
+        if left:
+            named = ", ".join(display_path(str(p)) for p in left[:3]) + (", …" if len(left) > 3 else "")
+            err.print(
+                f"left {plural(len(left), 'file')} for the next scan ({named}): changed in the last {quiet:g} s "
+                "(watch.quiet_seconds), so maybe still being written; name a file to read it now",
+                markup=False,
+            )
+    report_ingest(results, as_json, left=len(left))
     if any(r.status is SourceStatus.FAILED for r in results):
         raise typer.Exit(EXIT_INPUT_FAILED)
 

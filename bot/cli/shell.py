@@ -19,6 +19,7 @@ from rich.console import Console
 
 from bot.cli.troubles import opened, shown_store
 from bot.domain import IngestResult, SourceStatus
+from bot.text import plural as plural  # re-exported: every command module counts things
 
 if TYPE_CHECKING:  # imported where used: every command pays for what it imports here
     from rich.table import Table
@@ -177,13 +178,6 @@ def fail(message: str, code: int = EXIT_INPUT_FAILED) -> NoReturn:
     raise typer.Exit(code)
 
 
-def plural(count: int, noun: str, many: str = "") -> str:
-    """``1 entry``, ``2 entries``: *many* when adding an s is wrong."""
-    if count == 1:
-        return f"{count} {noun}"
-    return f"{count} {many or noun + 's'}"
-
-
 def ctx_of(ctx: typer.Context) -> Context:
     return ctx.ensure_object(Context)
 
@@ -272,13 +266,29 @@ def parse_date(value: str | None, option: str = "--since") -> date | None:
     return day
 
 
+# The subscriber fields as the command line names them (``clean_fields`` errors start
+# with the field, as CSV rows and forms name it).
+_FIELD_OPTIONS = {"send_hour": "--hour", "timezone": "--tz", "filter": "--filter", "name": "--name"}
+_FIELD_OPTIONS |= {"backfill": "--backfill", "cadence": "--cadence", "email": "EMAIL"}
+
+
 def clean_or_exit(email: str, **fields: Any) -> Any:
     from bot.subscriptions import SubscriberInputError, clean_fields
 
     try:
         return clean_fields(email, **fields)
     except SubscriberInputError as exc:
-        fail(str(exc), EXIT_USAGE)
+        field, colon, reason = str(exc).partition(": ")
+        fail(f"{_FIELD_OPTIONS[field]}: {reason}" if colon and field in _FIELD_OPTIONS else str(exc), EXIT_USAGE)
+
+
+def train_on_demand(factory: Any, subscriber_id: int) -> None:
+    """Train the subscriber's model now if their library or feedback changed since (the
+    daemon would at its next planning pass): what the operator asks about is ranked by
+    it.  A few queries when nothing changed."""
+    from bot.taste.service import refresh_models
+
+    refresh_models(factory, now(), only=[subscriber_id])
 
 
 def find_subscriber(factory: Any, email: str) -> Any:
@@ -313,7 +323,9 @@ def progress_bar(label: str, total: int) -> Iterator[Callable[[int], None]]:
     yield advance
 
 
-def report_ingest(results: list[IngestResult], as_json: bool) -> None:
+def report_ingest(results: list[IngestResult], as_json: bool, *, left: int = 0) -> None:
+    """What each file or feed did; *left*: files a folder scan left for later (the
+    caller says which and why)."""
     if as_json:
         print_json_lines(
             [
@@ -341,12 +353,13 @@ def report_ingest(results: list[IngestResult], as_json: bool) -> None:
         else:
             entries = plural(r.entries, "entry", "entries")
             out.print(f"{display_path(r.path)}: {entries}, {r.new} new, {r.updated} updated", markup=False)
-    if not results:
+    if not results and not left:
         out.print("nothing new to ingest")
 
 
 def digest_story(d: Any, close_hour: int, at: datetime) -> str:
-    """What happened to a digest's day, in a few words (``bot.plan.days.day_story``)."""
+    """What happened to a digest's day, in a few words (``bot.plan.days.day_story``),
+    each time in the subscriber's zone and saying which."""
     from bot.domain import DigestKind
     from bot.plan.days import DayFacts, closes_at, day_story
 
@@ -355,7 +368,7 @@ def digest_story(d: Any, close_hour: int, at: datetime) -> str:
         facts = DayFacts(d.local_date, d.state, d.planned_at, d.sent_at, None, None)
     tz = d.subscriber_timezone
     closes = closes_at(d.local_date, send_hour=d.subscriber_send_hour, close_hour=close_hour, timezone=tz)
-    return day_story(facts, timezone=tz, closes_at=closes, now=at)
+    return day_story(facts, timezone=tz, closes_at=closes, now=at, zone=True)
 
 
 def digest_json(d: Any, story: str = "") -> dict[str, Any]:

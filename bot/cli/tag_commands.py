@@ -22,6 +22,7 @@ from bot.cli.shell import (
     print_candidates,
     print_json_lines,
     progress_bar,
+    train_on_demand,
 )
 
 tags_app = command_group("Tags and tag rules: counts, test a filter, re-apply rules.")
@@ -80,6 +81,8 @@ def tags_test(
         return
     factory = c.sessions()
     subscriber = find_subscriber(factory, subscriber_email) if subscriber_email else None
+    if subscriber is not None:
+        train_on_demand(factory, subscriber.id)
     with factory() as session:
         entries = every_entry(session)
         taste = reader_taste(session, subscriber, None, entries) if subscriber is not None else None

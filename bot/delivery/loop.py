@@ -154,7 +154,7 @@ async def deliver_now(
     """Open a pool, deliver everything due, close the pool (the CLI's one-shot path)."""
     mailer = Mailer(settings)
     try:
-        async with SmtpPool(settings.smtp, settings.smtp.resolved_password()) as pool:
+        async with SmtpPool.of(settings) as pool:
             return await deliver(factory, settings, mailer, pool, clock=clock, progress=progress)
     finally:
         mailer.close()

@@ -1,9 +1,9 @@
 """Delivery stage: ``digestbot smtp test``, the configured SMTP connection step by step.
 
-Resolve, connect (with the configured TLS), what TLS and which certificate, which
-AUTH mechanisms the server offers, log in, and optionally send one test message:
-each step is reported as it ends, and the first that fails ends the probe.
-Never touches the store; never reports the password in any form.
+Resolve, connect (with the configured TLS), greet (EHLO, with the name delivery
+uses), what TLS and which certificate, which AUTH mechanisms the server offers, log
+in, and optionally send one test message: each step is reported as it ends, and
+the first that fails ends the probe.  Never touches the store; never reports the password in any form.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ async def probe(
     password: SecretStr,
     *,
     sender: str,
+    helo: str | None = None,
     message: bytes | None = None,
     recipient: str | None = None,
     report: Callable[[Step], None],
@@ -49,7 +50,7 @@ async def probe(
         return said("resolve", False, f"{config.host}: {exc}")
     addresses = sorted({str(info[4][0]) for info in found})
     said("resolve", True, f"{config.host} is {', '.join(addresses)}")
-    client = tls_client(config)
+    client = tls_client(config, helo)
     try:
         try:
             response = await client.connect()
@@ -57,11 +58,7 @@ async def probe(
             tls = " (TLS handshake)" if config.tls != "none" else ""
             return said("connect", False, f"{config.host}:{config.port}{tls}: {_reason(exc)}")
         said("connect", True, f"{config.host}:{config.port}: {response.code} {response.message.splitlines()[0]}")
-        try:
-            await client.ehlo()  # what the server offers (aiosmtplib says EHLO only when it must)
-        except aiosmtplib.SMTPException as exc:
-            return said("ehlo", False, _reason(exc))
-        if not said("tls", *_tls(client, config)):
+        if not said("ehlo", *await _ehlo(client)) or not said("tls", *_tls(client, config)):
             return False
         mechanisms = client.server_auth_methods
         said("auth", True, "offered: " + (" ".join(m.upper() for m in mechanisms) if mechanisms else "none"))
@@ -80,6 +77,17 @@ async def probe(
                 await asyncio.wait_for(client.quit(), timeout=2)
             except Exception:  # a server that hangs up first is no failure of the probe
                 client.close()
+
+
+async def _ehlo(client: aiosmtplib.SMTP) -> tuple[bool, str]:
+    """The greeting, with the name delivery gives, and what the server offers
+    (aiosmtplib says EHLO only when it must)."""
+    try:
+        await client.ehlo()
+    except aiosmtplib.SMTPException as exc:
+        return False, f"as {client.local_hostname}: {_reason(exc)}"
+    offered = " ".join(name.upper() for name in client.esmtp_extensions) or "no extensions"
+    return True, f"as {client.local_hostname}; the server offers {offered}"
 
 
 def _tls(client: aiosmtplib.SMTP, config: SmtpConfig) -> tuple[bool, str]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+import socket
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -22,7 +24,7 @@ import aiosmtplib
 from aiosmtplib.protocol import SMTPProtocol
 from pydantic import SecretStr
 
-from bot.config import SmtpConfig
+from bot.config import Settings, SmtpConfig
 from bot.mail.message import Prepared, prepared
 
 
@@ -186,8 +188,26 @@ def _unstuffed(message: Prepared) -> bytes:
     return body.replace(b"\r\n..", b"\r\n.")
 
 
-def tls_client(config: SmtpConfig) -> aiosmtplib.SMTP:
-    """An unconnected client with the configured host, port, timeout and TLS."""
+def helo_name(configured: str, from_address: str, fqdn: Callable[[], str] = socket.getfqdn) -> str:
+    """The name EHLO gives: ``smtp.helo_name``, else the From address's domain, else
+    this machine's fully qualified name, whichever first is a public-looking host
+    name (dotted, not localhost); else the loopback address literal.  Receivers
+    score or refuse a greeting of "localhost" or of a name without a dot."""
+    if configured:
+        return configured
+    for name in (from_address.rpartition("@")[2], fqdn()):
+        name = name.strip().rstrip(".").lower()
+        if "." in name and _HELO.fullmatch(name) and not name.endswith(("localhost", ".localdomain", ".local")):
+            return name
+    return "[127.0.0.1]"
+
+
+_HELO = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+")
+
+
+def tls_client(config: SmtpConfig, helo: str | None = None) -> aiosmtplib.SMTP:
+    """An unconnected client with the configured host, port, timeout and TLS, greeting
+    with *helo* (``helo_name``; None: aiosmtplib's own choice, for tests)."""
     tls_context = None
     if config.tls != "none":
         tls_context = ssl.create_default_context()
@@ -202,6 +222,7 @@ def tls_client(config: SmtpConfig) -> aiosmtplib.SMTP:
         start_tls=True if config.tls == "starttls" else False,
         validate_certs=config.verify_certificates,
         tls_context=tls_context,
+        local_hostname=helo,
     )
 
 
@@ -222,16 +243,23 @@ def redacted_text(text: str, user: str, password: SecretStr) -> str:
 class SmtpPool:
     """Up to ``pool_size`` open connections, each used by one send at a time."""
 
-    def __init__(self, config: SmtpConfig, password: SecretStr) -> None:
+    def __init__(self, config: SmtpConfig, password: SecretStr, *, helo: str | None = None) -> None:
         self.config = config
         self._password = password
+        self._helo = helo
         self._idle: asyncio.LifoQueue[aiosmtplib.SMTP] = asyncio.LifoQueue()
         self._slots = asyncio.Semaphore(config.pool_size)
         self._open: set[aiosmtplib.SMTP] = set()
         self._limiter = RateLimiter(config.rate_per_second)
 
+    @classmethod
+    def of(cls, settings: Settings) -> SmtpPool:
+        """The pool delivery uses: the configured server, password and greeting."""
+        smtp = settings.smtp
+        return cls(smtp, smtp.resolved_password(), helo=helo_name(smtp.helo_name, settings.sender.from_address))
+
     def _client(self) -> aiosmtplib.SMTP:
-        return tls_client(self.config)
+        return tls_client(self.config, self._helo)
 
     async def _connected(self) -> aiosmtplib.SMTP:
         while not self._idle.empty():

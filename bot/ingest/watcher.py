@@ -69,10 +69,24 @@ def pending_files(
     factory: sessionmaker[Session], folder: Path, *, quiet_seconds: float, now: datetime | None = None
 ) -> list[FileStamp]:
     """Files in *folder* not yet recorded in this version, complete, in name order."""
+    now_ns, quiet_ns = int((now or utcnow()).timestamp() * 1e9), int(quiet_seconds * 1e9)
+    stamps = [s for s in _folder_stamps(folder) if now_ns - s.mtime_ns >= quiet_ns]
+    with factory() as session:
+        seen = seen_stamps(session, stamps)
+    return [s for s in stamps if s not in seen]
+
+
+def recent_files(folder: Path, *, quiet_seconds: float, now: datetime | None = None) -> list[Path]:
+    """Files in *folder* changed within the last *quiet_seconds*: a scan leaves them for
+    the next one (their writer may not be done)."""
+    now_ns, quiet_ns = int((now or utcnow()).timestamp() * 1e9), int(quiet_seconds * 1e9)
+    return [s.path for s in _folder_stamps(folder) if now_ns - s.mtime_ns < quiet_ns]
+
+
+def _folder_stamps(folder: Path) -> list[FileStamp]:
+    """Every regular candidate file of *folder*, in name order."""
     if not folder.is_dir():
         return []
-    now_ns = int((now or utcnow()).timestamp() * 1e9)
-    quiet_ns = int(quiet_seconds * 1e9)
     stamps = []
     real_folder = folder.resolve()
     for path in expand([folder]):
@@ -80,11 +94,9 @@ def pending_files(
             st = path.lstat()  # a file swapped for a link since the listing is not followed
         except OSError:  # vanished between listing and stat
             continue
-        if stat.S_ISREG(st.st_mode) and now_ns - st.st_mtime_ns >= quiet_ns:
+        if stat.S_ISREG(st.st_mode):
             stamps.append(FileStamp(real_folder / path.name, st.st_size, st.st_mtime_ns))
-    with factory() as session:
-        seen = seen_stamps(session, stamps)
-    return [s for s in stamps if s not in seen]
+    return stamps
 
 
 def scan_folder(

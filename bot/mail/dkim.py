@@ -128,36 +128,56 @@ def _private_key(algorithm: bytes, key: bytes) -> Any:
     return nacl.signing.SigningKey(key, encoder=nacl.encoding.Base64Encoder)
 
 
-def signer_of(config: DkimConfig) -> Signer | None:
-    """The signer ``[dkim]`` describes, or None when signing is off (no domain).  A key
+class Signers:
+    """Every signature ``[dkim]`` asks for (its key, then each of ``additional_keys``),
+    each over the message as it was, the first one on top."""
+
+    def __init__(self, signers: list[Signer]) -> None:
+        self.signers = tuple(signers)
+
+    def __repr__(self) -> str:
+        return f"Signers{self.signers!r}"
+
+    def sign(self, message: bytes) -> bytes:
+        return b"".join(signer.signature(message) for signer in self.signers) + message
+
+
+def signer_of(config: DkimConfig) -> Signers | None:
+    """The signers ``[dkim]`` describes, or None when signing is off (no domain).  A key
     file that cannot be read or does not sign is a ``ConfigError`` naming it."""
     if not config.domain:
         return None
-    path = config.key_file
-    if path is None or not config.selector:
+    if config.key_file is None or not config.selector:
         raise ConfigError("dkim: signing needs dkim.selector and dkim.key_file as well as dkim.domain")
-    key = read_secret_file(Path(path), "dkim.key_file").encode("utf-8")
-    signer = Signer(
-        config.selector.encode("ascii"), config.domain.encode("idna"), config.algorithm.encode("ascii"), key
-    )
+    keys = [(config.selector, config.key_file, config.algorithm, "dkim.key_file")]
+    keys += [
+        (k.selector, k.key_file, k.algorithm, f"dkim.additional_keys[{n}].key_file")
+        for n, k in enumerate(config.additional_keys)
+    ]
+    return Signers([_signer(config.domain, *key) for key in keys])
+
+
+def _signer(domain: str, selector: str, path: Path, algorithm: str, setting: str) -> Signer:
+    key = read_secret_file(Path(path), setting).encode("utf-8")
+    signer = Signer(selector.encode("ascii"), domain.encode("idna"), algorithm.encode("ascii"), key)
     try:
         signer.signature(_PROBE)
     except Exception as exc:  # dkimpy raises its own and the crypto libraries' errors
-        kind = "an RSA private key in PEM" if config.algorithm == "rsa-sha256" else "a base64 Ed25519 private key"
-        raise ConfigError(f"dkim.key_file: {path} does not hold {kind} ({type(exc).__name__})") from None
-    if config.algorithm == "rsa-sha256":
-        _check_rsa_size(key, Path(path))
+        kind = "an RSA private key in PEM" if algorithm == "rsa-sha256" else "a base64 Ed25519 private key"
+        raise ConfigError(f"{setting}: {path} does not hold {kind} ({type(exc).__name__})") from None
+    if algorithm == "rsa-sha256":
+        _check_rsa_size(key, Path(path), setting)
     return signer
 
 
-def _check_rsa_size(key: bytes, path: Path) -> None:
+def _check_rsa_size(key: bytes, path: Path, setting: str) -> None:
     """Refuse an RSA key under ``MIN_RSA_BITS`` (receivers treat its signatures as none,
     RFC 8301) and warn under ``GOOD_RSA_BITS``."""
     bits = int(_private_key(b"rsa-sha256", key).key_size)
     if bits < MIN_RSA_BITS:
         raise ConfigError(
-            f"dkim.key_file: {path} holds a {bits}-bit RSA key: receivers ignore signatures of keys under "
+            f"{setting}: {path} holds a {bits}-bit RSA key: receivers ignore signatures of keys under "
             f"{MIN_RSA_BITS} bits (RFC 8301); make a {GOOD_RSA_BITS}-bit one (README, DKIM)"
         )
     if bits < GOOD_RSA_BITS:
-        log.warning("dkim.key_file: %s holds a %d-bit RSA key; %d bits are recommended", path, bits, GOOD_RSA_BITS)
+        log.warning("%s: %s holds a %d-bit RSA key; %d bits are recommended", setting, path, bits, GOOD_RSA_BITS)

@@ -93,18 +93,22 @@ class DayFacts:
     arrived: str | None  # the dump whose entries filled a day that was empty at first
 
 
-def day_story(facts: DayFacts, *, timezone: str, closes_at: datetime, now: datetime) -> str:
+def day_story(facts: DayFacts, *, timezone: str, closes_at: datetime, now: datetime, zone: bool = False) -> str:
     """A scheduled day in a few words, local times: "sent at 08:00", "nothing at 08:00;
-    sent at 08:47 after seeds/a.txt arrived", "nothing new (open until 24:00)"."""
+    sent at 08:47 after seeds/a.txt arrived", "nothing new (open until 24:00)".
+    *zone*: each time with its zone's abbreviation ("08:00 CET"), for lists that mix
+    subscribers of several zones."""
+    shown = " %Z" if zone else ""
 
     def at(moment: datetime) -> str:
         local = moment.astimezone(zoneinfo.ZoneInfo(timezone))
-        return f"{local:%H:%M}" if local.date() == facts.local_date else f"{local:%Y-%m-%d %H:%M}"
+        return local.strftime(("%H:%M" if local.date() == facts.local_date else "%Y-%m-%d %H:%M") + shown)
 
     if facts.state is DigestState.EMPTY:
         if now < closes_at:
             close = closes_at.astimezone(zoneinfo.ZoneInfo(timezone))
-            until = "24:00" if close.date() > facts.local_date and close.hour == 0 else f"{close:%H:%M}"
+            midnight = close.date() > facts.local_date and close.hour == 0
+            until = close.strftime(("24:00" if midnight else "%H:%M") + shown)
             return f"nothing new at {at(facts.nothing_at or facts.planned_at)}; open until {until}"
         return "nothing new that day"
     outcome = _outcome(facts, at)

@@ -141,7 +141,8 @@ def _record(
     if status is not None:
         set_status(session, subscriber.id, status, now)
         report.changed.append((subscriber.email, status))
-        log.info("%s is now %s: %s %s", subscriber.email, status.value, returned.kind.value, returned.status)
+        why = " ".join(part for part in (returned.kind.value, returned.status) if part)
+        log.info("%s is now %s: %s", subscriber.email, status.value, why)
     return True
 
 

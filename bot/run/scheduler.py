@@ -43,6 +43,7 @@ from bot.run.exporter import Exporter
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import refresh_statistics, transaction
+from bot.text import plural
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class Daemon:
         self.stop = asyncio.Event()
         self.worker = worker_name()
         self.mailer = Mailer(settings)
-        self.pool = SmtpPool(settings.smtp, settings.smtp.resolved_password())
+        self.pool = SmtpPool.of(settings)
         self._delivering: asyncio.Task[DeliverReport] | None = None
         self.metrics = Metrics(factory, clock)
         self.exporter: Exporter | None = None
@@ -142,7 +143,8 @@ class Daemon:
         return jobs + (["deliver"] if self.deliver_jobs else [])
 
     async def elect(self) -> None:
-        """Become the scheduler if nobody is; ingest and plan at once when we just did."""
+        """Become the scheduler if nobody is; ingest, plan and read the inbox at once
+        when we just did (not an interval later)."""
         if self.stop.is_set():
             return
         was_leader = self.leadership.is_leader
@@ -150,6 +152,8 @@ class Daemon:
             log.info("became the scheduler (leader) of this database")
             if not await self.watch():
                 await self.plan()
+            if self.settings.inbox.url:
+                await self.read_inbox()
 
     # Ingest and planning are CPU and database work of seconds: they run in a thread,
     # so the loop keeps delivering, answering signals and electing meanwhile.
@@ -222,11 +226,11 @@ class Daemon:
         self.metrics.inbox_read({kind.value: n for kind, n in report.kinds.items()}, report.left)
         if report.read:
             log.info(
-                "inbox: read %d messages, recorded %d, left %d for a person; %d subscribers changed status",
-                report.read,
+                "inbox: read %s, recorded %d, left %d for a person; %s status",
+                plural(report.read, "message"),
                 sum(report.kinds.values()),
                 report.left,
-                len(report.changed),
+                plural(len(report.changed), "subscriber changed", "subscribers changed"),
             )
 
     async def deliver(self) -> None:

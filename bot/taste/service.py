@@ -167,7 +167,7 @@ def refresh_models(factory: sessionmaker[Session], now: datetime, only: list[int
     if gone:
         with transaction(factory) as session:
             report.removed = delete_models(session, gone)
-    if not signals or not count:
+    if not count or not _any_to_train(signals, only):
         return report
     if fitted is None or count >= fitted * REFIT_GROWTH:
         _fit_vocabulary(factory, count, now)
@@ -181,6 +181,12 @@ def refresh_models(factory: sessionmaker[Session], now: datetime, only: list[int
         log.info("trained %d taste models in %.1f s", report.trained, time.perf_counter() - started)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _any_to_train(signals: dict[int, str], only: list[int] | None) -> bool:
+    """Whether anyone (of *only*, when given) has enough to learn from: asked about a
+    reader without, the vocabulary is not fitted again on their behalf."""
+    return any(sid in signals for sid in only) if only is not None else bool(signals)
 
 
 def _fit_vocabulary(factory: sessionmaker[Session], count: int, now: datetime) -> None:

@@ -83,21 +83,26 @@ def planned(factory: sessionmaker[Session], settings: Settings, seed_files: list
     return list(plan(factory, settings, RULES, now=NOW, all_due=True).planned)
 
 
+def built_messages(factory: sessionmaker[Session], settings: Settings, seed_files: list[Path]) -> list[bytes]:
+    """The planned digests' messages as a batch builds them (spliced), then the first
+    one again by the simple path; asserts all three readers' bodies were spliced."""
+    ids = planned(factory, settings, seed_files)
+    mailer = Mailer(settings)
+    with factory() as session:
+        rows = [r for r in (get_digest(session, i) for i in ids) if r is not None]
+        built = [b.data for b in mailer.build(session, rows, NOW)] + [mailer.message_bytes(session, rows[0], NOW)[0]]
+    assert mailer.spliced == 3 and all(isinstance(data, bytes) for data in built)
+    return [data for data in built if isinstance(data, bytes)]
+
+
 @pytest.mark.parametrize("algorithm", list(KEYS))
 def test_spliced_and_simple_messages_verify_and_a_changed_byte_does_not(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], algorithm: str
 ) -> None:
     key, record = KEYS[algorithm](tmp_path)
     settings = dkim_settings(tmp_path, algorithm, key)
-    ids = planned(factory, settings, seed_files)
-    mailer = Mailer(settings)
-    with factory() as session:
-        rows = [get_digest(session, i) for i in ids]
-        built = mailer.build(session, [r for r in rows if r is not None], NOW)
-        simple = mailer.message_bytes(session, rows[0], NOW)[0]  # type: ignore[arg-type]
-    assert mailer.spliced == 3
-    for data in [b.data for b in built] + [simple]:
-        assert isinstance(data, bytes) and data.startswith(b"DKIM-Signature: v=1; a=" + algorithm.encode())
+    for data in built_messages(factory, settings, seed_files):
+        assert data.startswith(b"DKIM-Signature: v=1; a=" + algorithm.encode())
         assert dkim.verify(data, dnsfunc=dns(record))
         header = data.split(b"\r\n\r\n", 1)[0].decode()
         signed = header.split(" h=", 1)[1].split(";", 1)[0].replace("\r\n", "").replace(" ", "").split(":")
@@ -127,6 +132,7 @@ def test_what_reaches_the_server_verifies(
     planned(factory, settings, seed_files)
     report = asyncio.run(deliver_now(factory, settings, clock=lambda: NOW))
     assert report.sent == 3 and len(sink.received) == 3
+    assert {r.helo for r in sink.received} == {"bot.example"}  # delivery greets with the From domain
     for received in sink.received:
         assert dkim.verify(received.data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"), dnsfunc=dns(record))
 
@@ -229,15 +235,9 @@ def test_mail_dkim_verifies_the_rsa_signatures(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
 ) -> None:
     key, record = rsa_key(tmp_path)
-    settings = dkim_settings(tmp_path, "rsa-sha256", key)
-    ids = planned(factory, settings, seed_files)
-    mailer = Mailer(settings)
-    with factory() as session:
-        rows = [r for r in (get_digest(session, i) for i in ids) if r is not None]
-        built = [b.data for b in mailer.build(session, rows, NOW)] + [mailer.message_bytes(session, rows[0], NOW)[0]]
+    built = built_messages(factory, dkim_settings(tmp_path, "rsa-sha256", key), seed_files)
     env = {"PATH": "/usr/bin:/bin", "DKIM_RECORD": record.decode()}
     for data in built:
-        assert isinstance(data, bytes)
         for message, expected in ((data, "pass"), (data.replace(b"Subject: ", b"Subject: X", 1), "fail")):
             done = subprocess.run(
                 ["perl", "-e", MAIL_DKIM], input=message, capture_output=True, env=env, timeout=60, check=False
@@ -269,14 +269,7 @@ def test_rsa_and_ed25519_together_both_verify(
         assert rest == b"bot.example."
         return records[selector]
 
-    ids = planned(factory, settings, seed_files)
-    mailer = Mailer(settings)
-    with factory() as session:
-        rows = [r for r in (get_digest(session, i) for i in ids) if r is not None]
-        built = [b.data for b in mailer.build(session, rows, NOW)] + [mailer.message_bytes(session, rows[0], NOW)[0]]
-    assert mailer.spliced == 3
-    for data in built:
-        assert isinstance(data, bytes)
+    for data in built_messages(factory, settings, seed_files):
         signatures = _signatures(data)
         assert len(signatures) == 2 and b"a=rsa-sha256" in signatures[0] and b"a=ed25519-sha256" in signatures[1]
         checked = dkim.DKIM(data)
@@ -313,12 +306,7 @@ def test_mail_dkim_passes_a_message_signed_with_both(
     """Debian 12's Mail::DKIM (what SpamAssassin verifies with) may not know Ed25519:
     signed with both, the message still passes there, on its RSA signature."""
     settings, records = _dual_settings(tmp_path)
-    ids = planned(factory, settings, seed_files)
-    mailer = Mailer(settings)
-    with factory() as session:
-        rows = [r for r in (get_digest(session, i) for i in ids) if r is not None]
-        data = mailer.build(session, rows, NOW)[0].data
-    assert isinstance(data, bytes)
+    data = built_messages(factory, settings, seed_files)[0]
     env = {"PATH": "/usr/bin:/bin", **{f"DKIM_RECORD_{s.decode()}": r.decode() for s, r in records.items()}}
     done = subprocess.run(["perl", "-e", MAIL_DKIM], input=data, capture_output=True, env=env, timeout=60, check=False)
     overall, *each = done.stdout.decode().splitlines()

@@ -70,10 +70,20 @@ def test_every_step_of_a_plain_connection_and_one_test_message(tmp_path: Path, s
         ("", "digestbot@localhost", "localhost.localdomain", "[127.0.0.1]"),  # never localhost
         ("", "digest@intranet", "3f2a9c", "[127.0.0.1]"),  # nor a name without a dot
         ("", "digest@printer.local", "box", "[127.0.0.1]"),
+        ("", "digest@Bücher.example", "box", "xn--bcher-kva.example"),  # an IDN in its ASCII form
+        ("", "digest@\udcff.example", "box.example.net", "box.example.net"),  # no IDNA form: the next one
     ],
 )
 def test_the_name_delivery_greets_with(configured: str, from_address: str, fqdn: str, greets: str) -> None:
-    assert helo_name(configured, from_address, lambda: fqdn) == greets
+    asked: list[str] = []
+
+    def machine() -> str:
+        asked.append(fqdn)
+        return fqdn
+
+    assert helo_name(configured, from_address, machine) == greets
+    if greets in (configured, from_address.rpartition("@")[2].lower()):
+        assert not asked  # DNS is asked for this machine's name only when it is needed
 
 
 def test_login_refused_is_the_failing_step_and_the_password_never_shows(tmp_path: Path) -> None:

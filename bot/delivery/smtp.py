@@ -195,8 +195,16 @@ def helo_name(configured: str, from_address: str, fqdn: Callable[[], str] = sock
     score or refuse a greeting of "localhost" or of a name without a dot."""
     if configured:
         return configured
-    for name in (from_address.rpartition("@")[2], fqdn()):
-        name = name.strip().rstrip(".").lower()
+
+    def from_domain() -> str:
+        return from_address.rpartition("@")[2]
+
+    for ask in (from_domain, fqdn):  # this machine's name is looked up only when needed
+        found = ask()
+        try:  # an internationalized domain greets in its ASCII form
+            name = found.strip().rstrip(".").encode("idna").decode("ascii").lower()
+        except UnicodeError:
+            continue
         if "." in name and _HELO.fullmatch(name) and not name.endswith(("localhost", ".localdomain", ".local")):
             return name
     return "[127.0.0.1]"
@@ -243,10 +251,16 @@ def redacted_text(text: str, user: str, password: SecretStr) -> str:
 class SmtpPool:
     """Up to ``pool_size`` open connections, each used by one send at a time."""
 
-    def __init__(self, config: SmtpConfig, password: SecretStr, *, helo: str | None = None) -> None:
+    def __init__(
+        self, config: SmtpConfig, password: SecretStr, *, helo: str | None = None, sender_address: str | None = None
+    ) -> None:
+        """*helo*: the name to greet with; else, with *sender_address*, ``helo_name``'s
+        choice (made on first connect, in a thread: it may ask DNS for this machine's
+        name, and the web server's loop sends sign-up mail); else aiosmtplib's."""
         self.config = config
         self._password = password
         self._helo = helo
+        self._sender_address = sender_address
         self._idle: asyncio.LifoQueue[aiosmtplib.SMTP] = asyncio.LifoQueue()
         self._slots = asyncio.Semaphore(config.pool_size)
         self._open: set[aiosmtplib.SMTP] = set()
@@ -255,10 +269,11 @@ class SmtpPool:
     @classmethod
     def of(cls, settings: Settings) -> SmtpPool:
         """The pool delivery uses: the configured server, password and greeting."""
-        smtp = settings.smtp
-        return cls(smtp, smtp.resolved_password(), helo=helo_name(smtp.helo_name, settings.sender.from_address))
+        return cls(settings.smtp, settings.smtp.resolved_password(), sender_address=settings.sender.from_address)
 
-    def _client(self) -> aiosmtplib.SMTP:
+    async def _client(self) -> aiosmtplib.SMTP:
+        if self._helo is None and self._sender_address is not None:
+            self._helo = await asyncio.to_thread(helo_name, self.config.helo_name, self._sender_address)
         return tls_client(self.config, self._helo)
 
     async def _connected(self) -> aiosmtplib.SMTP:
@@ -267,7 +282,7 @@ class SmtpPool:
             if client.is_connected:
                 return client
             self._open.discard(client)
-        client = self._client()
+        client = await self._client()
         await client.connect()
         if self.config.username:
             try:

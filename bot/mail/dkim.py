@@ -77,40 +77,48 @@ class Signer:
             return bytes(self._private.sign(digest, padding.PKCS1v15(), utils.Prehashed(hashes.SHA256())))
         return bytes(self._private.sign(digest).signature)
 
-    def signature(self, message: bytes) -> bytes:
+    def signature(self, message: bytes, body_hash: bytes | None = None) -> bytes:
         """The ``DKIM-Signature`` header line(s) for *message* (CRLF line ends), to put
-        before its first header."""
-        end = message.find(b"\r\n\r\n")
-        head, body = (message, b"") if end < 0 else (message[: end + 2], message[end + 4 :])
+        before its first header; *body_hash*: ``body_hash(message)``, when known."""
+        head, body = _split(message)
         headers, _ = dkim.rfc822_parse(head + b"\r\n")
-        policy = CanonicalizationPolicy.from_c_value(b"/".join(CANONICALIZATION))
         include = tuple(name.lower() for name in SIGNED_HEADERS)
         fields = [
             (b"v", b"1"),
             (b"a", self.algorithm),
-            (b"c", policy.to_c_value()),
+            (b"c", _POLICY.to_c_value()),
             (b"d", self.domain),
             (b"i", b"@" + self.domain),
             (b"q", b"dns/txt"),
             (b"s", self.selector),
             (b"t", str(int(time.time())).encode("ascii")),
             (b"h", b" : ".join(include)),
-            (b"bh", base64.b64encode(hashlib.sha256(policy.canonicalize_body(body)).digest())),
+            (b"bh", body_hash if body_hash is not None else _body_hash(body)),
             (b"b", b"0" * 60),  # b= on a line of its own, as dkimpy folds it
         ]
         name = b"DKIM-Signature"
         value = dkim.fold(b"; ".join(b"=".join(f) for f in fields), namelen=len(name), linesep=b"\r\n")
         hasher = hashlib.sha256()
         unsigned = (name, b" " + dkim.RE_BTAG.sub(b"\\1", value))
-        dkim.hash_headers(hasher, policy, policy.canonicalize_headers(headers), include, unsigned, dict(fields))
+        dkim.hash_headers(hasher, _POLICY, _POLICY.canonicalize_headers(headers), include, unsigned, dict(fields))
         fields[-1] = (b"b", base64.b64encode(self._sign_digest(hasher.digest())))
         signed: bytes = dkim.fold(
             b"; ".join(b"=".join(f) for f in fields) + b"\r\n", namelen=len(name), linesep=b"\r\n"
         )
         return name + b": " + signed
 
-    def sign(self, message: bytes) -> bytes:
-        return self.signature(message) + message
+
+_POLICY = CanonicalizationPolicy.from_c_value(b"/".join(CANONICALIZATION))
+
+
+def _split(message: bytes) -> tuple[bytes, bytes]:
+    end = message.find(b"\r\n\r\n")
+    return (message, b"") if end < 0 else (message[: end + 2], message[end + 4 :])
+
+
+def _body_hash(body: bytes) -> bytes:
+    """The ``bh=`` value: the same for every signature of one message."""
+    return base64.b64encode(hashlib.sha256(_POLICY.canonicalize_body(body)).digest())
 
 
 def _private_key(algorithm: bytes, key: bytes) -> Any:
@@ -139,7 +147,8 @@ class Signers:
         return f"Signers{self.signers!r}"
 
     def sign(self, message: bytes) -> bytes:
-        return b"".join(signer.signature(message) for signer in self.signers) + message
+        body_hash = _body_hash(_split(message)[1])  # hashed once, whatever the number of keys
+        return b"".join(signer.signature(message, body_hash) for signer in self.signers) + message
 
 
 def signer_of(config: DkimConfig) -> Signers | None:

@@ -39,11 +39,13 @@ test-fast: $(STAMP) $(NODE_TOOLS)
 	$(BIN)/python -m pytest -m "not slow" -n auto
 
 # Lint (pyflakes, pycodestyle, isort, bugbear, pyupgrade), formatting, strict types,
-# and the size limits (CONTRIBUTING.md, Limits).
+# the package boundaries (no import cycle: pyproject.toml, tool.importlinter) and the
+# size limits (CONTRIBUTING.md, Limits).
 lint: $(STAMP)
 	$(BIN)/ruff check bot tests bench .ci setup.py
 	$(BIN)/ruff format --check bot tests bench .ci setup.py
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python .ci/complexity.py bot
 
 bench: $(STAMP)

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.config import Settings  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
-from bot.subscriber_csv import import_csv  # noqa: E402
+from bot.subscribers.csv_io import import_csv  # noqa: E402
 
 FILTERS = ["*", "gpu and llm", "snn or fpga", '"sparse attention" or "kv cache"', "moe or rl", "gpu and not snn"]
 

@@ -28,7 +28,7 @@ from bot.sink import Sink, SinkHandler, write_index
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscriber_csv import import_csv
+from bot.subscribers.csv_io import import_csv
 from bot.taste.service import import_library
 
 FIRST_DAY = date(2026, 6, 14)  # the date the seed dumps carry

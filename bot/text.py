@@ -25,6 +25,11 @@ def plural(count: int, noun: str, many: str = "") -> str:
     return f"{count} {many or noun + 's'}"
 
 
+def domain_of(address: str) -> str:
+    """The domain of an address (``localhost`` when it has none)."""
+    return address.rpartition("@")[2] or "localhost"
+
+
 def one_line(text: str | None) -> str:
     """*text* with control characters and runs of whitespace folded to single spaces."""
     return " ".join(CONTROL_CHARACTERS.sub(" ", text or "").split())

@@ -28,7 +28,7 @@ from bot.mail import render
 from bot.mail.prose import ALLOWED_TAGS, sanitize_html
 from bot.plan import plan
 from bot.sink import Sink
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import render_dump
 

@@ -28,7 +28,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.ingest.service import ingest_bytes
 from bot.store.subscribers import get_subscriber
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import render_dump
 

@@ -33,7 +33,7 @@ from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.ledger import claimed_entry_ids
 from bot.store.schema import Digest, LedgerEntry
 from bot.store.subscribers import list_subscribers
-from bot.subscriptions import SubscriberFields, clean_fields, edit, save
+from bot.subscribers.subscriptions import SubscriberFields, clean_fields, edit, save
 from tests.conftest import ROOT
 from tests.helpers import digest_entry_ids, render_dump
 

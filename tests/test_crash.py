@@ -26,7 +26,7 @@ from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT
 

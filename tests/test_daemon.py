@@ -137,7 +137,7 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
     from bot.ingest.service import ingest_bytes
     from bot.plan import plan
     from bot.sink import Sink, SinkHandler
-    from bot.subscriptions import clean_fields, save
+    from bot.subscribers.subscriptions import clean_fields, save
 
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)
     with Sink(SinkHandler()) as sink:

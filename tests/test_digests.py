@@ -27,8 +27,8 @@ from bot.sink import Fault, Received, Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.store.schema import LedgerEntry
 from bot.store.subscribers import get_subscriber
-from bot.subscriber_csv import import_csv
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.csv_io import import_csv
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import queue_digests, render_dump
 from tests.seed_facts import EXPECTED

@@ -25,7 +25,7 @@ from bot.mail.mailer import Mailer
 from bot.plan import plan
 from bot.sink import Sink
 from bot.store.digests import get_digest
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")

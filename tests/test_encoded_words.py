@@ -33,7 +33,7 @@ from bot.mail.message import Headers, build_message, display_name
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.entry_reads import list_entries
-from bot.subscriptions import SubscriberInputError, clean_fields, save
+from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, save
 from bot.text import CONTROL_CHARACTERS, header_text
 from tests.conftest import ROOT
 

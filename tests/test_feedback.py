@@ -42,7 +42,7 @@ from bot.store.entry_reads import find_entry
 from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel
-from bot.subscriptions import clean_fields, remove, save
+from bot.subscribers.subscriptions import clean_fields, remove, save
 from bot.taste.library import csl_json, read_library
 from bot.taste.service import feedback, give_feedback, import_library, library, refresh_models, set_taste_threshold
 from bot.web import create_app
@@ -638,7 +638,7 @@ def test_the_next_digest_on_the_manage_page_is_in_the_models_order(
 ) -> None:
     """What "Your next digest" lists is what `preview` lists: the model's order and why
     lines, and `liked` as the subscriber's model says."""
-    from bot.choose.quiet import outlook
+    from bot.plan.next_digest import outlook
     from bot.store.subscribers import get_subscriber
 
     reader = _reader_of_the_seeds(factory, tmp_path, seed_files)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.domain import EntryKind, ParsedEntry
-from bot.ingest.identity import arxiv_id_in, doi_in, entry_key, normalize_title
+from bot.domain.identity import arxiv_id_in, doi_in, entry_key, normalize_title
 
 
 def test_titles_differing_in_case_whitespace_punctuation_are_equal() -> None:

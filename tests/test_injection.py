@@ -23,7 +23,7 @@ from bot.ingest.service import ingest_bytes
 from bot.plan import plan
 from bot.sink import Sink
 from bot.store.entry_reads import list_entries
-from bot.subscriptions import SubscriberInputError, clean_fields, save
+from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, save
 from tests.conftest import ROOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")

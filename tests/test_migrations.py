@@ -14,13 +14,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestContent, DigestKind
-from bot.ingest.identity import key_for_title_hash
+from bot.domain.identity import key_for_title_hash
 from bot.ingest.service import ingest_bytes, ingest_file
 from bot.plan import plan, resend
 from bot.store.contents import digest_contents
 from bot.store.engine import HEAD_REVISION, current_revision, downgrade, head_revision, make_engine, sessions, upgrade
 from bot.store.schema import Base, Digest, Entry
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import FIXTURES, ROOT
 
 

@@ -36,7 +36,7 @@ from bot.store.ledger import claimed_entry_ids, claimed_from, release_entries
 from bot.store.schema import Digest, Entry, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
-from bot.subscriptions import clean_fields, save, set_filter
+from bot.subscribers.subscriptions import clean_fields, save, set_filter
 from tests.conftest import ROOT
 from tests.helpers import digest_entry_ids, dump_text, filter_expressions, render_dump
 
@@ -200,7 +200,7 @@ def test_purging_a_subscriber_removes_their_ledger_rows_and_no_one_elses(
 ) -> None:
     """The ledger's subscriber_id has no foreign key of its own (its key is entry
     first): the rows go with the digests that carried them."""
-    from bot.subscriptions import remove
+    from bot.subscribers.subscriptions import remove
 
     cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
     save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(3)], START - timedelta(days=1))

@@ -28,7 +28,7 @@ from bot.ingest.service import ingest_bytes
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, refresh_statistics, sessions, upgrade
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import dump_text, filter_expressions
 

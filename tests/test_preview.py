@@ -18,11 +18,12 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.preview import day_table, next_day, next_message
+from bot.plan.next_digest import day_table, next_day
+from bot.preview import next_message
 from bot.sink import Sink, SinkHandler
 from bot.store.schema import Base
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from bot.unsubscribes import journal_of
 from tests.conftest import ROOT, SEEDS
 
@@ -66,7 +67,8 @@ def test_the_preview_is_the_message_that_is_then_sent(factory: sessionmaker[Sess
         cy = get_subscriber(session, "cy@example.org")
     assert ada is not None and cy is not None
     before = _everything(factory)
-    day = next_day(factory, ada, START)
+    with factory() as session:
+        day = next_day(session, ada, START)
     assert day == START.date()
     preview = next_message(factory, settings, RULES, ada, day=day, now=START)
     assert preview is not None and preview.entries == 3
@@ -86,7 +88,8 @@ def test_the_preview_is_the_message_that_is_then_sent(factory: sessionmaker[Sess
     (sent,) = handler.received
     assert _without_date_and_id(sent.data) == _without_date_and_id(preview.data)
     assert b"Date: " in preview.data and b"Message-ID: " in preview.data
-    assert next_day(factory, ada, send_at) == day + timedelta(days=1)
+    with factory() as session:
+        assert next_day(session, ada, send_at) == day + timedelta(days=1)
 
 
 def test_a_preview_neither_applies_nor_loses_a_pending_unsubscribe(

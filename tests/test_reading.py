@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.quiet import outlook, outlook_note
 from bot.choose.tagging import load_rules
 from bot.config import Settings, WebConfig
 from bot.delivery.loop import deliver_now
@@ -30,10 +29,12 @@ from bot.mail.bibtex import bibtex_of
 from bot.mail.prose import cut_at_sentence, latex_to_text, marks_pattern, summary_of, title_text
 from bot.mail.render import HTML_BUDGET, filter_marks
 from bot.plan import plan, resend
+from bot.plan.next_digest import outlook, outlook_note
+from bot.plan.revisions import PER_DIGEST, to_tell
 from bot.sink import Sink
 from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
-from bot.subscriptions import clean_fields, save, set_updates
+from bot.subscribers.subscriptions import clean_fields, save, set_updates
 from bot.tokens import make_token, signing_key
 from bot.web import create_app
 from bot.web.forms import form_token
@@ -569,6 +570,22 @@ def test_an_entry_revised_since_it_was_sent_is_told_once_to_those_who_want_it(
     assert ingest_bytes(factory, dump.encode(), name="d3.txt", now=day3_at, rules=RULES)
     day3 = _cycle(factory, settings, sink, day3_at)
     assert "Updated since we sent it" not in _parts(day3["told@example.org"])[1]
+
+
+def test_the_revision_rule_tells_what_changed_after_it_was_sent_or_last_told_a_few_at_a_time() -> None:
+    sent_at, told_at = DAY, DAY + timedelta(days=2)
+    revised = {1: DAY + timedelta(days=1), 2: DAY + timedelta(days=1), 3: DAY - timedelta(days=1)}
+    revised |= {100 + i: DAY + timedelta(hours=i + 1) for i in range(PER_DIGEST + 2)}
+    copies = [
+        (7, 1, 50, None, sent_at),  # revised after the digest that carried it: told
+        (7, 2, 50, told_at, sent_at),  # told of a later change already: not again
+        (7, 3, 50, None, sent_at),  # revised before it was sent: the digest had the new one
+        (8, 1, 51, None, None),  # the digest that carried it was never sent
+    ] + [(9, 100 + i, 52, None, sent_at) for i in range(PER_DIGEST + 2)]
+    told = to_tell(copies, revised)
+    assert told[7] == [(revised[1], 1, 50)]
+    assert 8 not in told
+    assert [entry for _, entry, _ in told[9]] == [100 + i for i in range(PER_DIGEST)]  # oldest first, the rest wait
 
 
 def test_the_manage_page_turns_the_updates_list_off_and_on(

@@ -19,7 +19,7 @@ from bot.ingest.service import ingest_file
 from bot.plan import ResendPending, plan, resend, resend_failed
 from bot.sink import Fault, Sink, SinkHandler
 from bot.store.digests import list_digests, stats_by_day
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")

@@ -25,7 +25,7 @@ from bot.returns.mailboxes import MailboxError, MaildirBox, open_mailbox
 from bot.returns.rules import Limits, status_after
 from bot.returns.service import read_inbox, reading_of
 from bot.store.schema import ReturnEvent
-from bot.subscriptions import change_status, remove
+from bot.subscribers.subscriptions import change_status, remove
 from tests.returned_mail import KEY, PEOPLE, add_people, deliver, new_maildir, seen, settings_for, statuses
 
 NOW = datetime(2026, 11, 24, 9, tzinfo=UTC)
@@ -415,7 +415,7 @@ def test_a_bounce_naming_an_internationalized_domain_in_ascii_finds_its_subscrib
 ) -> None:
     """Mail goes out to ``linus@xn--bcher-kva.example`` (IDNA), the store holds
     ``linus@bücher.example``: a DSN without VERP naming the first marks the second."""
-    from bot.subscriptions import clean_fields, save
+    from bot.subscribers.subscriptions import clean_fields, save
 
     save(factory, Settings(), [clean_fields("linus@bücher.example")], NOW)
     dsn = (

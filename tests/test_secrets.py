@@ -27,7 +27,7 @@ from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.sink import Sink, SinkHandler
 from bot.store.digests import list_digests
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import signing_key
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import DIGESTBOT

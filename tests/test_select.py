@@ -14,8 +14,8 @@ from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.ingest.service import ingest_file
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscriber_csv import import_csv
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.csv_io import import_csv
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.seed_facts import (
     AGING,

@@ -27,7 +27,7 @@ from bot.sink import FaultRates, Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import list_subscribers
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT
 

@@ -18,7 +18,8 @@ import pytest
 from bot.config import Settings
 from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.mail.mailer import Mailer
-from bot.mail.message import Headers, build_message, message_id_for
+from bot.mail.message import Headers, build_message
+from bot.plan.message_ids import message_id_for
 from bot.tokens import make_token
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT, reader

@@ -33,7 +33,7 @@ from bot.mail.splice import MessageTemplate, Personal
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import get_digest
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 from tests.helpers import render_dump
 

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscriber_csv import export_csv, import_csv
-from bot.subscriptions import (
+from bot.subscribers.csv_io import export_csv, import_csv
+from bot.subscribers.subscriptions import (
     AlreadySubscribed,
     SubscriberInputError,
     add,
@@ -148,7 +148,7 @@ def test_soft_remove_then_add_reactivates_and_purge_deletes(factory: sessionmake
 
 
 def test_csv_lines_are_counted_at_line_feeds_and_a_bare_cr_is_that_lines_error() -> None:
-    from bot.subscriber_csv import read_csv
+    from bot.subscribers.csv_io import read_csv
 
     text = 'email,name\r\na@example.org,A\r\nb@example.org,B\x0cC\r\nc@example.org,C\rD\r\n\r\nd@example.org,"E\r\n'
     good, bad = read_csv(text + "e@example.org,E\r\n")

@@ -24,7 +24,7 @@ from bot.store.contents import digest_content
 from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
 from bot.store.taste_tables import TasteModel
-from bot.subscriptions import clean_fields, remove, save
+from bot.subscribers.subscriptions import clean_fields, remove, save
 from bot.taste.features import Vocabulary, fit_vocabulary, vectors, words
 from bot.taste.service import import_library, refresh_models
 from tests.conftest import ROOT

@@ -30,7 +30,7 @@ from bot.plan import plan
 from bot.sink import Sink, free_port
 from bot.store.schema import AppliedUnsubscribe, Digest, UnsubscribeRequest
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
 from bot.unsubscribes import journal_of, reader_of
 from bot.web import create_app

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.store.library import library_of
 from bot.store.subscribers import get_subscriber
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
 from bot.web import create_app
 from tests.conftest import ROOT

@@ -21,7 +21,7 @@ from bot.mail.verp import digest_of, return_path
 from bot.plan import plan
 from bot.sink import Sink
 from bot.store.schema import Digest
-from bot.subscriptions import clean_fields, save
+from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
 
 KEY = b"v" * 32

@@ -36,7 +36,7 @@ from bot.choose.filters import (
 )
 from bot.choose.tagging import TagRules, nfkc
 from bot.domain import EntryKind, EntryView, Subscriber, match_text
-from bot.ingest.identity import is_repo_name
+from bot.domain.identity import is_repo_name
 from bot.store.entry_reads import entries_first_seen_between
 
 

@@ -95,12 +95,12 @@ def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_jso
             markup=False,
         )
     if not found and not as_json:
-        from bot.choose.quiet import outlook, outlook_note
+        from bot.plan.next_digest import outlook, outlook_note
 
         with factory() as session:
             out.print(outlook_note(outlook(session, subscriber, c.rules, as_of=as_of)), markup=False)
     if not day and not as_json:
-        from bot.preview import when_note
+        from bot.plan.next_digest import when_note
 
         out.print(when_note(factory, c.settings, subscriber, as_of), markup=False)
 
@@ -113,12 +113,15 @@ def _preview_message(
     import webbrowser
     from email.policy import default
 
-    from bot.preview import next_day, next_message
+    from bot.plan.next_digest import next_day
+    from bot.preview import next_message
 
     if subscriber.status is not SubscriberStatus.ACTIVE:
         fail(f"{subscriber.email} is {subscriber.status.value}: they get no digest")
     at = now()
-    day = day or next_day(factory, subscriber, at)
+    if not day:
+        with factory() as session:
+            day = next_day(session, subscriber, at)
     try:
         found = next_message(factory, c.settings, c.rules, subscriber, day=day, now=at)
     except RuntimeError as exc:  # a template or entry that cannot be built: what delivery would record
@@ -148,7 +151,7 @@ def _preview_message(
 
 
 def _preview_day(c: Context, day: Any, as_json: bool) -> None:
-    from bot.preview import day_table
+    from bot.plan.next_digest import day_table
     from bot.store.subscribers import list_subscribers
 
     factory = c.sessions()

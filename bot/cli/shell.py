@@ -273,7 +273,7 @@ _FIELD_OPTIONS |= {"backfill": "--backfill", "cadence": "--cadence", "email": "E
 
 
 def clean_or_exit(email: str, **fields: Any) -> Any:
-    from bot.subscriptions import SubscriberInputError, clean_fields
+    from bot.subscribers.subscriptions import SubscriberInputError, clean_fields
 
     try:
         return clean_fields(email, **fields)
@@ -293,7 +293,7 @@ def train_on_demand(factory: Any, subscriber_id: int) -> None:
 
 def find_subscriber(factory: Any, email: str) -> Any:
     """The subscriber with this address, or exit 1 saying there is none."""
-    from bot.subscriptions import SubscriberNotFound, find
+    from bot.subscribers.subscriptions import SubscriberNotFound, find
 
     try:
         return find(factory, email)

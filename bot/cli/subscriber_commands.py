@@ -111,7 +111,7 @@ def subscribers_add(
     ] = False,
 ) -> None:
     """Subscribe EMAIL (an unsubscribed address is re-activated; what it was sent stays sent)."""
-    from bot.subscriptions import AlreadySubscribed, add
+    from bot.subscribers.subscriptions import AlreadySubscribed, add
 
     c = ctx_of(ctx)
     fields = clean_or_exit(
@@ -146,8 +146,8 @@ def _ask_to_confirm(c: Context, fields: Any) -> None:
     """``add --confirm``: a sign-up as the page makes one, mailed now."""
     import asyncio
 
-    from bot.optin import Origin, request_signup, send
     from bot.store.subscribers import get_subscriber
+    from bot.subscribers.optin import Origin, request_signup, send
     from bot.tokens import signing_key
 
     with c.sessions()() as session:
@@ -167,7 +167,7 @@ def _ask_to_confirm(c: Context, fields: Any) -> None:
 
 def _warn_about_filter(c: Context, filter_text: str | None) -> None:
     """Say so when the filter names a tag nothing carries (a typo, most likely)."""
-    from bot.subscriptions import filter_warning
+    from bot.subscribers.subscriptions import filter_warning
 
     if filter_text:
         note = filter_warning(c.sessions(), c.rules, filter_text)
@@ -191,7 +191,7 @@ def subscribers_edit(
     ] = None,
 ) -> None:
     """Change the given fields of a subscriber."""
-    from bot.subscriptions import SubscriberNotFound, edit, set_updates
+    from bot.subscribers.subscriptions import SubscriberNotFound, edit, set_updates
 
     c = ctx_of(ctx)
     fields = clean_or_exit(
@@ -209,7 +209,7 @@ def subscribers_edit(
 
 
 def _set_status(ctx: typer.Context, email: str, status: Any, verb: str) -> None:
-    from bot.subscriptions import SubscriberInputError, SubscriberNotFound, change_status, clean_email
+    from bot.subscribers.subscriptions import SubscriberInputError, SubscriberNotFound, change_status, clean_email
 
     c = ctx_of(ctx)
     try:
@@ -248,7 +248,7 @@ def subscribers_remove(
     ] = False,
 ) -> None:
     """Unsubscribe EMAIL, keeping what was sent so a re-subscribe never resends old entries."""
-    from bot.subscriptions import SubscriberInputError, SubscriberNotFound, clean_email, remove
+    from bot.subscribers.subscriptions import SubscriberInputError, SubscriberNotFound, clean_email, remove
 
     c = ctx_of(ctx)
     try:
@@ -275,7 +275,7 @@ def subscribers_import(
 ) -> None:
     """Upsert subscribers from CSV (idempotent).  Good rows are imported even when
     others are bad; every bad row is listed with its line number.  Exit 1 if any was bad."""
-    from bot.subscriber_csv import import_csv
+    from bot.subscribers.csv_io import import_csv
 
     c = ctx_of(ctx)
     try:
@@ -330,7 +330,7 @@ def subscribers_export(
     ] = None,
 ) -> None:
     """Print all subscribers as CSV, exactly as stored: the format 'import' reads."""
-    from bot.subscriber_csv import export_csv
+    from bot.subscribers.csv_io import export_csv
 
     if library is not None:
         from bot.cli.library_commands import print_library

@@ -23,10 +23,11 @@ from datetime import datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
+from bot.delivery.batches import Builders, cancel_digests
 from bot.delivery.policy import next_state
 from bot.delivery.smtp import SendResult, SmtpPool
 from bot.domain import DeliverReport, DigestState, SubscriberStatus
-from bot.mail.mailer import Built, Mailer, cancel_digests
+from bot.mail.mailer import Built, Mailer
 from bot.metrics import Metrics
 from bot.store.digests import DigestRow, Finished, claim_due, count_bounce, finish_many, reset_bounces
 from bot.store.engine import transaction
@@ -43,7 +44,7 @@ def worker_name() -> str:
 async def deliver(
     factory: sessionmaker[Session],
     settings: Settings,
-    mailer: Mailer,
+    builders: Builders,
     pool: SmtpPool,
     *,
     clock: Clock,
@@ -56,9 +57,16 @@ async def deliver(
     """Send every digest due now, batch by batch, until none is left (or *stop* is set
     between batches: sends in flight always finish and are recorded).  The next
     batch is claimed and built while the previous one is on the wire."""
-    mailer.new_run()
+    builders.mailer.new_run()
     line = _Pipeline(
-        factory, settings, mailer, pool, clock=clock, worker=worker or worker_name(), progress=progress, metrics=metrics
+        factory,
+        settings,
+        builders,
+        pool,
+        clock=clock,
+        worker=worker or worker_name(),
+        progress=progress,
+        metrics=metrics,
     )
     ahead = max(1, settings.digest.build_processes)  # batches being built while one is sent
     try:
@@ -87,7 +95,7 @@ class _Pipeline:
         self,
         factory: sessionmaker[Session],
         settings: Settings,
-        mailer: Mailer,
+        builders: Builders,
         pool: SmtpPool,
         *,
         clock: Clock,
@@ -95,7 +103,7 @@ class _Pipeline:
         progress: Callable[[int], None] | None,
         metrics: Metrics | None,
     ) -> None:
-        self.factory, self.settings, self.mailer, self.pool = factory, settings, mailer, pool
+        self.factory, self.settings, self.builders, self.pool = factory, settings, builders, pool
         self.clock, self.worker, self.progress = clock, worker, progress
         self.total = DeliverReport()
         self.building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
@@ -112,7 +120,7 @@ class _Pipeline:
             )
         if not ids:
             return False
-        built = self.mailer.prepare(self.factory, ids, now=now, worker=self.worker)
+        built = self.builders.prepare(self.factory, ids, now=now, worker=self.worker)
         self.building.append((asyncio.ensure_future(built), len(ids)))
         return True
 
@@ -152,12 +160,12 @@ async def deliver_now(
     progress: Callable[[int], None] | None = None,
 ) -> DeliverReport:
     """Open a pool, deliver everything due, close the pool (the CLI's one-shot path)."""
-    mailer = Mailer(settings)
+    builders = Builders(Mailer(settings))
     try:
         async with SmtpPool.of(settings) as pool:
-            return await deliver(factory, settings, mailer, pool, clock=clock, progress=progress)
+            return await deliver(factory, settings, builders, pool, clock=clock, progress=progress)
     finally:
-        mailer.close()
+        builders.close()
 
 
 def due_count(factory: sessionmaker[Session], now: datetime) -> int:

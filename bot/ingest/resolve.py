@@ -14,7 +14,7 @@ from datetime import date
 from typing import Any, NamedTuple
 
 from bot.domain import Announce, EntryKind, ParsedEntry, TagOrigin
-from bot.ingest.identity import entry_key, key_for_title_hash, normalize_title, title_hash
+from bot.domain.identity import entry_key, key_for_title_hash, normalize_title, title_hash
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from bot.choose.tagging import TagRules
 from bot.domain import ParsedSource, TagOrigin, match_text
-from bot.ingest.identity import title_hash
+from bot.domain.identity import title_hash
 from bot.ingest.resolve import (
     RECORD_COLUMNS,
     EntryRecord,

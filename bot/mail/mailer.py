@@ -6,23 +6,20 @@ Reads the store (digest contents) and renders; never sends and never records an 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import multiprocessing
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import cast
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from bot.choose.tagging import TagRulesError, load_rules
 from bot.config import Settings
-from bot.domain import DeliverReport, DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
+from bot.domain import DigestContent, Subscriber
 from bot.mail.chunks import ChunkPool
 from bot.mail.dkim import signer_of
 from bot.mail.holes import Personal, footer_allows_substitution, templates_allow_splicing
@@ -39,12 +36,8 @@ from bot.mail.render import Keywords, Links, Renderer, period_words, web_links
 from bot.mail.splice import MessageTemplate
 from bot.mail.verp import return_path
 from bot.store.contents import ContentCache, digest_content, digest_contents
-from bot.store.digests import DigestRow, Finished, finish_many, get_digest, get_digests
-from bot.store.engine import transaction
-from bot.store.ledger import release_entries
-from bot.store.subscribers import subscriber_statuses
+from bot.store.digests import DigestRow, get_digest
 from bot.tokens import make_token, signing_key
-from bot.unsubscribes import journal_of
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -94,7 +87,6 @@ class Mailer:
         self.footer_substituted = footer_allows_substitution(self.renderer)
         self.chunks = ChunkPool()  # the templates' constant bytes
         self.spliced = 0  # messages made from a template (for tests and benchmarks)
-        self._builders: ProcessPoolExecutor | None = None
         self.new_run()
 
     def new_run(self, run: str | None = None) -> None:
@@ -110,31 +102,6 @@ class Mailer:
 
     def links(self, subscriber: Subscriber) -> tuple[Links, tuple[str, ...]]:
         return self.links_for_token(make_token(self.key, subscriber.id, subscriber.unsubscribe_secret))
-
-    async def prepare(
-        self, factory: sessionmaker[Session], ids: list[int], *, now: datetime, worker: str
-    ) -> tuple[list[Built], DeliverReport]:
-        """``_prepare_batch`` in a thread of this process, or with
-        ``digest.build_processes`` in a worker process (its own connection and
-        templates), so that building the next batch overlaps sending this one on
-        another core."""
-        processes = self.settings.digest.build_processes
-        if not processes:
-            # In a thread: rendering a batch is CPU work the event loop (sends, signals) must not wait for.
-            report = DeliverReport()
-            built = await asyncio.to_thread(_prepare_batch, factory, self, ids, now=now, worker=worker, report=report)
-            return built, report
-        if self._builders is None:
-            self._builders = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
-        url = factory.kw["bind"].url.render_as_string(hide_password=False)
-        return await asyncio.get_running_loop().run_in_executor(
-            self._builders, _prepare_remote, url, self.settings, ids, now, worker, self.run
-        )
-
-    def close(self) -> None:
-        if self._builders is not None:
-            self._builders.shutdown(wait=True, cancel_futures=True)
-            self._builders = None
 
     def links_for_token(self, token: str) -> tuple[Links, tuple[str, ...]]:
         """Footer links and List-Unsubscribe URIs.  With a public URL, the https one, and
@@ -267,31 +234,6 @@ class Mailer:
         return template
 
 
-_REMOTE: dict[str, tuple[sessionmaker[Session], Mailer]] = {}  # per build process: its store and templates
-
-
-def _prepare_remote(
-    url: str, settings: Settings, ids: list[int], now: datetime, worker: str, run: str
-) -> tuple[list[Built], DeliverReport]:
-    """``_prepare_batch`` in a build process (``Mailer.prepare``), for the sending
-    Mailer's delivery run *run*."""
-    if url not in _REMOTE:
-        from bot.store.engine import make_engine, sessions
-
-        database = settings.database
-        _REMOTE[url] = (
-            sessions(
-                make_engine(url, busy_timeout_ms=database.busy_timeout_ms, sqlite_cache_mb=database.sqlite_cache_mb)
-            ),
-            Mailer(settings),
-        )
-    factory, mailer = _REMOTE[url]
-    if mailer.run != run:
-        mailer.new_run(run)
-    report = DeliverReport()
-    return _prepare_batch(factory, mailer, ids, now=now, worker=worker, report=report), report
-
-
 def _resent_message_id(session: Session, row: DigestRow) -> str | None:
     if row.resend_of is None:
         return None
@@ -307,47 +249,3 @@ def rule_keywords(path: Path | None) -> Keywords:
     except TagRulesError:
         return ()
     return tuple((rule.name, rule.keywords) for rule in rules.rules)
-
-
-def cancel_digests(
-    session: Session, rows: Sequence[tuple[DigestRow, SubscriberStatus | None]], *, worker: str, now: datetime
-) -> int:
-    """Cancel claimed digests whose subscriber left (status given, None: deleted) and
-    give their entries back; how many were cancelled."""
-    finished = [
-        Finished(row.id, DigestState.CANCELLED, None, f"subscriber {s.value if s else 'gone'}") for row, s in rows
-    ]
-    for row, _ in rows:
-        if row.kind is not DigestKind.RESEND:
-            release_entries(session, row.id)
-    return len(finish_many(session, finished, worker=worker, now=now))
-
-
-def _prepare_batch(
-    factory: sessionmaker[Session], mailer: Mailer, ids: list[int], *, now: datetime, worker: str, report: DeliverReport
-) -> list[Built]:
-    """Messages for the claimed digests; cancels those whose subscriber left and
-    fails those whose message cannot be built (recorded at once).  The store is
-    read in one short transaction and messages are built after it: on SQLite
-    every transaction holds the write lock, which senders need to record."""
-    journal = journal_of(factory)
-    journal.try_apply_pending(factory)
-    with transaction(factory) as session:
-        rows = get_digests(session, ids)
-        statuses = subscriber_statuses(session, {row.subscriber_id for row in rows})
-        for subscriber_id in journal.pending_subscribers(statuses):
-            statuses[subscriber_id] = SubscriberStatus.UNSUBSCRIBED  # acknowledged, not applied yet
-        live = [row for row in rows if statuses.get(row.subscriber_id) is SubscriberStatus.ACTIVE]
-        gone = [
-            (row, statuses.get(row.subscriber_id))
-            for row in rows
-            if statuses.get(row.subscriber_id) is not SubscriberStatus.ACTIVE
-        ]
-        report.cancelled += cancel_digests(session, gone, worker=worker, now=now)
-        loaded = mailer.load(session, live)
-    built = mailer.build_loaded(loaded, now, for_wire=True)
-    failed = [Finished(b.row.id, DigestState.FAILED, None, b.error) for b in built if b.error is not None]
-    if failed:
-        with transaction(factory) as session:
-            report.failed += len(finish_many(session, failed, worker=worker, now=now))
-    return [b for b in built if b.error is None]

@@ -10,10 +10,9 @@ Never renders, never sends.
 
 from __future__ import annotations
 
-import hashlib
 import io
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import datetime
 from email.generator import BytesGenerator
 from email.headerregistry import Address
 from email.message import EmailMessage
@@ -36,16 +35,6 @@ MAX_DISPLAY_NAME = 200
 def display_name(text: str | None) -> str:
     """*text* as the display name of an address header: one line, decoded, short."""
     return header_text(text)[:MAX_DISPLAY_NAME].rstrip()
-
-
-def domain_of(address: str) -> str:
-    return address.rpartition("@")[2] or "localhost"
-
-
-def message_id_for(digest_id: int, subscriber_id: int, local_date: date, kind: str, sender: SenderConfig) -> str:
-    """Deterministic: every attempt of one digest carries the same Message-ID."""
-    tag = hashlib.sha256(f"{digest_id}:{subscriber_id}:{local_date}:{kind}".encode()).hexdigest()[:12]
-    return f"<digest.{digest_id}.{tag}@{domain_of(sender.from_address)}>"
 
 
 def envelope_address(address: str) -> str:

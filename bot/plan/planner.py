@@ -28,9 +28,10 @@ from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.links import primary_url
-from bot.mail.message import message_id_for
 from bot.plan.cadence import sends_on
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
+from bot.plan.message_ids import message_id_for
+from bot.plan.revisions import attach_revisions
 from bot.plan.windows import claimed_in_windows, watermark, window_starts
 from bot.store.engine import transaction
 from bot.store.entry_reads import latest_entry_at
@@ -44,7 +45,6 @@ from bot.store.ledger import (
     mark_checked,
     scheduled_days,
 )
-from bot.store.revisions import attach_revisions
 from bot.store.sources import latest_dump_at
 from bot.store.subscribers import set_watermarks, subscribers_after
 from bot.store.taste import any_models

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import DigestKind, DigestState
-from bot.mail.message import message_id_for
+from bot.plan.message_ids import message_id_for
 from bot.store.digests import (
     DigestRow,
     failed_without_resend,

@@ -29,13 +29,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot import __version__
 from bot.choose.tagging import TagRules
 from bot.config import Settings
+from bot.delivery.batches import Builders
 from bot.delivery.loop import deliver, worker_name
 from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
 from bot.metrics import Metrics
-from bot.optin import expire_signups
 from bot.plan import plan
 from bot.returns.mailboxes import MailboxError
 from bot.returns.service import read_configured_inbox
@@ -43,6 +43,7 @@ from bot.run.exporter import Exporter
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import refresh_statistics, transaction
+from bot.subscribers.optin import expire_signups
 from bot.text import plural
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ class Daemon:
         self.deliver_jobs = deliver_jobs
         self.stop = asyncio.Event()
         self.worker = worker_name()
-        self.mailer = Mailer(settings)
+        self.builders = Builders(Mailer(settings))
         self.pool = SmtpPool.of(settings)
         self._delivering: asyncio.Task[DeliverReport] | None = None
         self.metrics = Metrics(factory, clock)
@@ -219,7 +220,9 @@ class Daemon:
             return
         async with self._reading:
             try:
-                report = await asyncio.to_thread(read_configured_inbox, self.factory, self.settings, self.mailer.key)
+                report = await asyncio.to_thread(
+                    read_configured_inbox, self.factory, self.settings, self.builders.mailer.key
+                )
             except MailboxError as exc:
                 log.warning("returned mail not read: %s", exc)
                 return
@@ -250,7 +253,7 @@ class Daemon:
             deliver(
                 self.factory,
                 self.settings,
-                self.mailer,
+                self.builders,
                 self.pool,
                 clock=self.clock,
                 worker=self.worker,
@@ -340,7 +343,7 @@ class Daemon:
             if self._delivering is not None:
                 await asyncio.gather(self._delivering, return_exceptions=True)  # in-flight sends finish
             await self.pool.close()
-            self.mailer.close()
+            self.builders.close()
             if self.exporter is not None:
                 self.exporter.stop()
             self.leadership.release()

@@ -4,7 +4,7 @@ client, library uploads per reader): SQL only."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
@@ -43,14 +43,14 @@ def set_mailed_at(session: Session, subscriber_id: int, at: datetime | None) -> 
     session.execute(update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values(mailed_at=at))
 
 
-def count_request(session: Session, client: str, now: datetime) -> int:
-    """Record one request counted under *client* (a client's address for a sign-up,
-    ``library:<id>`` for a reader's upload); how many it made in the last hour, this one
-    included.  Rows older than an hour are deleted on the way."""
-    hour_ago = now - timedelta(hours=1)
-    session.execute(delete(SignupRequest).where(SignupRequest.at < hour_ago))
+def count_request(session: Session, client: str, now: datetime, *, since: datetime) -> int:
+    """Record one request at *now* counted under *client* (a client's address for a
+    sign-up, ``library:<id>`` for a reader's upload); how many it made since *since*, this
+    one included.  Every client's rows from before *since* are deleted on the way (the
+    callers share one window)."""
+    session.execute(delete(SignupRequest).where(SignupRequest.at < since))
     session.execute(insert(SignupRequest).values(client=client[:64], at=now))
-    query = select(func.count()).where(SignupRequest.client == client[:64], SignupRequest.at >= hour_ago)
+    query = select(func.count()).where(SignupRequest.client == client[:64], SignupRequest.at >= since)
     return int(session.scalar(query) or 0)
 
 

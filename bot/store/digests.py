@@ -14,8 +14,9 @@ from sqlalchemy import CursorResult, and_, bindparam, case, exists, func, or_, s
 from sqlalchemy.orm import Session, aliased
 
 from bot.domain import DigestKind, DigestState
+from bot.store.base import UTCDateTime
 from bot.store.bulk import chunks
-from bot.store.schema import Digest, Entry, LedgerEntry, Source, UTCDateTime
+from bot.store.schema import Digest, Entry, LedgerEntry, Source
 from bot.store.schema import Subscriber as SubscriberRow
 
 

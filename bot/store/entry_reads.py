@@ -99,7 +99,7 @@ def list_entries(
 
 def find_entry(session: Session, ref: str) -> EntryView | None:
     """An entry by key, arXiv id, DOI or numeric id."""
-    from bot.ingest.identity import arxiv_id_in, doi_in
+    from bot.domain.identity import arxiv_id_in, doi_in
 
     ref = ref.strip()
     conditions = [Entry.key == ref, Entry.key == ref.lower()]

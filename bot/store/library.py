@@ -9,7 +9,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
 from bot.domain import LibraryPaper
-from bot.ingest.identity import normalize_title, title_hash, title_key
+from bot.domain.identity import normalize_title, title_hash, title_key
 from bot.store.bulk import chunks
 from bot.store.entries import entries_matching
 from bot.store.schema import Entry

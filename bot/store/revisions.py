@@ -1,8 +1,9 @@
-"""Revised entries (arXiv ``replace``) that subscribers received before: which to tell
-whom, pinned in the digest that tells them and marked told in the ledger.  SQL only.
+"""Revised entries (arXiv ``replace``) that subscribers received before: the queries
+``bot.plan.revisions`` decides from, and the writes that pin what it told whom in the
+digest that tells them and mark it told in the ledger.  SQL only.
 
 Every query here starts from what it is about, by construction: the few entries revised
-within ``HORIZON`` (an index on ``revised_at``), then the ledger rows of those entries
+since a moment (an index on ``revised_at``), then the ledger rows of those entries
 and of the subscribers being planned (the ledger's key, entry first), then those rows'
 digests and subscribers by their keys, then the told entries' links from those digests'
 bodies.  None can begin from every digest ever sent, which once made planning
@@ -11,8 +12,9 @@ quadratic in subscribers and grow with the history.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import and_, bindparam, select, update
 from sqlalchemy.orm import Session
@@ -22,78 +24,35 @@ from bot.store.bulk import chunks
 from bot.store.schema import BodyItem, Digest, Entry, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
 
-# Revisions older than this are not told any more (a subscriber away a month).
-HORIZON = timedelta(days=30)
-# At most this many in one digest; the rest wait for the next.
-PER_DIGEST = 10
 # Ledger rows looked up at once: (revised entries) x (subscribers) key pairs.
 _PAIRS = 20_000
 
 
-def attach_revisions(session: Session, digests: Sequence[tuple[int, int]], now: datetime) -> None:
-    """For each (digest id, subscriber id) of digests just planned: the entries that
-    subscriber was sent earlier and that were revised since (and not yet told them),
-    written into the digest (``digests.updates``) and marked told (``ledger.reported_at``)."""
-    digest_of = {subscriber_id: digest_id for digest_id, subscriber_id in digests}
-    if not digest_of:
-        return
-    query = select(Entry.id, Entry.revised_at, Entry.title, Entry.revision_note).where(Entry.revised_at > now - HORIZON)
-    revised = {
+def revised_since(session: Session, since: datetime) -> dict[int, tuple[datetime, str, str | None]]:
+    """Entry id -> (revised at, title, revision note) of the entries revised after *since*."""
+    query = select(Entry.id, Entry.revised_at, Entry.title, Entry.revision_note).where(Entry.revised_at > since)
+    return {
         entry_id: (revised_at, title, note)
         for entry_id, revised_at, title, note in session.execute(query)
         if revised_at is not None
     }
-    if not revised:
-        return  # the common case: one indexed look-up, whatever the history
-    told = _to_tell(session, revised, sorted(digest_of))
-    if not told:
-        return
-    urls = _shown_urls(session, sorted({digest_id for items in told.values() for _, _, digest_id in items}))
-    shown = {
-        sid: [
-            {
-                "title": revised[entry_id][1],
-                "note": revised[entry_id][2] or "revised",
-                "url": urls.get((did, entry_id), ""),
-            }
-            for _, entry_id, did in items
-        ]
-        for sid, items in told.items()
-    }
-    session.connection().execute(
-        update(Digest.__table__).where(Digest.__table__.c.id == bindparam("did")).values(updates=bindparam("shown")),
-        [{"did": digest_of[sid], "shown": items} for sid, items in shown.items()],
-    )
-    ledger = LedgerEntry.__table__
-    session.connection().execute(
-        update(ledger)
-        .where(and_(ledger.c.subscriber_id == bindparam("sid"), ledger.c.entry_id == bindparam("eid")))
-        .values(reported_at=now),
-        [{"sid": sid, "eid": entry_id} for sid, items in told.items() for _, entry_id, _ in items],
-    )
 
 
-def _to_tell(
-    session: Session, revised: dict[int, tuple[datetime, str, str | None]], subscriber_ids: list[int]
-) -> dict[int, list[tuple[datetime, int, int]]]:
-    """Per subscriber who wants them, the revised entries a sent digest of theirs
-    carried and that changed since it (or since they were last told): (revised at,
-    entry, the digest that carried it), oldest first, at most ``PER_DIGEST``."""
-    candidates = _received(session, sorted(revised), _wanting_updates(session, subscriber_ids))
-    sent = _sent_digests(session, sorted({digest_id for _, _, digest_id, _ in candidates}))
-    found: dict[int, list[tuple[datetime, int, int]]] = {}
-    for subscriber_id, entry_id, digest_id, reported_at in candidates:
-        planned_at = sent.get(digest_id)
-        revised_at = revised[entry_id][0]
-        if planned_at is not None and revised_at > (reported_at or planned_at):
-            found.setdefault(subscriber_id, []).append((revised_at, entry_id, digest_id))
-    return {sid: sorted(items)[:PER_DIGEST] for sid, items in found.items()}
+def sent_copies(
+    session: Session, entry_ids: Sequence[int], subscriber_ids: Sequence[int]
+) -> list[tuple[int, int, int, datetime | None, datetime | None]]:
+    """(subscriber, entry, digest, told at, planned at) of the ledger rows of these entries
+    and of those of these subscribers who want revised entries listed; planned at is
+    None unless the digest was sent."""
+    rows = _received(session, sorted(entry_ids), _wanting_updates(session, sorted(subscriber_ids)))
+    sent = _sent_digests(session, sorted({digest_id for _, _, digest_id, _ in rows}))
+    return [(sid, eid, did, told, sent.get(did)) for sid, eid, did, told in rows]
 
 
-def _shown_urls(session: Session, digest_ids: list[int]) -> dict[tuple[int, int], str]:
+def shown_urls(session: Session, digest_ids: Iterable[int]) -> dict[tuple[int, int], str]:
     """(digest, entry) -> where that digest linked the entry (its body's items)."""
     found: dict[tuple[int, int], str] = {}
-    for part in chunks(digest_ids):
+    for part in chunks(sorted(set(digest_ids))):
         query = (
             select(Digest.id, BodyItem.entry_id, BodyItem.url)
             .join(BodyItem, BodyItem.body_key == Digest.body_key)
@@ -101,6 +60,24 @@ def _shown_urls(session: Session, digest_ids: list[int]) -> dict[tuple[int, int]
         )
         found.update(((digest_id, entry_id), url) for digest_id, entry_id, url in session.execute(query))
     return found
+
+
+def write_told(
+    session: Session, updates: Mapping[int, list[dict[str, Any]]], told: Iterable[tuple[int, int]], now: datetime
+) -> None:
+    """Pin *updates* (digest id -> the revised entries it tells) in those digests, and mark
+    each (subscriber, entry) of *told* told at *now* in the ledger."""
+    session.connection().execute(
+        update(Digest.__table__).where(Digest.__table__.c.id == bindparam("did")).values(updates=bindparam("shown")),
+        [{"did": digest_id, "shown": items} for digest_id, items in updates.items()],
+    )
+    ledger = LedgerEntry.__table__
+    session.connection().execute(
+        update(ledger)
+        .where(and_(ledger.c.subscriber_id == bindparam("sid"), ledger.c.entry_id == bindparam("eid")))
+        .values(reported_at=now),
+        [{"sid": sid, "eid": entry_id} for sid, entry_id in told],
+    )
 
 
 def _wanting_updates(session: Session, subscriber_ids: list[int]) -> list[int]:

@@ -1,63 +1,32 @@
 """Tables as SQLAlchemy 2 declarative models.  Change them only together with a
-new Alembic revision in ``bot/migrations/versions`` (a test compares both)."""
+new Alembic revision in ``bot/migrations/versions`` (a test compares both).  The taste
+stage's tables are in ``taste_tables``; both derive from ``base.Base``, whose metadata
+the migrations compare."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
-from typing import Any, ClassVar
+from datetime import date, datetime
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
     Date,
-    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     PrimaryKeyConstraint,
     String,
-    Table,
     Text,
-    TypeDecorator,
     text,
     true,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-    # Every model maps one Table (the store's bulk statements take it as such).
-    __table__: ClassVar[Table]  # narrows DeclarativeBase's FromClause
+from bot.store import taste_tables  # noqa: F401  (registers the taste tables with Base.metadata)
+from bot.store.base import Base as Base  # imported from here, Base's metadata holds every table
+from bot.store.base import UTCDateTime
 
 
 class Source(Base):
@@ -421,8 +390,3 @@ class ReturnEvent(Base):
     address: Mapped[str] = mapped_column(String(320), server_default="")
     status: Mapped[str] = mapped_column(String(16), server_default="")
     diagnostic: Mapped[str] = mapped_column(String(300), server_default="")
-
-
-# The taste stage's tables (library, feedback, vocabulary, models) are in a module of
-# their own; importing it here registers them with Base.metadata, as migrations expect.
-from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel, TasteVocabulary  # noqa: E402, F401

@@ -1,5 +1,6 @@
 """Taste vocabularies and models (``bot.taste``): SQL only.  Arrays go in and out as
-the bytes of float32 / int32 numpy arrays."""
+bytes (``StoredVocabulary``, ``StoredModel``); ``bot.taste`` makes arrays of them, so
+this module never imports it or numpy."""
 
 from __future__ import annotations
 
@@ -7,33 +8,22 @@ import base64
 import hashlib
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
-from bot.domain import match_text
+from bot.domain import StoredModel, StoredVocabulary, match_text
 from bot.store.bulk import chunks
 from bot.store.schema import Entry
 from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel, TasteVocabulary
 
-if TYPE_CHECKING:  # numpy and scipy load only where models exist
-    import numpy as np
 
-    from bot.taste.features import Vocabulary
-    from bot.taste.model import Model
-
-
-def latest_vocabulary(session: Session) -> tuple[Vocabulary, int] | None:
-    """The newest vocabulary and how many entries it was fitted on."""
-    import numpy as np
-
-    from bot.taste.features import Vocabulary
-
+def latest_vocabulary(session: Session) -> StoredVocabulary | None:
+    """The newest vocabulary."""
     row = session.scalars(select(TasteVocabulary).order_by(TasteVocabulary.id.desc()).limit(1)).first()
     if row is None:
         return None
-    return Vocabulary(row.id, tuple(row.terms), np.frombuffer(row.idf, dtype=np.float32)), row.entries
+    return StoredVocabulary(row.id, tuple(row.terms), row.idf, row.entries)
 
 
 def latest_vocabulary_id(session: Session) -> int | None:
@@ -49,15 +39,11 @@ def newest_entry_id(session: Session) -> int:
     return int(session.scalar(select(func.max(Entry.id))) or 0)
 
 
-def save_vocabulary(session: Session, terms: list[str], idf: np.ndarray, entries: int, now: datetime) -> int:
+def save_vocabulary(session: Session, terms: list[str], idf: bytes, entries: int, now: datetime) -> int:
     """Store a new vocabulary, with an id above every earlier one (a model names the one it
     was trained in), and delete the earlier ones: their models are trained again."""
     new_id = int(session.scalar(select(func.max(TasteVocabulary.id))) or 0) + 1
-    session.execute(
-        insert(TasteVocabulary).values(
-            id=new_id, fitted_at=now, entries=entries, terms=terms, idf=idf.astype("float32").tobytes()
-        )
-    )
+    session.execute(insert(TasteVocabulary).values(id=new_id, fitted_at=now, entries=entries, terms=terms, idf=idf))
     session.execute(delete(TasteVocabulary).where(TasteVocabulary.id < new_id))
     return new_id
 
@@ -135,7 +121,7 @@ def model_signals(session: Session) -> dict[int, str]:
     return {sid: signals for sid, signals in session.execute(select(TasteModel.subscriber_id, TasteModel.signals))}
 
 
-def save_model(session: Session, subscriber_id: int, model: Model, signals: str, now: datetime) -> None:
+def save_model(session: Session, subscriber_id: int, model: StoredModel, signals: str, now: datetime) -> None:
     session.execute(delete(TasteModel).where(TasteModel.subscriber_id == subscriber_id))
     session.execute(
         insert(TasteModel).values(
@@ -144,9 +130,9 @@ def save_model(session: Session, subscriber_id: int, model: Model, signals: str,
             signals=signals,
             trained_at=now,
             intercept=model.intercept,
-            indices=model.indices.astype("int32").tobytes(),
-            weights=model.weights.astype("float32").tobytes(),
-            library=[[title, _b64(i.astype("int32")), _b64(v.astype("float32"))] for title, i, v in model.library],
+            indices=model.indices,
+            weights=model.weights,
+            library=[[title, _b64(i), _b64(v)] for title, i, v in model.library],
         )
     )
 
@@ -158,22 +144,18 @@ def delete_models(session: Session, subscriber_ids: Iterable[int]) -> int:
     return len(gone)
 
 
-def models_of(session: Session, subscriber_ids: Iterable[int], vocabulary_id: int) -> dict[int, Model]:
+def models_of(session: Session, subscriber_ids: Iterable[int], vocabulary_id: int) -> dict[int, StoredModel]:
     """The models of these subscribers trained in *vocabulary_id* (others are stale)."""
-    import numpy as np
-
-    from bot.taste.model import Model
-
-    found: dict[int, Model] = {}
+    found: dict[int, StoredModel] = {}
     for part in chunks(sorted(set(subscriber_ids))):
         query = select(TasteModel).where(TasteModel.subscriber_id.in_(part), TasteModel.vocabulary_id == vocabulary_id)
         for row in session.scalars(query):
-            found[row.subscriber_id] = Model(
+            found[row.subscriber_id] = StoredModel(
                 row.vocabulary_id,
                 row.intercept,
-                np.frombuffer(row.indices, dtype=np.int32),
-                np.frombuffer(row.weights, dtype=np.float32),
-                tuple((t, _array(i, "int32"), _array(v, "float32")) for t, i, v in row.library),
+                row.indices,
+                row.weights,
+                tuple((t, base64.b64decode(i), base64.b64decode(v)) for t, i, v in row.library),
             )
     return found
 
@@ -182,14 +164,8 @@ def any_models(session: Session) -> bool:
     return session.scalar(select(TasteModel.subscriber_id).limit(1)) is not None
 
 
-def _b64(array: np.ndarray) -> str:  # the bytes of a library paper's terms, in a JSON column
-    return base64.b64encode(array.tobytes()).decode("ascii")
-
-
-def _array(text: str, dtype: str) -> np.ndarray:
-    import numpy as np
-
-    return np.frombuffer(base64.b64decode(text), dtype=dtype)
+def _b64(data: bytes) -> str:  # the bytes of a library paper's terms, in a JSON column
+    return base64.b64encode(data).decode("ascii")
 
 
 def taste_counts(session: Session, subscriber_id: int) -> tuple[int, int, int, bool]:

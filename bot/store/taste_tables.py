@@ -1,7 +1,6 @@
 """The taste stage's tables (``bot.taste``): a reader's library, their feedback, the
-TF-IDF vocabulary and each reader's model.  Part of ``bot.store.schema`` (which
-imports this module, so that ``Base.metadata`` holds them); change them only with a
-new Alembic revision."""
+TF-IDF vocabulary and each reader's model.  ``bot.store.schema`` imports this module, so
+that ``Base.metadata`` holds them; change them only with a new Alembic revision."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from bot.store.schema import Base, UTCDateTime
+from bot.store.base import Base, UTCDateTime
 
 
 class LibraryPaperRow(Base):

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.sparse import csr_matrix
 
+from bot.domain import StoredVocabulary
+
 MAX_TERMS = 30_000  # a vocabulary of words and word pairs; most stores use fewer
 _WORD = re.compile(r"[^\W\d_][\w-]*[^\W_]")
 # Words that say nothing about a paper's topic: English function words and the
@@ -56,6 +58,10 @@ class Vocabulary:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "index", {term: i for i, term in enumerate(self.terms)})
+
+
+def vocabulary_of(stored: StoredVocabulary) -> Vocabulary:
+    return Vocabulary(stored.id, stored.terms, np.frombuffer(stored.idf, dtype=np.float32))
 
 
 def fit_vocabulary(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:

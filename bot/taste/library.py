@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from bot.domain import LibraryPaper, RatedEntry
-from bot.ingest.identity import arxiv_id_in, doi_in, normalize_title, title_key
+from bot.domain.identity import arxiv_id_in, doi_in, normalize_title, title_key
 from bot.text import one_line
 
 MAX_BYTES = 20_000_000  # a library of 20,000 papers with abstracts is about 30 MB of BibTeX

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.sparse import csr_matrix, vstack
 
+from bot.domain import StoredModel
 from bot.taste.features import Vocabulary, vectors
 
 MAX_WEIGHTS = 2000
@@ -106,6 +107,28 @@ def _library(good: csr_matrix, positives: Sequence[tuple[str, str]]) -> tuple[tu
         top = np.sort(np.argsort(-values)[:NEAR_TERMS])
         papers.append((title, indices[top].astype(np.int32), values[top].astype(np.float32)))
     return tuple(papers)
+
+
+def stored(model: Model) -> StoredModel:
+    """The model as the store keeps it."""
+    return StoredModel(
+        model.vocabulary_id,
+        model.intercept,
+        model.indices.astype(np.int32).tobytes(),
+        model.weights.astype(np.float32).tobytes(),
+        tuple((t, i.astype(np.int32).tobytes(), v.astype(np.float32).tobytes()) for t, i, v in model.library),
+    )
+
+
+def model_of(kept: StoredModel) -> Model:
+    """The model the store kept."""
+    return Model(
+        kept.vocabulary_id,
+        kept.intercept,
+        np.frombuffer(kept.indices, dtype=np.int32),
+        np.frombuffer(kept.weights, dtype=np.float32),
+        tuple((t, np.frombuffer(i, dtype=np.int32), np.frombuffer(v, dtype=np.float32)) for t, i, v in kept.library),
+    )
 
 
 def score(model: Model, rows: csr_matrix) -> np.ndarray:

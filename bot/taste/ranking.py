@@ -30,8 +30,8 @@ from bot.domain import EntryView, match_text
 from bot.store.ledger import Planned
 from bot.store.taste import any_models, latest_vocabulary, models_of
 from bot.taste import CLOSE_TO
-from bot.taste.features import Vocabulary, text_of, vectors
-from bot.taste.model import BLEND, Model, nearest, score
+from bot.taste.features import Vocabulary, text_of, vectors, vocabulary_of
+from bot.taste.model import BLEND, Model, model_of, nearest, score
 
 EVERYTHING = "matches everything"
 TITLE_SHOWN = 90  # characters of a library paper's title in a why line
@@ -49,10 +49,10 @@ class TastePass:
         if not any_models(session):
             return None
         found = latest_vocabulary(session)
-        return cls(found[0]) if found is not None else None
+        return cls(vocabulary_of(found)) if found is not None else None
 
     def models(self, session: Session, subscriber_ids: Sequence[int]) -> dict[int, Model]:
-        return models_of(session, subscriber_ids, self.vocabulary.id)
+        return {sid: model_of(kept) for sid, kept in models_of(session, subscriber_ids, self.vocabulary.id).items()}
 
     def _rows(self, start: datetime | None, window: list[EntryView]) -> tuple[csr_matrix, dict[int, int]]:
         cached = self.windows.get(start)

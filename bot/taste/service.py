@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.domain import LibraryPaper, RatedEntry, Subscriber
+from bot.domain import REQUEST_WINDOW, LibraryPaper, RatedEntry, Subscriber
 from bot.store.consents import count_request
 from bot.store.engine import transaction
 from bot.store.feedback import feedback_of, remove_feedback, set_feedback, set_threshold
@@ -78,7 +78,7 @@ def upload_allowed(factory: sessionmaker[Session], subscriber_id: int, per_hour:
     """Count one upload of the subscriber's; False once they made more than *per_hour*
     in the last hour (the file is then not read)."""
     with transaction(factory) as session:
-        return count_request(session, f"library:{subscriber_id}", now) <= per_hour
+        return count_request(session, f"library:{subscriber_id}", now, since=now - REQUEST_WINDOW) <= per_hour
 
 
 def library(factory: sessionmaker[Session], subscriber_id: int) -> list[LibraryPaper]:
@@ -202,25 +202,26 @@ def _fit_vocabulary(factory: sessionmaker[Session], count: int, now: datetime) -
             after = rows[-1][0]
     terms, idf = fit_vocabulary(texts[-MAX_FIT_ENTRIES:])
     with transaction(factory) as session:
-        save_vocabulary(session, terms, idf, count, now)
+        save_vocabulary(session, terms, idf.astype("float32").tobytes(), count, now)
 
 
 def _train(factory: sessionmaker[Session], stale: list[int], wanted: dict[int, str], now: datetime) -> int:
-    from bot.taste.model import train
+    from bot.taste.features import vocabulary_of
+    from bot.taste.model import stored, train
 
     with factory() as session:
         found = latest_vocabulary(session)
         ids = entry_ids(session)
     if found is None:
         return 0
-    vocabulary = found[0]
+    vocabulary = vocabulary_of(found)
     for subscriber_id in stale:
         with factory() as session:
             positives, negatives, sample = _examples(session, subscriber_id, ids)
         model = train(vocabulary, positives, negatives, sample)
         try:
             with transaction(factory) as session:
-                save_model(session, subscriber_id, model, wanted[subscriber_id], now)
+                save_model(session, subscriber_id, stored(model), wanted[subscriber_id], now)
         except IntegrityError:  # another process (the scheduler, `library add`) saved it meanwhile
             log.info("model of subscriber %d saved by another process", subscriber_id)
     return len(stale)

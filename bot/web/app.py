@@ -11,7 +11,7 @@ the web version of a sent digest and its BibTeX, ``GET|POST /d/{token}/{date}/{n
 (or ``less``) rates an entry of it (``bot.web.feedback``); ``/subscribe`` and
 ``/c/{token}`` (sign-up) are ``bot.web.signup``'s.  Tokens are HMAC-signed
 and bound to one subscriber; an unknown, forged or altered token gets the
-same 404.  A thin shell over ``bot.subscriptions`` and ``bot.web.versions``:
+same 404.  A thin shell over ``bot.subscribers.subscriptions`` and ``bot.web.versions``:
 never sends digests, never writes SQL itself, never logs tokens or keys.
 """
 
@@ -40,7 +40,14 @@ from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.config import Settings, site_url
 from bot.domain import Subscriber, SubscriberStatus
 from bot.metrics import Metrics
-from bot.subscriptions import SubscriberInputError, change_status, edit, filter_warning, set_filter, set_updates
+from bot.subscribers.subscriptions import (
+    SubscriberInputError,
+    change_status,
+    edit,
+    filter_warning,
+    set_filter,
+    set_updates,
+)
 from bot.taste.service import taste_summary
 from bot.tokens import signing_key
 from bot.unsubscribes import journal_of, reader_of

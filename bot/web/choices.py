@@ -1,7 +1,7 @@
 """Subscriber endpoint: the digest-choices form that sign-up and manage pages share.
 
 Tag checkboxes or an advanced filter, cadence, time zone and send hour, read
-into ``SubscriberFields`` with the CLI's validation (``bot.subscriptions``),
+into ``SubscriberFields`` with the CLI's validation (``bot.subscribers.subscriptions``),
 and the menus the form offers.  Pure functions: never touch the store.
 """
 
@@ -16,7 +16,7 @@ from functools import cache
 from bot.choose.filters import Everything, FilterError, Or, Tag, make_or, make_tag, parse_filter, to_text
 from bot.domain import SubscriberFields
 from bot.plan.cadence import CHOICES, describe
-from bot.subscriptions import (
+from bot.subscribers.subscriptions import (
     SubscriberInputError,
     clean_cadence_field,
     clean_email,

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from bot.domain import Subscriber
-from bot.subscriptions import by_tokens
+from bot.subscribers.subscriptions import by_tokens
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ what it would hold so far, or why nothing is waiting.
 Reading a week of entries costs more than the rest of the page, and anyone holding a
 link may reload it: each subscriber's preview is worked out at most once a minute (or
 again after they change something).  Never writes; never decides what a digest holds
-(``bot.choose.quiet`` does).
+(``bot.plan.next_digest`` does).
 """
 
 from __future__ import annotations
@@ -13,17 +13,15 @@ import time
 import zoneinfo
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from bot.choose.quiet import outlook, outlook_note
 from bot.choose.tagging import TagRules
 from bot.domain import Subscriber, SubscriberStatus
-from bot.plan.cadence import next_send_day
-from bot.plan.days import local_time, local_today
-from bot.store.ledger import scheduled_days
+from bot.plan.days import local_time
+from bot.plan.next_digest import next_day, outlook, outlook_note
 
 FRESH_SECONDS = 60.0
 REMEMBERED = 10_000
@@ -62,10 +60,7 @@ class Outlooks:
     def _read(self, subscriber: Subscriber, now: datetime) -> NextDigest:
         with self.reader() as session:
             seen = outlook(session, subscriber, self.rules, as_of=now, first=SHOWN)
-            today = local_today(subscriber.timezone, now)
-            day = next_send_day(subscriber.cadence, today)
-            if day == today and scheduled_days(session, [subscriber.id], {today}):
-                day = next_send_day(subscriber.cadence, today + timedelta(days=1))
+            day = next_day(session, subscriber, now)
         note = outlook_note(seen)
         if subscriber.status is SubscriberStatus.PAUSED:
             return NextDigest("Paused: nothing is sent until you resume. " + note, "", seen.first)

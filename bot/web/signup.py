@@ -2,7 +2,7 @@
 
 ``GET|POST /subscribe`` (only with ``web.signup = true``) takes an address and
 digest choices; every accepted form gets the same answer, and the mail it
-causes (``bot.optin``) is sent after the answer, so neither the page nor its
+causes (``bot.subscribers.optin``) is sent after the answer, so neither the page nor its
 timing tells whether an address is subscribed.  ``GET /c/{token}`` shows what
 is being confirmed with a button; only its ``POST`` confirms, so a link
 scanner that fetches every URL in a mail confirms nothing.  A thin shell:
@@ -28,7 +28,9 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from bot.choose.filters import shown_filter
 from bot.config import Settings, site_url
 from bot.domain import Subscriber, SubscriberStatus
-from bot.optin import (
+from bot.plan.cadence import describe
+from bot.store.entry_reads import tag_counts
+from bot.subscribers.optin import (
     Confirmation,
     Origin,
     Outgoing,
@@ -39,9 +41,7 @@ from bot.optin import (
     request_signup,
     send,
 )
-from bot.plan.cadence import describe
-from bot.store.entry_reads import tag_counts
-from bot.subscriptions import SubscriberInputError
+from bot.subscribers.subscriptions import SubscriberInputError
 from bot.tokens import make_token
 from bot.web.choices import cadences, menu, read_signup, zones
 from bot.web.forms import (

@@ -17,8 +17,8 @@ from datetime import date
 from typing import NamedTuple
 
 from bot.domain import EntryKind, ParsedEntry, ParsedSource
+from bot.domain.identity import is_repo_name
 from bot.ingest.formats.errors import SourceFormatError, quoted
-from bot.ingest.identity import is_repo_name
 from bot.text import tag_label, urls_in
 
 LINK_LABELS = frozenset({"PDF", "Code"})

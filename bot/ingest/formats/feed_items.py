@@ -17,8 +17,8 @@ from datetime import date
 import nh3
 
 from bot.domain import Announce, EntryKind, ParsedEntry
+from bot.domain.identity import arxiv_id_in, doi_in
 from bot.ingest.formats.errors import SourceFormatError, quoted
-from bot.ingest.identity import arxiv_id_in, doi_in
 from bot.text import is_web_url, one_line
 
 _ARXIV_ABSTRACT_PREFIX = re.compile(r"^\s*arXiv:\S+\s+Announce Type:\s*\S+\s*(?:Abstract:\s*)?", re.IGNORECASE)

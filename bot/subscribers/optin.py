@@ -19,7 +19,7 @@ from enum import StrEnum
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings, site_url
-from bot.domain import ConsentEvent, Subscriber, SubscriberFields, SubscriberStatus
+from bot.domain import REQUEST_WINDOW, ConsentEvent, Subscriber, SubscriberFields, SubscriberStatus
 from bot.mail.message import envelope_address
 from bot.mail.notices import Choices, already_subscribed, confirmation
 from bot.mail.render import web_links
@@ -33,7 +33,7 @@ from bot.store.consents import (
 )
 from bot.store.engine import transaction
 from bot.store.subscribers import get_subscriber, set_status, subscribers_by_ids, upsert_subscribers
-from bot.subscriptions import defaults
+from bot.subscribers.subscriptions import defaults
 from bot.tokens import confirm_token_is_valid, confirm_token_parts, make_confirm_token, make_token
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def client_allowed(factory: sessionmaker[Session], settings: Settings, client: s
     """Count one sign-up from *client*; False once it sent more than
     ``web.signups_per_hour`` in the last hour."""
     with transaction(factory) as session:
-        return count_request(session, client, now) <= settings.web.signups_per_hour
+        return count_request(session, client, now, since=now - REQUEST_WINDOW) <= settings.web.signups_per_hour
 
 
 def request_signup(

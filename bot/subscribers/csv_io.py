@@ -1,6 +1,6 @@
 """Subscriber service: subscribers as CSV, for ``subscribers import`` and ``export``.
 
-Each line is parsed alone and validated by ``bot.subscriptions``: a bad row is
+Each line is parsed alone and validated by ``bot.subscribers.subscriptions``: a bad row is
 reported with its line number and never stops the good ones.  Export is exact,
 so it round-trips through import.  Never renders or sends.
 """
@@ -21,7 +21,7 @@ from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.store.subscribers import email_key, list_subscribers
-from bot.subscriptions import SubscriberInputError, clean_fields, known_tags, save
+from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, known_tags, save
 
 CSV_COLUMNS = ("email", "name", "filter", "timezone", "send_hour", "status", "backfill", "cadence")
 

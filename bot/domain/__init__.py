@@ -4,9 +4,13 @@ beyond what their fields imply.  Must never import the store or do I/O."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
+
+# The window of the web's request limits (``web.signups_per_hour``,
+# ``subscribers.library_uploads_per_hour``): sign-ups and uploads share the store's request table.
+REQUEST_WINDOW = timedelta(hours=1)
 
 
 class EntryKind(StrEnum):
@@ -335,3 +339,25 @@ class ScheduledDay:
     state: DigestState
     nothing_at: datetime | None  # when the planner first found nothing new that day
     checked_at: datetime | None  # when it last looked again
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVocabulary:
+    """A TF-IDF vocabulary as the store keeps it: the idf as float32 bytes."""
+
+    id: int
+    terms: tuple[str, ...]
+    idf: bytes
+    entries: int  # how many entries it was fitted on
+
+
+@dataclass(frozen=True, slots=True)
+class StoredModel:
+    """A reader's model as the store keeps it: term indices as int32 bytes, weights and
+    each library paper's values as float32 bytes."""
+
+    vocabulary_id: int
+    intercept: float
+    indices: bytes
+    weights: bytes
+    library: tuple[tuple[str, bytes, bytes], ...]  # (title, term indices, values) per paper

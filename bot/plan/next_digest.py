@@ -1,0 +1,136 @@
+"""Plan stage: a subscriber's next digest, the one place that says when it goes out and
+what it would hold so far, or why it is empty ("no email today: why?").
+
+``preview``, the manage page and ``subscribers show`` all ask here.  Looks back at most
+``LOOKBACK`` (a week): a page anyone with their link may open must not read the whole
+store.  Reads the store, never writes it, never renders or sends.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.select import SelectionCache, effective_start, local_send_time, select_for
+from bot.choose.tagging import TagRules
+from bot.config import Settings
+from bot.domain import Subscriber, SubscriberStatus
+from bot.plan.cadence import next_send_day, sends_on
+from bot.plan.days import DayFacts, closes_at, local_time, local_today, today_note
+from bot.plan.resend import find_scheduled
+from bot.store.entry_reads import entries_first_seen_between
+from bot.store.ledger import claimed_entry_ids, scheduled_days
+from bot.taste.explain import liked_for, reader_taste, scored
+
+LOOKBACK = timedelta(days=7)
+SHOWN_TAGS = 8
+
+
+def send_day(cadence: str, today: date, *, planned_today: bool) -> date:
+    """The local day the next scheduled digest goes out: today when the cadence sends
+    today and today's is not planned yet, else the cadence's next day after today."""
+    day = next_send_day(cadence, today)
+    if day == today and planned_today:
+        day = next_send_day(cadence, today + timedelta(days=1))
+    return day
+
+
+def next_day(session: Session, subscriber: Subscriber, now: datetime) -> date:
+    """The local day of *subscriber*'s next scheduled digest, as the store stands."""
+    today = local_today(subscriber.timezone, now)
+    planned = bool(scheduled_days(session, [subscriber.id], {today}))
+    return send_day(subscriber.cadence, today, planned_today=planned)
+
+
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    """What the subscriber's next digest would hold as of one moment."""
+
+    since: datetime  # the start of the window looked at
+    matching: int  # entries new to them that their filter matches
+    unseen: int  # entries new to them, matching or not
+    tags: tuple[tuple[str, int], ...]  # the most common tags of the unseen ones, with counts
+    first: tuple[tuple[str, str], ...] = ()  # (title, why) of the best matching ones, best first
+
+
+def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of: datetime, first: int = 0) -> Outlook:
+    """What is waiting for *subscriber* as of *as_of*, with the titles and reasons of the
+    *first* best of the matching entries (in their model's order, when they have one, as
+    ``preview`` shows them)."""
+    since = effective_start(subscriber, as_of - LOOKBACK) or as_of - LOOKBACK
+    sent = claimed_entry_ids(session, subscriber.id)
+    cache = SelectionCache()
+    taste = reader_taste(session, subscriber, since, cache.entries(session, since, as_of))
+    liked = liked_for(subscriber.filter, taste, subscriber.taste_threshold)
+    matching = select_for(session, subscriber, rules, as_of=as_of, exclude=sent, start=since, cache=cache, liked=liked)
+    unseen = [e for e in entries_first_seen_between(session, since, as_of) if e.id not in sent]
+    tally = Counter(tag for entry in unseen for tag in entry.tags)
+    ranked = sorted(tally.items(), key=lambda item: (-item[1], item[0].casefold()))
+    best = tuple((s.candidate.entry.title, s.why) for s in scored(taste, matching)[:first]) if first else ()
+    return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]), best)
+
+
+def outlook_note(seen: Outlook) -> str:
+    """One or two sentences for a person: what is waiting, or why nothing is."""
+    since = f"since {seen.since:%d %B %Y}"
+    if seen.matching:
+        noun = "entry matches" if seen.matching == 1 else "entries match"
+        return f"{seen.matching} new {noun} your filter {since}: they go out in your next digest."
+    if not seen.unseen:
+        return f"No email: nothing new has arrived {since}."
+    noun = "entry" if seen.unseen == 1 else "entries"
+    tags = ", ".join(f"{tag} ({count})" for tag, count in seen.tags)
+    hint = f" Their tags: {tags}; a filter naming some of them would bring them." if tags else ""
+    return f"No email: {seen.unseen} {noun} you were not sent arrived {since}, and none matches your filter.{hint}"
+
+
+def when_note(factory: sessionmaker[Session], settings: Settings, subscriber: Subscriber, at: datetime) -> str:
+    """When what ``preview`` lists for *subscriber* would go out (``days.today_note``),
+    given their cadence and today's scheduled digest."""
+    tz = subscriber.timezone
+    today = local_today(tz, at)
+    row = find_scheduled(factory, subscriber.id, today)
+    facts = (
+        None if row is None else DayFacts(today, row.state, row.planned_at, row.sent_at, row.nothing_at, row.arrived)
+    )
+    day = send_day(subscriber.cadence, today, planned_today=row is not None)
+    closes = closes_at(today, send_hour=subscriber.send_hour, close_hour=settings.schedule.day_closes_hour, timezone=tz)
+    send_at = local_time(day, subscriber.send_hour, tz)
+    sends_today = sends_on(subscriber.cadence, today)
+    return today_note(facts, timezone=tz, send_at=send_at, closes_at=closes, now=at, sends_today=sends_today)
+
+
+@dataclass(frozen=True, slots=True)
+class DayLine:
+    email: str
+    send_at: datetime
+    entries: int  # what would go out
+    held_back: int  # matching entries beyond digest.max_entries, for the next day
+
+
+def day_table(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    rules: TagRules,
+    subscribers: list[Subscriber],
+    day: date,
+    now: datetime,
+) -> list[DayLine]:
+    """What each active subscriber's scheduled digest of *day* would hold (those whose
+    cadence sends that day), as of its send time (or *now*, when that has passed), with
+    what the store holds now (nothing is planned or written)."""
+    cap = settings.digest.max_entries
+    lines = []
+    with factory() as session:
+        for subscriber in subscribers:
+            if subscriber.status is not SubscriberStatus.ACTIVE or not sends_on(subscriber.cadence, day):
+                continue
+            send_at = max(local_send_time(subscriber, day), now)
+            found = select_for(
+                session, subscriber, rules, as_of=send_at, exclude=claimed_entry_ids(session, subscriber.id)
+            )
+            lines.append(DayLine(subscriber.email, send_at, min(len(found), cap), max(0, len(found) - cap)))
+    return lines

@@ -7,12 +7,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     DIGESTBOT_PATHS__DUMP_DIR=/data/dumps
 
 WORKDIR /app
-COPY pyproject.toml setup.py MANIFEST.in README.md ./
+COPY pyproject.toml setup.py MANIFEST.in README.md constraints.txt ./
 COPY bot ./bot
 COPY templates ./templates
 COPY config ./config
-# The wheel carries the templates and the default tag rules (bot/shipped_files/).
-RUN pip install --no-cache-dir '.[postgres]'
+# The wheel carries the templates and the default tag rules (bot/shipped_files/); the
+# versions are CI's (constraints.txt).
+RUN pip install --no-cache-dir --constraint constraints.txt '.[postgres,taste]'
 
 RUN useradd --system --uid 10001 digestbot \
     && mkdir -p /data/var /data/dumps \

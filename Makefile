@@ -6,17 +6,30 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Every dependency's version as CI installs it; make constraints refreshes it.
+CONSTRAINTS := constraints.txt
 # axe-core (accessibility) and the Nu HTML Checker for the browser tests, from npm; without
 # npm those tests skip and say why.
 NODE_TOOLS := $(VENV)/node/.installed
 
-.PHONY: demo test test-fast lint install clean bench bench-check screens
+.PHONY: demo test test-fast lint install clean bench bench-check screens constraints
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --constraint $(CONSTRAINTS) -e '.[test]'
 	touch $(STAMP)
+
+# The newest versions pyproject.toml allows, resolved in a clean virtualenv and pinned
+# in constraints.txt (commit it once make test passes with them).
+constraints:
+	rm -rf .constraints-venv
+	$(PYTHON) -m venv .constraints-venv
+	.constraints-venv/bin/python -m pip install --quiet --upgrade pip
+	.constraints-venv/bin/python -m pip install --quiet '.[test,postgres,taste]'
+	{ echo "# make constraints writes this: every dependency as CI installs it (pip install -c)."; \
+	  .constraints-venv/bin/python -m pip freeze --all --exclude-editable | grep -v -i -e '^digestbot' -e '^pip==' -e '^setuptools==' -e '^wheel=='; } > $(CONSTRAINTS)
+	rm -rf .constraints-venv build
 
 $(NODE_TOOLS): Makefile
 	@if command -v npm >/dev/null 2>&1; then \

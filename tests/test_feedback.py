@@ -552,6 +552,31 @@ def test_a_library_uploaded_and_a_threshold_set_on_the_manage_page(
     assert "Traceback" not in "".join(r.text for r in refused + forged)
 
 
+def test_without_the_taste_extra_the_page_keeps_a_library_and_says_nothing_is_ranked(
+    factory: sessionmaker[Session], delivered: tuple[Settings, dict[str, EmailMessage]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *more: None if name in ("numpy", "scipy", "sklearn") else found(name)
+    )
+    settings, messages = delivered
+    plain = _subscriber_id(factory, "plain@example.org")
+    manage = urlsplit(re.findall(r'href="([^"]+/m/[^"]+)"', _parts(messages["plain@example.org"])[1])[0]).path
+    with Server(create_app(settings, factory)) as client:
+        token = _confirm_form(client, manage)
+        added = client.post(manage, data={"form": token}, files={"library": ("my.bib", SNN_LIBRARY, "text/x-bibtex")})
+        assert added.status_code == 200, added.text
+        assert "Added 2 papers to your library" in added.text
+        assert "This site does not rank digests by a library yet: it is kept for when it does." in added.text
+        assert "its operator has not installed that part" in added.text
+        assert "ranked by it from the next one on" not in added.text
+    assert len(library(factory, plain)) == 2
+    with factory() as session:  # nothing was trained for them
+        assert session.scalar(select(func.count()).where(TasteModel.subscriber_id == plain)) == 0
+
+
 def test_the_commands_show_scores_feedback_and_the_threshold(tmp_path: Path, seed_files: list[Path]) -> None:
     import os
     import subprocess

@@ -36,16 +36,29 @@ def _build_wheel(tmp_path: Path) -> Path:
     return wheel
 
 
-def _fresh_venv(tmp_path: Path, wheel: Path) -> Path:
+# What the taste extra brings (with scikit-learn's own dependencies).
+TASTE_EXTRA = ("numpy", "scipy", "sklearn", "scikit_learn", "joblib", "threadpoolctl")
+
+
+def _fresh_venv(tmp_path: Path, wheel: Path, *, without: tuple[str, ...] = ()) -> Path:
     """A new virtualenv holding the wheel; its dependencies are this interpreter's
-    (a path entry, so nothing else from this environment, the checkout included)."""
+    (a path entry, so nothing else from this environment, the checkout included),
+    but for the distributions named in *without*."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     purelib = subprocess.run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
     ).stdout.strip()
-    Path(purelib, "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    dependencies = Path(sysconfig.get_paths()["purelib"])
+    if without:
+        kept = tmp_path / "dependencies"
+        kept.mkdir()
+        for entry in dependencies.iterdir():
+            if not entry.name.lower().startswith(without):
+                (kept / entry.name).symlink_to(entry)
+        dependencies = kept
+    Path(purelib, "dependencies.pth").write_text(f"{dependencies}\n")
     install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)]
     done = subprocess.run(install, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -116,3 +129,47 @@ def test_an_installed_wheel_works_from_an_empty_folder(tmp_path: Path) -> None:
     assert '"dump_dir": "dumps"' in shown
     assert "nothing new to ingest" in run("dumps", "ingest")  # a scan of the empty folder, no error
     assert "operator-made" in run("tags", "list")
+
+
+@pytest.mark.slow
+def test_the_core_install_works_without_the_taste_extra_and_says_what_it_leaves_out(tmp_path: Path) -> None:
+    venv = _fresh_venv(tmp_path, _build_wheel(tmp_path), without=TASTE_EXTRA)
+    work = tmp_path / "empty"
+    work.mkdir()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DIGESTBOT_", "PYTHON"))}
+    port = free_port()
+    environment["DIGESTBOT_SMTP__PORT"] = str(port)
+    digestbot = str(venv / "bin" / "digestbot")
+    python = str(venv / "bin" / "python")
+    hidden = subprocess.run([python, "-c", "import numpy"], cwd=work, env=environment, capture_output=True)
+    assert hidden.returncode != 0  # the scientific stack is not there
+
+    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [digestbot, *arguments], cwd=work, env=environment, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, (arguments, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+        return done
+
+    library = work / "library.bib"
+    library.write_text(
+        "@article{a, title={SupraSNN: Supra-Linear Spiking Neural Networks}}\n"
+        "@article{b, title={Spiking Transformers on FPGAs}}\n"
+    )
+    sink = subprocess.Popen([digestbot, "sink", "--dir", "inbox"], cwd=work, env=environment, stdout=subprocess.PIPE)
+    try:
+        assert sink.stdout is not None and f"listening on 127.0.0.1:{port};" in sink.stdout.readline().decode()
+        run("dumps", "ingest", *map(str, SEEDS))
+        run("subscribers", "add", "reader@example.org", "--filter", "snn")
+        added = run("subscribers", "library", "add", "reader@example.org", str(library))
+        assert "added 2 papers" in added.stdout
+        assert "needs the taste extra" in added.stderr and "pip install 'digestbot[taste]'" in added.stderr
+        assert "sent 1," in run("send-now", "reader@example.org").stdout  # unranked, but sent
+        deadline = time.monotonic() + 10
+        while not (work / "inbox" / "0001.html").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        sink.send_signal(signal.SIGTERM)
+        sink.wait(timeout=20)
+    assert "SupraSNN" in (work / "inbox" / "0001.html").read_text()

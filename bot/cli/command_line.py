@@ -1,5 +1,7 @@
 """CLI command line: help screens in the usual Unix shape and usage errors as one
-``error:`` line, over Typer's parameter classes.  Never runs a command itself."""
+``error:`` line, over Typer's public parameter classes and Click's public methods and
+exception attributes (Typer re-exports none of Click's exception classes but
+``BadParameter``; its private modules are not used).  Never runs a command itself."""
 
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ def plain_help(command: Any) -> None:
             label = (param.metavar or param.name or "").upper() + ("..." if param.nargs != 1 else "")
             param.metavar = label
             usage = label if param.required else f"[{label}]"
-            # Typer has no setting for these two; replaced on this parameter object only.
-            param._usage_display_name = functools.partial(str, usage)  # type: ignore[method-assign]
+            # Typer has no setting for these two; Click's and Typer's public methods,
+            # replaced on this parameter object only.
+            param.get_usage_pieces = functools.partial(_usage_pieces, usage)  # type: ignore[method-assign]
             param.display_type = functools.partial(_no_type_label)  # type: ignore[method-assign]
         elif isinstance(param, TyperOption) and not param.is_flag and param.metavar is None:
             named = [_OPTION_LABELS[o] for o in param.opts if o in _OPTION_LABELS]
@@ -36,6 +39,10 @@ def plain_help(command: Any) -> None:
 
 def _no_type_label(ctx: object) -> str:
     return ""
+
+
+def _usage_pieces(usage: str, ctx: object) -> list[str]:
+    return [usage]
 
 
 # What an option's value is, by the option's name, wherever it appears.
@@ -77,30 +84,39 @@ _VALUE_WORDING = (
 def run_command_line(command: Any) -> int:
     """Run the CLI; a usage error is one ``error:`` line naming the option and where
     to find help, exit 2.  Returns the exit code."""
-    from typer._click import exceptions as click_errors
-
     try:
         code = command.main(prog_name="digestbot", standalone_mode=False)
-    except click_errors.NoArgsIsHelpError as exc:
-        exc.show()
-        return EXIT_USAGE
-    except click_errors.UsageError as exc:
-        message = re.sub(r"^Invalid value for '?([^':]+)'?: ", r"\1: ", exc.format_message())
-        for theirs, ours in _VALUE_WORDING:
-            message = message.replace(theirs, ours)
-        where = exc.ctx.command_path if exc.ctx is not None else "digestbot"
-        err.print(f"error: {message.rstrip('.')} (see '{where} --help')", markup=False)
-        return EXIT_USAGE
-    except click_errors.ClickException as exc:
-        err.print(f"error: {exc.format_message()}", markup=False)
-        return exc.exit_code
     except typer.Abort:
         err.print("error: aborted", markup=False)
         return EXIT_INPUT_FAILED
-    except Exception as exc:  # noqa: BLE001 - the store's troubles, said in one line; anything else re-raised
-        said = store_trouble(exc)
+    except Exception as exc:  # noqa: BLE001 - Click's errors and the store's troubles in one line; others re-raised
+        said = _command_line_error(exc)
         if said is None:
-            raise
-        err.print(f"error: {said}", markup=False)
-        return EXIT_USAGE
+            trouble = store_trouble(exc)
+            if trouble is None:
+                raise
+            said = (f"error: {trouble}", EXIT_USAGE)
+        err.print(said[0], markup=False)
+        return said[1]
     return code if isinstance(code, int) else 0
+
+
+def _command_line_error(exc: Exception) -> tuple[str, int] | None:
+    """What to print for one of Click's exceptions, and the exit code; None for any
+    other.  Known by Click's public attributes: ``exit_code``, ``format_message()`` and,
+    for a usage error, ``ctx`` (a group run without a command gets its help)."""
+    exit_code = getattr(exc, "exit_code", None)
+    format_message = getattr(exc, "format_message", None)
+    if not isinstance(exit_code, int) or not callable(format_message):
+        return None
+    message = str(format_message())
+    if not hasattr(exc, "ctx"):
+        return f"error: {message}", exit_code
+    ctx = exc.ctx
+    if ctx is not None and message == ctx.get_help():
+        return message, EXIT_USAGE
+    message = re.sub(r"^Invalid value for '?([^':]+)'?: ", r"\1: ", message)
+    for theirs, ours in _VALUE_WORDING:
+        message = message.replace(theirs, ours)
+    where = ctx.command_path if ctx is not None else "digestbot"
+    return f"error: {message.rstrip('.')} (see '{where} --help')", EXIT_USAGE

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from bot.cli.library_commands import train_on_demand
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     EXIT_USAGE,
@@ -29,7 +30,6 @@ from bot.cli.shell import (
     print_json_lines,
     progress_bar,
     report_ingest,
-    train_on_demand,
 )
 from bot.domain import SourceStatus, SubscriberStatus
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -28,6 +28,19 @@ from bot.cli.shell import (
 library_app = command_group("A reader's library: the papers their digest is ranked by.")
 
 
+def train_on_demand(factory: Any, subscriber_id: int) -> None:
+    """Train the subscriber's model now if their library or feedback changed since (the
+    daemon would at its next planning pass): what the operator asks about is ranked by
+    it.  A few queries when nothing changed."""
+    from bot.taste import EXTRA_MISSING, ranking_installed
+    from bot.taste.service import refresh_models
+
+    if ranking_installed():
+        refresh_models(factory, now(), only=[subscriber_id])
+    else:
+        err.print(f"note: {EXTRA_MISSING}", markup=False)
+
+
 @library_app.command("add")
 def library_add(
     ctx: typer.Context,
@@ -37,7 +50,7 @@ def library_add(
     """Add the papers of a reference manager's export to EMAIL's library.  Each record
     that cannot be read is one warning line; the rest is added (exit 1 if any was bad)."""
     from bot.taste.library import MAX_BYTES, LibraryFileError
-    from bot.taste.service import import_library, refresh_models
+    from bot.taste.service import import_library
 
     c = ctx_of(ctx)
     settings, factory = c.settings, c.sessions()
@@ -65,7 +78,7 @@ def library_add(
         markup=False,
     )
     if result.added:
-        refresh_models(factory, now(), only=[subscriber.id])  # the next preview is ranked by it
+        train_on_demand(factory, subscriber.id)  # the next preview is ranked by it
     if result.problems or result.over:
         raise typer.Exit(EXIT_INPUT_FAILED)
 

@@ -282,15 +282,6 @@ def clean_or_exit(email: str, **fields: Any) -> Any:
         fail(f"{_FIELD_OPTIONS[field]}: {reason}" if colon and field in _FIELD_OPTIONS else str(exc), EXIT_USAGE)
 
 
-def train_on_demand(factory: Any, subscriber_id: int) -> None:
-    """Train the subscriber's model now if their library or feedback changed since (the
-    daemon would at its next planning pass): what the operator asks about is ranked by
-    it.  A few queries when nothing changed."""
-    from bot.taste.service import refresh_models
-
-    refresh_models(factory, now(), only=[subscriber_id])
-
-
 def find_subscriber(factory: Any, email: str) -> Any:
     """The subscriber with this address, or exit 1 saying there is none."""
     from bot.subscribers.subscriptions import SubscriberNotFound, find

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from bot.cli.library_commands import train_on_demand
 from bot.cli.shell import (
     EXIT_USAGE,
     MAX_ROWS,
@@ -22,7 +23,6 @@ from bot.cli.shell import (
     print_candidates,
     print_json_lines,
     progress_bar,
-    train_on_demand,
 )
 
 tags_app = command_group("Tags and tag rules: counts, test a filter, re-apply rules.")

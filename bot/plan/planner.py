@@ -47,7 +47,7 @@ from bot.store.ledger import (
 )
 from bot.store.sources import latest_dump_at
 from bot.store.subscribers import set_watermarks, subscribers_after
-from bot.store.taste import any_models
+from bot.taste.explain import models_usable
 from bot.taste.service import refresh_models
 from bot.unsubscribes import journal_of
 
@@ -166,7 +166,7 @@ def plan_without_journal(
         latest_entry, latest_dump = latest_entry_at(session), latest_dump_at(session)
     run = _Pass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump)
     with factory() as session:
-        if any_models(session):  # only then are numpy and scipy loaded
+        if models_usable(session):  # only then are numpy and scipy loaded
             from bot.taste.ranking import TastePass
 
             run.taste = TastePass.open(session)

@@ -17,6 +17,7 @@ from bot.choose.filters import uses_liked
 from bot.choose.select import Candidate
 from bot.domain import EntryView, Subscriber
 from bot.store.taste import any_models
+from bot.taste import ranking_installed, say_extra_missing
 
 if TYPE_CHECKING:
     from bot.taste.ranking import ReaderTaste
@@ -29,12 +30,23 @@ class Scored:
     why: str
 
 
+def models_usable(session: Session) -> bool:
+    """Whether anyone has a model and the taste extra is there to use it (numpy and
+    scipy are loaded only then); a model without the extra is said once in the log."""
+    if not any_models(session):
+        return False
+    if ranking_installed():
+        return True
+    say_extra_missing()
+    return False
+
+
 def reader_taste(
     session: Session, subscriber: Subscriber, start: datetime | None, window: list[EntryView]
 ) -> ReaderTaste | None:
     """The subscriber's model over *window* (entries first seen from *start*), or None
     when they have none (numpy and scipy are loaded only when someone has one)."""
-    if not any_models(session):
+    if not models_usable(session):
         return None
     from bot.taste.ranking import TastePass
 

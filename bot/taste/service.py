@@ -38,6 +38,7 @@ from bot.store.taste import (
     titled_texts_of,
     vocabulary_size,
 )
+from bot.taste import ranking_installed, say_extra_missing
 from bot.taste.library import LibraryRead, read_library
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class TasteSummary:
     less: int
     ranked: bool  # a model ranks their digests
     threshold: float
+    installed: bool = True  # the taste extra is installed: a model can be trained
 
     @property
     def missing(self) -> int:
@@ -126,7 +128,7 @@ class TasteSummary:
 def taste_summary(factory: sessionmaker[Session], subscriber: Subscriber) -> TasteSummary:
     with factory() as session:
         papers, more, less, ranked = taste_counts(session, subscriber.id)
-    return TasteSummary(papers, more, less, ranked, subscriber.taste_threshold)
+    return TasteSummary(papers, more, less, ranked, subscriber.taste_threshold, ranking_installed())
 
 
 def set_taste_threshold(factory: sessionmaker[Session], subscriber_id: int, value: float, now: datetime) -> None:
@@ -143,6 +145,7 @@ class ModelsReport:
     trained: int = 0
     removed: int = 0
     seconds: float = 0.0
+    extra_missing: bool = False  # someone has enough to learn from, but the taste extra is not installed
 
 
 # The vocabulary is fitted again when the store has grown by a quarter since.
@@ -163,11 +166,12 @@ def refresh_models(factory: sessionmaker[Session], now: datetime, only: list[int
         signals = taste_signals(session, MIN_POSITIVES)
         trained = model_signals(session)
         count, fitted = (entry_count(session), vocabulary_size(session)) if signals else (0, None)
-    gone = [sid for sid in trained if sid not in signals]  # their library went, or went below the minimum
-    if gone:
-        with transaction(factory) as session:
-            report.removed = delete_models(session, gone)
+    report.removed = _remove_models(factory, [sid for sid in trained if sid not in signals])
     if not count or not _any_to_train(signals, only):
+        return report
+    if not ranking_installed():
+        say_extra_missing()
+        report.extra_missing = True
         return report
     if fitted is None or count >= fitted * REFIT_GROWTH:
         _fit_vocabulary(factory, count, now)
@@ -181,6 +185,14 @@ def refresh_models(factory: sessionmaker[Session], now: datetime, only: list[int
         log.info("trained %d taste models in %.1f s", report.trained, time.perf_counter() - started)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _remove_models(factory: sessionmaker[Session], gone: list[int]) -> int:
+    """Delete the models of *gone* (their library went, or went below the minimum)."""
+    if not gone:
+        return 0
+    with transaction(factory) as session:
+        return delete_models(session, gone)
 
 
 def _any_to_train(signals: dict[int, str], only: list[int] | None) -> bool:

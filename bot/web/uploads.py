@@ -25,6 +25,7 @@ from starlette.responses import Response
 
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
+from bot.taste import ranking_installed
 from bot.taste.library import LibraryFileError
 from bot.taste.service import LibraryImport, add_library, set_taste_threshold, upload_allowed
 from bot.web.forms import MAX_UPLOAD_BYTES, form_token_ok, form_with_file, read_body, same_origin
@@ -98,6 +99,8 @@ def said(found: LibraryImport) -> str:
     text = f"Added {len(found.added)} {papers} to your library ({matched} of them in our archive)"
     if found.already:
         text += f"; {found.already} were there already"
+    if not ranking_installed():
+        return text + ". This site does not rank digests by a library yet: it is kept for when it does."
     return text + ". Your digests are ranked by it from the next one on."
 
 

@@ -12,7 +12,7 @@ CONSTRAINTS := constraints.txt
 # npm those tests skip and say why.
 NODE_TOOLS := $(VENV)/node/.installed
 
-.PHONY: demo test test-fast lint install clean bench bench-check screens constraints
+.PHONY: demo test test-fast lint install clean bench bench-check screens constraints docs
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -43,23 +43,32 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/digestbot demo
 
+# The whole suite on every core, then the few tests that time a latency (marked timing)
+# alone, so that no other test competes with them for the machine.
 test: $(STAMP) $(NODE_TOOLS)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto -m "not timing"
+	$(BIN)/python -m pytest -m timing
 
-# The suite without the tests marked slow (crash, scale, corpora, memory), on every
-# core: for every edit.  make test runs one process, as the timing-sensitive tests expect.
+# For every edit: the suite on SQLite only (not PostgreSQL, even with DIGESTBOT_TEST_PG),
+# without the tests marked slow (crash, scale, corpora, memory) or timing, on every core.
 test-fast: $(STAMP) $(NODE_TOOLS)
-	$(BIN)/python -m pytest -m "not slow" -n auto
+	env -u DIGESTBOT_TEST_PG $(BIN)/python -m pytest -m "not slow and not timing" -n auto
 
 # Lint (pyflakes, pycodestyle, isort, bugbear, pyupgrade), formatting, strict types,
 # the package boundaries (no import cycle: pyproject.toml, tool.importlinter) and the
 # size limits (CONTRIBUTING.md, Limits).
 lint: $(STAMP)
-	$(BIN)/ruff check bot tests bench .ci setup.py
-	$(BIN)/ruff format --check bot tests bench .ci setup.py
+	$(BIN)/ruff check bot tests bench docs .ci setup.py
+	$(BIN)/ruff format --check bot tests bench docs .ci setup.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python .ci/complexity.py bot
+
+# The configuration and CLI reference pages from the code, then the site (site/); a
+# broken link or a page missing from mkdocs.yml fails it.
+docs: $(STAMP)
+	$(BIN)/python docs/reference.py
+	$(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python bench/ingest.py
@@ -73,4 +82,4 @@ screens: demo
 	$(BIN)/python bench/screens.py
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .hypothesis .mypy_cache .ruff_cache build dist
+	rm -rf $(VENV) var site .pytest_cache .hypothesis .mypy_cache .ruff_cache build dist

@@ -260,7 +260,7 @@ class DkimConfig(_Section):
 
 
 class InboxConfig(_Section):
-    # Where bounces, complaints and unsubscribe mails arrive (README, "Mail that comes
+    # Where bounces, complaints and unsubscribe mails arrive (docs/deliverability.md, "Mail that comes
     # back"): "imaps://user@host[:port]/FOLDER" or "maildir:///path"; "" reads nothing.
     url: str = ""
     password: SecretStr = SecretStr("")  # IMAP only: DIGESTBOT_INBOX__PASSWORD, else password_file

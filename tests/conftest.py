@@ -36,12 +36,24 @@ PG_SKIP = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite store the migrations brought to head, once per test process: each test's
+    store is a copy of it (test_migrations.py runs the migrations themselves)."""
+    path = tmp_path_factory.mktemp("migrated") / "store.sqlite3"
+    made = make_engine(f"sqlite:///{path}")
+    upgrade(made)
+    made.dispose()
+    assert not path.with_name(path.name + "-wal").exists()  # all of it is in the one file
+    return path
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=PG_SKIP)])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """A migrated store: a SQLite file, and (with DIGESTBOT_TEST_PG) a fresh PostgreSQL schema."""
     if request.param == "sqlite":
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), tmp_path / "store.sqlite3")
         eng = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
-        upgrade(eng)
         yield eng
         close_journal(eng.url.render_as_string(hide_password=False))
         eng.dispose()

@@ -4,7 +4,10 @@ never import each other or bench/; bench/ imports from here."""
 
 from __future__ import annotations
 
+import io
 import itertools
+import logging
+import os
 import random
 import shutil
 import subprocess
@@ -13,7 +16,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -53,6 +57,7 @@ def dump_of_size(size: int) -> bytes:
 
 
 # The installed console script next to this interpreter: the command a user runs.
+ROOT = Path(__file__).resolve().parent.parent
 DIGESTBOT = shutil.which("digestbot", path=str(Path(sys.executable).parent)) or "digestbot"
 
 
@@ -386,3 +391,114 @@ def rich_digest() -> tuple[str, str]:
     context = web.context(replace(content), links)
     context.update(form_token="0" * 32, verdicts={3: "more"})
     return mailed.render(content, links).html, web.render_context(context).html
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What one command printed and its exit code (the fields of ``CompletedProcess``)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Cli:
+    """digestbot's command line for a test, run in *folder*, with a store, a dump folder
+    and the shipped tag rules there (``placed``; else as the embedded defaults place them).
+
+    A call runs ``bot.cli.main`` in this process: argv, the environment, the working
+    folder, the standard streams and the root logger are set for the call and restored
+    after.  ``own_process=True`` (here or per call) starts the installed ``digestbot``
+    instead, for what needs a process of its own: a signal, a server, a real terminal,
+    or the proof that the console script itself runs.  Every call asserts the exit code
+    (*code*; None: any) and that no traceback was printed."""
+
+    def __init__(
+        self,
+        folder: Path,
+        env: dict[str, str] | None = None,
+        *,
+        own_process: bool = False,
+        columns: int = 200,
+        placed: bool = True,
+    ) -> None:
+        self.folder = folder
+        self.own_process = own_process
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+        self.env["COLUMNS"] = str(columns)
+        if placed:  # else the embedded defaults (var/ under the folder) or what *env* says
+            self.env |= {
+                "DIGESTBOT_DATABASE__URL": f"sqlite:///{folder / 'cli.sqlite3'}",
+                "DIGESTBOT_PATHS__DUMP_DIR": str(folder / "dumps"),
+                "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
+            }
+        self.env |= env or {}
+
+    def __call__(
+        self,
+        *args: str | bytes,
+        code: int | None = 0,
+        env: dict[str, str] | None = None,
+        input: str | bytes | None = None,  # noqa: A002 - as subprocess.run names it
+        own_process: bool | None = None,
+    ) -> CliResult:
+        environment = {**self.env, **(env or {})}
+        data = input.encode() if isinstance(input, str) else input
+        if self.own_process if own_process is None else own_process:
+            done = subprocess.run(
+                [os.fsencode(a) if isinstance(a, str) else a for a in (DIGESTBOT, *args)],
+                cwd=self.folder,
+                env=environment,
+                input=data,
+                capture_output=True,
+                timeout=120,
+            )
+            result = CliResult(done.returncode, _text(done.stdout), _text(done.stderr))
+        else:
+            result = self._in_process([os.fsdecode(a) for a in args], environment, data or b"")
+        assert "Traceback" not in result.stderr, result.stderr
+        assert code is None or result.returncode == code, (result.returncode, result.stdout, result.stderr)
+        return result
+
+    def _in_process(self, argv: list[str], environment: dict[str, str], data: bytes) -> CliResult:
+        from bot.cli import main
+        from bot.cli.shell import err as console_err
+        from bot.cli.shell import out as console_out
+
+        saved = (dict(os.environ), os.getcwd(), sys.argv, sys.stdin)
+        # A console takes COLUMNS when it is made (this process's, once): the call's here.
+        widths = (console_out._width, console_err._width)
+        console_out.width = console_err.width = int(environment.get("COLUMNS", "80"))
+        root = logging.getLogger()
+        logged = (list(root.handlers), root.level, {n: logging.getLogger(n).level for n in ("apscheduler", "uvicorn")})
+        out, err = io.StringIO(), io.StringIO()
+        stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+        try:
+            os.environ.clear()
+            os.environ.update(environment)
+            os.chdir(self.folder)
+            sys.argv, sys.stdin = ["digestbot", *argv], stdin
+            with redirect_stdout(out), redirect_stderr(err):
+                try:
+                    main()
+                    returncode = 0
+                except SystemExit as exc:
+                    returncode = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        finally:
+            os.environ.clear()
+            os.environ.update(saved[0])
+            os.chdir(saved[1])
+            sys.argv, sys.stdin = saved[2], saved[3]
+            console_out._width, console_err._width = widths
+            for handler in list(root.handlers):
+                root.removeHandler(handler)
+            for handler in logged[0]:
+                root.addHandler(handler)
+            root.setLevel(logged[1])
+            for name, level in logged[2].items():
+                logging.getLogger(name).setLevel(level)
+        return CliResult(returncode, out.getvalue(), err.getvalue())
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")

@@ -140,9 +140,7 @@ def test_followed_authors_come_first_and_repository_owners_count(
 
 
 def test_preview_prints_the_author_in_the_why_line(tmp_path: Path) -> None:
-    import subprocess
-
-    from tests.helpers import DIGESTBOT
+    from tests.helpers import Cli
 
     dumps = tmp_path / "dumps"
     dumps.mkdir()
@@ -150,10 +148,10 @@ def test_preview_prints_the_author_in_the_why_line(tmp_path: Path) -> None:
     (dumps / "d.txt").write_text(render_dump(paper), encoding="utf-8")
     env = {"DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"), "DIGESTBOT_PATHS__DUMP_DIR": str(dumps), "COLUMNS": "200"}
 
+    cli = Cli(tmp_path, {**_environ(), **env}, placed=False)
+
     def run(*args: str) -> str:
-        done = subprocess.run([DIGESTBOT, *args], env={**_environ(), **env}, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return cli(*args).stdout
 
     run("dumps", "ingest", str(dumps / "d.txt"))
     run("subscribers", "add", "r@example.org", "--filter", 'author:"J.-P. Serre"', "--backfill", "all")

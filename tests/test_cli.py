@@ -13,31 +13,13 @@ import pytest
 
 from bot.sink import Fault
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import DIGESTBOT
+from tests.helpers import DIGESTBOT, Cli
 from tests.seed_facts import MINIMAX
 
 
 @pytest.fixture
-def run(tmp_path: Path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-    env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
-    env["DIGESTBOT_PATHS__DUMP_DIR"] = str(tmp_path / "dumps")
-    env["DIGESTBOT_PATHS__TAGS_FILE"] = str(ROOT / "config" / "tags.toml")
-    env["COLUMNS"] = "200"
-
-    def _run(*args: str, code: int = 0, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [DIGESTBOT, *args],
-            cwd=tmp_path,
-            env={**env, **(extra_env or {})},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-        return proc
-
-    return _run
+def run(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
 
 
 def json_lines(text: str) -> list[dict]:
@@ -147,7 +129,7 @@ def test_scan_without_paths_uses_the_dump_folder(run, tmp_path: Path) -> None:
 
 
 def test_config_show_masks_the_password(run) -> None:
-    shown = run("config", "show", extra_env={"DIGESTBOT_SMTP__PASSWORD": "pa55word-xyz"}).stdout
+    shown = run("config", "show", env={"DIGESTBOT_SMTP__PASSWORD": "pa55word-xyz"}).stdout
     assert "pa55word-xyz" not in shown
     assert json.loads(shown)["smtp"]["password"] == "**********"
 
@@ -242,13 +224,13 @@ def test_tags_commands(run, tmp_path: Path) -> None:
 
     rules = tmp_path / "tags.toml"
     rules.write_text('[snn]\nkeywords = ["spiking"]\n')
-    applied = run("tags", "apply", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)})
+    applied = run("tags", "apply", env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)})
     assert "re-tagged 16 entries with 1 rule from" in applied.stdout
-    assert json_lines(run("tags", "list", "--json", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}).stdout)
+    assert json_lines(run("tags", "list", "--json", env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}).stdout)
     rules.write_text("[snn]\n")
     assert (
         "needs at least one keyword"
-        in run("tags", "apply", extra_env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}, code=2).stderr
+        in run("tags", "apply", env={"DIGESTBOT_PATHS__TAGS_FILE": str(rules)}, code=2).stderr
     )
 
 
@@ -260,55 +242,50 @@ def test_run_once_history_stats_resend_send_now(run, sink, tmp_path: Path) -> No
         "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
         "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
     }
-    run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")), extra_env=smtp)
-    run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv"), extra_env=smtp)
-    first = run("run", "--once", "--all-due", extra_env=smtp).stdout
+    run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")), env=smtp)
+    run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv"), env=smtp)
+    first = run("run", "--once", "--all-due", env=smtp).stdout
     assert "planned 4 digests" in first and "sent 4," in first
     assert len(sink.received) == 4
-    assert "planned 0 digests" in run("run", "--once", "--all-due", extra_env=smtp).stdout
-    run("run", "--all-due", code=2, extra_env=smtp)
+    assert "planned 0 digests" in run("run", "--once", "--all-due", env=smtp).stdout
+    run("run", "--all-due", code=2, env=smtp)
 
-    history = json_lines(run("history", "--json", extra_env=smtp).stdout)
+    history = json_lines(run("history", "--json", env=smtp).stdout)
     sent = [h for h in history if h["state"] == "sent"]
     assert len(sent) == 4 and all(h["attempts"] == 1 and h["smtp_code"] == 250 for h in sent)
-    assert (
-        len(json_lines(run("history", "grace@example.org", "--status", "sent", "--json", extra_env=smtp).stdout)) == 1
-    )
-    days = json_lines(run("stats", "--json", extra_env=smtp).stdout)  # local days differ by zone
+    assert len(json_lines(run("history", "grace@example.org", "--status", "sent", "--json", env=smtp).stdout)) == 1
+    days = json_lines(run("stats", "--json", env=smtp).stdout)  # local days differ by zone
     assert [sum(d[k] for d in days) for k in ("planned", "sent", "failed", "bounced")] == [4, 4, 0, 0]
-    assert (
-        "last_digests"
-        in json_lines(run("subscribers", "show", "grace@example.org", "--json", extra_env=smtp).stdout)[0]
-    )
+    assert "last_digests" in json_lines(run("subscribers", "show", "grace@example.org", "--json", env=smtp).stdout)[0]
 
     grace = next(h for h in sent if h["subscriber"] == "grace@example.org")
-    assert "queued 1 resend:" in run("resend", str(grace["id"]), extra_env=smtp).stdout
+    assert "queued 1 resend:" in run("resend", str(grace["id"]), env=smtp).stdout
     assert (
         "queued 1 resend:"
-        in run("resend", "--subscriber", "grace@example.org", "--date", grace["local_date"], extra_env=smtp).stdout
+        in run("resend", "--subscriber", "grace@example.org", "--date", grace["local_date"], env=smtp).stdout
     )
-    assert "queued 0 resends" in run("resend", "--failed", extra_env=smtp).stdout
-    run("resend", "99999", code=1, extra_env=smtp)
-    run("resend", code=2, extra_env=smtp)
+    assert "queued 0 resends" in run("resend", "--failed", env=smtp).stdout
+    run("resend", "99999", code=1, env=smtp)
+    run("resend", code=2, env=smtp)
     assert len(sink.received) == 6 and sink.received[-1].message["Subject"].startswith("[resent] ")
 
-    nothing = run("send-now", "ada@example.org", extra_env=smtp).stdout
+    nothing = run("send-now", "ada@example.org", env=smtp).stdout
     assert "queued 0 digests; 1 subscriber had nothing new" in nothing
-    run("send-now", "nobody@example.org", code=1, extra_env=smtp)
+    run("send-now", "nobody@example.org", code=1, env=smtp)
     # A day whose digest was a manual one: resend points to that digest by its id.
-    run("subscribers", "add", "eve@example.org", "--filter", "snn", extra_env=smtp)
-    assert "queued 1 digest" in run("send-now", "eve@example.org", extra_env=smtp).stdout
-    manual = json_lines(run("history", "eve@example.org", "--json", extra_env=smtp).stdout)[0]
-    wrong = run("resend", "--subscriber", "eve@example.org", "--date", manual["local_date"], code=1, extra_env=smtp)
+    run("subscribers", "add", "eve@example.org", "--filter", "snn", env=smtp)
+    assert "queued 1 digest" in run("send-now", "eve@example.org", env=smtp).stdout
+    manual = json_lines(run("history", "eve@example.org", "--json", env=smtp).stdout)[0]
+    wrong = run("resend", "--subscriber", "eve@example.org", "--date", manual["local_date"], code=1, env=smtp)
     assert f"#{manual['id']} (manual, sent)" in wrong.stderr, wrong.stderr
     assert f"digestbot resend {manual['id']}" in wrong.stderr
 
     # Something asked for and not done is exit 1, with the reason.
-    run("subscribers", "remove", "ada@example.org", extra_env=smtp)
-    left = run("send-now", "ada@example.org", code=1, extra_env=smtp)
+    run("subscribers", "remove", "ada@example.org", env=smtp)
+    left = run("send-now", "ada@example.org", code=1, env=smtp)
     assert left.stderr == "error: ada@example.org is unsubscribed: nothing sent\n"
     sink.handler.faults = lambda recipient, attempt: Fault("rcpt", "550 5.1.1 no such mailbox")
-    refused = run("resend", str(grace["id"]), code=1, extra_env=smtp).stdout
+    refused = run("resend", str(grace["id"]), code=1, env=smtp).stdout
     assert "bounced 1," in refused
 
 
@@ -317,7 +294,7 @@ def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:
     shutil.copytree(ROOT / "seeds", tmp_path / "seeds")
     shutil.copytree(ROOT / "templates", tmp_path / "templates")
     env = {"DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "seeds"), "DIGESTBOT_PATHS__TAGS_FILE": "config/tags.toml"}
-    shown = run("demo", extra_env=env).stdout
+    shown = run("demo", env=env).stdout
     assert "9 messages in var/inbox/" in shown
     assert "sign-up page: http://127.0.0.1:8080/subscribe" in " ".join(shown.split())
     assert len(list((tmp_path / "var" / "inbox").glob("*.eml"))) == 9
@@ -326,7 +303,7 @@ def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:
     picks = [p for p in (tmp_path / "var" / "inbox").glob("*.html") if "Top picks for you" in p.read_text()]
     assert len(picks) == 2 and all("ada@example.org" in p.read_text() for p in picks)
     assert any("ReSCom" in p.read_text().split("Also in this digest")[0] for p in picks)
-    assert "9 messages" in run("demo", extra_env=env).stdout  # repeatable: starts afresh each time
+    assert "9 messages" in run("demo", env=env).stdout  # repeatable: starts afresh each time
 
 
 def test_daemon_sends_then_stops_cleanly_on_sigterm(tmp_path: Path, sink) -> None:

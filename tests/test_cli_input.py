@@ -15,36 +15,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT
+from tests.helpers import Cli, CliResult
 
 DEEP = "not " * 499 + "gpu"
 
 
-class Cli:
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-        self.env |= {
-            "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'cli.sqlite3'}",
-            "DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "dumps"),
-            "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
-            "COLUMNS": "250",
-        }
-
-    def __call__(self, *args: str | bytes, code: int = 0) -> subprocess.CompletedProcess[str]:
-        argv = [os.fsencode(a) if isinstance(a, str) else a for a in (DIGESTBOT, *args)]
-        proc = subprocess.run(argv, cwd=self.tmp_path, env=self.env, capture_output=True, text=True, timeout=60)
-        assert "Traceback" not in proc.stderr, proc.stderr
-        assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-        return proc
-
-
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
-    return Cli(tmp_path)
+    return Cli(tmp_path, columns=250)
 
 
-def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+def one_error_line(proc: CliResult) -> str:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     return lines[0]
@@ -287,7 +268,7 @@ HUGE = "9" * 24
 def test_numbers_dates_and_paths_out_of_range_are_one_line(cli: Cli, args: tuple[str, ...], said: str) -> None:
     """On 43d1e81: OverflowError tracebacks, and `dumps ingest ''` scanned the current folder."""
     cli("subscribers", "add", "a@example.org")
-    (cli.tmp_path / "stray.txt").write_text("a file in the current folder, not a dump")
+    (cli.folder / "stray.txt").write_text("a file in the current folder, not a dump")
     done = cli(*args, code=1 if args[0] == "entries" and args[1] == "show" else 2)
     assert one_error_line(done).startswith(said), done.stderr
 
@@ -307,7 +288,7 @@ def test_a_malformed_feed_url_is_one_failed_source(cli: Cli) -> None:
     ids=["random bytes", "a text file", "a folder"],
 )
 def test_a_store_that_is_no_store_is_one_line(cli: Cli, make: object, said: str) -> None:
-    store = cli.tmp_path / "cli.sqlite3"
+    store = cli.folder / "cli.sqlite3"
     make(store)  # type: ignore[operator]
     for command in (("subscribers", "list"), ("stats",), ("db", "current"), ("subscribers", "add", "b@example.org")):
         line = one_error_line(cli(*command, code=2))
@@ -323,7 +304,7 @@ def _set_revision(store: Path, revision: str) -> None:
 
 def test_a_store_of_another_version_is_one_line(cli: Cli) -> None:
     cli("subscribers", "add", "a@example.org")
-    store = cli.tmp_path / "cli.sqlite3"
+    store = cli.folder / "cli.sqlite3"
     _set_revision(store, "9999")
     line = one_error_line(cli("subscribers", "list", code=2))
     assert "its schema is 9999, newer than this digestbot's" in line
@@ -334,9 +315,9 @@ def test_a_store_of_another_version_is_one_line(cli: Cli) -> None:
 
 def test_a_garbage_unsubscribe_journal_is_one_line(cli: Cli) -> None:
     cli("subscribers", "add", "a@example.org")
-    (cli.tmp_path / "cli-unsubscribes.sqlite3").write_text("garbage\n" * 100)
+    (cli.folder / "cli-unsubscribes.sqlite3").write_text("garbage\n" * 100)
     line = one_error_line(cli("send-now", "a@example.org", code=2))
-    assert line.startswith(f"error: the unsubscribe journal {cli.tmp_path / 'cli-unsubscribes.sqlite3'}: it is not")
+    assert line.startswith(f"error: the unsubscribe journal {cli.folder / 'cli-unsubscribes.sqlite3'}: it is not")
 
 
 def _mounted(folder: Path, size: str) -> bool:
@@ -349,21 +330,20 @@ def _mounted(folder: Path, size: str) -> bool:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs (a full disk, a read-only one) takes root")
 def test_a_full_disk_and_a_read_only_store_are_one_line_and_nothing_half_written(cli: Cli) -> None:
-    disk = cli.tmp_path / "disk"
+    disk = cli.folder / "disk"
     if not _mounted(disk, "800k"):
         pytest.skip("this machine does not let root mount a tmpfs")
     try:
         cli.env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{disk / 'store.sqlite3'}"
         cli("subscribers", "add", "a@example.org")
         rows = "email\n" + "".join(f"reader{n}@example.org\n" for n in range(20_000))
-        (cli.tmp_path / "many.csv").write_text(rows)
-        line = one_error_line(cli("subscribers", "import", str(cli.tmp_path / "many.csv"), code=2))
+        (cli.folder / "many.csv").write_text(rows)
+        line = one_error_line(cli("subscribers", "import", str(cli.folder / "many.csv"), code=2))
         assert line.startswith(f"error: the store {disk / 'store.sqlite3'}: the disk holding it is full"), line
         assert cli("subscribers", "list", "--json").stdout.count("\n") == 1  # the import left nothing behind
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         for command in (("subscribers", "list"), ("stats",), ("db", "current")):  # reading may work; never a traceback
-            argv = [DIGESTBOT, *command]
-            done = subprocess.run(argv, cwd=cli.tmp_path, env=cli.env, capture_output=True, text=True, timeout=60)
+            done = cli(*command, code=None)
             assert done.returncode == 0 or "it is read-only here" in one_error_line(done), done.stderr
         line = one_error_line(cli("subscribers", "add", "b@example.org", code=2))
         assert line.startswith(f"error: the store {disk / 'store.sqlite3'}: it is read-only here"), line

@@ -57,8 +57,9 @@ def test_compose_services_ports_healthchecks_and_order() -> None:
     assert web["environment"]["DIGESTBOT_WEB__PUBLIC_URL"].endswith(":8080")
 
 
-def test_dockerfile_installs_the_package_with_postgres_and_runs_the_cli() -> None:
+def test_dockerfile_installs_the_package_with_postgres_and_ranking_and_runs_the_cli() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "pip install --no-cache-dir '.[postgres]'" in dockerfile
+    assert "pip install --no-cache-dir --constraint constraints.txt '.[postgres,taste]'" in dockerfile
+    assert "constraints.txt ./" in dockerfile  # copied before it is used
     assert 'ENTRYPOINT ["digestbot"' in dockerfile
     assert "USER digestbot" in dockerfile

@@ -27,7 +27,7 @@ from bot.run.scheduler import Daemon
 from bot.sink import free_port
 from bot.store.sources import list_sources
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT, dump_of_size
+from tests.helpers import DIGESTBOT, Cli, dump_of_size
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 MB = 1_000_000
@@ -63,6 +63,7 @@ def big_dumps(folder: Path, count: int, size: int) -> None:
         os.utime(path, (1, 1))
 
 
+@pytest.mark.timing
 def test_the_loop_keeps_beating_while_a_big_dump_is_ingested(
     engine: Engine, factory: sessionmaker[Session], tmp_path: Path
 ) -> None:
@@ -130,6 +131,7 @@ def _sources_stored(tmp_path: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """Rendering a batch of digests runs in a thread too: the sends and signals of the
     loop never wait for a whole batch to be built."""
@@ -192,9 +194,7 @@ def test_a_dump_that_lands_after_the_send_hour_goes_out_that_day(tmp_path: Path,
     )
 
     def cli(*args: str) -> str:
-        done = subprocess.run([DIGESTBOT, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return Cli(tmp_path, env, placed=False)(*args).stdout
 
     for who in ("ada", "grace"):
         cli("subscribers", "add", f"{who}@example.org", "--tz", zone, "--hour", str(hour))

@@ -155,7 +155,7 @@ def test_a_missing_or_wrong_key_is_one_configuration_error(tmp_path: Path) -> No
 def test_the_cli_stops_on_a_bad_dkim_setting_with_one_line(tmp_path: Path) -> None:
     import os
 
-    from tests.helpers import DIGESTBOT
+    from tests.helpers import Cli
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
     env.update({"DIGESTBOT_PATHS__VAR_DIR": str(tmp_path), "DIGESTBOT_DKIM__DOMAIN": "bot.example"})
@@ -166,9 +166,7 @@ def test_the_cli_stops_on_a_bad_dkim_setting_with_one_line(tmp_path: Path) -> No
             f"error: dkim.key_file: cannot read {tmp_path / 'none.pem'}: No such file or directory",
         ),
     ]:
-        done = subprocess.run(
-            [DIGESTBOT, "send-now", "a@example.org"], env={**env, **extra}, capture_output=True, text=True
-        )
+        done = Cli(tmp_path, {**env, **extra}, placed=False)("send-now", "a@example.org", code=None)
         assert (done.returncode, " ".join(done.stderr.split())) == (2, said)
 
 

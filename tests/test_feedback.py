@@ -47,7 +47,7 @@ from bot.taste.library import csl_json, read_library
 from bot.taste.service import feedback, give_feedback, import_library, library, refresh_models, set_taste_threshold
 from bot.web import create_app
 from tests.conftest import ROOT
-from tests.helpers import Server
+from tests.helpers import Cli, CliResult, Server
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -579,17 +579,15 @@ def test_without_the_taste_extra_the_page_keeps_a_library_and_says_nothing_is_ra
 
 def test_the_commands_show_scores_feedback_and_the_threshold(tmp_path: Path, seed_files: list[Path]) -> None:
     import os
-    import subprocess
-    import sys
 
     from bot.store.engine import make_engine, sessions
 
     env = {**os.environ, "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"), "COLUMNS": "250"}
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "bot", *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
-        )
+    run = Cli(tmp_path, env, columns=250, placed=False)
+
+    def cli(*args: str) -> CliResult:
+        return run(*args, code=None)
 
     assert cli("subscribers", "add", "ada@example.org", "--filter", "*", "--backfill", "all").returncode == 0
     for path in seed_files:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, remove, save
 from bot.taste.library import LibraryFileError, csl_json, read_library
 from tests.conftest import ROOT
+from tests.helpers import Cli, CliResult
 
 NOW = datetime(2026, 11, 24, 12, tzinfo=UTC)
 
@@ -195,10 +194,8 @@ def test_a_paper_known_by_title_only_matches_the_entry_with_that_title(factory: 
 def test_the_commands(tmp_path: Path) -> None:
     env = {**os.environ, "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"), "COLUMNS": "250"}
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "bot", *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60
-        )
+    def cli(*args: str) -> CliResult:
+        return Cli(tmp_path, env, columns=250, placed=False)(*args, code=None)
 
     assert cli("subscribers", "add", "ada@example.com").returncode == 0
     (tmp_path / "lib.bib").write_text(BIBTEX)
@@ -345,10 +342,8 @@ def test_the_command_says_what_did_not_fit(tmp_path: Path) -> None:
         "DIGESTBOT_SUBSCRIBERS__LIBRARY_MAX_PAPERS": "2",
     }
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "bot", *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60
-        )
+    def cli(*args: str) -> CliResult:
+        return Cli(tmp_path, env, columns=250, placed=False)(*args, code=None)
 
     assert cli("subscribers", "add", "ada@example.com").returncode == 0
     (tmp_path / "ids.txt").write_text("2401.00001\n2401.00002\n2401.00003\n")

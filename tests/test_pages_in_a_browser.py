@@ -37,7 +37,7 @@ from bot.store.taste_tables import Feedback, LibraryPaperRow
 from bot.tokens import make_token
 from tests.browser import audit, axe_missing, browser_missing, chromium
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import DIGESTBOT, rich_digest, wait_until_serving
+from tests.helpers import DIGESTBOT, Cli, rich_digest, wait_until_serving
 
 pytestmark = [
     pytest.mark.slow,
@@ -61,11 +61,7 @@ class Site:
         self.factory = sessions(self.engine)
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run(
-            [DIGESTBOT, *args], cwd=self.folder, env=self.env, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return Cli(self.folder, self.env, placed=False)(*args).stdout
 
     def subscriber(self, email: str) -> Subscriber:
         with self.factory() as session:

@@ -26,6 +26,7 @@ from bot.returns.rules import Limits, status_after
 from bot.returns.service import read_inbox, reading_of
 from bot.store.schema import ReturnEvent
 from bot.subscribers.subscriptions import change_status, remove
+from tests.helpers import Cli, CliResult
 from tests.returned_mail import KEY, PEOPLE, add_people, deliver, new_maildir, seen, settings_for, statuses
 
 NOW = datetime(2026, 11, 24, 9, tzinfo=UTC)
@@ -215,10 +216,8 @@ def test_purge_deletes_their_returned_mail(factory: sessionmaker[Session], maild
     assert events(factory) == 0
 
 
-def cli(tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bot", *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
-    )
+def cli(tmp_path: Path, *args: str, env: dict[str, str]) -> CliResult:
+    return Cli(tmp_path, env, placed=False)(*args, code=None)
 
 
 def test_the_commands_report_what_came_back(tmp_path: Path) -> None:
@@ -235,7 +234,7 @@ def test_the_commands_report_what_came_back(tmp_path: Path) -> None:
     done = cli(tmp_path, "bounces", "fetch", env=env)
     assert (done.returncode, done.stderr.strip()) == (
         2,
-        "error: inbox.url is not set: nothing to read (README, 'Mail that comes back')",
+        "error: inbox.url is not set: nothing to read (docs/deliverability.md, 'Mail that comes back')",
     )
     env["DIGESTBOT_INBOX__URL"] = f"maildir://{tmp_path / 'missing'}"
     done = cli(tmp_path, "bounces", "fetch", env=env)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bot.domain import SubscriberStatus
 from bot.sink import free_port
@@ -23,7 +24,7 @@ from bot.store.consents import consents_of
 from bot.store.engine import make_engine, sessions
 from bot.store.subscribers import get_subscriber
 from bot.tokens import make_token
-from tests.helpers import DIGESTBOT, wait_until_serving
+from tests.helpers import DIGESTBOT, Cli, wait_until_serving
 
 KEY = "serve-limits-signing-key-0123456789"
 
@@ -37,11 +38,7 @@ class Served:
     env: dict[str, str]
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run(
-            [DIGESTBOT, *args], cwd=self.folder, env=self.env, capture_output=True, text=True, timeout=60
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        return Cli(self.folder, self.env, placed=False)(*args).stdout
 
     def token(self, email: str) -> str:
         self.cli("subscribers", "add", email)
@@ -117,20 +114,27 @@ def _stalled(port: int, count: int, start: bytes) -> list[socket.socket]:
     return held
 
 
-def _closed_by_server(sockets: list[socket.socket]) -> int:
-    closed = 0
-    for sock in sockets:
-        sock.settimeout(0.05)
-        try:
-            data = sock.recv(200)
-            closed += data == b"" or data.startswith(b"HTTP/1.1 408")
-        except TimeoutError:
-            pass
-        except OSError:
-            closed += 1
-    return closed
+def _still_open(sockets: list[socket.socket], seconds: float) -> list[socket.socket]:
+    """Those of *sockets* the server has not closed (or answered 408) within *seconds*."""
+    deadline = time.monotonic() + seconds
+    waiting = list(sockets)
+    while waiting and time.monotonic() < deadline:
+        waiting = [sock for sock in waiting if not _closed_by_server(sock)]
+    return waiting
 
 
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.settimeout(0.05)
+    try:
+        data = sock.recv(200)
+    except TimeoutError:
+        return False
+    except OSError:
+        return True
+    return data == b"" or data.startswith(b"HTTP/1.1 408")
+
+
+@pytest.mark.timing
 def test_stalled_requests_never_lock_out_a_one_click_unsubscribe(tmp_path: Path) -> None:
     """300 half-sent requests against a process that may open 256 files: the one-click
     POST after them is answered at once (today's main: "Server disconnected")."""
@@ -149,9 +153,10 @@ def test_stalled_requests_never_lock_out_a_one_click_unsubscribe(tmp_path: Path)
         assert answer.status_code == 200 and "You are unsubscribed" in answer.text
         assert took < 2, f"the one-click POST waited {took:.1f} s behind stalled connections"
         assert httpx.get(f"{served.url}/healthz", timeout=5).text == "ok"
-        # The stalled ones are closed once their headers are overdue, with a 408 where they started.
-        time.sleep(3.5)
-        assert _closed_by_server(held) == len(held)
+        # The stalled ones are closed once their headers are overdue (3 s), with a 408 where
+        # they started; a busy machine may take a moment longer to get to the last ones.
+        time.sleep(3)
+        assert len(_still_open(held, 5)) == 0
         for sock in held:
             sock.close()
         deadline = time.monotonic() + 10
@@ -255,6 +260,7 @@ def test_a_client_that_leaves_mid_body_costs_no_traceback(tmp_path: Path) -> Non
         assert served.status("ada@example.org") is SubscriberStatus.ACTIVE
 
 
+@pytest.mark.timing
 def test_one_click_answers_at_once_while_the_worst_upload_is_read(tmp_path: Path) -> None:
     """A burst of one-click unsubscribes while a 4.9 MB upload of the slowest shape is
     read: p99 within 250 ms, or within half as much again as the same burst without the

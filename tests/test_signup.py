@@ -328,9 +328,8 @@ def test_the_page_offers_the_stored_tags_and_the_browser_zone_script_is_allowed(
 
 def test_the_cli_adds_with_a_confirmation_mail_and_shows_the_consent(tmp_path: Path, sink: Sink) -> None:
     import os
-    import subprocess
 
-    from tests.helpers import DIGESTBOT
+    from tests.helpers import Cli
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
     env.update(
@@ -342,10 +341,7 @@ def test_the_cli_adds_with_a_confirmation_mail_and_shows_the_consent(tmp_path: P
         }
     )
 
-    def run(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([DIGESTBOT, *args], env=env, capture_output=True, text=True)
-        assert done.returncode == code, (args, done.stdout, done.stderr)
-        return done
+    run = Cli(tmp_path, env, placed=False)
 
     added = run("subscribers", "add", "ana@example.org", "--confirm", "--cadence", "Weekly:Tuesday", "--filter", "gpu")
     assert "pending ana@example.org: confirmation link mailed" in added.stdout

@@ -4,7 +4,6 @@ reported, the first failure ends it with exit 1, and the password never shows.""
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import ssl
 import subprocess
@@ -15,19 +14,17 @@ import pytest
 
 from bot.delivery.smtp import helo_name
 from bot.sink import Sink, SinkHandler, free_port
-from tests.helpers import DIGESTBOT
+from tests.helpers import Cli, CliResult
 
 OPENSSL = shutil.which("openssl")
 SECRET = "pa55-w0rd-\u00e9"
 
 
-def run(*args: str, env: dict[str, str], code: int = 0) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-    done = subprocess.run(
-        [DIGESTBOT, "smtp", "test", *args], env={**base, "COLUMNS": "300", **env}, capture_output=True, text=True
-    )
-    assert done.returncode == code, (done.stdout, done.stderr)
-    return done
+def run(*args: str, env: dict[str, str], code: int = 0, own_process: bool = False) -> CliResult:
+    """``smtp test`` in the folder the test's settings name (paths.var_dir); in a process of
+    its own where the test's server, in this one, logs what the client did to it."""
+    cli = Cli(Path(env["DIGESTBOT_PATHS__VAR_DIR"]), env, columns=300, placed=False, own_process=own_process)
+    return cli("smtp", "test", *args, code=code)
 
 
 def lines(done: subprocess.CompletedProcess[str]) -> list[str]:
@@ -139,7 +136,7 @@ def test_starttls_reports_the_version_and_the_certificate(tmp_path: Path, certif
         plain = lines(run(env=env))
         assert "ok tls not used: smtp.tls = none (the server offers STARTTLS: set smtp.tls = starttls)" in plain
         env["DIGESTBOT_SMTP__TLS"] = "starttls"
-        untrusted = lines(run(env=env, code=1))
+        untrusted = lines(run(env=env, code=1, own_process=True))  # the server logs the broken handshake
         assert untrusted[-1].startswith(f"FAIL connect 127.0.0.1:{server.port} (TLS handshake): ")
         assert "certificate verify failed" in untrusted[-1]
         unchecked = lines(run(env={**env, "DIGESTBOT_SMTP__VERIFY_CERTIFICATES": "false"}))

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from bot.cli.digest_views import digest_json, digest_story, digest_table
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     EXIT_USAGE,
@@ -16,9 +17,6 @@ from bot.cli.shell import (
     app,
     command_group,
     ctx_of,
-    digest_json,
-    digest_story,
-    digest_table,
     fail,
     find_subscriber,
     jsonable,
@@ -153,7 +151,7 @@ def bounces_fetch(ctx: typer.Context) -> None:
 
     c = ctx_of(ctx)
     if not c.settings.inbox.url:
-        fail("inbox.url is not set: nothing to read (README, 'Mail that comes back')", EXIT_USAGE)
+        fail("inbox.url is not set: nothing to read (docs/deliverability.md, 'Mail that comes back')", EXIT_USAGE)
     try:
         report = read_configured_inbox(c.sessions(), c.settings, signing_key(c.settings))
     except MailboxError as exc:

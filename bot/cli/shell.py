@@ -118,6 +118,16 @@ class Context:
             )
         return self._engine
 
+    def close(self) -> None:
+        """Close what the command opened (the store, its unsubscribe journal), as the
+        end of the process would: for a command run inside a longer-lived one."""
+        if self._engine is not None:
+            from bot.unsubscribes import close_journal
+
+            close_journal(self._engine.url.render_as_string(hide_password=False))
+            self._engine.dispose()
+            self._engine = None
+
     @property
     def dump_dir(self) -> Path:
         """The folder the watcher scans; a usage error when it is not there, so a typo
@@ -238,6 +248,7 @@ def main_callback(
 
     logs.configure(verbose, log_format.value)
     ctx.obj = Context(config, verbosity=verbose, log_format=log_format.value)
+    ctx.call_on_close(ctx.obj.close)
 
 
 def now() -> datetime:
@@ -348,65 +359,11 @@ def report_ingest(results: list[IngestResult], as_json: bool, *, left: int = 0) 
         out.print("nothing new to ingest")
 
 
-def digest_story(d: Any, close_hour: int, at: datetime) -> str:
-    """What happened to a digest's day, in a few words (``bot.plan.days.day_story``),
-    each time in the subscriber's zone and saying which."""
-    from bot.domain import DigestKind
-    from bot.plan.days import DayFacts, closes_at, day_story
-
-    facts = DayFacts(d.local_date, d.state, d.planned_at, d.sent_at, d.nothing_at, d.arrived)
-    if d.kind is not DigestKind.SCHEDULED:
-        facts = DayFacts(d.local_date, d.state, d.planned_at, d.sent_at, None, None)
-    tz = d.subscriber_timezone
-    closes = closes_at(d.local_date, send_hour=d.subscriber_send_hour, close_hour=close_hour, timezone=tz)
-    return day_story(facts, timezone=tz, closes_at=closes, now=at, zone=True)
-
-
-def digest_json(d: Any, story: str = "") -> dict[str, Any]:
-    return {
-        "id": d.id,
-        "subscriber": d.subscriber_email,
-        "local_date": d.local_date,
-        "kind": d.kind,
-        "state": d.state,
-        "entries": d.entry_count,
-        "attempts": d.attempts,
-        "smtp_code": d.smtp_code,
-        "error": d.last_error,
-        "message_id": d.message_id,
-        "planned_at": d.planned_at,
-        "sent_at": d.sent_at,
-        "resend_of": d.resend_of,
-        "nothing_at": d.nothing_at,
-        "story": story,
-    }
-
-
 def new_table(*columns: str, **options: Any) -> Table:
     """A Rich table (imported on first use: most commands print none)."""
     from rich.table import Table
 
     return Table(*columns, **options)
-
-
-def digest_table(digests: list[Any], title: str, stories: list[str]) -> Table:
-    table = new_table(
-        "id", "subscriber", "day", "kind", "state", "entries", "tries", "what happened", "error", title=title
-    )
-    for d, story in zip(digests, stories, strict=True):
-        kind = f"resend of #{d.resend_of}" if d.resend_of else d.kind.value
-        table.add_row(
-            str(d.id),
-            d.subscriber_email,
-            d.local_date.isoformat(),
-            kind,
-            d.state.value,
-            str(d.entry_count),
-            str(d.attempts),
-            story,
-            d.last_error or "",
-        )
-    return table
 
 
 def print_candidates(found: list[Any], title: str, as_json: bool) -> None:

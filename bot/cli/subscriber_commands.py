@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from bot.cli.digest_views import digest_json, digest_story, digest_table
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     EXIT_USAGE,
@@ -17,9 +18,6 @@ from bot.cli.shell import (
     clean_or_exit,
     command_group,
     ctx_of,
-    digest_json,
-    digest_story,
-    digest_table,
     err,
     fail,
     find_subscriber,

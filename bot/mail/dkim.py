@@ -186,7 +186,7 @@ def _check_rsa_size(key: bytes, path: Path, setting: str) -> None:
     if bits < MIN_RSA_BITS:
         raise ConfigError(
             f"{setting}: {path} holds a {bits}-bit RSA key: receivers ignore signatures of keys under "
-            f"{MIN_RSA_BITS} bits (RFC 8301); make a {GOOD_RSA_BITS}-bit one (README, DKIM)"
+            f"{MIN_RSA_BITS} bits (RFC 8301); make a {GOOD_RSA_BITS}-bit one (docs/deliverability.md, DKIM)"
         )
     if bits < GOOD_RSA_BITS:
         log.warning("%s: %s holds a %d-bit RSA key; %d bits are recommended", setting, path, bits, GOOD_RSA_BITS)

@@ -107,7 +107,7 @@ class Mailer:
         """Footer links and List-Unsubscribe URIs.  With a public URL, the https one, and
         the mailto too when ``inbox.url`` is read (``bot.returns`` acts on those mails).
         Without one, the mailto is the only way out; with no inbox read, the operator
-        acts on those mails by hand (README, "Unsubscribing")."""
+        acts on those mails by hand (docs/deliverability.md, "Unsubscribing")."""
         sender = self.settings.sender
         mailto = f"mailto:{sender.unsubscribe_address or sender.from_address}?subject=unsubscribe%20{token}"
         if self.settings.web.public_url:

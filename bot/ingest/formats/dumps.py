@@ -33,7 +33,7 @@ _COUNTS_RE = re.compile(r"^(?P<stars>[\d,]+)\s+(?P<forks>[\d,]+)$")
 
 
 # About twice the blocks of a dump as big as watch.max_file_bytes allows: past
-# this a file is not a dump, and its entries would outgrow memory (README: the bound).
+# this a file is not a dump, and its entries would outgrow memory (docs/input.md: the bound).
 MAX_BLOCKS = 400_000
 
 

@@ -1,0 +1,82 @@
+"""The docs: the README is a short front door, the two reference pages are what the code
+generates (docs/reference.py), and the site builds with MkDocs in strict mode, where a
+broken link, a missing anchor or a page left out of the navigation fails the build."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def test_the_readme_is_a_front_door() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    assert "make demo" in readme and "make test" in readme
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"docs/{page.name}" in readme, f"the README's map leaves out docs/{page.name}"
+
+
+def test_the_reference_pages_are_what_the_code_generates() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "reference.py"), "--check"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    configuration = (ROOT / "docs" / "reference" / "configuration.md").read_text()
+    assert "| `port` | `int` | `1025` | >= 1, <= 65535 | `DIGESTBOT_SMTP__PORT` |" in configuration
+    assert "`DIGESTBOT_SUBSCRIBERS__LIBRARY_MAX_PAPERS`" in configuration
+    cli = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    assert "## digestbot subscribers add" in cli and "Usage: digestbot subscribers add [OPTIONS] EMAIL" in cli
+
+
+def _build(source: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    if not mkdocs.exists():
+        pytest.skip("mkdocs is not installed (pip install -e '.[test]' brings it)")
+    return subprocess.run(
+        [str(mkdocs), "build", "--strict", "--config-file", str(source / "mkdocs.yml"), "--site-dir", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _copy(tmp_path: Path) -> Path:
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "docs", source / "docs", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "mkdocs.yml", source / "mkdocs.yml")
+    return source
+
+
+def test_the_site_builds_with_every_link_resolved(tmp_path: Path) -> None:
+    done = _build(_copy(tmp_path), tmp_path / "site")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "reference" / "configuration" / "index.html").exists()
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "[a page that is not there](nowhere.md)",
+        "[an anchor that is not there](deliverability.md#no-such-section)",
+    ],
+)
+def test_a_broken_link_fails_the_build(tmp_path: Path, broken: str) -> None:
+    source = _copy(tmp_path)
+    with (source / "docs" / "operating.md").open("a", encoding="utf-8") as page:
+        page.write(f"\nSee {broken}.\n")
+    done = _build(source, tmp_path / "site")
+    assert done.returncode != 0
+    assert "operating.md" in done.stderr
+
+
+def test_a_page_left_out_of_the_navigation_fails_the_build(tmp_path: Path) -> None:
+    source = _copy(tmp_path)
+    (source / "docs" / "orphan.md").write_text("# A page nobody can reach\n")
+    done = _build(source, tmp_path / "site")
+    assert done.returncode != 0 and "orphan.md" in done.stderr

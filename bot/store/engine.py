@@ -114,10 +114,15 @@ def downgrade(engine: Engine, revision: str) -> None:
     command.downgrade(_alembic_config(engine), revision)
 
 
-# The newest migration.  Every CLI command compares the database with it, and
-# asking Alembic would import it (see above).  A test keeps it equal to what
-# Alembic finds (head_revision).
-HEAD_REVISION = "0019"
+def _newest_migration() -> str:
+    """The newest revision by the scripts' names (``NNNN_what.py`` holds revision
+    ``NNNN``): every CLI command compares the database with it, and asking Alembic would
+    import it (see above).  A test keeps it equal to what Alembic finds."""
+    names = (path.name for path in (MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
+    return max(name[:4] for name in names)
+
+
+HEAD_REVISION = _newest_migration()
 
 
 def current_revision(engine: Engine) -> str | None:

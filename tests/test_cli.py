@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bot.sink import Fault
+from bot.subscribers.settings import SETTINGS
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import DIGESTBOT, Cli
 from tests.seed_facts import MINIMAX
@@ -197,7 +198,8 @@ def test_subscriber_workflow(run, tmp_path: Path) -> None:
     run("subscribers", "show", "zoe@example.org", code=1)
 
     exported = run("subscribers", "export").stdout
-    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill,cadence"
+    settings = "".join(f",{s.name}" for s in SETTINGS)  # the yes/no settings follow, each a column
+    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill,cadence" + settings
     assert len(exported.splitlines()) == 6
 
     bad = run("subscribers", "add", "eve@example.org", "--filter", "gpu and (", code=2)

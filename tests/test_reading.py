@@ -34,7 +34,7 @@ from bot.plan.revisions import PER_DIGEST, to_tell
 from bot.sink import Sink
 from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, save, set_updates
+from bot.subscribers.subscriptions import clean_fields, save, set_setting
 from bot.tokens import make_token, signing_key
 from bot.web import create_app
 from bot.web.forms import form_token
@@ -535,7 +535,7 @@ def test_an_entry_revised_since_it_was_sent_is_told_once_to_those_who_want_it(
     settings = _settings(tmp_path, sink)
     people = [clean_fields(f"{who}@example.org") for who in ("told", "optout", "late")]
     save(factory, settings, people[:2], DAY - timedelta(days=2))
-    set_updates(factory, "optout@example.org", False, DAY - timedelta(days=2))
+    set_setting(factory, "optout@example.org", "send_updates", False, DAY - timedelta(days=2))
     assert ingest_bytes(factory, (FIXTURES / "arxiv_day1.rss").read_bytes(), name="d1", now=DAY, rules=RULES)
     day1 = _cycle(factory, settings, sink, DAY)
     assert set(day1) == {"told@example.org", "optout@example.org"}

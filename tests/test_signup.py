@@ -26,6 +26,7 @@ from bot.store.consents import consents_of
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.optin import expire_signups
+from bot.subscribers.settings import SETTINGS
 from bot.subscribers.subscriptions import change_status, clean_fields, save
 from bot.tokens import confirm_token_parts
 from bot.web import create_app
@@ -369,9 +370,10 @@ def test_the_cli_adds_with_a_confirmation_mail_and_shows_the_consent(tmp_path: P
     imported = run("subscribers", "import", str(csv), code=1)
     assert "1 added" in imported.stdout and "cadence: 'sometimes'" in imported.stderr
     exported = run("subscribers", "export").stdout.splitlines()
-    assert exported[0].endswith(",cadence") and any(
-        r.startswith("dan@example.org,") and r.endswith(",weekly:fri") for r in exported
-    )
+    settings = list(SETTINGS)  # the yes/no settings follow, each a column, at their defaults
+    assert exported[0].endswith(",cadence" + "".join(f",{s.name}" for s in settings))
+    dan_row = ",weekly:fri" + "".join(",yes" if s.default else ",no" for s in settings)
+    assert any(r.startswith("dan@example.org,") and r.endswith(dan_row) for r in exported)
     dan = run("subscribers", "show", "dan@example.org", "--json").stdout
     assert '"event": "operator"' in dan and "subscribers import" in dan
 

@@ -12,6 +12,7 @@ from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.csv_io import export_csv, import_csv
+from bot.subscribers.settings import SETTINGS
 from bot.subscribers.subscriptions import (
     AlreadySubscribed,
     SubscriberInputError,
@@ -104,7 +105,8 @@ def test_export_round_trips_through_import(factory: sessionmaker[Session], tmp_p
 
     import_csv(factory, Settings(), (ROOT / "config" / "subscribers.example.csv").read_text(), NOW)
     exported = export_csv(factory)
-    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill,cadence"
+    settings = "".join(f",{s.name}" for s in SETTINGS)  # the yes/no settings follow, each a column
+    assert exported.splitlines()[0] == "email,name,filter,timezone,send_hour,status,backfill,cadence" + settings
     report = import_csv(factory, Settings(), exported, NOW)
     assert (report.created, report.updated, report.unchanged, report.errors) == (0, 0, 5, ())
     assert export_csv(factory) == exported
@@ -155,3 +157,68 @@ def test_csv_lines_are_counted_at_line_feeds_and_a_bare_cr_is_that_lines_error()
     assert [g.email for g in good] == ["a@example.org", "e@example.org"]
     assert [(b.line, b.reason.split(":")[0]) for b in bad] == [(3, "name"), (4, "not a CSV row"), (6, "not a CSV row")]
     assert "(CR)" in bad[1].reason and "unbalanced quote" in bad[2].reason
+
+
+def test_a_yes_no_setting_is_a_csv_column_read_and_written_as_yes_or_no(factory: sessionmaker[Session]) -> None:
+    text = (
+        "email,send_updates\n"
+        "told@example.org,yes\n"
+        "quiet@example.org,No\n"
+        "unsaid@example.org,\n"  # left to the default
+        "odd@example.org,maybe\n"
+    )
+    report = import_csv(factory, Settings(), text, NOW)
+    assert [(e.line, e.reason) for e in report.errors] == [(5, "send_updates: 'maybe' is not yes or no")]
+    with factory() as session:
+        found = {s.email: s.send_updates for s in list_subscribers(session)}
+    assert found == {"told@example.org": True, "quiet@example.org": False, "unsaid@example.org": True}
+    exported = export_csv(factory).splitlines()
+    column = exported[0].split(",").index("send_updates")
+    assert {line.split(",")[0]: line.split(",")[column] for line in exported[1:]} == {
+        "quiet@example.org": "no",
+        "told@example.org": "yes",
+        "unsaid@example.org": "yes",
+    }
+    again = import_csv(factory, Settings(), "email,send_updates\nquiet@example.org,yes\n", NOW)
+    assert again.updated == 1
+    with factory() as session:
+        assert get_subscriber(session, "quiet@example.org").send_updates is True  # type: ignore[union-attr]
+
+
+def test_every_yes_no_setting_is_on_every_surface(tmp_path) -> None:
+    """A setting added to bot.subscribers.settings (and its field and column) is carried
+    by the CLI's add and edit, --json and show, CSV import and export, and the manage page
+    with no other edit: this walks each surface for each setting."""
+    from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields
+    from bot.store.schema import Subscriber as SubscriberRow
+    from bot.subscribers.csv_io import CSV_COLUMNS
+    from bot.subscribers.settings import by_action
+    from bot.web.manage import manage_context
+    from tests.helpers import Cli
+
+    assert tuple(s.name for s in SETTINGS) == SUBSCRIBER_SETTINGS
+    cli = Cli(tmp_path)
+    for setting in SETTINGS:
+        assert setting.name in Subscriber.__dataclass_fields__ and setting.name in SubscriberFields.__dataclass_fields__
+        assert setting.name in SubscriberRow.__table__.c
+        assert setting.name in CSV_COLUMNS
+        assert by_action(f"{setting.flag}_on") == (setting, True) and by_action(f"{setting.flag}_off") == (
+            setting,
+            False,
+        )
+        for command in ("add", "edit"):
+            assert f"--{setting.flag} / --no-{setting.flag}" in cli("subscribers", command, "--help").stdout
+        address = f"{setting.flag}@example.org"
+        flipped = "--no-" + setting.flag if setting.default else "--" + setting.flag
+        cli("subscribers", "add", address, flipped)
+        shown = cli("subscribers", "list", "--json").stdout
+        assert f'"{setting.name}": {str(not setting.default).lower()}' in shown
+        cli("subscribers", "edit", address, ("--" if not setting.default else "--no-") + setting.flag)
+        cli("subscribers", "edit", address, ("--" if setting.default else "--no-") + setting.flag)
+        shown = cli("subscribers", "show", address).stdout
+        assert setting.name.replace("_", " ") in shown and str(setting.default) in shown
+        exported = cli("subscribers", "export").stdout.splitlines()
+        assert exported[0].split(",")[CSV_COLUMNS.index(setting.name)] == setting.name
+        subscriber = Subscriber(1, address, "", "*", "UTC", 8, SubscriberStatus.ACTIVE, "7d", NOW, NOW)
+        toggles = manage_context(subscriber, [])["toggles"]
+        assert (f"{setting.flag}_off" if setting.default else f"{setting.flag}_on") in dict(toggles)  # type: ignore[arg-type]

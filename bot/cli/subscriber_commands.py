@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bot.cli.digest_views import digest_json, digest_story, digest_table
+from bot.cli.setting_flags import with_setting_flags
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     EXIT_USAGE,
@@ -32,6 +33,7 @@ from bot.cli.shell import (
 if TYPE_CHECKING:
     from rich.table import Table
 from bot.domain import SubscriberStatus
+from bot.subscribers.settings import SETTINGS
 
 subscribers_app = command_group("Manage subscribers: add, import, edit, pause, remove.")
 
@@ -75,7 +77,7 @@ def _subscriber_json(s: Any) -> dict[str, Any]:
         "status": s.status,
         "backfill": s.backfill,
         "cadence": s.cadence,
-        "send_updates": s.send_updates,
+        **{setting.name: getattr(s, setting.name) for setting in SETTINGS},
         "created_at": s.created_at,
         "updated_at": s.updated_at,
     }
@@ -92,6 +94,7 @@ def _subscriber_table(subscribers: list[Any], title: str) -> Table:
 
 
 @subscribers_app.command("add")
+@with_setting_flags
 def subscribers_add(
     ctx: typer.Context,
     email: Annotated[str, typer.Argument(help="Email address (IDN domains accepted).")],
@@ -107,13 +110,21 @@ def subscribers_add(
             "--confirm", help="Mail EMAIL a link to confirm (double opt-in) instead of subscribing them at once."
         ),
     ] = False,
+    settings: dict[str, bool] | None = None,
 ) -> None:
     """Subscribe EMAIL (an unsubscribed address is re-activated; what it was sent stays sent)."""
     from bot.subscribers.subscriptions import AlreadySubscribed, add
 
     c = ctx_of(ctx)
     fields = clean_or_exit(
-        email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill, cadence=cadence
+        email,
+        name=name,
+        filter=filter,
+        timezone=tz,
+        send_hour=hour,
+        backfill=backfill,
+        cadence=cadence,
+        **(settings or {}),
     )
     if confirm:
         _ask_to_confirm(c, fields)
@@ -174,6 +185,7 @@ def _warn_about_filter(c: Context, filter_text: str | None) -> None:
 
 
 @subscribers_app.command("edit")
+@with_setting_flags
 def subscribers_edit(
     ctx: typer.Context,
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
@@ -183,22 +195,24 @@ def subscribers_edit(
     hour: HourOption = None,
     backfill: BackfillOption = None,
     cadence: CadenceOption = None,
-    updates: Annotated[
-        bool | None,
-        typer.Option("--updates/--no-updates", help="Tell of entries revised since they were sent (default on)."),
-    ] = None,
+    settings: dict[str, bool] | None = None,
 ) -> None:
     """Change the given fields of a subscriber."""
-    from bot.subscribers.subscriptions import SubscriberNotFound, edit, set_updates
+    from bot.subscribers.subscriptions import SubscriberNotFound, edit
 
     c = ctx_of(ctx)
     fields = clean_or_exit(
-        email, name=name, filter=filter, timezone=tz, send_hour=hour, backfill=backfill, cadence=cadence
+        email,
+        name=name,
+        filter=filter,
+        timezone=tz,
+        send_hour=hour,
+        backfill=backfill,
+        cadence=cadence,
+        **(settings or {}),
     )
     try:
         subscriber = edit(c.sessions(), c.settings, fields, now())
-        if updates is not None:
-            subscriber = set_updates(c.sessions(), fields.email, updates, now())
     except SubscriberNotFound as exc:
         fail(str(exc))
         return
@@ -266,7 +280,9 @@ def subscribers_import(
     file: Annotated[
         Path,
         typer.Argument(
-            help="CSV with a header; columns: email, name, filter, timezone, send_hour, status, backfill, cadence."
+            help="CSV with a header; columns: email, name, filter, timezone, send_hour, status, backfill, cadence, "
+            + ", ".join(f"{s.name} (yes or no)" for s in SETTINGS)
+            + "."
         ),
     ],
     as_json: JsonOption = False,

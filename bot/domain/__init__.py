@@ -148,6 +148,12 @@ class SubscriberStatus(StrEnum):
     BOUNCED = "bounced"
 
 
+# The yes/no settings a subscriber has (bot.subscribers.settings describes each): a field
+# of Subscriber and of SubscriberFields and a column of the subscribers table, each by
+# the same name.
+SUBSCRIBER_SETTINGS: tuple[str, ...] = ("send_updates",)
+
+
 @dataclass(frozen=True, slots=True)
 class Subscriber:
     """A subscriber as every stage sees it; all fields already validated."""
@@ -180,6 +186,7 @@ class SubscriberFields:
     status: SubscriberStatus | None = None
     backfill: str | None = None
     cadence: str | None = None
+    send_updates: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

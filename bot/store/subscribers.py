@@ -10,7 +10,7 @@ from typing import cast
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
-from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
+from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.store.bulk import bulk_insert, chunks
 from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
@@ -48,9 +48,9 @@ def _view(row: SubscriberRow) -> Subscriber:
         created_at=row.created_at,
         updated_at=row.updated_at,
         unsubscribe_secret=row.unsubscribe_secret,
-        send_updates=bool(row.send_updates),
         cadence=row.cadence,
         taste_threshold=float(row.taste_threshold),
+        **{name: bool(getattr(row, name)) for name in SUBSCRIBER_SETTINGS},
     )
 
 
@@ -118,7 +118,7 @@ def list_subscribers(session: Session, *, status: SubscriberStatus | None = None
     return [_view(r) for r in session.scalars(query)]
 
 
-_GIVEN = ("name", "filter", "timezone", "send_hour", "backfill", "cadence")
+_GIVEN = ("name", "filter", "timezone", "send_hour", "backfill", "cadence", *SUBSCRIBER_SETTINGS)
 
 
 def upsert_subscribers(
@@ -177,11 +177,16 @@ def _new_row(key: str, item: SubscriberFields, defaults: SubscriberFields, now: 
         "status": (item.status or SubscriberStatus.ACTIVE).value,
         "backfill": item.backfill or defaults.backfill,
         "cadence": item.cadence or defaults.cadence or "daily",
+        **{name: _given_or(getattr(item, name), getattr(defaults, name)) for name in SUBSCRIBER_SETTINGS},
         "unsubscribe_secret": secrets.token_hex(16),
         "bounces": 0,
         "created_at": now,
         "updated_at": now,
     }
+
+
+def _given_or(given: object, default: object) -> object:
+    return given if given is not None else default
 
 
 def _given_values(item: SubscriberFields) -> dict[str, object]:
@@ -199,9 +204,12 @@ def set_status(session: Session, subscriber_id: int, status: SubscriberStatus, n
     )
 
 
-def set_send_updates(session: Session, subscriber_id: int, on: bool, now: datetime) -> None:
+def set_setting(session: Session, subscriber_id: int, name: str, value: bool, now: datetime) -> None:
+    """Set one of the subscriber's yes/no settings (``SUBSCRIBER_SETTINGS``)."""
+    if name not in SUBSCRIBER_SETTINGS:
+        raise ValueError(f"{name} is not a subscriber setting")
     session.execute(
-        update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values(send_updates=on, updated_at=now)
+        update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values({name: value, "updated_at": now})
     )
 
 

@@ -21,9 +21,21 @@ from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.store.subscribers import email_key, list_subscribers
+from bot.subscribers.settings import SETTINGS, shown
 from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, known_tags, save
 
-CSV_COLUMNS = ("email", "name", "filter", "timezone", "send_hour", "status", "backfill", "cadence")
+# The yes/no settings (bot.subscribers.settings) follow, one column each, by name.
+CSV_COLUMNS = (
+    "email",
+    "name",
+    "filter",
+    "timezone",
+    "send_hour",
+    "status",
+    "backfill",
+    "cadence",
+    *(setting.name for setting in SETTINGS),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +176,8 @@ def _filter_warnings(
 def export_rows(subscribers: Iterable[Subscriber]) -> Iterator[list[str]]:
     yield list(CSV_COLUMNS)
     for s in subscribers:
-        yield [s.email, s.name, s.filter, s.timezone, str(s.send_hour), s.status.value, s.backfill, s.cadence]
+        core = [s.email, s.name, s.filter, s.timezone, str(s.send_hour), s.status.value, s.backfill, s.cadence]
+        yield core + [shown(getattr(s, setting.name)) for setting in SETTINGS]
 
 
 # What a spreadsheet reads as the start of a formula (OWASP's CSV injection list).

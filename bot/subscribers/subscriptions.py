@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
+from typing import Any, cast
 
 from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,11 +32,14 @@ from bot.store.subscribers import (
     email_key,
     get_subscriber,
     purge_subscriber,
-    set_send_updates,
     set_status,
     subscribers_by_ids,
     upsert_subscribers,
 )
+from bot.store.subscribers import (
+    set_setting as store_setting,
+)
+from bot.subscribers.settings import SETTINGS, SettingError, parse
 from bot.text import CONTROL_CHARACTERS, header_text, hides_control_characters
 from bot.tokens import token_is_valid, token_subscriber_id
 
@@ -126,18 +130,40 @@ def clean_fields(
     status: str | None = None,
     backfill: str | None = None,
     cadence: str | None = None,
+    **settings: str | bool | None,
 ) -> SubscriberFields:
-    """Validate every given field; None (or "" from a CSV cell) leaves it unset."""
-    return SubscriberFields(
-        email=clean_email(email),
-        name=clean_name(name) if name is not None else None,
-        filter=clean_filter(filter) if filter else None,
-        timezone=clean_timezone(timezone) if timezone else None,
-        send_hour=clean_hour(send_hour) if send_hour is not None and send_hour != "" else None,
-        status=clean_status(status) if status else None,
-        backfill=clean_backfill(backfill) if backfill else None,
-        cadence=clean_cadence_field(cadence) if cadence else None,
-    )
+    """Validate every given field; None (or "" from a CSV cell) leaves it unset.
+    *settings* are the yes/no settings (``bot.subscribers.settings``), by name: a bool,
+    or a CSV cell's yes/no."""
+    fields: dict[str, Any] = {
+        "email": clean_email(email),
+        "name": clean_name(name) if name is not None else None,
+        "filter": clean_filter(filter) if filter else None,
+        "timezone": clean_timezone(timezone) if timezone else None,
+        "send_hour": clean_hour(send_hour) if send_hour is not None and send_hour != "" else None,
+        "status": clean_status(status) if status else None,
+        "backfill": clean_backfill(backfill) if backfill else None,
+        "cadence": clean_cadence_field(cadence) if cadence else None,
+    }
+    fields.update(clean_settings(settings))
+    return SubscriberFields(**fields)
+
+
+def clean_settings(given: Mapping[str, str | bool | None]) -> dict[str, Any]:
+    """The yes/no settings in *given*, by name; None or "" leaves one unset."""
+    known = {setting.name: setting for setting in SETTINGS}
+    cleaned: dict[str, Any] = {}
+    for name, value in given.items():
+        if name not in known:
+            raise TypeError(f"clean_fields() got an unexpected keyword argument {name!r}")
+        if isinstance(value, bool):
+            cleaned[name] = value
+        elif value:
+            try:
+                cleaned[name] = parse(known[name], value)
+            except SettingError as exc:
+                raise SubscriberInputError(str(exc)) from None
+    return cleaned
 
 
 def defaults(settings: Settings) -> SubscriberFields:
@@ -148,6 +174,7 @@ def defaults(settings: Settings) -> SubscriberFields:
         send_hour=settings.schedule.default_send_hour,
         backfill=settings.subscribers.default_backfill,
         cadence=DAILY,
+        **cast(dict[str, Any], {setting.name: setting.default for setting in SETTINGS}),
     )
 
 
@@ -228,11 +255,11 @@ def change_status(factory: sessionmaker[Session], email: str, status: Subscriber
         return _require(session, email)
 
 
-def set_updates(factory: sessionmaker[Session], email: str, on: bool, now: datetime) -> Subscriber:
-    """Whether their digests tell of entries revised since they were sent."""
+def set_setting(factory: sessionmaker[Session], email: str, name: str, value: bool, now: datetime) -> Subscriber:
+    """Set one of the subscriber's yes/no settings (``bot.subscribers.settings``)."""
     with transaction(factory) as session:
         found = _require(session, email)
-        set_send_updates(session, found.id, on, now)
+        store_setting(session, found.id, name, value, now)
         return _require(session, email)
 
 

@@ -40,13 +40,14 @@ from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.config import Settings, site_url
 from bot.domain import Subscriber, SubscriberStatus
 from bot.metrics import Metrics
+from bot.subscribers.settings import by_action
 from bot.subscribers.subscriptions import (
     SubscriberInputError,
     change_status,
     edit,
     filter_warning,
     set_filter,
-    set_updates,
+    set_setting,
 )
 from bot.taste.service import taste_summary
 from bot.tokens import signing_key
@@ -134,13 +135,6 @@ _STATUS_ACTIONS = {
         SubscriberStatus.ACTIVE,
         "Subscribed again: your next digest comes as usual.",
     ),
-}
-
-
-# Whether digests tell of entries revised since they were sent.
-_UPDATES_ACTIONS = {
-    "updates_on": (True, "Revised entries you were sent will be listed in your digests."),
-    "updates_off": (False, "Revised entries will no longer be listed in your digests."),
 }
 
 
@@ -312,10 +306,13 @@ class _Endpoint:
             return await self.change_filter(request, subscriber, form.get("filter", ""))
         if action == "threshold":
             return await self.uploads.threshold(request, subscriber, form.get("threshold", ""))
-        if action in _UPDATES_ACTIONS:
-            on, said = _UPDATES_ACTIONS[action]
-            subscriber = await run_in_threadpool(set_updates, self.factory, subscriber.email, on, self.now())
-            return await self.manage_page(request, subscriber, message=said)
+        toggled = by_action(action)
+        if toggled is not None:
+            setting, on = toggled
+            subscriber = await run_in_threadpool(
+                set_setting, self.factory, subscriber.email, setting.name, on, self.now()
+            )
+            return await self.manage_page(request, subscriber, message=setting.turned_on if on else setting.turned_off)
         change = _STATUS_ACTIONS.get(action)
         if change is None or subscriber.status is not change[0]:
             return await self.manage_page(request, subscriber, 400, error="That change is not possible now.")

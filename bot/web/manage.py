@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from bot.choose.filters import shown_filter
 from bot.domain import Subscriber
+from bot.subscribers.settings import SETTINGS
 from bot.web.choices import cadences, menu, ticked_tags, zones
 from bot.web.outlooks import NextDigest
 
@@ -50,4 +51,9 @@ def manage_context(
         "send_hour": int(hour) if hour.isascii() and hour.isdigit() and int(hour) < 24 else subscriber.send_hour,
         "next_digest": next_digest,
         "taste": taste,
+        # Each yes/no setting's button: the action it posts and its words.
+        "toggles": [
+            (f"{s.flag}_off", s.turn_off) if getattr(subscriber, s.name) else (f"{s.flag}_on", s.turn_on)
+            for s in SETTINGS
+        ],
     }

@@ -121,3 +121,38 @@ def test_body_items_migration_round_trips_what_every_digest_shows(
 
     upgrade(engine)
     assert _shown(factory) == (before, ledger)
+
+
+def _row_counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {
+            table: int(conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar() or 0)  # noqa: S608
+            for table in ("subscribers", "digests", "ledger", "entries")
+        }
+
+
+def test_a_downgrade_that_drops_a_subscriber_column_keeps_their_digests(
+    engine: Engine, tmp_path: Path, seed_files: list[Path]
+) -> None:
+    """On SQLite a batch migration copies ``subscribers`` and drops the old table; with
+    foreign keys on, that drop deleted every digest and ledger row of its subscribers
+    (the downgrades of 0017, 0013 and 0012 drop subscriber columns in a batch)."""
+    factory = sessionmaker(engine, expire_on_commit=False)
+    rules = load_rules(ROOT / "config" / "tags.toml")
+    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    day = datetime(2026, 6, 14, 12, tzinfo=UTC)
+    save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob")], day - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=day, rules=rules)
+    assert plan(factory, settings, rules, now=day, all_due=True).planned
+    before = _row_counts(engine)
+    assert before["digests"] == 2 and before["ledger"] > 0
+    downgrade(engine, "0018")  # the ledger holds its items again, as at 0011 and since
+    at_0018 = _row_counts(engine)
+    downgrade(engine, "0011")
+    assert _row_counts(engine) == at_0018
+    upgrade(engine)
+    assert _row_counts(engine) == before
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1  # on again for the store's users
+            assert conn.exec_driver_sql("PRAGMA foreign_key_check").all() == []

@@ -305,12 +305,13 @@ def _set_revision(store: Path, revision: str) -> None:
 def test_a_store_of_another_version_is_one_line(cli: Cli) -> None:
     cli("subscribers", "add", "a@example.org")
     store = cli.folder / "cli.sqlite3"
-    _set_revision(store, "9999")
-    line = one_error_line(cli("subscribers", "list", code=2))
-    assert "its schema is 9999, newer than this digestbot's" in line
-    _set_revision(store, "0000")
-    line = one_error_line(cli("subscribers", "list", code=2))
-    assert "its schema is '0000', which this digestbot does not know" in line
+    for command in (("subscribers", "list"), ("db", "upgrade")):
+        _set_revision(store, "9999")
+        line = one_error_line(cli(*command, code=2))
+        assert "its schema is 9999, newer than this digestbot's" in line
+        _set_revision(store, "0000")
+        line = one_error_line(cli(*command, code=2))
+        assert "its schema is '0000', which this digestbot does not know" in line
 
 
 def test_a_garbage_unsubscribe_journal_is_one_line(cli: Cli) -> None:

@@ -73,7 +73,7 @@ def db_upgrade(ctx: typer.Context) -> None:
     from bot.store import engine as store_engine
 
     c = ctx_of(ctx)
-    store_engine.upgrade(c.engine)
+    c.upgrade_store()
     out.print(f"database at revision {store_engine.current_revision(c.engine)}")
 
 

@@ -153,20 +153,34 @@ class Context:
         databases must have been migrated with ``digestbot db upgrade``."""
         from bot.store import engine as store_engine
 
-        if migrate:
-            current = store_engine.current_revision(self.engine)
-            if current is not None and current > store_engine.HEAD_REVISION:
-                fail(
-                    f"{shown_store()}: its schema is {current}, newer than this digestbot's "
-                    f"{store_engine.HEAD_REVISION}: upgrade digestbot, or restore a backup taken before",
-                    EXIT_USAGE,
-                )
+        if migrate and store_engine.is_sqlite(self.engine):
+            self.upgrade_store()
+        elif migrate:
+            current = self._known_revision()
             if current != store_engine.HEAD_REVISION:
-                if store_engine.is_sqlite(self.engine):
-                    self._upgrade(current)
-                else:
-                    fail(f"database schema is at {current or 'nothing'}; run 'digestbot db upgrade'", EXIT_USAGE)
+                fail(f"database schema is at {current or 'nothing'}; run 'digestbot db upgrade'", EXIT_USAGE)
         return store_engine.sessions(self.engine)
+
+    def upgrade_store(self) -> None:
+        """Bring the store to this digestbot's schema; a newer one, or one it does not
+        know, is refused in one line and left as it is."""
+        from bot.store import engine as store_engine
+
+        current = self._known_revision()
+        if current != store_engine.HEAD_REVISION:
+            self._upgrade(current)
+
+    def _known_revision(self) -> str | None:
+        from bot.store import engine as store_engine
+
+        current = store_engine.current_revision(self.engine)
+        if current is not None and current > store_engine.HEAD_REVISION:
+            fail(
+                f"{shown_store()}: its schema is {current}, newer than this digestbot's "
+                f"{store_engine.HEAD_REVISION}: upgrade digestbot, or restore a backup taken before",
+                EXIT_USAGE,
+            )
+        return current
 
     def _upgrade(self, current: str | None) -> None:
         from alembic.util import CommandError

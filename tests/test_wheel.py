@@ -12,6 +12,8 @@ import sys
 import sysconfig
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,6 +67,59 @@ def _fresh_venv(tmp_path: Path, wheel: Path, *, without: tuple[str, ...] = ()) -
     return venv
 
 
+class Installed:
+    """The installed ``digestbot`` run in a folder (an empty one to start with), its
+    environment free of this checkout's, sending to a sink on a port of its own."""
+
+    def __init__(self, tmp_path: Path, venv: Path) -> None:
+        self.venv, self.work = venv, tmp_path / "empty"
+        self.work.mkdir()
+        self.environment = {k: v for k, v in os.environ.items() if not k.startswith(("DIGESTBOT_", "PYTHON"))}
+        self.port = free_port()
+        self.environment["DIGESTBOT_SMTP__PORT"] = str(self.port)
+
+    def run(self, *arguments: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(self.venv / "bin" / "digestbot"), *arguments],
+            cwd=self.work,
+            env=self.environment,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == code, (arguments, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+        return done
+
+    def python(self, code: str) -> subprocess.CompletedProcess[str]:
+        command = [str(self.venv / "bin" / "python"), "-c", code]
+        return subprocess.run(command, cwd=self.work, env=self.environment, capture_output=True, text=True)
+
+    @contextmanager
+    def sink(self) -> Iterator[Path]:
+        """``digestbot sink`` on the port delivery sends to (smtp.port, set in one place);
+        yields its inbox folder, and stops it cleanly after."""
+        sink = subprocess.Popen(
+            [str(self.venv / "bin" / "digestbot"), "sink", "--dir", "inbox"],
+            cwd=self.work,
+            env=self.environment,
+            stdout=subprocess.PIPE,
+        )
+        try:
+            assert sink.stdout is not None and f"listening on 127.0.0.1:{self.port};" in sink.stdout.readline().decode()
+            yield self.work / "inbox"
+        finally:
+            sink.send_signal(signal.SIGTERM)
+            sink.wait(timeout=20)
+        assert sink.returncode == 0
+
+
+def _wait_for(path: Path, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_an_installed_wheel_works_from_an_empty_folder(tmp_path: Path) -> None:
     wheel = _build_wheel(tmp_path)
@@ -77,99 +132,49 @@ def test_an_installed_wheel_works_from_an_empty_folder(tmp_path: Path) -> None:
     assert not {n for n in names if n.startswith(("tests/", "bench/", "templates/", "config/"))}
 
     venv = _fresh_venv(tmp_path, wheel)
-    work = tmp_path / "empty"
-    work.mkdir()
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DIGESTBOT_", "PYTHON"))}
-    port = free_port()
-    environment["DIGESTBOT_SMTP__PORT"] = str(port)
-    digestbot = str(venv / "bin" / "digestbot")
-
-    def run(*arguments: str, code: int = 0) -> str:
-        done = subprocess.run(
-            [digestbot, *arguments], cwd=work, env=environment, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == code, (arguments, done.stdout, done.stderr)
-        assert "Traceback" not in done.stderr
-        return done.stdout
-
-    where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import bot; print(bot.__file__)"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-    )
+    installed = Installed(tmp_path, venv)
+    where = installed.python("import bot; print(bot.__file__)")
     assert where.stdout.startswith(str(venv)), where.stdout
 
-    assert "snn" in run("tags", "list")  # the shipped tag rules, found from anywhere
-    sink = subprocess.Popen([digestbot, "sink", "--dir", "inbox"], cwd=work, env=environment, stdout=subprocess.PIPE)
-    try:  # it listens where delivery sends (smtp.port), set in one place
-        assert sink.stdout is not None and f"listening on 127.0.0.1:{port};" in sink.stdout.readline().decode()
-        run("dumps", "ingest", *map(str, SEEDS))
-        run("subscribers", "add", "reader@example.org", "--filter", "snn")
-        assert "sent 1," in run("send-now", "reader@example.org")
-        deadline = time.monotonic() + 10
-        while not (work / "inbox" / "index.html").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        sink.send_signal(signal.SIGTERM)
-        sink.wait(timeout=20)
-    assert sink.returncode == 0
-    html = (work / "inbox" / "0001.html").read_text()
+    assert "snn" in installed.run("tags", "list").stdout  # the shipped tag rules, found from anywhere
+    with installed.sink() as inbox:
+        installed.run("dumps", "ingest", *map(str, SEEDS))
+        installed.run("subscribers", "add", "reader@example.org", "--filter", "snn")
+        assert "sent 1," in installed.run("send-now", "reader@example.org").stdout
+        _wait_for(inbox / "index.html")
+    html = (inbox / "0001.html").read_text()
     assert "SupraSNN" in html and "Unsubscribe" in html
-    assert "0001.eml" in (work / "inbox" / "index.html").read_text()
+    assert "0001.eml" in (inbox / "index.html").read_text()
 
-    run("init", "site")
+    work = installed.work
+    installed.run("init", "site")
     assert (work / "site/templates/digest.html.j2").read_bytes() == (ROOT / "templates/digest.html.j2").read_bytes()
     assert (work / "site/dumps").is_dir()  # the folder its config names, there and empty
     with open(work / "site/config/tags.toml", "a") as rules:
         rules.write('\n[operator-made]\nkeywords = ["spiking"]\n')
-    work = work / "site"  # where the starter's config is found, and its relative paths start
-    shown = run("config", "show")
+    installed.work = work / "site"  # where the starter's config is found, and its relative paths start
+    shown = installed.run("config", "show").stdout
     assert '"templates_dir": "templates"' in shown and '"tags_file": "config/tags.toml"' in shown
     assert '"dump_dir": "dumps"' in shown
-    assert "nothing new to ingest" in run("dumps", "ingest")  # a scan of the empty folder, no error
-    assert "operator-made" in run("tags", "list")
+    assert "nothing new to ingest" in installed.run("dumps", "ingest").stdout  # the empty folder, no error
+    assert "operator-made" in installed.run("tags", "list").stdout
 
 
 @pytest.mark.slow
 def test_the_core_install_works_without_the_taste_extra_and_says_what_it_leaves_out(tmp_path: Path) -> None:
-    venv = _fresh_venv(tmp_path, _build_wheel(tmp_path), without=TASTE_EXTRA)
-    work = tmp_path / "empty"
-    work.mkdir()
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("DIGESTBOT_", "PYTHON"))}
-    port = free_port()
-    environment["DIGESTBOT_SMTP__PORT"] = str(port)
-    digestbot = str(venv / "bin" / "digestbot")
-    python = str(venv / "bin" / "python")
-    hidden = subprocess.run([python, "-c", "import numpy"], cwd=work, env=environment, capture_output=True)
-    assert hidden.returncode != 0  # the scientific stack is not there
-
-    def run(*arguments: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [digestbot, *arguments], cwd=work, env=environment, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, (arguments, done.stdout, done.stderr)
-        assert "Traceback" not in done.stderr
-        return done
-
-    library = work / "library.bib"
+    installed = Installed(tmp_path, _fresh_venv(tmp_path, _build_wheel(tmp_path), without=TASTE_EXTRA))
+    assert installed.python("import numpy").returncode != 0  # the scientific stack is not there
+    library = installed.work / "library.bib"
     library.write_text(
         "@article{a, title={SupraSNN: Supra-Linear Spiking Neural Networks}}\n"
         "@article{b, title={Spiking Transformers on FPGAs}}\n"
     )
-    sink = subprocess.Popen([digestbot, "sink", "--dir", "inbox"], cwd=work, env=environment, stdout=subprocess.PIPE)
-    try:
-        assert sink.stdout is not None and f"listening on 127.0.0.1:{port};" in sink.stdout.readline().decode()
-        run("dumps", "ingest", *map(str, SEEDS))
-        run("subscribers", "add", "reader@example.org", "--filter", "snn")
-        added = run("subscribers", "library", "add", "reader@example.org", str(library))
+    with installed.sink() as inbox:
+        installed.run("dumps", "ingest", *map(str, SEEDS))
+        installed.run("subscribers", "add", "reader@example.org", "--filter", "snn")
+        added = installed.run("subscribers", "library", "add", "reader@example.org", str(library))
         assert "added 2 papers" in added.stdout
         assert "needs the taste extra" in added.stderr and "pip install 'digestbot[taste]'" in added.stderr
-        assert "sent 1," in run("send-now", "reader@example.org").stdout  # unranked, but sent
-        deadline = time.monotonic() + 10
-        while not (work / "inbox" / "0001.html").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        sink.send_signal(signal.SIGTERM)
-        sink.wait(timeout=20)
-    assert "SupraSNN" in (work / "inbox" / "0001.html").read_text()
+        assert "sent 1," in installed.run("send-now", "reader@example.org").stdout  # unranked, but sent
+        _wait_for(inbox / "0001.html")
+    assert "SupraSNN" in (inbox / "0001.html").read_text()

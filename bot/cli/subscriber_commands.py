@@ -93,6 +93,13 @@ def _subscriber_table(subscribers: list[Any], title: str) -> Table:
     return table
 
 
+def _named_fields(
+    name: str | None, filter: str | None, tz: str | None, hour: int | None, backfill: str | None, cadence: str | None
+) -> dict[str, Any]:
+    """The options ``add`` and ``edit`` share, by the names the subscriber service takes."""
+    return {"name": name, "filter": filter, "timezone": tz, "send_hour": hour, "backfill": backfill, "cadence": cadence}
+
+
 @subscribers_app.command("add")
 @with_setting_flags
 def subscribers_add(
@@ -116,16 +123,7 @@ def subscribers_add(
     from bot.subscribers.subscriptions import AlreadySubscribed, add
 
     c = ctx_of(ctx)
-    fields = clean_or_exit(
-        email,
-        name=name,
-        filter=filter,
-        timezone=tz,
-        send_hour=hour,
-        backfill=backfill,
-        cadence=cadence,
-        **(settings or {}),
-    )
+    fields = clean_or_exit(email, **_named_fields(name, filter, tz, hour, backfill, cadence), **(settings or {}))
     if confirm:
         _ask_to_confirm(c, fields)
         return
@@ -201,16 +199,7 @@ def subscribers_edit(
     from bot.subscribers.subscriptions import SubscriberNotFound, edit
 
     c = ctx_of(ctx)
-    fields = clean_or_exit(
-        email,
-        name=name,
-        filter=filter,
-        timezone=tz,
-        send_hour=hour,
-        backfill=backfill,
-        cadence=cadence,
-        **(settings or {}),
-    )
+    fields = clean_or_exit(email, **_named_fields(name, filter, tz, hour, backfill, cadence), **(settings or {}))
     try:
         subscriber = edit(c.sessions(), c.settings, fields, now())
     except SubscriberNotFound as exc:

@@ -50,6 +50,9 @@ class DatabaseConfig(_Section):
     url: str = ""
     busy_timeout_ms: int = Field(5000, ge=0)
     sqlite_cache_mb: int = Field(64, ge=1)  # page cache per SQLite connection
+    # Digests (with what they carried to whom) are removed this many days after they were
+    # planned, and no entry first seen before then is offered again (docs/operating.md).
+    keep_days: int = Field(365, ge=60, le=36500)
 
 
 class FeedsConfig(_Section):

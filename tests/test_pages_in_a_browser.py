@@ -491,6 +491,41 @@ def test_rating_from_the_mail_and_the_web_version(site: Site, browser: Any, audi
     assert _verdict(site, barbara.id) == {}
 
 
+def test_an_old_mails_web_version_says_it_is_no_longer_kept(
+    site: Site, browser: Any, audited: Callable[[str], None]
+) -> None:
+    """A link from a mail older than ``database.keep_days``: after retention removed that
+    digest, the page says so instead of "link not found"."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from bot.store.schema import Digest
+
+    token = site.add("old-mail@example.org", "--filter", "*", "--backfill", "all")
+    site.cli("send-now", "old-mail@example.org")
+    site.wait_for_mail("old-mail@example.org")
+    reader = site.subscriber("old-mail@example.org")
+    long_ago = datetime.now(UTC) - timedelta(days=400)
+    with site.factory() as session, session.begin():
+        session.execute(
+            update(Digest)
+            .where(Digest.subscriber_id == reader.id)
+            .values(planned_at=long_ago, local_date=long_ago.date())
+        )
+    browser.get(f"{site.url}/d/{token}/{long_ago.date().isoformat()}")
+    assert heading(browser) not in ("Link not found", "This digest is no longer kept")  # the digest itself
+    assert "removed 1 digest" in site.cli("db", "prune")
+    browser.get(f"{site.url}/d/{token}/{long_ago.date().isoformat()}")
+    assert heading(browser) == "This digest is no longer kept"
+    assert "Digests are kept for 365 days" in text_of(browser)
+    audited("a digest no longer kept")
+    browser.get(f"{site.url}/d/{token}/{(long_ago + timedelta(days=1)).date().isoformat()}")
+    assert heading(browser) == "This digest is no longer kept"
+    browser.get(f"{site.url}/d/{token}/{datetime.now(UTC).date().isoformat()}")
+    assert heading(browser) == "Link not found"  # nothing was sent that day
+
+
 # --- what another site can and cannot do --------------------------------------------------
 
 

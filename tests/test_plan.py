@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.select import select_for
+from bot.choose.select import SelectionCache, select_for
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestState, SubscriberStatus
@@ -99,6 +99,7 @@ def test_planner_chooses_what_the_whole_window_would(tmp_path_factory, days, max
     now = START
     number = 0
     last_pass = None
+    kept = SelectionCache()  # verdicts kept from pass to pass, as the daemon keeps them
     for n, event in enumerate(days):
         if event["late_ingest"] and last_pass is not None:
             # first_seen before the last pass, though the pass could not see it then.
@@ -136,7 +137,7 @@ def test_planner_chooses_what_the_whole_window_would(tmp_path_factory, days, max
                 with transaction(factory) as session:  # what delivery does when the subscriber left
                     release_entries(session, digests[index % len(digests)])
         expected = _expected(factory, cfg, now)
-        report = plan(factory, cfg, RULES, now=now, all_due=True)
+        report = plan(factory, cfg, RULES, now=now, all_due=True, cache=kept)
         got = _planned(factory, report.planned)
         assert got == {k: v for k, v in expected.items() if v}, f"day {n}"
         with factory() as session:  # this pass set the watermark of exactly those left with nothing pending

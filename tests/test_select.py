@@ -107,3 +107,26 @@ def test_local_send_time_follows_the_zone_and_dst() -> None:
     assert local_send_time(sub("America/Los_Angeles"), date(2026, 3, 7)) == datetime(2026, 3, 7, 16, tzinfo=UTC)
     # US DST starts 2026-03-08: 08:00 PDT is 15:00 UTC.
     assert local_send_time(sub("America/Los_Angeles"), date(2026, 3, 9)) == datetime(2026, 3, 9, 15, tzinfo=UTC)
+
+
+def test_verdicts_kept_between_passes_follow_changed_entries(factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """The daemon keeps one ``SelectionCache`` from pass to pass: a verdict on an entry
+    whose text or tags changed since is made again."""
+    from sqlalchemy import update
+
+    from bot.choose.select import SelectionCache
+    from bot.ingest.service import ingest_bytes
+    from bot.store.schema import Entry
+    from tests.helpers import render_dump
+
+    first = datetime(2026, 3, 2, 8, tzinfo=UTC)
+    papers = [("Plain title", ["A. Author"], date(2026, 3, 1), "Nothing of note here.")]
+    ingest_bytes(factory, render_dump(papers).encode(), name="d", now=first, rules=RULES)
+    kept = SelectionCache()
+    with factory() as session:
+        assert kept.ranked(session, '"neuromorphic chip"', None, first + timedelta(hours=1), RULES) == []
+    with factory() as session, session.begin():
+        session.execute(update(Entry).values(summary="A neuromorphic chip."))
+    with factory() as session:
+        found = kept.ranked(session, '"neuromorphic chip"', None, first + timedelta(hours=2), RULES)
+        assert [c.entry.title for c in found] == ["Plain title"]

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
+from functools import cached_property
 
 from sqlalchemy.orm import Session
 
@@ -105,18 +106,71 @@ def _order_key(candidate: Candidate) -> tuple[int, int, int, float]:
     )
 
 
-def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
-    return sorted(candidates, key=_order_key)
+class Ranked(list[Candidate]):
+    """Candidates, best first, with what ``pick`` needs of them, worked out once per
+    ranking (the subscribers of one filter and window share it)."""
+
+    @cached_property
+    def ids(self) -> frozenset[int]:
+        return frozenset(c.entry.id for c in self)
+
+    @cached_property
+    def by_first_seen(self) -> list[Candidate]:
+        return sorted(self, key=lambda c: _first_seen_order(c.entry))
+
+
+def rank(candidates: Iterable[Candidate]) -> Ranked:
+    return Ranked(sorted(candidates, key=_order_key))
+
+
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """What one subscriber gets of a ranking: the first *count* not excluded, how many
+    are left over, and when the oldest of those was first seen (None: none left)."""
+
+    chosen: list[Candidate]
+    left: int
+    oldest_left: datetime | None
+
+
+def pick(ranked: list[Candidate], exclude: set[int] | frozenset[int], count: int) -> Picked:
+    """The best *count* of *ranked* not in *exclude*, and what is left.  Reads as many
+    candidates as it takes plus the excluded ones, not the whole ranking: a reader with
+    weeks of left-overs has thousands (``Ranked``)."""
+    ranking = ranked if isinstance(ranked, Ranked) else Ranked(ranked)
+    chosen: list[Candidate] = []
+    for candidate in ranking:
+        if len(chosen) == count:
+            break
+        if candidate.entry.id not in exclude:
+            chosen.append(candidate)
+    excluded = sum(1 for entry_id in exclude if entry_id in ranking.ids) if exclude else 0
+    left = len(ranking) - excluded - len(chosen)
+    oldest = None
+    if left:
+        taken = {c.entry.id for c in chosen}
+        oldest = next(
+            c.entry.first_seen_at
+            for c in ranking.by_first_seen
+            if c.entry.id not in exclude and c.entry.id not in taken
+        )
+    return Picked(chosen, left, oldest)
 
 
 class SelectionCache:
     """What one planning pass shares between subscribers: the entries up to one
     *as_of* (loaded once, from the earliest window start asked for), each
     filter's verdict on each entry, and each (filter, window start)'s ranking.
-    Valid for one *as_of*, one set of tag rules and one pass only: entries
-    ingested meanwhile are picked up by the next pass."""
+
+    The entries and rankings hold for one *as_of*: the next pass (a later one)
+    loads the entries again.  The verdicts outlive the pass when the cache is kept
+    (the daemon keeps one): a filter's verdict on an entry holds while the entry's
+    text and tags and the tag rules are the same, so a pass weighs only the new and
+    changed entries of windows that reach back weeks (readers with left-overs),
+    not all of them again.  Verdicts on entries no window reaches are dropped."""
 
     RANKINGS = 1024  # (filter, start) pairs kept; a watermarked day needs one per filter
+    EXPLANATIONS = 200_000  # distinct explanations shared before the table starts afresh
 
     def __init__(self) -> None:
         self.as_of: datetime | None = None
@@ -130,17 +184,24 @@ class SelectionCache:
         # Equal explanations held once: a filter explains most of its matches the
         # same way ("gpu: tag (rule: summary)"), and a pass holds tens of thousands.
         self.explanations: dict[Explanation, Explanation] = {}
-        self.rankings: OrderedDict[tuple[str, datetime | None], list[Candidate]] = OrderedDict()
+        self.rankings: OrderedDict[tuple[str, datetime | None], Ranked] = OrderedDict()
         self.windows: OrderedDict[datetime | None, list[EntryView]] = OrderedDict()
+        # Per filter, its ranking over the longest window asked for in this pass, and where that starts.
+        self.widest: dict[str, tuple[datetime | None, Ranked]] = {}
         # Per entry, what every filter's verdict starts from: its text and where the tag rules hit.
         self.docs: dict[int, tuple[Doc, dict[str, tuple[str, ...]]]] = {}
+        # Per entry with verdicts, the content they were made from (``_content``).
+        self.weighed: dict[int, int] = {}
+        self.rules: TagRules | None = None
 
     def entries(self, session: Session, start: datetime | None, as_of: datetime) -> list[EntryView]:
         """Entries first seen in [start, as_of], in id order."""
         if self.as_of != as_of or not self._covers(start):
             self.by_first_seen = sorted(entries_first_seen_between(session, start, as_of), key=_first_seen_order)
+            self._forget_stale(self.by_first_seen)
             self.as_of, self.loaded_from = as_of, start
             self.rankings.clear()
+            self.widest.clear()
             self.windows.clear()
         if start in self.windows:
             self.windows.move_to_end(start)
@@ -151,6 +212,32 @@ class SelectionCache:
             self.windows.popitem(last=False)
         return window
 
+    def _forget_stale(self, loaded: list[EntryView]) -> None:
+        """Drop the verdicts on entries that changed since they were weighed, or that
+        no window loaded now reaches."""
+        now = {entry.id: _content(entry) for entry in loaded}
+        stale = [entry_id for entry_id, content in self.weighed.items() if now.get(entry_id) != content]
+        for entry_id in stale:
+            del self.weighed[entry_id]
+            self.docs.pop(entry_id, None)
+            for verdicts in self.verdicts.values():
+                verdicts.pop(entry_id, None)
+        if len(self.explanations) > self.EXPLANATIONS:
+            self.explanations.clear()
+        self.weighed.update((entry_id, content) for entry_id, content in now.items() if entry_id not in self.weighed)
+
+    def _same_rules(self, rules: TagRules) -> None:
+        """Verdicts made with other tag rules are forgotten."""
+        if rules is self.rules:
+            return
+        if self.rules is None or rules.fingerprint != self.rules.fingerprint:
+            self.verdicts.clear()
+            self.docs.clear()
+            self.explanations.clear()
+            self.rankings.clear()
+            self.widest.clear()
+        self.rules = rules
+
     def _covers(self, start: datetime | None) -> bool:
         if self.loaded_from is None:
             return self.as_of is not None
@@ -159,6 +246,7 @@ class SelectionCache:
     def verdict(self, filter_text: str, entry: EntryView, rules: TagRules, liked: bool = False) -> Explanation | None:
         """Why the filter matches the entry, or None when it does not; *liked*: the
         subscriber's model scores the entry above their threshold (``liked`` atoms)."""
+        self._same_rules(rules)
         name = f"{filter_text}\x00liked" if liked else filter_text  # either verdict is shared by every subscriber
         if name not in self.verdicts:
             self.filters[name] = parse_filter(filter_text)
@@ -200,11 +288,34 @@ class SelectionCache:
             self.rankings.move_to_end(key)
             return self.rankings[key]
         window = self.entries(session, start, as_of)
-        found = rank(Candidate(e, x) for e in window if (x := self.verdict(filter_text, e, rules)) is not None)
+        self._same_rules(rules)
+        found = self._part_of_wider(filter_text, start)
+        if found is None:
+            known = self.verdicts.get(filter_text, {})
+            found = rank(
+                Candidate(e, x)
+                for e in window
+                if (x := known[e.id] if e.id in known else self.verdict(filter_text, e, rules)) is not None
+            )
+            self.widest[filter_text] = (start, found)
         self.rankings[key] = found
         if len(self.rankings) > self.RANKINGS:
             self.rankings.popitem(last=False)
         return found
+
+    def _part_of_wider(self, filter_text: str, start: datetime | None) -> Ranked | None:
+        """The filter's ranking of a window starting at *start*, taken from its ranking of
+        a longer window of this pass (same order: the part first seen since *start*)."""
+        wider = self.widest.get(filter_text)
+        if wider is None or not (wider[0] is None or (start is not None and wider[0] <= start)):
+            return None
+        return Ranked(c for c in wider[1] if start is None or c.entry.first_seen_at >= start)
+
+
+def _content(entry: EntryView) -> int:
+    """What a filter's verdict on the entry depends on (``doc_of``), hashed."""
+    origins = tuple(sorted((tag, tuple(sorted(how))) for tag, how in entry.tag_origins.items()))
+    return hash((entry.title, entry.summary, entry.authors, origins, tuple(sorted(entry.extra.items()))))
 
 
 def _first_seen_order(entry: EntryView) -> tuple[datetime, int]:

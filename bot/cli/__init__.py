@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from bot.cli import digest_commands, report_commands, tag_commands  # noqa: F401 - their commands register on the app
+from bot.cli import db_commands, digest_commands, report_commands, tag_commands  # noqa: F401 - they register on the app
 from bot.cli.admin import config_app, db_app, init_command, sink_command, smtp_app
 from bot.cli.ingest_commands import dumps_app, entries_app, feeds_app
 from bot.cli.library_commands import library_app

@@ -68,19 +68,21 @@ def preview(
 
 def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_json: bool) -> None:
     from bot.choose.select import SelectionCache, effective_start, local_send_time, select_for
+    from bot.plan.retention import kept_since
     from bot.store.ledger import claimed_entry_ids
     from bot.taste.explain import liked_for, reader_taste, scored
 
     as_of = local_send_time(subscriber, day) if day else now()
     cache = SelectionCache()
     with factory() as session:
-        start = effective_start(subscriber, None)
+        start = effective_start(subscriber, kept_since(c.settings, now()))
         taste = reader_taste(session, subscriber, start, cache.entries(session, start, as_of))
         found = select_for(
             session,
             subscriber,
             c.rules,
             as_of=as_of,
+            start=start,
             exclude=claimed_entry_ids(session, subscriber.id),
             cache=cache,
             liked=liked_for(subscriber.filter, taste, subscriber.taste_threshold),

@@ -26,7 +26,7 @@ from bot.cli.shell import (
     plural,
     print_json_lines,
 )
-from bot.domain import DigestState, ReturnEvent, ReturnKind
+from bot.domain import DigestState, Removed, ReturnEvent, ReturnKind
 
 STATS_COLUMNS = ("planned", "sent", "failed", "bounced", "pending", "empty", "resent", "hard", "soft", "complaints")
 _KIND_WORDS = {
@@ -52,6 +52,7 @@ def history(
     """Digests, newest first: who, which day, state, entries, attempts, last error; for
     one subscriber, the bounces and complaints read from the inbox too."""
     from bot.store.digests import list_digests
+    from bot.store.retention import removed
     from bot.store.returns import returns_of
 
     c = ctx_of(ctx)
@@ -60,14 +61,26 @@ def history(
     with factory() as session:
         digests = list_digests(session, subscriber_id=subscriber_id, state=status, limit=limit)
         returned = returns_of(session, subscriber_id) if subscriber_id is not None else []
+        gone = removed(session)
     at = now()
     stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
     if as_json:
         print_json_lines([digest_json(d, story) for d, story in zip(digests, stories, strict=True)])
         return
     out.print(digest_table(digests, f"Digests ({len(digests)})", stories))
+    say_removed(gone, c.settings.database.keep_days)
     if returned:
         out.print(returns_table(returned))
+
+
+def say_removed(gone: Removed | None, keep_days: int) -> None:
+    """One line: which digests retention removed, when it removed any."""
+    if gone is not None:
+        out.print(
+            f"Digests planned before {gone.before:%Y-%m-%d %H:%M} UTC are no longer kept "
+            f"(database.keep_days = {keep_days}): {plural(gone.digests, 'digest')} removed.",
+            markup=False,
+        )
 
 
 @app.command("stats")
@@ -76,12 +89,15 @@ def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
     digest whose resend was delivered counts as sent; 'resent' counts delivered resends.
     Hard and soft bounces and complaints read from the inbox count by the day they were read (UTC)."""
     from bot.store.digests import bounced_by_day, stats_by_day
+    from bot.store.retention import removed
     from bot.store.returns import returns_by_day
 
-    with ctx_of(ctx).sessions()() as session:
+    c = ctx_of(ctx)
+    with c.sessions()() as session:
         days = stats_by_day(session)
         bounced = bounced_by_day(session)
         returned = returns_by_day(session)
+        gone = removed(session)
     digest_days = dict(days)
     rows: list[dict[str, Any]] = []
     for day in sorted(digest_days.keys() | returned.keys(), reverse=True):
@@ -110,6 +126,7 @@ def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
     for r in rows:
         table.add_row(r["day"].isoformat(), *(str(r[k]) for k in STATS_COLUMNS))
     out.print(table)
+    say_removed(gone, c.settings.database.keep_days)
 
 
 def return_json(event: ReturnEvent) -> dict[str, Any]:

@@ -368,3 +368,16 @@ class StoredModel:
     indices: bytes
     weights: bytes
     library: tuple[tuple[str, bytes, bytes], ...]  # (title, term indices, values) per paper
+
+
+# Digests in these states are settled: nothing will send them or change them again.
+SETTLED_STATES = frozenset({DigestState.SENT, DigestState.FAILED, DigestState.CANCELLED, DigestState.EMPTY})
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """What ``database.keep_days`` has removed so far: the digests planned before
+    ``before``, ``digests`` of them in all."""
+
+    before: datetime
+    digests: int

@@ -21,6 +21,7 @@ from bot.domain import Subscriber, SubscriberStatus
 from bot.plan.cadence import next_send_day, sends_on
 from bot.plan.days import DayFacts, closes_at, local_time, local_today, today_note
 from bot.plan.resend import find_scheduled
+from bot.plan.retention import kept_since
 from bot.store.entry_reads import entries_first_seen_between
 from bot.store.ledger import claimed_entry_ids, scheduled_days
 from bot.taste.explain import liked_for, reader_taste, scored
@@ -130,7 +131,12 @@ def day_table(
                 continue
             send_at = max(local_send_time(subscriber, day), now)
             found = select_for(
-                session, subscriber, rules, as_of=send_at, exclude=claimed_entry_ids(session, subscriber.id)
+                session,
+                subscriber,
+                rules,
+                as_of=send_at,
+                exclude=claimed_entry_ids(session, subscriber.id),
+                start=kept_since(settings, now),
             )
             lines.append(DayLine(subscriber.email, send_at, min(len(found), cap), max(0, len(found) - cap)))
     return lines

@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.filters import uses_liked
-from bot.choose.select import Candidate, SelectionCache, effective_start, local_send_time, select_for
+from bot.choose.select import Candidate, SelectionCache, effective_start, local_send_time, pick
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import DigestKind, DigestState, Subscriber, SubscriberStatus
@@ -31,6 +31,7 @@ from bot.links import primary_url
 from bot.plan.cadence import sends_on
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
 from bot.plan.message_ids import message_id_for
+from bot.plan.retention import kept_since
 from bot.plan.revisions import attach_revisions
 from bot.plan.windows import claimed_in_windows, watermark, window_starts
 from bot.store.engine import transaction
@@ -128,6 +129,7 @@ def plan(
     all_due: bool = False,
     subscribers: Iterable[Subscriber] | None = None,
     kind: DigestKind = DigestKind.SCHEDULED,
+    cache: SelectionCache | None = None,
 ) -> PlanReport:
     """Queue a digest for every active subscriber whose cadence sends today and whose
     send time has passed (or every one, with *all_due*) and who has none for today, or whose day was
@@ -145,7 +147,15 @@ def plan(
     journal.try_apply_pending(factory)
     leaving = journal.pending_subscribers()  # acknowledged but not applied: as good as gone
     return plan_without_journal(
-        factory, settings, rules, now=now, all_due=all_due, subscribers=subscribers, kind=kind, leaving=leaving
+        factory,
+        settings,
+        rules,
+        now=now,
+        all_due=all_due,
+        subscribers=subscribers,
+        kind=kind,
+        leaving=leaving,
+        cache=cache,
     )
 
 
@@ -159,12 +169,14 @@ def plan_without_journal(
     subscribers: Iterable[Subscriber] | None,
     kind: DigestKind,
     leaving: set[int] | frozenset[int],
+    cache: SelectionCache | None = None,
 ) -> PlanReport:
     """``plan`` with the unsubscribe journal already read: *leaving* are the subscribers
-    who asked to leave.  Writes only through *factory* (a preview rolls it back)."""
+    who asked to leave.  Writes only through *factory* (a preview rolls it back).
+    *cache*: verdicts kept from earlier passes (the daemon keeps one; ``SelectionCache``)."""
     with factory() as session:
         latest_entry, latest_dump = latest_entry_at(session), latest_dump_at(session)
-    run = _Pass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump)
+    run = _Pass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump, _cache_or_new(cache))
     with factory() as session:
         if models_usable(session):  # only then are numpy and scipy loaded
             from bot.taste.ranking import TastePass
@@ -212,6 +224,10 @@ class _Pass:
     taste: TastePass | None = None  # the subscribers' models, when any has one
 
 
+def _cache_or_new(cache: SelectionCache | None) -> SelectionCache:
+    return SelectionCache() if cache is None else cache
+
+
 def _active_batches(factory: sessionmaker[Session]) -> Iterable[list[Subscriber]]:
     after = 0
     while True:
@@ -231,28 +247,25 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             due, fills = _days_to_plan(session, run, due)
         keys = {s.id: planned_key(s, run.rules) for s, _ in due}
         oldest = now - timedelta(days=settings.digest.max_age_days)
-        starts = window_starts(session, due, keys, oldest)
+        starts = window_starts(session, due, keys, oldest, kept_since(settings, now))
         claimed = claimed_in_windows(session, due, starts, run.cache, now)
         choices: list[NewDigest] = []
         marks: list[tuple[int, datetime, str]] = []
         still_empty: list[int] = []
         models = _models(session, run, due)
+        _rank_widest_first(session, run, due, starts)
         for subscriber, day in due:
             taste = _reader_taste(session, run, subscriber, starts[subscriber.id], models.get(subscriber.id))
-            candidates = select_for(
-                session,
-                subscriber,
-                run.rules,
-                as_of=now,
-                cache=run.cache,
-                start=starts[subscriber.id],
-                exclude=claimed.get(subscriber.id, frozenset()),
-                liked=_liked(subscriber, taste),
+            exclude: set[int] | frozenset[int] = claimed.get(subscriber.id, frozenset())
+            window_start = effective_start(subscriber, starts[subscriber.id])
+            ranked = run.cache.ranked(
+                session, subscriber.filter, window_start, now, run.rules, _liked(subscriber, taste)
             )
             if taste is not None:
-                candidates = taste.rerank(candidates)
-            chosen = candidates[: settings.digest.max_entries]
-            marks.append((subscriber.id, watermark(candidates[len(chosen) :], now, oldest), keys[subscriber.id]))
+                ranked = taste.rerank([c for c in ranked if c.entry.id not in exclude])
+            picked = pick(ranked, exclude, settings.digest.max_entries)
+            chosen = picked.chosen
+            marks.append((subscriber.id, watermark(picked.oldest_left, now, oldest), keys[subscriber.id]))
             state = digest_state(len(chosen), send_empty=settings.digest.send_empty, kind=run.kind)
             fill = fills.get(subscriber.id)
             if state is None or (state is DigestState.EMPTY and fill is not None):
@@ -263,14 +276,32 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             entries = [_planned_entry(c, settings, run.memo) for c in chosen]
             if taste is not None:
                 entries = taste.planned(chosen, entries)
-            left = len(candidates) - len(chosen)
-            choices.append(NewDigest(subscriber.id, day, run.kind, state, entries, left, fill, subscriber.filter))
+            choices.append(
+                NewDigest(subscriber.id, day, run.kind, state, entries, picked.left, fill, subscriber.filter)
+            )
     written = _write(run.factory, choices, marks, still_empty, now=now, make_id=_message_id(settings))
     for digest_id, choice in written:
         if choice.state is DigestState.EMPTY:
             run.report.empty += 1
         else:
             run.report.planned.append(digest_id)
+
+
+def _rank_widest_first(
+    session: Session, run: _Pass, due: list[tuple[Subscriber, date]], starts: dict[int, datetime]
+) -> None:
+    """Rank each filter over the longest window its subscribers need first: the others
+    are parts of it (``SelectionCache.ranked``), not rankings of their own."""
+    widest: dict[str, datetime | None] = {}
+    for subscriber, _ in due:
+        start = effective_start(subscriber, starts[subscriber.id])
+        if subscriber.filter not in widest:
+            widest[subscriber.filter] = start
+        elif (known := widest[subscriber.filter]) is not None:
+            widest[subscriber.filter] = None if start is None else min(known, start)
+    for text, start in widest.items():
+        if not uses_liked(text):
+            run.cache.ranked(session, text, start, run.now, run.rules)
 
 
 def _models(session: Session, run: _Pass, due: list[tuple[Subscriber, date]]) -> dict[int, Model]:

@@ -24,6 +24,7 @@ from bot.store.digests import (
 )
 from bot.store.engine import transaction
 from bot.store.ledger import create_digest
+from bot.store.retention import removed
 
 
 class DigestNotFound(LookupError):
@@ -34,14 +35,22 @@ class ResendPending(ValueError):
     """A resend of this digest is already on its way."""
 
 
+def _removed_note(session: Session) -> str:
+    gone = removed(session)
+    if gone is None:
+        return ""
+    return f" (digests planned before {gone.before:%Y-%m-%d} are no longer kept: database.keep_days)"
+
+
 def resend(factory: sessionmaker[Session], settings: Settings, digest_id: int, *, now: datetime) -> int:
     """Queue a copy of a digest: same entries and pinned summaries, a new
     Message-ID, recorded as a resend of the original; the ledger is not touched.
     A digest with a resend still on its way gets no second one."""
     with transaction(factory) as session:
         original = get_digest(session, digest_id)
-        if original is None or original.state is DigestState.EMPTY:
-            raise DigestNotFound(f"no digest #{digest_id} with entries")
+        shows_nothing = original is not None and original.kind is DigestKind.RESEND and original.resend_of is None
+        if original is None or original.state is DigestState.EMPTY or shows_nothing:
+            raise DigestNotFound(f"no digest #{digest_id} with entries{_removed_note(session)}")
         source = original.resend_of if original.kind is DigestKind.RESEND and original.resend_of else original.id
         lock_digest(session, source)  # two resends at once must not both pass the check below
         pending = pending_resend_of(session, source)

@@ -7,13 +7,12 @@ Bounds the planner's reading: a window never grows with the history (watermarks,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import date, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
 from bot.choose.filters import uses_liked
-from bot.choose.select import Candidate, SelectionCache, effective_start
+from bot.choose.select import SelectionCache, effective_start
 from bot.domain import EntryView, Subscriber
 from bot.store.ledger import claimed_from
 from bot.store.subscribers import watermarks
@@ -24,38 +23,40 @@ WATERMARK_MARGIN = timedelta(hours=1)
 
 
 def window_starts(
-    session: Session, due: list[tuple[Subscriber, date]], keys: dict[int, str], oldest: datetime
-) -> dict[int, datetime | None]:
+    session: Session, due: list[tuple[Subscriber, date]], keys: dict[int, str], oldest: datetime, kept: datetime
+) -> dict[int, datetime]:
     """Where each subscriber's window starts: their watermark less a margin when it is
     valid for their filter and the rules.  Without one, a subscriber planned before
     (their filter or the rules changed since, or their filter names ``liked``, whose
     verdicts change with their model) reads back to *oldest* (``digest.max_age_days``),
-    and only a subscriber never planned reads their whole backfill window (None): the
-    window never grows with the history."""
+    and a subscriber never planned reads their whole backfill window: the window never
+    grows with the history.  No window starts before *kept* (``plan.retention``): what
+    the ledger no longer remembers is never offered again."""
     known = watermarks(session, [s.id for s, _ in due])
-    starts: dict[int, datetime | None] = {}
+    starts: dict[int, datetime] = {}
     for subscriber, _ in due:
         mark = known.get(subscriber.id)
         valid = mark and mark[1] == keys[subscriber.id] and not uses_liked(subscriber.filter)
-        starts[subscriber.id] = mark[0] - WATERMARK_MARGIN if mark and valid else oldest if mark else None
+        start = mark[0] - WATERMARK_MARGIN if mark and valid else oldest if mark else kept
+        starts[subscriber.id] = max(start, kept)
     return starts
 
 
-def watermark(left: Sequence[Candidate], now: datetime, oldest: datetime) -> datetime:
+def watermark(oldest_left: datetime | None, now: datetime, oldest: datetime) -> datetime:
     """Where the next window may start: now when nothing is left over; else at the
-    oldest entry left over (everything first seen before it was claimed or did not
-    match), but never before *oldest*: left-overs roll over for ``digest.max_age_days``
-    at most, so a reader who always gets more than a digest holds does not make every
-    day's planning read all their history."""
-    if not left:
+    oldest entry left over, first seen at *oldest_left* (everything first seen before
+    it was claimed or did not match), but never before *oldest*: left-overs roll over
+    for ``digest.max_age_days`` at most, so a reader who always gets more than a digest
+    holds does not make every day's planning read all their history."""
+    if oldest_left is None:
         return now
-    return max(oldest, min(c.entry.first_seen_at for c in left))
+    return max(oldest, oldest_left)
 
 
 def claimed_in_windows(
     session: Session,
     due: list[tuple[Subscriber, date]],
-    starts: dict[int, datetime | None],
+    starts: dict[int, datetime],
     cache: SelectionCache,
     now: datetime,
 ) -> dict[int, set[int]]:

@@ -27,6 +27,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot import __version__
+from bot.choose.select import SelectionCache
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.delivery.batches import Builders
@@ -37,6 +38,7 @@ from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
 from bot.metrics import Metrics
 from bot.plan import plan
+from bot.plan.retention import remove_expired
 from bot.returns.mailboxes import MailboxError
 from bot.returns.service import read_configured_inbox
 from bot.run.exporter import Exporter
@@ -51,6 +53,7 @@ log = logging.getLogger(__name__)
 DELIVER_EVERY_SECONDS = 5
 STATISTICS_EVERY_HOURS = 6  # the store grows by a day's digests between two
 ELECTION_EVERY_SECONDS = 3
+RETENTION_EVERY_HOURS = 1  # a day's digests are removed within the hour they expire
 JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600}
 
 
@@ -118,6 +121,7 @@ class Daemon:
         self.plan_jobs = plan_jobs
         self.deliver_jobs = deliver_jobs
         self.stop = asyncio.Event()
+        self.selection = SelectionCache()  # filters' verdicts, kept from one planning pass to the next
         self.worker = worker_name()
         self.builders = Builders(Mailer(settings))
         self.pool = SmtpPool.of(settings)
@@ -191,7 +195,9 @@ class Daemon:
         if self.stop.is_set() or not self.leadership.holds() or self._planning.locked():
             return
         async with self._planning:
-            report = await asyncio.to_thread(plan, self.factory, self.settings, self.rules, now=self.clock())
+            report = await asyncio.to_thread(
+                plan, self.factory, self.settings, self.rules, now=self.clock(), cache=self.selection
+            )
             expired = await asyncio.to_thread(expire_signups, self.factory, self.settings, self.clock())
         if expired:
             log.info("deleted %d unconfirmed sign-ups whose link expired", expired)
@@ -213,6 +219,23 @@ class Daemon:
         if self.stop.is_set() or not self.leadership.holds():
             return
         await asyncio.to_thread(refresh_statistics, self.engine)
+
+    async def remove_expired(self) -> None:
+        """Remove what ``database.keep_days`` no longer keeps (``bot.plan.retention``)."""
+        if self.stop.is_set() or not self.leadership.holds() or self._planning.locked():
+            return
+        async with self._planning:
+            report = await asyncio.to_thread(
+                remove_expired, self.factory, self.settings, now=self.clock(), stopped=self.stop.is_set
+            )
+        if report.digests or report.appearances:
+            log.info(
+                "removed %s planned before %s (database.keep_days = %d) and %s",
+                plural(report.digests, "digest"),
+                f"{report.before:%Y-%m-%d %H:%M} UTC",
+                self.settings.database.keep_days,
+                plural(report.appearances, "appearance of an old source", "appearances of old sources"),
+            )
 
     async def read_inbox(self) -> None:
         """Read ``inbox.url``: bounces, complaints and unsubscribe mails (``bot.returns``)."""
@@ -283,6 +306,12 @@ class Daemon:
                 IntervalTrigger(hours=STATISTICS_EVERY_HOURS),
                 id="statistics",
                 next_run_time=now + timedelta(seconds=30),
+            )
+            scheduler.add_job(
+                self.remove_expired,
+                IntervalTrigger(hours=RETENTION_EVERY_HOURS),
+                id="retention",
+                next_run_time=now + timedelta(minutes=2),
             )
             if self.settings.inbox.url:
                 every = timedelta(minutes=self.settings.inbox.interval_minutes)

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from bot.domain import DigestKind, DigestState, ScheduledDay
 from bot.store.bulk import CHUNK, allocate_ids, bulk_insert, chunks, insert_ignoring_conflicts
+from bot.store.retention import drop_unshown_bodies
 from bot.store.schema import BodyItem, Digest, LedgerEntry
 from bot.store.schema import Subscriber as SubscriberRow
 
@@ -328,9 +329,12 @@ def entry_count_of(session: Session, digest_id: int | None) -> int:
 def release_entries(session: Session, digest_id: int) -> None:
     """Give a cancelled digest's entries back, so a later digest can carry them
     (and drop the subscriber's planner watermark: those entries are behind it).
-    The digest's body key goes too: it named the rows deleted here."""
+    The digest's body key goes too, and the body when no other digest shows it."""
+    key = session.scalar(select(Digest.body_key).where(Digest.id == digest_id))
     session.execute(delete(LedgerEntry).where(LedgerEntry.digest_id == digest_id))
     session.execute(update(Digest).where(Digest.id == digest_id).values(body_key=None))
+    if key is not None:
+        drop_unshown_bodies(session, [key])
     session.execute(
         update(SubscriberRow)
         .where(SubscriberRow.id == select(Digest.subscriber_id).where(Digest.id == digest_id).scalar_subquery())

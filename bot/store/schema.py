@@ -260,6 +260,13 @@ class Digest(Base):
             sqlite_where=text("resend_of_id IS NOT NULL"),
             postgresql_where=text("resend_of_id IS NOT NULL"),
         ),
+        # Whether a body is still shown by some digest (retention, purge; migration 0020).
+        Index(
+            "ix_digests_body_key",
+            "body_key",
+            sqlite_where=text("body_key IS NOT NULL"),
+            postgresql_where=text("body_key IS NOT NULL"),
+        ),
     )
 
 
@@ -390,3 +397,16 @@ class ReturnEvent(Base):
     address: Mapped[str] = mapped_column(String(320), server_default="")
     status: Mapped[str] = mapped_column(String(16), server_default="")
     diagnostic: Mapped[str] = mapped_column(String(300), server_default="")
+
+
+class Retention(Base):
+    """What ``database.keep_days`` removed so far (one row, id 1): digests planned
+    before ``removed_before`` are gone, ``digests_removed`` of them in all
+    (migration 0020).  ``history``, ``stats`` and the web version say so."""
+
+    __tablename__ = "retention"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    removed_before: Mapped[datetime] = mapped_column(UTCDateTime)
+    digests_removed: Mapped[int] = mapped_column(BigInteger)
+    last_run_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 
 from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.store.bulk import bulk_insert, chunks
-from bot.store.schema import BodyItem, Digest
+from bot.store.retention import drop_unshown_bodies
+from bot.store.schema import Digest
 from bot.store.schema import Subscriber as SubscriberRow
 
 
@@ -219,6 +220,4 @@ def purge_subscriber(session: Session, subscriber_id: int) -> None:
     query = select(Digest.body_key).where(Digest.subscriber_id == subscriber_id, Digest.body_key.is_not(None))
     keys = sorted({key for key in session.scalars(query) if key is not None})
     session.execute(delete(SubscriberRow).where(SubscriberRow.id == subscriber_id))
-    for part in chunks(keys):
-        shared = select(Digest.id).where(Digest.body_key == BodyItem.body_key).exists()
-        session.execute(delete(BodyItem).where(BodyItem.body_key.in_(part), ~shared))
+    drop_unshown_bodies(session, keys)

@@ -359,6 +359,9 @@ class _Endpoint:
             return self.not_found()
         content = await run_in_threadpool(self.versions.content, subscriber, asked.day)
         if content is None:
+            if await run_in_threadpool(self.versions.removed, asked.day):
+                keep_days = self.settings.database.keep_days
+                return self.render("not_kept", 404, keep_days=keep_days, day=asked.day.isoformat())
             return self.not_found()
         if not asked.bibtex:
             token = request.path_params["token"]

@@ -23,6 +23,7 @@ from bot.mail.render import Renderer, web_links
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
 from bot.store.feedback import entry_ids_of, verdicts_on
+from bot.store.retention import removed
 
 _DAY = re.compile(r"(\d{4}-\d{2}-\d{2})(\.bib)?")
 _REF = re.compile(r"([1-9]\d{0,3})\.bib")
@@ -70,6 +71,12 @@ class WebVersions:
             rows = list_digests(session, subscriber_id=subscriber.id, local_date=day)
             sent = next((row for row in rows if row.state is DigestState.SENT), None)
             return digest_content(session, sent.id) if sent is not None else None
+
+    def removed(self, day: date) -> bool:
+        """Whether retention removed the digests of *day* (``database.keep_days``)."""
+        with self.reader() as session:
+            gone = removed(session)
+        return gone is not None and day < gone.before.date()
 
     def page(self, content: DigestContent, token: str, form_token: str, verdicts: dict[int, str]) -> str:
         """The page, each entry with its "more like this" / "less like this" buttons

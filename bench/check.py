@@ -45,6 +45,16 @@ CHECKS = (
         r"ratio history/none: ([\d.]+)",
     ),
     Check(
+        "planning with left-overs, last days / days 26-30, 70 days",
+        ("bench/years.py", "--subscribers", "300", "--entries", "100", "--days", "70", "--keep-days", "60"),
+        r"last / days 26-30 ([\d.]+)",
+    ),
+    Check(
+        "store kept after 70 days (keep_days 60), bytes a subscriber-day",
+        ("bench/years.py", "--subscribers", "300", "--entries", "100", "--days", "70", "--keep-days", "60"),
+        r"at the end: ([\d,]+) B a subscriber-day kept",
+    ),
+    Check(
         "send, end to end / smtp-source, 5,000 subscribers",
         ("bench/send.py", "--subscribers", "5000", "--baseline", "100"),
         r"end to end \(plan, then send\): [\d,]+ digests/s = ([\d.]+) x smtp-source",

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.domain import DigestKind, DigestState
+from bot.domain import DigestState
 from bot.ingest.service import ingest_bytes
 from bot.plan import DigestNotFound, plan, resend
 from bot.plan.retention import kept_since, remove_expired
@@ -245,4 +245,31 @@ def test_keep_days_is_bounded(tmp_path: Path) -> None:
     for bad in ("59", "0", "x"):
         result = Cli(tmp_path, {"DIGESTBOT_DATABASE__KEEP_DAYS": bad})("db", "prune", code=2)
         assert "database.keep_days" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    assert DigestKind.RESEND  # the kinds retention keeps apart
+
+
+def test_the_scheduler_removes_what_is_no_longer_kept_on_its_own_job(
+    engine, factory: sessionmaker[Session], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+    import logging
+
+    from bot.run.scheduler import Daemon
+
+    cfg = _settings(tmp_path)
+    (tmp_path / "var").mkdir(exist_ok=True)
+    _one_day(factory, cfg, 0)
+    later = START + timedelta(days=KEEP + 1)
+
+    async def work() -> list[str]:
+        daemon = Daemon(factory, cfg, RULES, engine=engine, deliver_jobs=False, clock=lambda: later)
+        jobs = [job.id for job in daemon._scheduler(later).get_jobs()]
+        assert daemon.leadership.try_acquire()
+        with caplog.at_level(logging.INFO):
+            await daemon.remove_expired()
+        daemon.leadership.release()
+        return jobs
+
+    assert "retention" in asyncio.run(work())
+    assert "removed 3 digests planned before 2026-01-06 12:00 UTC (database.keep_days = 60)" in caplog.text
+    with factory() as session:
+        assert session.scalar(select(func.count()).select_from(Digest)) == 0

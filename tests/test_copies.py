@@ -345,3 +345,17 @@ def test_a_store_copied_to_postgresql_goes_on_with_a_scheduler_and_two_workers(t
         engine.dispose()
     assert newer == 5  # today's, numbered past the copied ids
     assert counts == {"r5@example.org": 2} | {r: 3 for r in READERS[:5]}
+
+
+def test_backup_and_restore_take_any_file_name(tmp_path: Path, sink: Sink) -> None:
+    """The journal and the replaced store are attached by URI: a name with spaces, '?'
+    or '#' must not be read as one."""
+    place = Place(tmp_path, sink)
+    _started(place)
+    journal_of(place.factory).append([3], DAY1)
+    place.close()
+    odd = tmp_path / "back up #1?.sqlite3"
+    assert "1 unsubscribe request" in " ".join(place.cli("db", "backup", str(odd)).stdout.split())
+    said = " ".join(place.cli("db", "restore", str(odd)).stdout.split())
+    assert "kept from it: 0 digests" in said and "1 unsubscribe request will be applied on start" in said
+    assert sorted(p.name for p in tmp_path.iterdir() if "?" in p.name or "#" in p.name) == [odd.name]

@@ -121,6 +121,33 @@ def test_sigterm_stops_the_daemon_between_files(tmp_path: Path) -> None:
     assert waited < 4, waited  # one 4 MB file at most, not the other ten
 
 
+def test_sigterm_while_an_interval_watch_reads_a_file_logs_no_traceback(tmp_path: Path) -> None:
+    """The watch job APScheduler runs every interval (not the one on becoming leader) is
+    reading a big file when SIGTERM comes: it ends between files, nothing is cancelled."""
+    (tmp_path / "dumps").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env |= {
+        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 's.sqlite3'}",
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+        "DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "dumps"),
+        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
+        "DIGESTBOT_WATCH__INTERVAL_SECONDS": "1",
+        "DIGESTBOT_SMTP__PORT": "9",
+    }
+    proc = subprocess.Popen([DIGESTBOT, "scheduler"], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)  # elected, the folder read once: empty
+        big_dumps(tmp_path / "dumps", 1, 16 * MB)  # seconds to read
+        time.sleep(1.6)  # the next interval's watch is reading it
+        assert not _sources_stored(tmp_path)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr[-2000:]
+
+
 def _sources_stored(tmp_path: Path) -> int:
     """How far the daemon got, from its store (its stderr is read only at the end)."""
     try:

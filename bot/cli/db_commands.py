@@ -116,7 +116,7 @@ def db_restore(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="A backup written by 'digestbot db backup'.", metavar="FILE")],
 ) -> None:
-    """Put a backup in the SQLite store's place (stop the scheduler and workers first).
+    """Put a backup in the SQLite store's place (stop the scheduler, workers and serve first).
     The store it replaces is moved aside, and what it recorded since the backup is kept:
     digests sent are not sent again, unsubscribes, bounces and purges stay.  Without a
     readable store to replace, digests on their way in the backup are marked failed

@@ -368,6 +368,13 @@ class Daemon:
                     log.info("another scheduler is the leader; standing by")
             await self.stop.wait()
         finally:
+            # A job still watching, planning or reading ends on its own (a scan stops
+            # between files): wait for it, then shut down.  The shutdown cancels the jobs
+            # it finds running, and APScheduler logs a cancelled job as a traceback.
+            scheduler.pause()
+            for running in (self._watching, self._planning, self._reading):
+                async with running:
+                    pass
             scheduler.shutdown(wait=False)
             if self._delivering is not None:
                 await asyncio.gather(self._delivering, return_exceptions=True)  # in-flight sends finish

@@ -58,6 +58,16 @@ def _column_list(table: str, prefix: str = "") -> str:
     return ", ".join(f"{prefix}{name}" for name in _columns(table))
 
 
+def _read_only(path: Path) -> str:
+    """A URI opening *path* read-only (percent-encoded: any file name)."""
+    return f"{path.resolve().as_uri()}?mode=ro"
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection whose ATTACH takes URIs (``_read_only``), whatever SQLite was built with."""
+    return sqlite3.connect(path.resolve().as_uri(), uri=True, timeout=30)
+
+
 def _revision(connection: sqlite3.Connection, where: str) -> str:
     try:
         row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
@@ -93,12 +103,12 @@ def backup_sqlite(store: Path, journal: Path | None, dest: Path) -> BackupFacts:
     partial = dest.with_name(dest.name + ".partial")
     partial.unlink(missing_ok=True)
     try:
-        with closing(sqlite3.connect(store, timeout=30)) as source, closing(sqlite3.connect(partial)) as out:
+        with closing(sqlite3.connect(store, timeout=30)) as source, closing(_connect(partial)) as out:
             revision = _revision(source, str(store))
             source.backup(out)
             out.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
             if journal is not None and journal.exists():
-                out.execute("ATTACH DATABASE ? AS journal", (f"file:{journal}?mode=ro",))
+                out.execute("ATTACH DATABASE ? AS journal", (_read_only(journal),))
                 with out:
                     out.execute(f"DELETE FROM main.{JOURNAL_TABLE}")
                     columns = _column_list(JOURNAL_TABLE)
@@ -118,7 +128,7 @@ def backup_revision(backup: Path) -> str:
     """The schema revision of a backup file, after checking it is whole."""
     if not backup.is_file():
         raise StoreError(f"{backup}: no such file")
-    with closing(sqlite3.connect(f"file:{backup}?mode=ro", uri=True)) as connection:
+    with closing(sqlite3.connect(_read_only(backup), uri=True)) as connection:
         _checked(connection, str(backup))
         return _revision(connection, str(backup))
 
@@ -150,8 +160,8 @@ def place_backup(backup: Path, store: Path, now: datetime) -> tuple[Path | None,
     aside = _move_aside(store, now.strftime("%Y%m%dT%H%M%SZ")) if store.exists() else None
     partial = store.with_name(store.name + ".partial")
     with (
-        closing(sqlite3.connect(f"file:{backup}?mode=ro", uri=True)) as source,
-        closing(sqlite3.connect(partial)) as out,
+        closing(sqlite3.connect(_read_only(backup), uri=True)) as source,
+        closing(_connect(partial)) as out,
     ):
         source.backup(out)
     os.replace(partial, store)
@@ -180,9 +190,9 @@ def carry_forward(store: Path, aside: Path, report: RestoreReport) -> None:
     bounced there stay so, and those purged there (ids it gave out, gone from it) are
     purged again.  Subscribers added since the backup are not brought back: they are
     in the replaced store, which stays beside this one."""
-    with closing(sqlite3.connect(store, timeout=30)) as connection:
+    with closing(_connect(store)) as connection:
         connection.execute("PRAGMA foreign_keys=OFF")
-        connection.execute("ATTACH DATABASE ? AS live", (f"file:{aside}?mode=ro",))
+        connection.execute("ATTACH DATABASE ? AS live", (_read_only(aside),))
         with connection:
             report.digests_carried = _carry_sends(connection)
             report.statuses_kept = _carry_subscriber_facts(connection)

@@ -41,7 +41,7 @@ class Fault:
     at: str
     reply: str | None = None  # e.g. "451 4.3.0 try later"; None with drop/stall
     drop: bool = False  # close the connection instead of answering
-    stall: float = 0.0  # seconds to sleep before answering
+    stall: float = 0.0  # seconds to wait before answering (less if the client hangs up first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,7 @@ class FaultRates:
     rcpt_4xx: float = 0.0  # 451 at RCPT
     data_4xx: float = 0.0  # 452 after DATA
     drop: float = 0.0  # connection closed after the message body, before any answer
-    stall: float = 0.0  # no answer after the body for stall_seconds (then nothing recorded)
+    stall: float = 0.0  # no answer after the body for stall_seconds, or until the client hangs up
     permanent: float = 0.0
     stall_seconds: float = 5.0
     seed: int = 0
@@ -85,6 +85,16 @@ class FaultRates:
 
     def refuse_greeting(self, connection: int) -> bool:
         return self.draw("greeting", connection) < self.greeting_421
+
+
+async def _still_listening_after(server: SMTPServer, seconds: float) -> bool:
+    """Wait up to *seconds*, or until the client hangs up; False if it did."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        if server.transport is None or server.transport.is_closing():
+            return False
+        await asyncio.sleep(min(0.05, seconds))
+    return not (server.transport is None or server.transport.is_closing())
 
 
 @dataclass
@@ -138,9 +148,10 @@ class SinkHandler:
         if fault is None or fault.at != where:
             return None
         if fault.stall:
-            await asyncio.sleep(fault.stall)
-            if server.transport is None or server.transport.is_closing():
+            if not await _still_listening_after(server, fault.stall):
                 return "421 4.4.2 nobody listening any more"  # the client gave up: nothing was accepted
+            if (fault.reply or "").startswith("2"):
+                return None  # a slow acceptance is still an acceptance: recorded like any other
         if fault.drop:
             if server.transport is not None:
                 server.transport.close()

@@ -23,7 +23,7 @@ from bot.delivery.loop import deliver_now, due_count
 from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.sink import FaultRates, Sink, SinkHandler
+from bot.sink import Fault, FaultRates, Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import list_subscribers
@@ -35,7 +35,7 @@ RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
 SUBSCRIBERS = 1000
 RATES = FaultRates(
-    greeting_421=0.05, rcpt_4xx=0.10, data_4xx=0.10, permanent=0.02, drop=0.05, stall=0.01, stall_seconds=1.5, seed=7
+    greeting_421=0.05, rcpt_4xx=0.10, data_4xx=0.10, permanent=0.02, drop=0.05, stall=0.01, stall_seconds=60, seed=7
 )
 MAX_ATTEMPTS = 10
 
@@ -46,7 +46,7 @@ def _settings(tmp_path: Path, port: int) -> Settings:
             "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
             "smtp": {
                 "port": port,
-                "timeout_seconds": 1,
+                "timeout_seconds": 5,  # far above a loaded machine's slowest answer, far below a stall
                 "pool_size": 8,
                 "max_attempts": MAX_ATTEMPTS,
                 "retry_base_seconds": 60,
@@ -94,6 +94,29 @@ def test_a_refused_greeting_is_a_421_the_client_sees() -> None:
         assert asyncio.run(attempt()) == 421
         assert asyncio.run(attempt()) == 220
     assert handler.refused_greetings == 1
+
+
+def test_a_stalled_answer_the_client_waits_for_is_a_message_the_sink_kept() -> None:
+    """The sink says 250 only for what it recorded: a slow "250" that reaches a client
+    still listening is a delivery, and a stall the client gave up on keeps nothing."""
+    handler = SinkHandler(faults=lambda rcpt, attempt: Fault("data", "250 late", stall=0.3 if attempt == 0 else 30))
+    with Sink(handler) as sink:
+
+        async def attempt(timeout: float) -> str:
+            client = aiosmtplib.SMTP(hostname="127.0.0.1", port=sink.port, timeout=timeout)
+            await client.connect()
+            try:
+                await client.sendmail("bot@example.org", ["ada@example.org"], b"Subject: hi\r\n\r\nbody\r\n")
+            except aiosmtplib.SMTPTimeoutError:
+                return "timed out"
+            finally:
+                client.close()
+            return "sent"
+
+        assert asyncio.run(attempt(5)) == "sent"
+        assert asyncio.run(attempt(0.5)) == "timed out"
+        received = len(sink.received)
+    assert received == 1
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import func, select  # noqa: E402
 
-from bot.sink import Sink, free_port  # noqa: E402
+from bot.sink import Sink, SinkHandler, free_port  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.schema import Digest, Subscriber  # noqa: E402
 from bot.tokens import make_token  # noqa: E402
@@ -134,7 +134,7 @@ def main() -> None:
             )
             stack.callback(sink.terminate)
         else:
-            stack.enter_context(Sink(port=smtp_port))
+            stack.enter_context(Sink(SinkHandler(), port=smtp_port))
         web_port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
         env |= {

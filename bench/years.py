@@ -9,7 +9,7 @@ bench/send.py).  Each simulated day: a dump of --entries new papers is ingested,
 real planner plans the day, every queued digest is marked sent (what delivery
 records), and retention (``database.keep_days`` = --keep-days) runs as the
 scheduler's leader runs it.  Prints, at days 30, 90, 180 and the last: the store's
-size, split into what grows with subscribers x days (digests, ledger, digest bodies)
+size, split into what grows with subscribers x days (digests, digest bodies, revision notices)
 and the catalogue (entries, appearances, tags, sources), and the per-subscriber part
 in bytes a subscriber-day kept; then the planning time of the first days and the
 last days (median of five each) and their ratio (target <= 1.2), and how long
@@ -40,7 +40,7 @@ from bot.store.engine import is_sqlite, make_engine, sessions, transaction, upgr
 from bot.store.schema import Digest  # noqa: E402
 from tests.helpers import dump_text, filter_expressions  # noqa: E402
 
-PER_SUBSCRIBER = ("digests", "ledger", "body_items")
+PER_SUBSCRIBER = ("digests", "body_items", "revision_notices")
 REPORT_DAYS = (30, 90, 180, 365)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import uvicorn
-from sqlalchemy import text
+from sqlalchemy import Subquery, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
@@ -31,7 +31,7 @@ from bot.ingest.service import ingest_bytes
 from bot.sink import free_port
 from bot.store.bulk import allocate_ids, bulk_insert, insert_ignoring_conflicts
 from bot.store.engine import transaction
-from bot.store.schema import BodyItem, Digest, LedgerEntry, Subscriber
+from bot.store.schema import BodyItem, Digest, Subscriber
 
 _ENTRY = (
     "A study of kernel fusion number {i} for serving large language models on GPUs\n\n"
@@ -225,22 +225,11 @@ def queue_digests(factory: sessionmaker[Session], count: int, *, first: int = 0)
         item = {"body_key": f"scale-{entry_id}", "position": 0, "entry_id": entry_id, "summary_source_id": None}
         item |= {"why": "matches everything", "tags": [], "url": "https://example.org/paper", "taste": None}
         insert_ignoring_conflicts(session, BodyItem.__table__, [item])
-        bulk_insert(
-            session,
-            LedgerEntry.__table__,
-            [
-                {"subscriber_id": sid, "entry_id": entry_id, "digest_id": did}
-                for did, sid in zip(digest_ids, sub_ids, strict=True)
-            ],
-        )
 
 
 def digest_entry_ids(session: Session, digest_id: int) -> list[int]:
-    """The entries a digest carries, in its order (its body's items), checked against
-    the ledger: its rows name exactly those entries."""
-    from sqlalchemy import select
-
-    shown = list(
+    """The entries a digest carries, in its order (its body's items)."""
+    return list(
         session.scalars(
             select(BodyItem.entry_id)
             .join(Digest, Digest.body_key == BodyItem.body_key)
@@ -248,9 +237,20 @@ def digest_entry_ids(session: Session, digest_id: int) -> list[int]:
             .order_by(BodyItem.position)
         )
     )
-    claimed = set(session.scalars(select(LedgerEntry.entry_id).where(LedgerEntry.digest_id == digest_id)))
-    assert claimed == set(shown), (digest_id, claimed, shown)
-    return shown
+
+
+def claims() -> Subquery:
+    """(subscriber_id, entry_id, digest_id) of every claim: which digest carried which
+    entry to whom, as the planner reads it (``bot.store.ledger``)."""
+    return (
+        select(
+            Digest.subscriber_id.label("subscriber_id"),
+            BodyItem.entry_id.label("entry_id"),
+            Digest.id.label("digest_id"),
+        )
+        .join(BodyItem, BodyItem.body_key == Digest.body_key)
+        .subquery("claims")
+    )
 
 
 # Run with `python -c` and (dump path, SQLite path): ingests the file into a fresh store and

@@ -31,11 +31,11 @@ from bot.plan import IdRuns, plan
 from bot.plan.cadence import CHOICES, CadenceError, clean_cadence, describe, next_send_day, send_days, sends_on
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.ledger import claimed_entry_ids
-from bot.store.schema import Digest, LedgerEntry
+from bot.store.schema import Digest
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import SubscriberFields, clean_fields, edit, save
 from tests.conftest import ROOT
-from tests.helpers import digest_entry_ids, render_dump
+from tests.helpers import claims, digest_entry_ids, render_dump
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 _runs = itertools.count()
@@ -132,7 +132,8 @@ def _run(folder: Path, case: dict) -> None:
     for hour in range(DAYS * 24, DAYS * 24 + 48 * max(1, 20 // case["max_entries"])):
         plan(factory, cfg, RULES, now=start + timedelta(hours=hour))
     with factory() as session:
-        delivered = session.execute(select(LedgerEntry.subscriber_id, LedgerEntry.entry_id)).all()
+        claimed = claims()
+        delivered = session.execute(select(claimed.c.subscriber_id, claimed.c.entry_id)).all()
         total = sum(count for _, count in case["dumps"])
         for subscriber in list_subscribers(session):
             mine = [entry for sid, entry in delivered if sid == subscriber.id]

@@ -29,7 +29,7 @@ from bot.ingest.service import ingest_bytes
 from bot.plan import plan
 from bot.sink import Sink
 from bot.store.engine import HEAD_REVISION, make_engine, sessions, transaction, upgrade
-from bot.store.schema import Digest, Entry, LedgerEntry
+from bot.store.schema import BodyItem, Digest, Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, remove, save
@@ -289,13 +289,13 @@ def test_a_store_copied_to_postgresql_goes_on_with_a_scheduler_and_two_workers(t
         r5 = get_subscriber(session, "r5@example.org").id
         before = {
             table: session.scalar(select(func.count()).select_from(model))
-            for table, model in (("digests", Digest), ("ledger", LedgerEntry), ("entries", Entry))
+            for table, model in (("digests", Digest), ("body_items", BodyItem), ("entries", Entry))
         }
     journal_of(place.factory).append([r5], DAY1 + timedelta(days=1))  # pending: applied before the copy
     place.close()
     with postgres_schema(PG_URL) as url:
         said = place.cli("db", "copy", "--to", url).stdout
-        assert f"ledger: {before['ledger']:,} rows, {before['ledger']:,} in the copy" in said
+        assert f"body_items: {before['body_items']:,} rows, {before['body_items']:,} in the copy" in said
         assert f"digests: {before['digests']:,} rows" in said and "unsubscribe_requests: 1 rows" in said
         again = place.cli("db", "copy", "--to", url, code=2).stderr
         assert "is not empty" in again

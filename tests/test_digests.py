@@ -25,12 +25,11 @@ from bot.ingest.service import ingest_bytes, ingest_file
 from bot.plan import plan, resend
 from bot.sink import Fault, Received, Sink, SinkHandler
 from bot.store.digests import list_digests
-from bot.store.schema import LedgerEntry
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.csv_io import import_csv
 from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
-from tests.helpers import queue_digests, render_dump
+from tests.helpers import claims, queue_digests, render_dump
 from tests.seed_facts import EXPECTED
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
@@ -329,9 +328,10 @@ def test_resend_carries_the_same_entries_and_leaves_the_ledger(
     cycle(factory, settings, DAY1, all_due=True)
     ingest_file(factory, seed_files[2], now=DAY1 + timedelta(hours=1), rules=RULES)  # summaries change meanwhile
 
-    def ledger() -> list[tuple[int, int]]:
+    def ledger() -> list[tuple[int, int, int]]:
+        claimed = claims()
         with factory() as s:
-            return sorted(s.execute(select(LedgerEntry.entry_id, LedgerEntry.digest_id)).all())
+            return sorted(s.execute(select(claimed.c.subscriber_id, claimed.c.entry_id, claimed.c.digest_id)).all())
 
     before = ledger()
     original_id = _one(factory)[0]
@@ -377,7 +377,7 @@ def test_an_empty_day_sends_nothing_unless_configured(
     with factory() as s:
         assert [d.state for d in list_digests(s)] == [DigestState.EMPTY]
     with factory() as s:
-        assert s.scalar(select(func.count()).select_from(LedgerEntry)) == 0
+        assert s.scalar(select(func.count()).select_from(claims())) == 0
 
 
 def test_a_message_that_cannot_be_built_fails_alone(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy import Engine, func, inspect, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
@@ -19,9 +19,10 @@ from bot.ingest.service import ingest_bytes, ingest_file
 from bot.plan import plan, resend
 from bot.store.contents import digest_contents
 from bot.store.engine import HEAD_REVISION, current_revision, downgrade, head_revision, make_engine, sessions, upgrade
-from bot.store.schema import Base, Digest, Entry, LedgerEntry
+from bot.store.schema import Base, Digest, Entry
 from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import FIXTURES, ROOT
+from tests.helpers import claims
 
 
 def test_upgraded_database_matches_models(engine: Engine) -> None:
@@ -79,7 +80,11 @@ def test_a_database_never_migrated_has_no_revision(tmp_path: Path) -> None:
 def _shown(factory: sessionmaker[Session]) -> tuple[dict[int, DigestContent], set[tuple[int, int, int]]]:
     with factory() as session:
         ids = list(session.scalars(select(Digest.id)))
-        ledger = {tuple(row) for row in session.execute(text("SELECT entry_id, subscriber_id, digest_id FROM ledger"))}
+        claimed = claims()
+        ledger = {
+            tuple(row)
+            for row in session.execute(select(claimed.c.entry_id, claimed.c.subscriber_id, claimed.c.digest_id))
+        }
         return digest_contents(session, ids), ledger  # type: ignore[return-value]
 
 
@@ -123,12 +128,59 @@ def test_body_items_migration_round_trips_what_every_digest_shows(
     assert _shown(factory) == (before, ledger)
 
 
-def _row_counts(engine: Engine) -> dict[str, int]:
-    with engine.connect() as conn:
-        return {
-            table: int(conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar() or 0)  # noqa: S608
-            for table in ("subscribers", "digests", "ledger", "entries")
+def test_the_ledger_becomes_the_bodies_and_keeps_every_claim_and_told_revision(
+    engine: Engine, tmp_path: Path, seed_files: list[Path]
+) -> None:
+    """0021 drops the ledger: every (entry, subscriber) it held is still claimed after,
+    by the digest that claimed it (through its body, or, for a digest that had ledger
+    rows and no body, a body made of them), and when a revision was told moves to
+    ``revision_notices``; down and up again gives the same."""
+    factory = sessionmaker(engine, expire_on_commit=False)
+    rules = load_rules(ROOT / "config" / "tags.toml")
+    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    day = datetime(2026, 6, 14, 12, tzinfo=UTC)
+    save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob", "cy")], day - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=day, rules=rules)
+    planned = list(plan(factory, settings, rules, now=day, all_due=True).planned)
+    downgrade(engine, "0020")
+    told = datetime(2026, 6, 20, 9, tzinfo=UTC)
+    with engine.begin() as conn:
+        ledger = {tuple(row) for row in conn.execute(text("SELECT entry_id, subscriber_id, digest_id FROM ledger"))}
+        conn.execute(text("UPDATE ledger SET reported_at = :at WHERE digest_id = :d"), {"at": told, "d": planned[0]})
+        conn.execute(text("UPDATE digests SET body_key = NULL WHERE id = :d"), {"d": planned[1]})
+    assert len(ledger) > 10
+    upgrade(engine)
+    claimed = claims()
+    with factory() as session:
+        after = {
+            tuple(row)
+            for row in session.execute(select(claimed.c.entry_id, claimed.c.subscriber_id, claimed.c.digest_id))
         }
+        notices = session.execute(text("SELECT entry_id, subscriber_id, reported_at FROM revision_notices")).all()
+    assert after == ledger
+    assert {(e, s) for e, s, _ in notices} == {(e, s) for e, s, d in ledger if d == planned[0]}
+    downgrade(engine, "0020")
+    with engine.connect() as conn:
+        again = {tuple(row) for row in conn.execute(text("SELECT entry_id, subscriber_id, digest_id FROM ledger"))}
+        reported = conn.execute(text("SELECT COUNT(*) FROM ledger WHERE reported_at IS NOT NULL")).scalar()
+    assert again == ledger and reported == len(notices)
+    upgrade(engine)
+
+
+def _row_counts(engine: Engine) -> dict[str, int]:
+    """Rows of the tables a subscriber's digests hang on; "ledger": the claims (a table before 0021)."""
+    with engine.connect() as conn:
+        counts = {
+            table: int(conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar() or 0)  # noqa: S608
+            for table in ("subscribers", "digests", "entries")
+        }
+        ledger = (
+            text("SELECT COUNT(*) FROM ledger")
+            if inspect(conn).has_table("ledger")
+            else select(func.count()).select_from(claims())
+        )
+        counts["ledger"] = int(conn.execute(ledger).scalar() or 0)
+        return counts
 
 
 def test_a_downgrade_that_drops_a_subscriber_column_keeps_their_digests(
@@ -196,28 +248,26 @@ def test_a_store_at_every_shipped_revision_upgrades_and_sends_nothing_twice(
             session.execute(text("UPDATE digests SET state = 'sent', sent_at = planned_at WHERE state = 'queued'"))
     downgrade(engine, revision)
     old = _tables_and_rows(engine)
+    with engine.connect() as conn:
+        ledger = (
+            {tuple(row) for row in conn.execute(text("SELECT subscriber_id, entry_id FROM ledger"))}
+            if inspect(conn).has_table("ledger")
+            else set()
+        )
     upgrade(engine)
     assert current_revision(engine) == HEAD_REVISION
     now = _tables_and_rows(engine)
     assert {t: now[t] for t in old} == old, f"rows lost upgrading from {revision}"
     if "subscribers" not in old:  # a store of that release had entries only
         save(factory, settings, people, day)
+    claimed = claims()
     with factory() as session:
-        had = {
-            (sid, eid)
-            for sid, eid in session.execute(
-                select(Digest.subscriber_id, LedgerEntry.entry_id).join(LedgerEntry, LedgerEntry.digest_id == Digest.id)
-            )
-        }
+        had = {tuple(row) for row in session.execute(select(claimed.c.subscriber_id, claimed.c.entry_id))}
+    assert had >= ledger, f"claims lost upgrading from {revision}"
     ingest_bytes(factory, dump_text(6, seed=3, start=300).encode(), name="d3", now=day + timedelta(days=1), rules=rules)
     report = plan(factory, settings, rules, now=day + timedelta(days=1, hours=1), all_due=True)
     with factory() as session:
-        given = [
-            (sid, eid)
-            for sid, eid in session.execute(
-                select(Digest.subscriber_id, LedgerEntry.entry_id)
-                .join(LedgerEntry, LedgerEntry.digest_id == Digest.id)
-                .where(Digest.id.in_(report.planned))
-            )
-        ]
+        given = session.execute(
+            select(claimed.c.subscriber_id, claimed.c.entry_id).where(claimed.c.digest_id.in_(report.planned))
+        ).all()
     assert report.planned and not had & set(given), f"sent again after upgrading from {revision}"

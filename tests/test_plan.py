@@ -16,6 +16,7 @@ import itertools
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -33,12 +34,12 @@ from bot.plan import IdRuns, plan
 from bot.plan.days import closes_at, local_time
 from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.ledger import claimed_entry_ids, claimed_from, release_entries
-from bot.store.schema import Digest, Entry, LedgerEntry
+from bot.store.schema import Digest, Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save, set_filter
 from tests.conftest import ROOT
-from tests.helpers import digest_entry_ids, dump_text, filter_expressions, render_dump
+from tests.helpers import claims, digest_entry_ids, dump_text, filter_expressions, render_dump
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -196,11 +197,97 @@ def test_a_day_another_planner_took_meanwhile_is_left_to_it(factory: sessionmake
     assert taken not in marked and len(marked) == 4
 
 
-def test_purging_a_subscriber_removes_their_ledger_rows_and_no_one_elses(
+def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
+    factory: sessionmaker[Session], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After this planner read what its readers had and before it writes, another one
+    (a manual digest) gives a reader one of the day's entries: nothing in the schema refuses a
+    second claim, so the write checks before it commits; that reader is left alone for
+    this pass, the others are written, and no entry is claimed twice for anyone."""
+    from sqlalchemy import func
+
+    import bot.plan.planner as planner
+    from bot.domain import DigestKind
+    from bot.store.ledger import NewDigest, Planned, insert_digests
+
+    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(5)], START - timedelta(days=1))
+    ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
+    with factory() as session:
+        taken = session.scalar(select(SubscriberRow.id).where(SubscriberRow.email == "r2@example.org"))
+        entry = session.scalar(select(func.min(Entry.id)))
+    write = planner._write
+
+    def another_planner_writes_first(*args: Any, **kwargs: Any) -> Any:
+        other = NewDigest(
+            taken, START.date(), DigestKind.MANUAL, DigestState.QUEUED, [Planned(entry, None, "", (), "u")], 0
+        )
+        with transaction(factory) as session:
+            insert_digests(session, [other], now=START, message_id=lambda n, d: "<other@planner>")
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(planner, "_write", another_planner_writes_first)
+    report = plan(factory, cfg, RULES, now=START, all_due=True)
+    assert len(report.planned) == 4
+    claimed = claims()
+    with factory() as session:
+        pairs = session.execute(select(claimed.c.subscriber_id, claimed.c.entry_id)).all()
+        owners = [d.message_id for d in session.scalars(select(Digest).where(Digest.subscriber_id == taken))]
+    assert len(pairs) == len(set(pairs)) == 4 * 5 + 1
+    assert owners == ["<other@planner>"]
+
+
+def test_two_planners_writing_for_one_reader_take_turns(factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """Two transactions give one reader the same entry at once: the second waits for
+    the first (a row lock on PostgreSQL, the write lock on SQLite), then sees its claim
+    and refuses; without the wait both checks would pass before either committed."""
+    import threading
+
+    from bot.domain import DigestKind
+    from bot.store.ledger import EntriesTaken, NewDigest, Planned, insert_digests, lock_subscribers
+    from bot.store.ledger import refuse_double_claims as refuse
+
+    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    save(factory, cfg, [clean_fields("ada@example.org")], START - timedelta(days=1))
+    ingest_bytes(factory, dump_text(1, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
+    with factory() as session:
+        ada = session.scalar(select(SubscriberRow.id))
+        entry = session.scalar(select(Entry.id))
+
+    def write(tag: str) -> None:
+        # Bodies of their own (the why line differs): a shared body's key would make them wait anyway.
+        item = Planned(entry, None, tag, (), "u")
+        digest = NewDigest(ada, START.date(), DigestKind.MANUAL, DigestState.QUEUED, [item], 0)
+        with transaction(factory) as session:
+            lock_subscribers(session, [ada])
+            ids = insert_digests(session, [digest], now=START, message_id=lambda n, d: f"<{tag}@planner>")
+            refuse(session, [(ids[0], ada, [entry])], ids[0])
+            if tag == "first":
+                second.start()
+                second.join(timeout=1.0)
+                assert second.is_alive(), "the second writer did not wait for the first"
+
+    outcome: list[BaseException] = []
+
+    def second_writer() -> None:
+        try:
+            write("second")
+        except BaseException as exc:  # noqa: BLE001 - the thread's outcome is the test's
+            outcome.append(exc)
+
+    second = threading.Thread(target=second_writer)
+    write("first")
+    second.join(timeout=30)
+    assert [type(e) for e in outcome] == [EntriesTaken]
+    with factory() as session:
+        assert [d.message_id for d in session.scalars(select(Digest))] == ["<first@planner>"]
+
+
+def test_purging_a_subscriber_removes_their_claims_and_no_one_elses(
     factory: sessionmaker[Session], tmp_path: Path
 ) -> None:
-    """The ledger's subscriber_id has no foreign key of its own (its key is entry
-    first): the rows go with the digests that carried them."""
+    """Claims are the digests' bodies: a purged reader's go with their digests, and a
+    body the others share stays theirs."""
     from bot.subscribers.subscriptions import remove
 
     cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
@@ -212,15 +299,16 @@ def test_purging_a_subscriber_removes_their_ledger_rows_and_no_one_elses(
         before = {sid: claimed_entry_ids(session, sid) for sid in ids.values()}
     assert all(len(entries) == 5 for entries in before.values())
     remove(factory, "r1@example.org", purge=True, now=START)
+    claimed = claims()
     with factory() as session:
-        rows = session.execute(select(LedgerEntry.subscriber_id, LedgerEntry.entry_id)).all()
+        rows = session.execute(select(claimed.c.subscriber_id, claimed.c.entry_id)).all()
     assert {sid for sid, _ in rows} == {ids["r0@example.org"], ids["r2@example.org"]}
     assert len(rows) == 10
 
 
 def test_claimed_rows_read_per_entry_or_through_digests_agree(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """``claimed_from`` reads a short window per entry and a long one through the
-    subscribers' digests; both must find what the ledger holds for the window."""
+    subscribers' digests; both must find what the digests' bodies claim in the window."""
     cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 3}})
     save(
         factory,
@@ -240,7 +328,7 @@ def test_claimed_rows_read_per_entry_or_through_digests_agree(factory: sessionma
         plan(factory, cfg, RULES, now=now, all_due=True)
     with factory() as session:
         subscribers = [s.id for s in list_subscribers(session)]
-        entry_ids = sorted(session.scalars(select(LedgerEntry.entry_id).distinct()))
+        entry_ids = sorted(session.scalars(select(claims().c.entry_id).distinct()))
         expected = {sid: claimed_entry_ids(session, sid) for sid in subscribers}
         for window in (entry_ids, entry_ids[len(entry_ids) // 2 :]):
             want = {sid: got & set(window) for sid, got in expected.items() if got & set(window)}
@@ -273,11 +361,15 @@ def test_left_overs_roll_over_for_max_age_days_and_then_the_window_stops_growing
             reader = list_subscribers(session)[0]
             mark = watermarks(session, [reader.id])[reader.id][0]
         assert mark >= now + timedelta(hours=1) - timedelta(days=3), f"day {day}: the window reaches back to {mark}"
+    claimed = claims()
     with factory() as session:
         query = (
-            select(Digest.planned_at, Entry.first_seen_at).join(Entry).join(Digest, Digest.id == LedgerEntry.digest_id)
+            select(Digest.planned_at, Entry.first_seen_at)
+            .select_from(claimed)
+            .join(Entry, Entry.id == claimed.c.entry_id)
+            .join(Digest, Digest.id == claimed.c.digest_id)
         )
-        ages = [planned - seen for planned, seen in session.execute(query.select_from(LedgerEntry))]
+        ages = [planned - seen for planned, seen in session.execute(query)]
     assert len(ages) == 16  # two a day, every day: the backlog never runs dry
     assert max(ages) <= timedelta(days=3, hours=1), max(ages)  # nothing older than max_age_days (and the margin)
 
@@ -349,11 +441,12 @@ def _check_open_days(factory: sessionmaker[Session], case: dict, start: datetime
         digests = session.execute(
             select(Digest.id, Digest.subscriber_id, Digest.local_date, Digest.state, Digest.planned_at)
         ).all()
+        claimed = claims()
         carried = {
             (sid, title): digest_id
             for sid, title, digest_id in session.execute(
-                select(LedgerEntry.subscriber_id, Entry.title, LedgerEntry.digest_id).join(
-                    Entry, Entry.id == LedgerEntry.entry_id
+                select(claimed.c.subscriber_id, Entry.title, claimed.c.digest_id).join(
+                    Entry, Entry.id == claimed.c.entry_id
                 )
             )
         }
@@ -444,9 +537,7 @@ def test_the_send_time_waits_for_the_days_dump(tmp_path: Path) -> None:
     dump(2, day2 + timedelta(minutes=12))  # the day's dump
     assert planned(day2 + timedelta(minutes=12)) == (1, 0)
     with factory() as session:
-        titles = session.scalars(
-            select(Entry.title).join(LedgerEntry, LedgerEntry.entry_id == Entry.id).where(LedgerEntry.digest_id == 2)
-        ).all()
+        titles = session.scalars(select(Entry.title).where(Entry.id.in_(digest_entry_ids(session, 2)))).all()
     assert len(titles) == 2 and "Paper 2.0" in titles  # the leftover and the day's dump in one mail, not two
     # No dump on day three: after the wait the day is planned anyway (nothing left: empty).
     day3 = day2 + timedelta(days=1)

@@ -4,8 +4,8 @@ and the bodies no kept digest shows, and nothing is ever sent twice.
 The property: over months of daily dumps with retention running, subscribers whose
 digests are cancelled (their watermark dropped, so their window would reach back to
 when they joined), who change their filter, who joined with ``backfill = all``, no
-subscriber is ever given an entry twice, although the ledger rows that remembered the
-old ones are gone."""
+subscriber is ever given an entry twice, although the digests (and their bodies) that
+remembered the old ones are gone."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ from bot.store.contents import digest_content
 from bot.store.engine import transaction
 from bot.store.ledger import release_entries
 from bot.store.retention import removed
-from bot.store.schema import Appearance, BodyItem, Digest, Entry, LedgerEntry, Source
+from bot.store.schema import Appearance, BodyItem, Digest, Entry, Source
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import clean_fields, remove, save, set_filter
 from tests.conftest import ROOT
-from tests.helpers import Cli, digest_entry_ids, dump_text, filter_expressions
+from tests.helpers import Cli, claims, digest_entry_ids, dump_text, filter_expressions
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 1, 5, 12, tzinfo=UTC)
@@ -75,8 +75,7 @@ def test_months_of_retention_never_send_an_entry_twice(factory: sessionmaker[Ses
             for digest_id in last_sent:
                 with transaction(factory) as session:
                     digest = session.get(Digest, digest_id)
-                    back = session.scalars(select(LedgerEntry.entry_id).where(LedgerEntry.digest_id == digest_id))
-                    for entry_id in back:  # never sent after all
+                    for entry_id in digest_entry_ids(session, digest_id):  # never sent after all
                         given[digest.subscriber_id].remove(entry_id)
                     digest.state = DigestState.CANCELLED.value
                     release_entries(session, digest_id)
@@ -194,8 +193,31 @@ def test_batches_and_a_stop_leave_a_consistent_store(factory: sessionmaker[Sessi
     report = remove_expired(factory, cfg, now=later, batch=5, pause=0)
     assert (report.digests, report.finished) == (8, True)
     with factory() as session:
-        assert session.scalar(select(func.count()).select_from(LedgerEntry)) == 0
+        assert session.scalar(select(func.count()).select_from(claims())) == 0
+        assert session.scalar(select(func.count()).select_from(BodyItem)) == 0
         assert removed(session).digests == 12
+
+
+def test_revisions_told_before_the_kept_days_are_forgotten_with_their_digests(
+    factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """When a revision was told (``revision_notices``) goes with the digests that
+    carried the entry; one told within ``keep_days`` stays."""
+    from bot.store.revisions import write_told
+    from bot.store.schema import RevisionNotice
+
+    cfg = _settings(tmp_path)
+    first = _one_day(factory, cfg, 0)
+    later = _one_day(factory, cfg, KEEP)
+    with transaction(factory) as session:
+        old = [(sid, eid) for sid, eid, did in session.execute(select(claims())) if did == first[0]][:2]
+        new = [(sid, eid) for sid, eid, did in session.execute(select(claims())) if did == later[0]][:1]
+        write_told(session, {}, old, START + timedelta(days=1))
+        write_told(session, {}, new, START + timedelta(days=KEEP, hours=1))
+    remove_expired(factory, cfg, now=START + timedelta(days=KEEP + 3), pause=0)
+    with factory() as session:
+        kept = [(n.subscriber_id, n.entry_id) for n in session.scalars(select(RevisionNotice))]
+    assert len(old) == 2 and kept == new
 
 
 def test_purge_and_retention_compose(factory: sessionmaker[Session], tmp_path: Path) -> None:

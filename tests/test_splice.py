@@ -414,7 +414,7 @@ def test_body_keys_name_the_items_and_spare_reading_them_again(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
 ) -> None:
     """The planner's body key is the hash of exactly the items the send path reads for
-    it, and the ledger names those entries; digests that share a key share one read,
+    it, and they are the entries the digest claims; digests that share a key share one read,
     and build the same bytes."""
     from sqlalchemy import select
 
@@ -458,7 +458,7 @@ def test_body_keys_name_the_items_and_spare_reading_them_again(
 def test_a_released_digest_does_not_lend_its_empty_rows_to_its_body(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
 ) -> None:
-    """A cancel releases a digest's ledger rows (and its body key); read in one batch
+    """A cancel releases a digest's claims (its body key); read in one batch
     with another digest of the same body, in whatever order the database returns
     them, neither lends the other its rows."""
     from bot.store.contents import ContentCache, digest_contents

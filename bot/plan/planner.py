@@ -4,8 +4,8 @@ Planning decides from the database alone: a subscriber is due once their
 local send time has passed today and they have no scheduled digest for that
 local day (a partial unique index makes a second one impossible), or their
 day was found empty and is still open (``bot.plan.days``): then the digest
-planned fills that empty day's row.  A digest claims its entries in the
-ledger when planned.  Never renders, never sends.
+planned fills that empty day's row.  A digest claims its entries by its body
+when planned (``bot.store.ledger``).  Never renders, never sends.
 """
 
 from __future__ import annotations
@@ -38,12 +38,15 @@ from bot.store.engine import transaction
 from bot.store.entry_reads import latest_entry_at
 from bot.store.ledger import (
     DayTaken,
+    EntriesTaken,
     NewDigest,
     Planned,
     fill_empty_days,
     insert_digests,
     last_scheduled_at,
+    lock_subscribers,
     mark_checked,
+    refuse_double_claims,
     scheduled_days,
 )
 from bot.store.sources import latest_dump_at
@@ -137,9 +140,9 @@ def plan(
 
     Set-based: subscribers are read in batches of ``PLAN_BATCH`` by id; each
     (filter, window) is ranked once per pass (``SelectionCache``); a batch's
-    digests and ledger rows are written in one transaction.  A subscriber's
+    digests and their bodies are written in one transaction.  A subscriber's
     window starts at their watermark (less a margin) when they have a valid one,
-    so planning reads about a day of entries and ledger rows per subscriber
+    so planning reads about a day of entries and what was sent of them per subscriber
     however long the history; the result is what the whole window would give,
     because every entry behind the watermark was claimed or did not match."""
     refresh_models(factory, now)  # a reader's model learns their new papers before their digest
@@ -383,7 +386,7 @@ def _write(
             mark_checked(session, still_empty, now)
             set_watermarks(session, marks)
         return written
-    except (IntegrityError, DayTaken):
+    except (IntegrityError, DayTaken, EntriesTaken):
         pass
     # Another planner took some of these subscribers' days (or entries) first:
     # write the others one by one and leave those alone.
@@ -393,7 +396,7 @@ def _write(
             with transaction(factory) as session:
                 written += _write_digests(session, [choice], now=now, make_id=make_id)
                 set_watermarks(session, [m for m in marks if m[0] == choice.subscriber_id])
-        except (IntegrityError, DayTaken):
+        except (IntegrityError, DayTaken, EntriesTaken):
             continue
     with transaction(factory) as session:
         mark_checked(session, still_empty, now)
@@ -403,18 +406,23 @@ def _write(
 def _write_digests(
     session: Session, choices: list[NewDigest], *, now: datetime, make_id: Callable[[int, NewDigest], str]
 ) -> list[tuple[int, NewDigest]]:
-    """New digests inserted, empty days filled; each with its id."""
+    """New digests inserted, empty days filled; each with its id.  Raises
+    ``EntriesTaken`` when another planner gave one of these subscribers one of these
+    entries since this pass read what they had."""
+    lock_subscribers(session, [c.subscriber_id for c in choices if c.entries])
     new = [c for c in choices if c.fills is None]
     fills = [(c.fills, c) for c in choices if c.fills is not None]
     fill_empty_days(session, fills, now=now, message_id=make_id)
     ids = insert_digests(session, new, now=now, message_id=make_id) if new else []
     written = [*zip(ids, new, strict=True), *fills]
+    claims = [(digest_id, c.subscriber_id, [p.entry_id for p in c.entries]) for digest_id, c in written]
+    refuse_double_claims(session, claims, ids[0] if ids else None)
     attach_revisions(session, [(digest_id, c.subscriber_id) for digest_id, c in written if c.entries], now)
     return written
 
 
 def _planned_entry(candidate: Candidate, settings: Settings, memo: dict[tuple[int, int], Planned]) -> Planned:
-    """The ledger row's content; the same for every subscriber of one filter, so made once a pass."""
+    """A body item's content; the same for every subscriber of one filter, so made once a pass."""
     key = (id(candidate.explanation), candidate.entry.id)  # explanations live as long as the pass's cache
     if key not in memo:
         entry = candidate.entry

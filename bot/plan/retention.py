@@ -2,8 +2,8 @@
 
 The rule that nothing is sent twice: a digest planned before ``kept_since`` carried
 entries first seen before it, and no window the planner reads (nor a preview) starts
-before ``kept_since`` (``bot.plan.windows``), so the ledger rows removed with the
-digest name entries that are never weighed again.  Entries themselves are kept: they
+before ``kept_since`` (``bot.plan.windows``), so the claims removed with the
+digest (its body) name entries that are never weighed again.  Entries themselves are kept: they
 are how a paper seen again is known, and they do not grow with the subscribers.
 
 Removes in small transactions with a pause between them, so the daemon's other
@@ -27,10 +27,11 @@ from bot.store.retention import (
     note_removed,
     remove_appearances,
     remove_digests,
+    remove_notices,
     sources_with_unread_appearances,
 )
 
-BATCH = 500  # digests a transaction: about 15,000 ledger rows, tens of milliseconds on SQLite
+BATCH = 500  # digests a transaction (and their bodies): tens of milliseconds on SQLite
 PAUSE_SECONDS = 0.05  # between two transactions, for the writers waiting for the lock
 
 
@@ -56,9 +57,9 @@ def remove_expired(
     batch: int = BATCH,
     pause: float = PAUSE_SECONDS,
 ) -> RetentionReport:
-    """Remove the settled digests planned before ``kept_since`` (with their ledger
-    rows and the bodies no kept digest shows) and the appearances of sources
-    ingested before it that nothing reads, a small transaction at a time."""
+    """Remove the settled digests planned before ``kept_since`` (with the bodies no
+    kept digest shows, and the revision notices told before it) and the appearances
+    of sources ingested before it that nothing reads, a small transaction at a time."""
     before = kept_since(settings, now)
     digests = appearances = 0
     while not stopped():
@@ -71,6 +72,8 @@ def remove_expired(
         if len(found) < batch:
             break
         time.sleep(pause)
+    with transaction(factory) as session:
+        remove_notices(session, before)
     with factory() as session:
         sources = sources_with_unread_appearances(session, before)
     for source_id in sources:

@@ -38,7 +38,7 @@ def to_tell(
 def attach_revisions(session: Session, digests: Sequence[tuple[int, int]], now: datetime) -> None:
     """For each (digest id, subscriber id) of digests just planned: the entries that
     subscriber was sent earlier and that were revised since (and not yet told them),
-    written into the digest and marked told in the ledger."""
+    written into the digest and noted as told."""
     digest_of = {subscriber_id: digest_id for digest_id, subscriber_id in digests}
     if not digest_of:
         return

@@ -62,7 +62,7 @@ def claimed_in_windows(
 ) -> dict[int, set[int]]:
     """The entries of each subscriber's window that the ledger says they already got.
 
-    The ledger is read per window: the batch's rows of the window's entries
+    The ledger is read per window: the batch's claims on the window's entries
     (subscribers whose windows start together share the read)."""
     by_window: dict[datetime | None, tuple[list[EntryView], list[int]]] = {}
     for subscriber, _ in due:

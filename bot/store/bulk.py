@@ -55,7 +55,7 @@ def bulk_insert(session: Session, table: Any, rows: list[dict[str, Any]], *, ign
 
 def _processed(processor: Callable[[Any], Any], values: list[Any]) -> list[Any]:
     """*processor* applied to each value, once per distinct object: rows often share
-    one (a batch's timestamp, a ledger row's tags shared by every subscriber of a
+    one (a batch's timestamp, a body item's tags shared by every subscriber of a
     filter), and JSON encoding is the dearest part of a row."""
     done: dict[int, Any] = {}  # by id(): *values* keeps every object alive meanwhile
     out = []

@@ -219,6 +219,6 @@ def _tags_of_json(text: str) -> tuple[str, ...]:
 
 
 def _tags(value: str | list[str]) -> tuple[str, ...]:
-    """A ledger row's tags: JSON text read raw and decoded once per distinct value
+    """A body item's tags: JSON text read raw and decoded once per distinct value
     (PostgreSQL's driver hands json columns over decoded already)."""
     return _tags_of_json(value) if isinstance(value, str) else tuple(value)

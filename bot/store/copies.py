@@ -2,8 +2,8 @@
 in it), its restore, and the copy of a SQLite store into PostgreSQL.
 
 SQL only.  A restore never undoes what the store it replaces recorded since the backup
-was taken: what was sent (digests, their ledger rows and bodies, the entries they
-carried), unsubscribes, bounces and purges.  Never deletes the store it replaces: it is
+was taken: what was sent (digests, their bodies, the entries they carried),
+unsubscribes, bounces and purges.  Never deletes the store it replaces: it is
 moved aside, beside it.
 """
 
@@ -185,8 +185,8 @@ def put_back(store: Path, aside: Path | None, now: datetime) -> Path | None:
 def carry_forward(store: Path, aside: Path, report: RestoreReport) -> None:
     """What the replaced store (*aside*) recorded since the backup, into the restored one.
 
-    For every digest the replaced store knows, its row, ledger rows and body win (it
-    is newer); with the entries and sources they name.  Subscribers unsubscribed or
+    For every digest the replaced store knows, its row and body win (it is newer),
+    with the entries and sources they name and the revisions it told.  Subscribers unsubscribed or
     bounced there stay so, and those purged there (ids it gave out, gone from it) are
     purged again.  Subscribers added since the backup are not brought back: they are
     in the replaced store, which stays beside this one."""
@@ -213,14 +213,13 @@ def carry_forward(store: Path, aside: Path, report: RestoreReport) -> None:
 
 
 def _carry_sends(connection: sqlite3.Connection) -> int:
-    """The replaced store's digests (of subscribers the backup has), their ledger rows
-    and bodies, and the catalogue rows they name; how many digests."""
+    """The replaced store's digests (of subscribers the backup has), their bodies, the
+    revisions told them, and the catalogue rows they name; how many digests."""
     for table in _CATALOGUE:
         columns = _column_list(table)
         connection.execute(f"INSERT OR IGNORE INTO main.{table} ({columns}) SELECT {columns} FROM live.{table}")
     known = "SELECT id FROM main.subscribers"
     carried = f"SELECT id FROM live.digests WHERE subscriber_id IN ({known})"
-    connection.execute(f"DELETE FROM main.ledger WHERE digest_id IN ({carried})")
     connection.execute(f"DELETE FROM main.digests WHERE id IN ({carried})")
     columns = _column_list("digests")
     count = connection.execute(
@@ -228,10 +227,10 @@ def _carry_sends(connection: sqlite3.Connection) -> int:
     ).rowcount
     columns = _column_list("body_items")
     connection.execute(f"INSERT OR IGNORE INTO main.body_items ({columns}) SELECT {columns} FROM live.body_items")
-    columns = _column_list("ledger")
+    columns = _column_list("revision_notices")
     connection.execute(
-        f"INSERT OR IGNORE INTO main.ledger ({columns}) SELECT {columns} FROM live.ledger "
-        "WHERE digest_id IN (SELECT id FROM main.digests)"
+        f"INSERT OR REPLACE INTO main.revision_notices ({columns}) SELECT {columns} FROM live.revision_notices "
+        f"WHERE subscriber_id IN ({known})"
     )
     return int(count)
 
@@ -266,9 +265,6 @@ def _purge(connection: sqlite3.Connection, subscriber_id: int) -> None:
             "SELECT DISTINCT body_key FROM digests WHERE subscriber_id = ? AND body_key IS NOT NULL", (subscriber_id,)
         )
     ]
-    connection.execute(
-        "DELETE FROM ledger WHERE digest_id IN (SELECT id FROM digests WHERE subscriber_id = ?)", (subscriber_id,)
-    )
     connection.execute("DELETE FROM subscribers WHERE id = ?", (subscriber_id,))
     for key in keys:
         connection.execute(

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, aliased
 from bot.domain import DigestKind, DigestState
 from bot.store.base import UTCDateTime
 from bot.store.bulk import chunks
-from bot.store.schema import Digest, Entry, LedgerEntry, Source
+from bot.store.schema import BodyItem, Digest, Entry, Source
 from bot.store.schema import Subscriber as SubscriberRow
 
 
@@ -208,10 +208,11 @@ def _arrivals(session: Session, digest_ids: Sequence[int]) -> dict[int, str]:
     newest: dict[int, tuple[datetime, str]] = {}
     for part in chunks(list(digest_ids)):
         rows = session.execute(
-            select(LedgerEntry.digest_id, Entry.first_seen_at, Source.path, Source.origin)
-            .join(Entry, Entry.id == LedgerEntry.entry_id)
+            select(Digest.id, Entry.first_seen_at, Source.path, Source.origin)
+            .join(BodyItem, BodyItem.body_key == Digest.body_key)
+            .join(Entry, Entry.id == BodyItem.entry_id)
             .join(Source, Source.id == Entry.first_seen_source_id)
-            .where(LedgerEntry.digest_id.in_(part))
+            .where(Digest.id.in_(part))
         )
         for digest_id, seen_at, path, origin in rows:
             if digest_id not in newest or seen_at > newest[digest_id][0]:

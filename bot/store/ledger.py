@@ -1,22 +1,28 @@
 """Store: the ledger (which digest carried which entry to whom) and the digests the
-planner and resends create.  SQL only; the planning rules live in ``bot.plan``."""
+planner and resends create.  SQL only; the planning rules live in ``bot.plan``.
+
+The ledger is the digests' bodies: a digest with a ``body_key`` claims its body's
+entries for its subscriber (``BodyItem``).  No table holds a row per (entry,
+subscriber), so nothing in the database refuses a second claim: the planner locks
+the subscribers it writes for (``lock_subscribers``) and checks, before it commits,
+that no entry it writes is another digest's for the same subscriber
+(``refuse_double_claims``)."""
 
 from __future__ import annotations
 
 import hashlib
-import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, delete, func, select, update
+from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestKind, DigestState, ScheduledDay
 from bot.store.bulk import CHUNK, allocate_ids, bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.retention import drop_unshown_bodies
-from bot.store.schema import BodyItem, Digest, LedgerEntry
+from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
 
 # entry, pinned source, why, tags, url, taste (the reader's taste score, None without a model)
@@ -37,8 +43,8 @@ def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
     """Entries already carried (or being carried) by a digest to this subscriber."""
     return set(
         session.scalars(
-            select(LedgerEntry.entry_id)
-            .join(Digest, Digest.id == LedgerEntry.digest_id)
+            select(BodyItem.entry_id)
+            .join(Digest, Digest.body_key == BodyItem.body_key)
             .where(Digest.subscriber_id == subscriber_id)
         )
     )
@@ -48,33 +54,109 @@ def claimed_from(session: Session, subscriber_ids: Sequence[int], entry_ids: Seq
     """Per subscriber, which of *entry_ids* (their window's entries) are claimed.
 
     A watermarked window is about a day of entries shared by a batch of
-    subscribers: then one range of the ledger's (entry, subscriber) key per
-    entry, however long the history.  A window longer than the subscribers are
-    many (no watermark yet, a changed filter or tag rules) is read through the
-    subscribers' digests instead: their own rows, not one look-up per entry of
-    their whole backfill."""
+    subscribers: then the bodies holding each entry (an index on the entry) and
+    their digests, however long the history.  A window longer than the
+    subscribers are many (no watermark yet, a changed filter or tag rules) is read
+    through the subscribers' digests instead: their own bodies, not one look-up per
+    entry of their whole backfill."""
     wanted = set(subscriber_ids)
-    if len(entry_ids) > max(CHUNK, len(wanted)):
-        statements = [
-            select(Digest.subscriber_id, LedgerEntry.entry_id)
-            .join(LedgerEntry, LedgerEntry.digest_id == Digest.id)
-            .where(Digest.subscriber_id.in_(part), LedgerEntry.entry_id >= min(entry_ids))
-            for part in chunks(sorted(wanted))
-        ]
-    else:
-        statements = [
-            select(LedgerEntry.subscriber_id, LedgerEntry.entry_id).where(
-                LedgerEntry.entry_id.in_(part), LedgerEntry.subscriber_id.between(min(wanted), max(wanted))
-            )
-            for part in chunks(list(entry_ids))
-        ]
     window = set(entry_ids)
+    if len(entry_ids) > max(CHUNK, len(wanted)):
+        rows = _claims_of_subscribers(session, sorted(wanted), min(entry_ids))
+    else:
+        rows = ((sid, eid) for _, sid, eid in claims_on(session, entry_ids, min(wanted), max(wanted)))
     found: dict[int, set[int]] = {}
-    for statement in statements:
-        for subscriber_id, entry_id in session.execute(statement):
-            if subscriber_id in wanted and entry_id in window:
-                found.setdefault(subscriber_id, set()).add(entry_id)
+    for subscriber_id, entry_id in rows:
+        if subscriber_id in wanted and entry_id in window:
+            found.setdefault(subscriber_id, set()).add(entry_id)
     return found
+
+
+def _claims_of_subscribers(session: Session, subscriber_ids: list[int], first_entry: int) -> Iterator[tuple[int, int]]:
+    """(subscriber, entry) of these subscribers' claims on entries from *first_entry* on:
+    their own digests' bodies, each body read once however many of them it went to."""
+    shown: dict[str, list[int]] = {}
+    for part in chunks(subscriber_ids):
+        query = select(Digest.body_key, Digest.subscriber_id).where(
+            Digest.subscriber_id.in_(part), Digest.body_key.is_not(None)
+        )
+        for key, subscriber_id in session.execute(query):
+            shown.setdefault(key or "", []).append(subscriber_id)
+    for keys in chunks(sorted(shown)):
+        query = select(BodyItem.body_key, BodyItem.entry_id).where(
+            BodyItem.body_key.in_(keys), BodyItem.entry_id >= first_entry
+        )
+        for key, entry_id in session.execute(query):
+            for subscriber_id in shown[key]:
+                yield subscriber_id, entry_id
+
+
+def claims_on(
+    session: Session, entry_ids: Sequence[int], lowest: int, highest: int, before: int | None = None
+) -> Iterator[tuple[int, int, int]]:
+    """(digest, subscriber, entry) of the claims on *entry_ids* by subscribers whose ids
+    lie in [lowest, highest] (by digests older than *before*, if given).
+
+    Two look-ups, each down one index, joined here: the bodies holding the entries
+    (``ix_body_items_entry_id``), then those bodies' digests in the subscriber range
+    (``ix_digests_body_key_subscriber_id``).  As one join, SQLite's planner may start
+    from the subscriber range instead and read every digest those subscribers were
+    ever sent."""
+    bodies: dict[str, list[int]] = {}
+    for part in chunks(list(entry_ids)):
+        for key, entry_id in session.execute(
+            select(BodyItem.body_key, BodyItem.entry_id).where(BodyItem.entry_id.in_(part))
+        ):
+            bodies.setdefault(key, []).append(entry_id)
+    for keys in chunks(sorted(bodies)):
+        query = select(Digest.id, Digest.subscriber_id, Digest.body_key).where(
+            Digest.body_key.in_(keys), Digest.subscriber_id.between(lowest, highest)
+        )
+        if before is not None:
+            query = query.where(Digest.id < before)
+        for digest_id, subscriber_id, shown in session.execute(query):
+            for entry_id in bodies[shown or ""]:
+                yield digest_id, subscriber_id, entry_id
+
+
+class EntriesTaken(Exception):
+    """An entry of a digest being written is already another digest's for the same subscriber."""
+
+
+def lock_subscribers(session: Session, subscriber_ids: Iterable[int]) -> None:
+    """Take the subscribers' rows for this transaction, in id order, so that two
+    planners writing digests for one subscriber take turns and the second sees what
+    the first claimed (``refuse_double_claims``).  On SQLite a write transaction
+    already holds the database's one write lock (``BEGIN IMMEDIATE``)."""
+    if session.get_bind().dialect.name == "sqlite":
+        return
+    for part in chunks(sorted(set(subscriber_ids))):
+        session.execute(
+            select(SubscriberRow.id).where(SubscriberRow.id.in_(part)).order_by(SubscriberRow.id).with_for_update()
+        )
+
+
+def refuse_double_claims(
+    session: Session, written: Sequence[tuple[int, int, Sequence[int]]], first_new: int | None
+) -> None:
+    """Raise ``EntriesTaken`` when an entry of one of the digests just *written*
+    (digest, subscriber, entry ids) is claimed by another digest of its subscriber:
+    what a primary key on (entry, subscriber) refused when the ledger had one.
+
+    The digests this write inserted have the newest ids, from *first_new* on (a rival
+    writer for one of these subscribers committed before they were given, or waits
+    for this one: ``lock_subscribers``), so only claims by older digests are read,
+    not this write's own; the empty days it filled are older and told apart here."""
+    ours = {digest_id for digest_id, _, _ in written}
+    wanted = {(subscriber_id, entry_id) for _, subscriber_id, entries in written for entry_id in entries}
+    if not wanted:
+        return
+    subscribers = [subscriber_id for subscriber_id, _ in wanted]
+    lowest, highest = min(subscribers), max(subscribers)
+    entries = sorted({entry_id for _, entry_id in wanted})
+    for digest_id, subscriber_id, entry_id in claims_on(session, entries, lowest, highest, first_new):
+        if digest_id not in ours and (subscriber_id, entry_id) in wanted:
+            raise EntriesTaken(f"entry #{entry_id} is already digest #{digest_id}'s for subscriber #{subscriber_id}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +204,7 @@ class _BodyKeys:
 def insert_digests(
     session: Session, digests: Sequence[NewDigest], *, now: datetime, message_id: Callable[[int, NewDigest], str]
 ) -> list[int]:
-    """Insert planned digests, their bodies and ledger rows in bulk; their ids, in order.
+    """Insert planned digests and their bodies in bulk; their ids, in order.
     *message_id* makes each Message-ID from the digest's new id."""
     ids = list(allocate_ids(session, Digest.__table__, len(digests)))
     keys = _BodyKeys()
@@ -157,7 +239,6 @@ def insert_digests(
         ],
     )
     _insert_bodies(session, keys.bodies())
-    _insert_ledger(session, list(zip(ids, digests, strict=True)))
     return ids
 
 
@@ -183,17 +264,6 @@ def _insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> No
         for n, p in enumerate(entries)
     ]
     insert_ignoring_conflicts(session, BodyItem.__table__, rows)  # another planner may write one meanwhile
-
-
-def _insert_ledger(session: Session, digests: Sequence[tuple[int, NewDigest]]) -> None:
-    # Written a chunk at a time: a batch of 1,000 subscribers has ~30,000 rows.
-    ledger = (
-        {"entry_id": p.entry_id, "subscriber_id": d.subscriber_id, "digest_id": digest_id}
-        for digest_id, d in digests
-        for p in d.entries
-    )
-    while part := list(itertools.islice(ledger, 10_000)):
-        bulk_insert(session, LedgerEntry.__table__, part)
 
 
 def scheduled_days(
@@ -253,7 +323,7 @@ def fill_empty_days(
     now: datetime,
     message_id: Callable[[int, NewDigest], str],
 ) -> None:
-    """Turn empty scheduled days into the digests planned for them, with their ledger rows.
+    """Turn empty scheduled days into the digests planned for them, with their bodies.
     Raises ``DayTaken`` when one of them is no longer empty."""
     keys = _BodyKeys()
     for digest_id, d in digests:
@@ -278,7 +348,6 @@ def fill_empty_days(
         if result.rowcount != 1:
             raise DayTaken(f"digest #{digest_id} is no longer empty")
     _insert_bodies(session, keys.bodies())
-    _insert_ledger(session, digests)
 
 
 def create_digest(
@@ -294,8 +363,7 @@ def create_digest(
     resend_of: int | None = None,
     pending: int = 0,
 ) -> int:
-    """Insert a digest and (except for resends, which show the original's) its body
-    and ledger rows."""
+    """Insert a digest and (except for resends, which show the original's) its body."""
     keys = _BodyKeys()
     digest = Digest(
         subscriber_id=subscriber_id,
@@ -315,15 +383,21 @@ def create_digest(
     session.flush()
     if kind is not DigestKind.RESEND:
         _insert_bodies(session, keys.bodies())
-        new = NewDigest(subscriber_id, local_date, kind, state, entries, pending)
-        _insert_ledger(session, [(digest.id, new)])
     return digest.id
 
 
 def entry_count_of(session: Session, digest_id: int | None) -> int:
     if digest_id is None:
         return 0
-    return session.scalar(select(func.count()).select_from(LedgerEntry).where(LedgerEntry.digest_id == digest_id)) or 0
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(BodyItem)
+            .join(Digest, Digest.body_key == BodyItem.body_key)
+            .where(Digest.id == digest_id)
+        )
+        or 0
+    )
 
 
 def release_entries(session: Session, digest_id: int) -> None:
@@ -331,7 +405,6 @@ def release_entries(session: Session, digest_id: int) -> None:
     (and drop the subscriber's planner watermark: those entries are behind it).
     The digest's body key goes too, and the body when no other digest shows it."""
     key = session.scalar(select(Digest.body_key).where(Digest.id == digest_id))
-    session.execute(delete(LedgerEntry).where(LedgerEntry.digest_id == digest_id))
     session.execute(update(Digest).where(Digest.id == digest_id).values(body_key=None))
     if key is not None:
         drop_unshown_bodies(session, [key])

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, aliased
 
 from bot.domain import SETTLED_STATES, Removed
 from bot.store.bulk import chunks
-from bot.store.schema import Appearance, BodyItem, Digest, Entry, LedgerEntry, Retention, Source
+from bot.store.schema import Appearance, BodyItem, Digest, Entry, Retention, RevisionNotice, Source
 
 _SETTLED = sorted(state.value for state in SETTLED_STATES)
 
@@ -33,10 +33,9 @@ def expired_digests(session: Session, before: datetime, limit: int) -> list[tupl
 
 
 def remove_digests(session: Session, digests: Sequence[tuple[int, str | None]]) -> None:
-    """Delete the digests, their ledger rows and the bodies no other digest shows."""
+    """Delete the digests and the bodies no other digest shows."""
     ids = [digest_id for digest_id, _ in digests]
     for part in chunks(ids):
-        session.execute(delete(LedgerEntry).where(LedgerEntry.digest_id.in_(part)))
         session.execute(update(Digest).where(Digest.resend_of_id.in_(part)).values(resend_of_id=None))
         session.execute(delete(Digest).where(Digest.id.in_(part)))
     drop_unshown_bodies(session, sorted({key for _, key in digests if key is not None}))
@@ -49,6 +48,11 @@ def drop_unshown_bodies(session: Session, keys: Sequence[str]) -> None:
         unshown = [key for key in part if key not in shown]
         if unshown:
             session.execute(delete(BodyItem).where(BodyItem.body_key.in_(unshown)))
+
+
+def remove_notices(session: Session, before: datetime) -> None:
+    """Forget revisions told before *before*: the digests that carried those entries are gone."""
+    session.execute(delete(RevisionNotice).where(RevisionNotice.reported_at < before))
 
 
 def _unread() -> list[Any]:

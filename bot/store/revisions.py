@@ -1,11 +1,11 @@
 """Revised entries (arXiv ``replace``) that subscribers received before: the queries
 ``bot.plan.revisions`` decides from, and the writes that pin what it told whom in the
-digest that tells them and mark it told in the ledger.  SQL only.
+digest that tells them and note it told (``revision_notices``).  SQL only.
 
 Every query here starts from what it is about, by construction: the few entries revised
-since a moment (an index on ``revised_at``), then the ledger rows of those entries
-and of the subscribers being planned (the ledger's key, entry first), then those rows'
-digests and subscribers by their keys, then the told entries' links from those digests'
+since a moment (an index on ``revised_at``), then the digest bodies holding those
+entries (an index on the entry) and their digests of the subscribers being planned,
+then those digests by their keys, then the told entries' links from those digests'
 bodies.  None can begin from every digest ever sent, which once made planning
 quadratic in subscribers and grow with the history.
 """
@@ -16,16 +16,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select, update
+from sqlalchemy import bindparam, delete, insert, select, tuple_, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestState
 from bot.store.bulk import chunks
-from bot.store.schema import BodyItem, Digest, Entry, LedgerEntry
+from bot.store.ledger import claims_on
+from bot.store.schema import BodyItem, Digest, Entry, RevisionNotice
 from bot.store.schema import Subscriber as SubscriberRow
-
-# Ledger rows looked up at once: (revised entries) x (subscribers) key pairs.
-_PAIRS = 20_000
 
 
 def revised_since(session: Session, since: datetime) -> dict[int, tuple[datetime, str, str | None]]:
@@ -41,9 +39,9 @@ def revised_since(session: Session, since: datetime) -> dict[int, tuple[datetime
 def sent_copies(
     session: Session, entry_ids: Sequence[int], subscriber_ids: Sequence[int]
 ) -> list[tuple[int, int, int, datetime | None, datetime | None]]:
-    """(subscriber, entry, digest, told at, planned at) of the ledger rows of these entries
-    and of those of these subscribers who want revised entries listed; planned at is
-    None unless the digest was sent."""
+    """(subscriber, entry, digest, told at, planned at) of the digests that carried these
+    entries to those of these subscribers who want revised entries listed; planned at
+    is None unless the digest was sent."""
     rows = _received(session, sorted(entry_ids), _wanting_updates(session, sorted(subscriber_ids)))
     sent = _sent_digests(session, sorted({digest_id for _, _, digest_id, _ in rows}))
     return [(sid, eid, did, told, sent.get(did)) for sid, eid, did, told in rows]
@@ -65,19 +63,22 @@ def shown_urls(session: Session, digest_ids: Iterable[int]) -> dict[tuple[int, i
 def write_told(
     session: Session, updates: Mapping[int, list[dict[str, Any]]], told: Iterable[tuple[int, int]], now: datetime
 ) -> None:
-    """Pin *updates* (digest id -> the revised entries it tells) in those digests, and mark
-    each (subscriber, entry) of *told* told at *now* in the ledger."""
-    session.connection().execute(
-        update(Digest.__table__).where(Digest.__table__.c.id == bindparam("did")).values(updates=bindparam("shown")),
-        [{"did": digest_id, "shown": items} for digest_id, items in updates.items()],
-    )
-    ledger = LedgerEntry.__table__
-    session.connection().execute(
-        update(ledger)
-        .where(and_(ledger.c.subscriber_id == bindparam("sid"), ledger.c.entry_id == bindparam("eid")))
-        .values(reported_at=now),
-        [{"sid": sid, "eid": entry_id} for sid, entry_id in told],
-    )
+    """Pin *updates* (digest id -> the revised entries it tells) in those digests, and note
+    each (subscriber, entry) of *told* told at *now*."""
+    if updates:
+        session.connection().execute(
+            update(Digest.__table__)
+            .where(Digest.__table__.c.id == bindparam("did"))
+            .values(updates=bindparam("shown")),
+            [{"did": digest_id, "shown": items} for digest_id, items in updates.items()],
+        )
+    pairs = sorted(set(told))
+    notices = RevisionNotice.__table__
+    for part in chunks(pairs):
+        session.execute(delete(notices).where(tuple_(notices.c.subscriber_id, notices.c.entry_id).in_(part)))
+        session.execute(
+            insert(notices), [{"subscriber_id": sid, "entry_id": eid, "reported_at": now} for sid, eid in part]
+        )
 
 
 def _wanting_updates(session: Session, subscriber_ids: list[int]) -> list[int]:
@@ -93,19 +94,24 @@ def _wanting_updates(session: Session, subscriber_ids: list[int]) -> list[int]:
 def _received(
     session: Session, entry_ids: list[int], subscriber_ids: list[int]
 ) -> list[tuple[int, int, int, datetime | None]]:
-    """(subscriber, entry, digest, reported_at) of the ledger rows of these entries
-    and subscribers: key look-ups on the ledger's (entry, subscriber) key."""
-    rows: list[tuple[int, int, int, datetime | None]] = []
+    """(subscriber, entry, digest, told at) of the digests that carried these entries to
+    these subscribers: the bodies holding each entry, then their digests."""
     if not subscriber_ids:
-        return rows
-    per_part = max(1, _PAIRS // len(entry_ids))
-    for people in chunks(subscriber_ids, min(per_part, 900)):
-        for entries in chunks(entry_ids, max(1, _PAIRS // len(people))):
-            query = select(
-                LedgerEntry.subscriber_id, LedgerEntry.entry_id, LedgerEntry.digest_id, LedgerEntry.reported_at
-            ).where(LedgerEntry.entry_id.in_(entries), LedgerEntry.subscriber_id.in_(people))
-            rows += [tuple(row) for row in session.execute(query)]  # type: ignore[misc]
-    return rows
+        return []
+    people = set(subscriber_ids)
+    carried = [
+        (sid, eid, did)
+        for did, sid, eid in claims_on(session, entry_ids, subscriber_ids[0], subscriber_ids[-1])
+        if sid in people
+    ]
+    told: dict[tuple[int, int], datetime] = {}
+    notices = RevisionNotice.__table__
+    for part in chunks(sorted({(sid, eid) for sid, eid, _ in carried})):
+        query = select(notices.c.subscriber_id, notices.c.entry_id, notices.c.reported_at).where(
+            tuple_(notices.c.subscriber_id, notices.c.entry_id).in_(part)
+        )
+        told.update(((sid, eid), at) for sid, eid, at in session.execute(query))
+    return [(sid, eid, did, told.get((sid, eid))) for sid, eid, did in carried]
 
 
 def _sent_digests(session: Session, digest_ids: list[int]) -> dict[int, datetime]:

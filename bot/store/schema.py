@@ -260,47 +260,44 @@ class Digest(Base):
             sqlite_where=text("resend_of_id IS NOT NULL"),
             postgresql_where=text("resend_of_id IS NOT NULL"),
         ),
-        # Whether a body is still shown by some digest (retention, purge; migration 0020).
+        # Who a body's entries were sent to (``bot.store.ledger``: the planner reads the
+        # claims of a batch of subscribers, a range of ids, on a day's entries), and
+        # whether a body is still shown by some digest (retention, purge); migration 0021.
         Index(
-            "ix_digests_body_key",
+            "ix_digests_body_key_subscriber_id",
             "body_key",
+            "subscriber_id",
             sqlite_where=text("body_key IS NOT NULL"),
             postgresql_where=text("body_key IS NOT NULL"),
         ),
     )
 
 
-class LedgerEntry(Base):
-    """Subscriber × entry -> the digest that carried it.  Unique per subscriber
-    and entry: an entry is claimed by exactly one (non-resend) digest.  What the
-    digest showed of the entry is its body's (``BodyItem``, by ``digests.body_key``).
+class RevisionNotice(Base):
+    """When a subscriber was last told that an entry they had was revised (arXiv
+    ``replace``; migration 0021).  One row per (entry, subscriber) told: few, unlike
+    the entries sent, which are their digests' bodies (``BodyItem``)."""
 
-    The key is entry first: a day's rows are all for that day's entries, so
-    planning writes and reads the end of each new entry's range.  Subscriber
-    first, every subscriber's row went to a page of its own in an index as big
-    as the history, and planning slowed down as the history grew
-    (``bench/plan.py``).  ``subscriber_id`` is the digest's subscriber, so
-    it has no foreign key of its own (that would need a second index led by
-    it): deleting a subscriber deletes their digests, and those their rows.
-    Without a rowid on SQLite: the key is the table, not a second copy of it."""
-
-    __tablename__ = "ledger"
-    __table_args__ = (PrimaryKeyConstraint("entry_id", "subscriber_id"), {"sqlite_with_rowid": False})
+    __tablename__ = "revision_notices"
+    __table_args__ = (PrimaryKeyConstraint("entry_id", "subscriber_id"),)
 
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"))
-    subscriber_id: Mapped[int] = mapped_column(Integer)
-    digest_id: Mapped[int] = mapped_column(ForeignKey("digests.id", ondelete="CASCADE"), index=True)
-    # When a revision of the entry was last told to the subscriber (migration 0012).
-    reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"))
+    reported_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class BodyItem(Base):
     """One item of a digest body, in order: what digests with this ``body_key`` show of
     one entry.  The subscribers of one filter get the same items on one day, so an
-    item is stored once per body, not once per subscriber (it was most of the
-    ledger's bytes: a day of 20,000 subscribers wrote 124 MB).  The summary variant is
+    item is stored once per body, not once per subscriber.  The summary variant is
     pinned by ``summary_source_id``, the tags and link as shown, so a resend carries
-    the same even after the entry changed.  Never changed once written (migration 0019)."""
+    the same even after the entry changed.  Never changed once written (migration 0019).
+
+    Who got which entry is read from here through ``digests.body_key``
+    (``bot.store.ledger``): a digest with a body claims its entries for its
+    subscriber; a resend, an empty day and a cancelled digest have none.  A row per
+    (entry, subscriber) besides, with its indexes, cost 77 bytes on PostgreSQL and
+    was most of what a subscriber-day stored (migration 0021)."""
 
     __tablename__ = "body_items"
     __table_args__ = (PrimaryKeyConstraint("body_key", "position"),)

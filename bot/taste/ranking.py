@@ -95,7 +95,7 @@ class ReaderTaste:
         return [why_line(why, title) for why, title in zip(whys, titles, strict=True)]
 
     def planned(self, chosen: Sequence[Candidate], entries: Sequence[Planned]) -> list[Planned]:
-        """The chosen entries' ledger rows with the model's score, and why lines that
+        """The chosen entries' body items with the model's score, and why lines that
         name the library paper each is closest to."""
         whys = self.why_lines(chosen, [e.why for e in entries])
         return [

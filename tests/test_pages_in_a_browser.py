@@ -491,6 +491,43 @@ def test_rating_from_the_mail_and_the_web_version(site: Site, browser: Any, audi
     assert _verdict(site, barbara.id) == {}
 
 
+def test_the_feed_link_on_the_manage_page_opens_the_readers_papers(
+    site: Site, browser: Any, audited: Callable[[str], None]
+) -> None:
+    """The manage page a digest links to offers the reader's Atom feed; clicking it opens
+    the feed, which lists the papers that digest carried."""
+    import feedparser
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    site.add("felix@example.org", "--filter", "*", "--backfill", "all")
+    site.cli("send-now", "felix@example.org")
+    mail = site.wait_for_mail("felix@example.org")
+    html_part = mail.get_body(("html",))
+    assert html_part is not None
+    manage = re.search(r'href="(http://127\.0\.0\.1:\d+/m/[^"]+)"', html_part.get_content())
+    assert manage
+    browser.get(manage.group(1))
+    assert heading(browser) == "Your digest"
+    audited("manage page with the feed link")
+    link = again(lambda: browser.find_element(By.LINK_TEXT, "your papers as an Atom feed"))
+    href = link.get_attribute("href")
+    assert href.endswith(".atom")
+    again(link.click)
+    WebDriverWait(browser, 20).until(lambda d: d.current_url == href)
+    # Chromium shows an Atom document as its text (a feed program reads the same bytes).
+    shown = browser.execute_script(
+        "const pre = document.querySelector('pre');"
+        "return pre ? pre.textContent : new XMLSerializer().serializeToString(document);"
+    )
+    feed = feedparser.parse(shown)
+    assert not feed.bozo and feed.entries, shown[:500]
+    plain = mail.get_body(("plain",))
+    assert plain is not None
+    mailed = " ".join(plain.get_content().split())
+    assert all(" ".join(entry.title.split())[:40] in mailed for entry in feed.entries)
+
+
 def test_an_old_mails_web_version_says_it_is_no_longer_kept(
     site: Site, browser: Any, audited: Callable[[str], None]
 ) -> None:

@@ -55,6 +55,7 @@ from bot.unsubscribes import journal_of, reader_of
 from bot.web.acks import Acknowledger
 from bot.web.choices import read_choices
 from bot.web.feedback import FeedbackPages
+from bot.web.feeds import PersonalFeeds
 from bot.web.forms import (
     MAX_CHOICES_FIELDS,
     MAX_CHOICES_FORM_BYTES,
@@ -106,6 +107,7 @@ def create_app(
                 else []
             ),
             Route("/d/{token}/{day}", endpoint.web_version, methods=["GET"]),
+            Route("/f/{token}.atom", endpoint.feed, methods=["GET"]),
             Route("/d/{token}/{day}/{ref}", endpoint.web_version, methods=["GET"]),
             Route("/d/{token}/{day}/{ref}/{verdict}", endpoint.rate, methods=["GET", "POST"]),
             Route("/healthz", endpoint.health, methods=["GET"]),
@@ -153,6 +155,7 @@ class _Endpoint:
         self.outlooks = Outlooks(self.reader, self.rules, send_empty=settings.digest.send_empty)
         self.tag_menu = TagMenu(self.reader)
         self.versions = WebVersions(settings, self.reader)
+        self.feeds = PersonalFeeds(settings, self.reader)
         self.acks = Acknowledger(self.journal, factory, now)
         self.misses = MissBudget(settings.web.misses_per_second, settings.web.misses_burst)
         self.metrics = Metrics(self.reader, now)
@@ -376,6 +379,19 @@ class _Endpoint:
         return Response(
             text, media_type="application/x-bibtex; charset=utf-8", headers={**SECURITY_HEADERS, **download}
         )
+
+    async def feed(self, request: Request) -> Response:
+        """The reader's Atom feed (``bot.web.feeds``), behind the token of their other pages."""
+        subscriber = await self.subscriber_of(request)
+        if subscriber is None:
+            return self.not_found()
+        digests = await run_in_threadpool(self.feeds.recent, subscriber, self.now())
+        validators = self.feeds.validators(digests)
+        headers = {**SECURITY_HEADERS, **validators.headers(), "Cache-Control": "private, max-age=300"}
+        if validators.unchanged_for(request.headers.get("if-none-match"), request.headers.get("if-modified-since")):
+            return Response(status_code=304, headers=headers)
+        body = await run_in_threadpool(self.feeds.atom, subscriber, request.path_params["token"], digests)
+        return Response(body, media_type="application/atom+xml; charset=utf-8", headers=headers)
 
     async def rate(self, request: Request) -> Response:
         """ "More like this" / "less like this" on an entry of a sent digest (``bot.web.feedback``)."""

@@ -83,6 +83,7 @@ class WebVersions:
         (*verdicts*: what the subscriber said already, by the entry's number)."""
         context = self.renderer.context(content, web_links(self.settings.web.public_url, token))
         context.update(form_token=form_token, verdicts=verdicts)
+        context["feed_url"] = f"{self.settings.web.public_url.rstrip('/')}/f/{token}.atom"
         return self.renderer.render_context(context).html
 
     def verdicts(self, subscriber: Subscriber, content: DigestContent) -> dict[int, str]:

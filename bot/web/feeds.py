@@ -1,0 +1,158 @@
+"""Subscriber endpoint: a reader's own Atom feed, ``/f/TOKEN.atom``.
+
+One feed entry per paper their recent digests carried (a feed reader lists, marks
+read and opens papers one by one; one entry per digest would be the mail again, as
+one long item), newest digest first, for the last ``FEED_DAYS`` days and at most
+``FEED_ENTRIES`` papers.  Each entry's id names the paper, not the digest, so a
+reader's feed program never shows a paper twice.  The answer carries an ETag and
+Last-Modified from the digests it lists, so a feed program polling every few
+minutes costs a 304.  Reads only; never sends, never decides who may see what
+(``app`` checks the token first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime, parsedate_to_datetime
+from xml.etree import ElementTree as ET  # noqa: N817 - the name the standard library's own docs use
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.config import Settings
+from bot.domain import DigestContent, DigestKind, DigestState, Subscriber
+from bot.links import primary_url
+from bot.mail.prose import summary_of, title_text
+from bot.store.contents import digest_contents
+from bot.store.digests import list_digests
+
+FEED_DAYS = 30
+FEED_ENTRIES = 200
+ATOM = "http://www.w3.org/2005/Atom"
+# What XML 1.0 cannot carry at all, even escaped (a dump may hold any of it).
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+@dataclass(frozen=True, slots=True)
+class FeedDigest:
+    """A sent digest as the feed lists it: when it went out, and what it carried."""
+
+    sent_at: datetime
+    content: DigestContent
+
+
+@dataclass(frozen=True, slots=True)
+class Validators:
+    etag: str
+    last_modified: datetime | None
+
+    def headers(self) -> dict[str, str]:
+        found = {"ETag": self.etag}
+        if self.last_modified is not None:
+            found["Last-Modified"] = format_datetime(self.last_modified.astimezone(UTC), usegmt=True)
+        return found
+
+    def unchanged_for(self, if_none_match: str | None, if_modified_since: str | None) -> bool:
+        """Whether a conditional GET with these headers gets a 304 (RFC 9110: an
+        If-None-Match present decides alone)."""
+        if if_none_match is not None:
+            return self.etag in {tag.strip() for tag in if_none_match.split(",")} or if_none_match.strip() == "*"
+        if if_modified_since is None or self.last_modified is None:
+            return False
+        try:
+            since = parsedate_to_datetime(if_modified_since)
+        except (TypeError, ValueError, IndexError):
+            return False
+        if since.tzinfo is None:
+            return False
+        return self.last_modified.replace(microsecond=0) <= since
+
+
+def feed_entry_id(key: str) -> str:
+    """A paper's id in every reader's feed: stable, opaque, a URN (RFC 4287 4.2.6)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"digestbot:entry:{key}").urn
+
+
+class PersonalFeeds:
+    def __init__(self, settings: Settings, reader: sessionmaker[Session]) -> None:
+        self.settings, self.reader = settings, reader
+
+    def recent(self, subscriber: Subscriber, now: datetime) -> list[FeedDigest]:
+        """The subscriber's digests sent in the last ``FEED_DAYS`` days, newest first,
+        holding at most ``FEED_ENTRIES`` papers between them (blocking: run it in a thread)."""
+        since = now - timedelta(days=FEED_DAYS)
+        with self.reader() as session:
+            rows = [
+                row
+                for row in list_digests(session, subscriber_id=subscriber.id, state=DigestState.SENT)
+                if row.kind is not DigestKind.RESEND and row.sent_at is not None and row.sent_at >= since
+            ]
+            rows.sort(key=lambda row: (row.sent_at, row.id), reverse=True)
+            contents = digest_contents(session, [row.id for row in rows])
+        listed: list[FeedDigest] = []
+        papers = 0
+        for row in rows:
+            content = contents.get(row.id)
+            if content is None or not content.items or row.sent_at is None:
+                continue
+            if papers + len(content.items) > FEED_ENTRIES and listed:
+                break
+            listed.append(FeedDigest(row.sent_at, content))
+            papers += len(content.items)
+        return listed
+
+    @staticmethod
+    def validators(digests: list[FeedDigest]) -> Validators:
+        """What a conditional GET compares: the digests listed, and when the newest went out."""
+        listed = ",".join(f"{d.content.digest_id}@{d.sent_at.isoformat()}" for d in digests)
+        tag = hashlib.sha256(f"feed-1|{listed}".encode()).hexdigest()[:32]
+        return Validators(f'"{tag}"', max((d.sent_at for d in digests), default=None))
+
+    def atom(self, subscriber: Subscriber, token: str, digests: list[FeedDigest]) -> bytes:
+        """The feed document (UTF-8 XML)."""
+        public = self.settings.web.public_url.rstrip("/")
+        name = self.settings.sender.from_name or "digestbot"
+        feed = ET.Element("feed", xmlns=ATOM)
+        ET.SubElement(feed, "id").text = uuid.uuid5(uuid.NAMESPACE_URL, f"{public}/f/{subscriber.id}").urn
+        ET.SubElement(feed, "title").text = f"{name}: your papers"
+        ET.SubElement(feed, "subtitle").text = "What your recent digests carried, one entry per paper."
+        updated = max((d.sent_at for d in digests), default=subscriber.created_at)
+        ET.SubElement(feed, "updated").text = _stamp(updated)
+        ET.SubElement(ET.SubElement(feed, "author"), "name").text = name
+        ET.SubElement(feed, "link", rel="self", type="application/atom+xml", href=f"{public}/f/{token}.atom")
+        ET.SubElement(feed, "link", rel="related", type="text/html", href=f"{public}/m/{token}")
+        ET.SubElement(feed, "generator").text = "digestbot"
+        search = self.settings.digest.search_url
+        for digest in digests:
+            day = digest.content.local_date.isoformat()
+            for ref, item in enumerate(digest.content.items, start=1):
+                entry = ET.SubElement(feed, "entry")
+                ET.SubElement(entry, "id").text = feed_entry_id(item.key)
+                title = (
+                    NOT_XML.sub("", title_text(item.title)).strip() or NOT_XML.sub("", item.key).strip() or "Untitled"
+                )
+                ET.SubElement(entry, "title").text = title
+                ET.SubElement(entry, "updated").text = _stamp(digest.sent_at)
+                ET.SubElement(entry, "link", rel="alternate", type="text/html", href=primary_url(item, search))
+                ET.SubElement(entry, "link", rel="via", type="text/html", href=f"{public}/d/{token}/{day}#e{ref}")
+                for author in item.authors[:20]:
+                    ET.SubElement(ET.SubElement(entry, "author"), "name").text = author
+                for tag in item.tags:
+                    ET.SubElement(entry, "category", term=tag)
+                ET.SubElement(entry, "summary", type="text").text = item.why
+                summary = summary_of(item, 0)
+                ET.SubElement(entry, "content", type="html").text = summary.html
+        for element in feed.iter():
+            if element.text:
+                element.text = NOT_XML.sub("", element.text)
+            for attribute, value in element.attrib.items():
+                element.set(attribute, NOT_XML.sub("", value))
+        return b'<?xml version="1.0" encoding="utf-8"?>\n' + bytes(ET.tostring(feed, encoding="utf-8"))
+
+
+def _stamp(moment: datetime) -> str:
+    """RFC 3339, as Atom's date constructs want it."""
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,187 @@
+"""A reader's own Atom feed (``/f/TOKEN.atom``): what their recent digests carried, one
+entry per paper, valid Atom by two readers (feedparser, and atoma, which refuses a feed
+missing what RFC 4287 requires), answered 304 to a feed program that already has it,
+and behind the same token as the reader's other pages."""
+
+from __future__ import annotations
+
+import asyncio
+import xml.etree.ElementTree as ET  # noqa: N817
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import atoma
+import feedparser
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.tagging import load_rules
+from bot.config import Settings
+from bot.delivery.loop import deliver_now
+from bot.domain import DigestContent, DigestItem, EntryKind
+from bot.ingest.service import ingest_file
+from bot.plan import plan
+from bot.sink import Sink
+from bot.store.subscribers import get_subscriber
+from bot.subscribers.subscriptions import clean_fields, save
+from bot.tokens import make_token, signing_key
+from bot.web import create_app
+from bot.web.feeds import NOT_XML, FeedDigest, PersonalFeeds, feed_entry_id
+from tests.conftest import ROOT
+from tests.helpers import Server
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
+SITE = "https://digest.example.org"
+
+
+@pytest.fixture
+def web_settings(tmp_path: Path, sink: Sink) -> Settings:
+    return Settings.model_validate(
+        {
+            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
+            "smtp": {"port": sink.port, "timeout_seconds": 5},
+            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
+            "web": {"public_url": SITE, "signing_key": "f" * 32},
+        }
+    )
+
+
+def _day(factory: sessionmaker[Session], settings: Settings, seed: Path, now: datetime) -> None:
+    ingest_file(factory, seed, now=now - timedelta(hours=1), rules=RULES)
+    plan(factory, settings, RULES, now=now, all_due=True)
+    asyncio.run(deliver_now(factory, settings, clock=lambda: now))
+
+
+def _token(factory: sessionmaker[Session], settings: Settings, email: str) -> str:
+    with factory() as session:
+        found = get_subscriber(session, email)
+    assert found is not None
+    return make_token(signing_key(settings), found.id, found.unsubscribe_secret)
+
+
+def test_the_feed_lists_each_paper_sent_once_and_a_feed_program_gets_a_304(
+    factory: sessionmaker[Session], web_settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    readers = [clean_fields("ada@example.org"), clean_fields("bob@example.org", filter="llm")]
+    save(factory, web_settings, readers, DAY1 - timedelta(days=1))
+    _day(factory, web_settings, seed_files[0], DAY1)
+    ada, bob = (_token(factory, web_settings, e) for e in ("ada@example.org", "bob@example.org"))
+    sent = {r.recipients[0]: r.message for r in sink.received}
+    with Server(create_app(web_settings, factory, clock=lambda: DAY1 + timedelta(hours=2))) as web:
+        first = web.get(f"/f/{ada}.atom")
+        assert first.status_code == 200, first.text
+        assert first.headers["content-type"] == "application/atom+xml; charset=utf-8"
+        parsed = feedparser.parse(first.content)
+        assert not parsed.bozo, parsed.get("bozo_exception")
+        assert parsed.version == "atom10"
+        strict = atoma.parse_atom_bytes(first.content)
+        titles = [entry.title for entry in parsed.entries]
+        assert len(titles) == len(strict.entries) > 3 and len(set(e.id for e in parsed.entries)) == len(titles)
+        mailed = " ".join(sent["ada@example.org"].get_body(("plain",)).get_content().split())
+        assert all(" ".join(title.split())[:40] in mailed for title in titles), (titles, mailed)
+        assert all(entry.link.startswith("https://") for entry in parsed.entries)
+        assert parsed.feed.links[0].href == f"{SITE}/f/{ada}.atom"
+
+        again = web.get(f"/f/{ada}.atom", headers={"If-None-Match": first.headers["etag"]})
+        assert again.status_code == 304 and again.content == b""
+        since = web.get(f"/f/{ada}.atom", headers={"If-Modified-Since": first.headers["last-modified"]})
+        assert since.status_code == 304
+        stale = web.get(f"/f/{ada}.atom", headers={"If-None-Match": '"something-else"'})
+        assert stale.status_code == 200
+
+        theirs = feedparser.parse(web.get(f"/f/{bob}.atom").content)
+        assert 0 < len(theirs.entries) < len(titles)  # only what Bob's filter sent Bob
+        assert web.get(f"/f/{ada[:-2]}xx.atom").status_code == 404
+        assert web.get(f"/f/{ada}.rss").status_code == 404
+        manage = web.get(f"/m/{ada}").text
+        assert f'href="../f/{ada}.atom"' in manage
+
+    _day(factory, web_settings, seed_files[1], DAY1 + timedelta(days=1))
+    with Server(create_app(web_settings, factory, clock=lambda: DAY1 + timedelta(days=1, hours=2))) as web:
+        later = web.get(f"/f/{ada}.atom", headers={"If-None-Match": first.headers["etag"]})
+        assert later.status_code == 200
+        more = feedparser.parse(later.content)
+        assert len(more.entries) > len(titles) and more.entries[-1].title == titles[-1]
+        web_version = web.get(f"/d/{ada}/{DAY1.date().isoformat()}").text
+        assert f'href="{SITE}/f/{ada}.atom"' in web_version
+
+
+def test_digests_older_than_the_feed_days_and_resends_are_left_out(
+    factory: sessionmaker[Session], web_settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    from bot.plan import resend
+
+    save(factory, web_settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
+    _day(factory, web_settings, seed_files[0], DAY1)
+    with factory() as session:
+        ada = get_subscriber(session, "ada@example.org")
+    assert ada is not None
+    feeds = PersonalFeeds(web_settings, factory)
+    listed = feeds.recent(ada, DAY1 + timedelta(hours=2))
+    assert len(listed) == 1
+    resend(factory, web_settings, listed[0].content.digest_id, now=DAY1 + timedelta(hours=3))
+    asyncio.run(deliver_now(factory, web_settings, clock=lambda: DAY1 + timedelta(hours=3)))
+    assert [d.content.digest_id for d in feeds.recent(ada, DAY1 + timedelta(hours=4))] == [listed[0].content.digest_id]
+    assert feeds.recent(ada, DAY1 + timedelta(days=31)) == []
+    empty = feedparser.parse(feeds.atom(ada, "t0ken", []))
+    assert not empty.bozo and empty.entries == []
+
+
+_ANY_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=()), max_size=60)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    title=_ANY_TEXT,
+    why=_ANY_TEXT,
+    summary=_ANY_TEXT,
+    author=_ANY_TEXT,
+    tag=_ANY_TEXT,
+    key=st.text(min_size=1, max_size=40),
+)
+def test_any_text_in_a_paper_makes_a_feed_both_readers_accept(
+    title: str, why: str, summary: str, author: str, tag: str, key: str
+) -> None:
+    settings_ = Settings.model_validate({"web": {"public_url": SITE}})
+    item = DigestItem(
+        key=key,
+        kind=EntryKind.PAPER,
+        title=title,
+        authors=(author,),
+        published=date(2026, 6, 1),
+        summary=summary,
+        summary_type="text/plain",
+        tags=(tag,),
+        why=why,
+        arxiv_id=None,
+        doi=None,
+        links=("https://example.org/p",),
+    )
+    from bot.domain import Subscriber, SubscriberStatus
+
+    reader = Subscriber(
+        id=7,
+        email="ada@example.org",
+        name="",
+        filter="*",
+        timezone="UTC",
+        send_hour=8,
+        status=SubscriberStatus.ACTIVE,
+        backfill="1d",
+        created_at=DAY1,
+        updated_at=DAY1,
+    )
+    content = DigestContent(digest_id=1, kind="scheduled", local_date=DAY1.date(), subscriber=reader, items=(item,))
+    body = PersonalFeeds(settings_, None).atom(reader, "t0ken", [FeedDigest(DAY1, content)])  # type: ignore[arg-type]
+    ET.fromstring(body)  # well-formed XML 1.0, whatever the bytes of the paper
+    parsed = feedparser.parse(body)
+    assert not parsed.bozo, parsed.get("bozo_exception")
+    strict = atoma.parse_atom_bytes(body)
+    assert len(strict.entries) == 1 and strict.entries[0].id_ == feed_entry_id(key)
+    from bot.mail.prose import title_text
+
+    kept = NOT_XML.sub("", title_text(title)).strip() or NOT_XML.sub("", key).strip() or "Untitled"
+    assert strict.entries[0].title is not None and strict.entries[0].title.value == kept

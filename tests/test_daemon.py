@@ -123,7 +123,9 @@ def test_sigterm_stops_the_daemon_between_files(tmp_path: Path) -> None:
 
 def test_sigterm_while_an_interval_watch_reads_a_file_logs_no_traceback(tmp_path: Path) -> None:
     """The watch job APScheduler runs every interval (not the one on becoming leader) is
-    reading a big file when SIGTERM comes: it ends between files, nothing is cancelled."""
+    reading big files when SIGTERM comes: it ends between files, nothing is cancelled.
+    Three files, so that one is being read at the signal however fast this machine
+    reads (one file was sometimes read whole before the signal under CI's load)."""
     (tmp_path / "dumps").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
     env |= {
@@ -137,15 +139,19 @@ def test_sigterm_while_an_interval_watch_reads_a_file_logs_no_traceback(tmp_path
     proc = subprocess.Popen([DIGESTBOT, "scheduler"], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(2)  # elected, the folder read once: empty
-        big_dumps(tmp_path / "dumps", 1, 16 * MB)  # seconds to read
-        time.sleep(1.6)  # the next interval's watch is reading it
-        assert not _sources_stored(tmp_path)
+        big_dumps(tmp_path / "staging", 3, 16 * MB)  # seconds each to read
+        for path in sorted((tmp_path / "staging").iterdir()):
+            path.replace(tmp_path / "dumps" / path.name)  # whole files only: the watch waits for no quiet
+        time.sleep(1.6)  # the next interval's watch is reading them
+        at_signal = _sources_stored(tmp_path)
+        assert at_signal < 3, "every file was read before the signal: nothing to stop"
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr[-2000:]
+    assert _sources_stored(tmp_path) <= at_signal + 1  # the file being read, then no other
 
 
 def _sources_stored(tmp_path: Path) -> int:

@@ -28,7 +28,16 @@ from bot.config import Settings
 from bot.domain import DigestKind, SubscriberStatus
 from bot.ingest.service import ingest_bytes
 from bot.plan import IdRuns, plan
-from bot.plan.cadence import CHOICES, CadenceError, clean_cadence, describe, next_send_day, send_days, sends_on
+from bot.plan.cadence import (
+    CHOICES,
+    CadenceError,
+    clean_cadence,
+    describe,
+    mails,
+    next_send_day,
+    send_days,
+    sends_on,
+)
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.ledger import claimed_entry_ids
 from bot.store.schema import Digest
@@ -54,8 +63,10 @@ def test_cadences_are_spelled_one_way_and_say_what_they_do() -> None:
     ]:
         with pytest.raises(CadenceError, match=said):
             clean_cadence(bad)
-    said = [describe(c) for c in ("daily", "weekdays", "weekly:sun")]
-    assert said == ["every day", "Monday to Friday", "every Sunday"]
+    said = [describe(c) for c in ("daily", "weekdays", "weekly:sun", "feed")]
+    assert said == ["every day", "Monday to Friday", "every Sunday", "every day, in a feed only (no mail)"]
+    assert clean_cadence(" Feed ") == "feed" and send_days("feed") == frozenset(range(7))
+    assert [mails(c) for c in ("daily", "weekly:sun", "feed")] == [True, True, False]
     assert send_days("weekdays") == frozenset(range(5)) and send_days("weekly:wed") == frozenset({2})
 
 

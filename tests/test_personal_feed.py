@@ -130,6 +130,31 @@ def test_digests_older_than_the_feed_days_and_resends_are_left_out(
     assert not empty.bozo and empty.entries == []
 
 
+def test_a_feed_only_reader_is_never_mailed_and_never_gets_a_paper_twice(
+    factory: sessionmaker[Session], web_settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    """Cadence ``feed``: the day's digest is planned as for anyone and is in the feed at
+    once (sent, with no mail); what it carried is theirs, so the next day's has none of it."""
+    from bot.domain import DigestState
+    from bot.store.digests import list_digests
+
+    readers = [clean_fields("fay@example.org", cadence="feed"), clean_fields("ada@example.org")]
+    save(factory, web_settings, readers, DAY1 - timedelta(days=1))
+    _day(factory, web_settings, seed_files[0], DAY1)
+    with factory() as session:
+        fay = get_subscriber(session, "fay@example.org")
+        assert fay is not None
+        digests = list_digests(session, subscriber_id=fay.id)
+    assert [(d.state, d.sent_at) for d in digests] == [(DigestState.SENT, DAY1)]
+    feeds = PersonalFeeds(web_settings, factory)
+    first = [item.key for d in feeds.recent(fay, DAY1 + timedelta(hours=1)) for item in d.content.items]
+    assert first
+    _day(factory, web_settings, seed_files[1], DAY1 + timedelta(days=1))
+    both = [item.key for d in feeds.recent(fay, DAY1 + timedelta(days=1, hours=1)) for item in d.content.items]
+    assert len(both) == len(set(both)) > len(first)
+    assert [r.recipients[0] for r in sink.received] == ["ada@example.org"] * 2
+
+
 _ANY_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=()), max_size=60)
 
 

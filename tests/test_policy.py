@@ -59,19 +59,24 @@ def test_backoff_doubles_within_its_jitter_and_stops_at_the_cap(attempt: int, se
 
 
 @pytest.mark.parametrize(
-    ("entries", "send_empty", "kind", "expected"),
+    ("entries", "send_empty", "kind", "mailed", "expected"),
     [
-        (3, False, DigestKind.SCHEDULED, DigestState.QUEUED),
-        (3, False, DigestKind.MANUAL, DigestState.QUEUED),
-        (0, True, DigestKind.SCHEDULED, DigestState.QUEUED),
-        (0, True, DigestKind.MANUAL, DigestState.QUEUED),
+        (3, False, DigestKind.SCHEDULED, True, DigestState.QUEUED),
+        (3, False, DigestKind.MANUAL, True, DigestState.QUEUED),
+        (0, True, DigestKind.SCHEDULED, True, DigestState.QUEUED),
+        (0, True, DigestKind.MANUAL, True, DigestState.QUEUED),
         # A scheduled day with nothing is recorded, so the planner does not look again.
-        (0, False, DigestKind.SCHEDULED, DigestState.EMPTY),
+        (0, False, DigestKind.SCHEDULED, True, DigestState.EMPTY),
         # A manual digest with nothing is not made at all.
-        (0, False, DigestKind.MANUAL, None),
+        (0, False, DigestKind.MANUAL, True, None),
+        # Cadence "feed": in the reader's feed once planned, nothing to mail; an empty
+        # one is never "sent" (there is no mail to say the day had nothing).
+        (3, False, DigestKind.SCHEDULED, False, DigestState.SENT),
+        (0, True, DigestKind.SCHEDULED, False, DigestState.EMPTY),
+        (0, True, DigestKind.MANUAL, False, None),
     ],
 )
 def test_what_a_due_subscriber_gets(
-    entries: int, send_empty: bool, kind: DigestKind, expected: DigestState | None
+    entries: int, send_empty: bool, kind: DigestKind, mailed: bool, expected: DigestState | None
 ) -> None:
-    assert digest_state(entries, send_empty=send_empty, kind=kind) is expected
+    assert digest_state(entries, send_empty=send_empty, kind=kind, mailed=mailed) is expected

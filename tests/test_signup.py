@@ -364,7 +364,7 @@ def test_the_cli_adds_with_a_confirmation_mail_and_shows_the_consent(tmp_path: P
         in run("subscribers", "show", "ben@example.org").stdout
     )
     bad = run("subscribers", "add", "cal@example.org", "--cadence", "hourly", code=2)
-    assert bad.stderr.startswith("error: --cadence: 'hourly' is not daily, weekdays or weekly:<day>")
+    assert bad.stderr.startswith("error: --cadence: 'hourly' is not daily, weekdays, weekly:<day>")
     csv = tmp_path / "people.csv"
     csv.write_text("email,cadence\ndan@example.org,weekly:fri\neve@example.org,sometimes\n", encoding="utf-8")
     imported = run("subscribers", "import", str(csv), code=1)

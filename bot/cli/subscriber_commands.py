@@ -55,7 +55,9 @@ HourOption = Annotated[int | None, typer.Option("--hour", help="Local hour (0-23
 
 CadenceOption = Annotated[
     str | None,
-    typer.Option("--cadence", help="How often: 'daily' (default), 'weekdays' (Monday to Friday), 'weekly:mon'."),
+    typer.Option(
+        "--cadence", help="How often: 'daily' (default), 'weekdays' (Monday to Friday), 'weekly:mon', 'feed' (no mail)."
+    ),
 ]
 
 

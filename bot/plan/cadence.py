@@ -3,6 +3,8 @@
     daily        every day at the send hour (the default)
     weekdays     Monday to Friday; Monday's digest carries the weekend's entries
     weekly:mon   one day a week (mon, tue, wed, thu, fri, sat, sun)
+    feed         every day at the send hour, into the reader's Atom feed only:
+                 nothing is mailed, and what the feed carried is never sent again
 
 A cadence only says on which local days a subscriber is due.  What a digest
 holds is the same rule whatever the cadence: every matching entry not yet
@@ -17,9 +19,10 @@ from functools import cache
 
 DAILY = "daily"
 WEEKDAYS = "weekdays"
+FEED = "feed"
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _FULL_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-CHOICES = (DAILY, WEEKDAYS, *(f"weekly:{day}" for day in DAY_NAMES))
+CHOICES = (DAILY, WEEKDAYS, *(f"weekly:{day}" for day in DAY_NAMES), FEED)
 
 
 class CadenceError(ValueError):
@@ -27,10 +30,10 @@ class CadenceError(ValueError):
 
 
 def clean_cadence(raw: str) -> str:
-    """The canonical spelling of *raw*: ``daily``, ``weekdays`` or ``weekly:<day>``
-    (a day's full name and any case are accepted)."""
+    """The canonical spelling of *raw*: ``daily``, ``weekdays``, ``weekly:<day>`` or
+    ``feed`` (a day's full name and any case are accepted)."""
     text = "".join(raw.split()).lower()
-    if text in (DAILY, WEEKDAYS):
+    if text in (DAILY, WEEKDAYS, FEED):
         return text
     kind, colon, day = text.partition(":")
     if kind == "weekly" and colon:
@@ -42,10 +45,10 @@ def clean_cadence(raw: str) -> str:
         raise CadenceError(f"{raw!r}: {day!r} is not a day (mon, tue, wed, thu, fri, sat or sun)")
     if kind == "weekly":
         raise CadenceError(f"{raw!r}: a weekly digest needs its day, e.g. weekly:mon")
-    raise CadenceError(f"{raw!r} is not daily, weekdays or weekly:<day> (e.g. weekly:mon)")
+    raise CadenceError(f"{raw!r} is not daily, weekdays, weekly:<day> (e.g. weekly:mon) or feed")
 
 
-@cache  # asked once per due subscriber and planning pass; there are nine cadences
+@cache  # asked once per due subscriber and planning pass; there are ten cadences
 def send_days(cadence: str) -> frozenset[int]:
     """The weekdays (Monday = 0) a valid cadence sends on."""
     if cadence == WEEKDAYS:
@@ -70,8 +73,15 @@ def is_weekly(cadence: str) -> bool:
     return cadence.startswith("weekly:")
 
 
+def mails(cadence: str) -> bool:
+    """Whether a digest of *cadence* is mailed (``feed``: it only goes into the reader's feed)."""
+    return cadence != FEED
+
+
 def describe(cadence: str) -> str:
     """For a person: "every day", "Monday to Friday", "every Monday"."""
+    if cadence == FEED:
+        return "every day, in a feed only (no mail)"
     if cadence == WEEKDAYS:
         return "Monday to Friday"
     if is_weekly(cadence):

@@ -28,7 +28,7 @@ from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.links import primary_url
-from bot.plan.cadence import sends_on
+from bot.plan.cadence import mails, sends_on
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
 from bot.plan.message_ids import message_id_for
 from bot.plan.retention import kept_since
@@ -269,7 +269,9 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             picked = pick(ranked, exclude, settings.digest.max_entries)
             chosen = picked.chosen
             marks.append((subscriber.id, watermark(picked.oldest_left, now, oldest), keys[subscriber.id]))
-            state = digest_state(len(chosen), send_empty=settings.digest.send_empty, kind=run.kind)
+            state = digest_state(
+                len(chosen), send_empty=settings.digest.send_empty, kind=run.kind, mailed=mails(subscriber.cadence)
+            )
             fill = fills.get(subscriber.id)
             if state is None or (state is DigestState.EMPTY and fill is not None):
                 if fill is not None:
@@ -361,11 +363,15 @@ def _days_to_plan(
     return planned, fills
 
 
-def digest_state(entries: int, *, send_empty: bool, kind: DigestKind) -> DigestState | None:
+def digest_state(entries: int, *, send_empty: bool, kind: DigestKind, mailed: bool = True) -> DigestState | None:
     """What a due subscriber's digest is: queued when it has entries (or empty ones are
     sent), an ``empty`` record for a scheduled day with nothing (so the planner does
-    not look again every minute), or none at all for a manual one with nothing."""
-    if entries or send_empty:
+    not look again every minute), or none at all for a manual one with nothing.  A
+    digest that is not *mailed* (cadence ``feed``) is sent once planned: it is in the
+    reader's feed from then on, and what it carries is theirs like any sent digest's."""
+    if entries:
+        return DigestState.QUEUED if mailed else DigestState.SENT
+    if send_empty and mailed:
         return DigestState.QUEUED
     return DigestState.EMPTY if kind is DigestKind.SCHEDULED else None
 
@@ -417,7 +423,9 @@ def _write_digests(
     written = [*zip(ids, new, strict=True), *fills]
     claims = [(digest_id, c.subscriber_id, [p.entry_id for p in c.entries]) for digest_id, c in written]
     refuse_double_claims(session, claims, ids[0] if ids else None)
-    attach_revisions(session, [(digest_id, c.subscriber_id) for digest_id, c in written if c.entries], now)
+    # A feed-only digest (sent once planned) shows no "updated since" list: nothing is told it.
+    mailed = [(digest_id, c.subscriber_id) for digest_id, c in written if c.entries and c.state is DigestState.QUEUED]
+    attach_revisions(session, mailed, now)
     return written
 
 

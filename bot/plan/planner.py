@@ -423,9 +423,8 @@ def _write_digests(
     written = [*zip(ids, new, strict=True), *fills]
     claims = [(digest_id, c.subscriber_id, [p.entry_id for p in c.entries]) for digest_id, c in written]
     refuse_double_claims(session, claims, ids[0] if ids else None)
-    # A feed-only digest (sent once planned) shows no "updated since" list: nothing is told it.
     mailed = [(digest_id, c.subscriber_id) for digest_id, c in written if c.entries and c.state is DigestState.QUEUED]
-    attach_revisions(session, mailed, now)
+    attach_revisions(session, mailed, now)  # a feed-only digest (sent once planned) lists no revisions
     return written
 
 

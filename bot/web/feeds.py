@@ -71,6 +71,16 @@ class Validators:
         return self.last_modified.replace(microsecond=0) <= since
 
 
+def feed_title(title: str, key: str) -> str:
+    """An entry's title on one line, what XML 1.0 cannot carry left out (an XML reader
+    would turn a carriage return into a line feed): its key when nothing is left."""
+    for text in (title_text(title), key):
+        line = " ".join(NOT_XML.sub("", text).split())
+        if line:
+            return line
+    return "Untitled"
+
+
 def feed_entry_id(key: str) -> str:
     """A paper's id in every reader's feed: stable, opaque, a URN (RFC 4287 4.2.6)."""
     return uuid.uuid5(uuid.NAMESPACE_URL, f"digestbot:entry:{key}").urn
@@ -131,10 +141,7 @@ class PersonalFeeds:
             for ref, item in enumerate(digest.content.items, start=1):
                 entry = ET.SubElement(feed, "entry")
                 ET.SubElement(entry, "id").text = feed_entry_id(item.key)
-                title = (
-                    NOT_XML.sub("", title_text(item.title)).strip() or NOT_XML.sub("", item.key).strip() or "Untitled"
-                )
-                ET.SubElement(entry, "title").text = title
+                ET.SubElement(entry, "title").text = feed_title(item.title, item.key)
                 ET.SubElement(entry, "updated").text = _stamp(digest.sent_at)
                 ET.SubElement(entry, "link", rel="alternate", type="text/html", href=primary_url(item, search))
                 ET.SubElement(entry, "link", rel="via", type="text/html", href=f"{public}/d/{token}/{day}#e{ref}")

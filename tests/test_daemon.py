@@ -93,16 +93,22 @@ def test_the_loop_keeps_beating_while_a_big_dump_is_ingested(
     assert longest_gap < 0.5, (spent, longest_gap)  # ...and the loop never waited for it
 
 
-def test_sigterm_stops_the_daemon_between_files(tmp_path: Path) -> None:
-    big_dumps(tmp_path / "dumps", 12, 4 * MB)
+def _daemon_env(tmp_path: Path) -> dict[str, str]:
+    """A daemon of its own in *tmp_path*: its store, var and dump folder, no wait for a
+    quiet folder, and an SMTP port nothing listens on."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-    env |= {
+    return env | {
         "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 's.sqlite3'}",
         "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
         "DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "dumps"),
         "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
         "DIGESTBOT_SMTP__PORT": "9",
     }
+
+
+def test_sigterm_stops_the_daemon_between_files(tmp_path: Path) -> None:
+    big_dumps(tmp_path / "dumps", 12, 4 * MB)
+    env = _daemon_env(tmp_path)
     proc = subprocess.Popen(
         [DIGESTBOT, "-v", "run"], env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -127,15 +133,7 @@ def test_sigterm_while_an_interval_watch_reads_a_file_logs_no_traceback(tmp_path
     Three files, so that one is being read at the signal however fast this machine
     reads (one file was sometimes read whole before the signal under CI's load)."""
     (tmp_path / "dumps").mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-    env |= {
-        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 's.sqlite3'}",
-        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
-        "DIGESTBOT_PATHS__DUMP_DIR": str(tmp_path / "dumps"),
-        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
-        "DIGESTBOT_WATCH__INTERVAL_SECONDS": "1",
-        "DIGESTBOT_SMTP__PORT": "9",
-    }
+    env = _daemon_env(tmp_path) | {"DIGESTBOT_WATCH__INTERVAL_SECONDS": "1"}
     proc = subprocess.Popen([DIGESTBOT, "scheduler"], env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(2)  # elected, the folder read once: empty

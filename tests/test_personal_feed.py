@@ -31,6 +31,7 @@ from bot.web import create_app
 from bot.web.feeds import FeedDigest, PersonalFeeds, feed_entry_id, feed_title
 from tests.conftest import ROOT
 from tests.helpers import Server
+from tests.helpers import reader as one_reader
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -185,20 +186,7 @@ def test_any_text_in_a_paper_makes_a_feed_both_readers_accept(
         doi=None,
         links=("https://example.org/p",),
     )
-    from bot.domain import Subscriber, SubscriberStatus
-
-    reader = Subscriber(
-        id=7,
-        email="ada@example.org",
-        name="",
-        filter="*",
-        timezone="UTC",
-        send_hour=8,
-        status=SubscriberStatus.ACTIVE,
-        backfill="1d",
-        created_at=DAY1,
-        updated_at=DAY1,
-    )
+    reader = one_reader(7, email="ada@example.org")
     content = DigestContent(digest_id=1, kind="scheduled", local_date=DAY1.date(), subscriber=reader, items=(item,))
     body = PersonalFeeds(settings_, None).atom(reader, "t0ken", [FeedDigest(DAY1, content)])  # type: ignore[arg-type]
     ET.fromstring(body)  # well-formed XML 1.0, whatever the bytes of the paper

@@ -7,6 +7,7 @@ plans a digest) and the render stage.  Never reads the store, never renders.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
 from bot.domain import DigestItem, EntryKind, EntryView
@@ -57,3 +58,13 @@ def side_links(item: DigestItem) -> tuple[tuple[str, str], ...]:
         if url is not None:
             found.append((label, url))
     return tuple(found)
+
+
+def code_links(links: Iterable[str]) -> tuple[str, ...]:
+    """The code and model links among *links*, in order: what news of a paper's code is
+    made of (``bot.ingest.resolve`` keeps every one an entry was ever given)."""
+    return tuple(url for url in links if _CODE_HOSTS.match(url) or _MODEL_HOSTS.match(url))
+
+
+def is_model_link(url: str) -> bool:
+    return bool(_MODEL_HOSTS.match(url))

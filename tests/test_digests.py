@@ -28,9 +28,10 @@ from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.csv_io import import_csv
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.taste.service import import_library
 from tests.conftest import ROOT
 from tests.helpers import claims, queue_digests, render_dump
-from tests.seed_facts import EXPECTED
+from tests.seed_facts import EXPECTED, MINIMAX
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -93,6 +94,38 @@ def test_seed_replay_sends_exactly_the_expected_entries(
             assert msg[header], header
         assert msg.get_content_type() == "multipart/alternative"
         assert [p.get_content_type() for p in msg.iter_parts()] == ["text/plain", "text/html"]
+
+
+# A reader's own export, written by hand: the paper of dump 000 by its title alone, as a
+# preprint imported from a reference manager before the bot has seen it.
+MINIMAX_BIBTEX = b"@article{lai2026msa,\n  title = {{MiniMax} Sparse Attention},\n  author = {Lai, Xunhao},\n}\n"
+MINIMAX_CODE = "https://github.com/MiniMax-AI/MSA"
+
+
+def test_seed_replay_tells_the_readers_who_keep_a_paper_when_its_code_appears(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
+) -> None:
+    subscribe_examples(factory, settings)
+    for email in ("carver@example.org", "edsger@example.org"):  # never sent it; sent it on day 1
+        with factory() as session:
+            keeper = get_subscriber(session, email)
+        assert keeper is not None
+        import_library(factory, keeper.id, MINIMAX_BIBTEX, DAY1 - timedelta(days=1))
+    told: dict[str, list[int]] = {}
+    for day, path in enumerate(seed_files):
+        now = DAY1 + timedelta(days=day)
+        before = len(sink.received)
+        ingest_file(factory, path, now=now, rules=RULES)
+        cycle(factory, settings, now, all_due=True)
+        for received in sink.received[before:]:
+            assert titles_in(received) == EXPECTED[received.recipients[0]][day]  # the entries are as ever
+            text = parsed(received).get_body(("plain",)).get_content()
+            if "Your library" in text:
+                told.setdefault(received.recipients[0], []).append(day + 1)
+                news = " ".join(text.split("Your library", 1)[1].split())
+                assert news.startswith(f"------------ * {MINIMAX} (code and model released) {MINIMAX_CODE} ")
+    # Dump 002 gives its code and model links; dump 003 lists it again: no news twice.
+    assert told == {"carver@example.org": [3], "edsger@example.org": [3]}
 
 
 def test_message_headers_and_rendering_of_the_seeds(

@@ -223,6 +223,29 @@ def _tables_and_rows(engine: Engine) -> dict[str, int]:
         return {t: int(conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar() or 0) for t in names}  # noqa: S608
 
 
+def test_library_papers_from_before_0022_are_matched_by_title_when_their_entry_arrives(engine: Engine) -> None:
+    """0022 writes each library paper's title key: a paper an export named by its arXiv
+    id, kept before the migration, is matched by a dump that lists it by title."""
+    from bot.store.library import library_of
+    from bot.taste.service import import_library
+    from tests.helpers import render_dump
+
+    factory = sessions(engine)
+    save(factory, Settings(), [clean_fields("keeper@example.org")], datetime(2026, 6, 1, tzinfo=UTC))
+    export = b"@article{a, title={Spiking Chips: a Survey}, eprint={2606.09999}, archivePrefix={arXiv}}\n"
+    import_library(factory, 1, export, datetime(2026, 6, 1, tzinfo=UTC))
+    with engine.connect() as conn:
+        written = conn.execute(text("SELECT key, title_key FROM library_papers")).all()
+    downgrade(engine, "0021")
+    upgrade(engine)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT key, title_key FROM library_papers")).all() == written
+    dump = render_dump([("Spiking chips - a survey", ["A"], datetime(2026, 6, 2).date(), "Chips.")])
+    ingest_bytes(factory, dump.encode(), name="d")
+    with factory() as session:
+        assert [p.entry_id is not None for p in library_of(session, 1)] == [True]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("revision", _shipped_revisions())
 def test_a_store_at_every_shipped_revision_upgrades_and_sends_nothing_twice(

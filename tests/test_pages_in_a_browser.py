@@ -404,9 +404,9 @@ def test_every_manage_form_by_clicking(site: Site, browser: Any, audited: Callab
         assert len(session.scalars(select(LibraryPaperRow).where(LibraryPaperRow.subscriber_id == linus.id)).all()) == 2
     audited("manage page after an upload")
 
-    press(browser, "button", text="Stop listing revised entries")
+    press(browser, "button", text="Stop listing revised entries and library news")
     assert site.subscriber("linus@example.org").send_updates is False
-    press(browser, "button", text="List revised entries again")
+    press(browser, "button", text="List revised entries and library news again")
     assert site.subscriber("linus@example.org").send_updates is True
 
     press(browser, "button", text="Pause digests")

@@ -601,10 +601,10 @@ def test_the_manage_page_turns_the_updates_list_off_and_on(
     token = make_token(signing_key(settings), reader.id, reader.unsubscribe_secret)
     form = {"form": form_token(signing_key(settings), token)}
     with Server(create_app(settings, factory, clock=lambda: DAY)) as client:
-        assert "Stop listing revised entries" in client.get(f"/m/{token}").text
+        assert "Stop listing revised entries and library news" in client.get(f"/m/{token}").text
         off = client.post(f"/m/{token}", data={**form, "action": "updates_off"})
-        assert off.status_code == 200 and "List revised entries again" in off.text
+        assert off.status_code == 200 and "List revised entries and library news again" in off.text
         with factory() as session:
             assert get_subscriber(session, "reader@example.org").send_updates is False  # type: ignore[union-attr]
         on = client.post(f"/m/{token}", data={**form, "action": "updates_on"})
-        assert on.status_code == 200 and "Stop listing revised entries" in on.text
+        assert on.status_code == 200 and "Stop listing revised entries and library news" in on.text

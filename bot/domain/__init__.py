@@ -296,11 +296,26 @@ class DigestItem:
 
 @dataclass(frozen=True, slots=True)
 class Update:
-    """An entry a subscriber already received, revised since (an arXiv ``replace``)."""
+    """An entry a subscriber already received, revised since (an arXiv ``replace``), or
+    a paper in their library with news (a new version, a code or model link)."""
 
     title: str  # as it is now
-    note: str  # what changed: 'title was "…"', "abstract revised"
+    note: str  # what changed: 'title was "…"', "abstract revised", "code released"
     url: str
+    library: bool = False  # listed under "Your library"
+
+
+@dataclass(frozen=True, slots=True)
+class EntryNews:
+    """What happened to a paper lately that a reader keeping it would want told."""
+
+    entry_id: int
+    title: str
+    arxiv_id: str | None
+    revised_at: datetime | None  # its latest arXiv ``replace`` that changed title or abstract
+    revision_note: str | None
+    linked_at: datetime | None  # when it was given a code or model link it had not had
+    links: tuple[str, ...]  # its links, the newest last
 
 
 @dataclass(frozen=True, slots=True)

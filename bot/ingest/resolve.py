@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 from bot.domain import Announce, EntryKind, ParsedEntry, TagOrigin
 from bot.domain.identity import entry_key, key_for_title_hash, normalize_title, title_hash
+from bot.links import code_links
+from bot.text import urls_in
 
 
 @dataclass(slots=True)
@@ -43,6 +45,9 @@ class EntryRecord:
     summary_changed: bool = False
     # What a revision (arXiv ``replace``) changed, for those who had the entry before.
     revision: str | None = None
+    # A paper that this source gave a code or model link it had not had: news for
+    # readers who keep it in their library (``bot.plan.news``).
+    linked: bool = False
     # Category tags this source gives the entry: (case-folded name, origin) -> label.
     tags: dict[tuple[str, TagOrigin], str] = field(default_factory=dict)
 
@@ -167,7 +172,9 @@ def merge_changes(known: EntryRecord, item: ParsedEntry, title_norm: str) -> dic
 
     The latest summary wins (every variant stays in the appearances); ids are
     learned, never replaced; a revised paper (``replace``) may change title,
-    authors and date, never the key; links are the union; extra fields merge.
+    authors and date, never the key; links are the union, with the code and model
+    links a summary names (so a later summary without them takes none away); extra
+    fields merge.
     """
     wanted: dict[str, Any] = {}
     if item.summary and item.summary != known.summary:
@@ -181,7 +188,7 @@ def merge_changes(known: EntryRecord, item: ParsedEntry, title_norm: str) -> dic
         wanted.update(title=item.title, title_norm=title_norm, authors=list(item.authors))
         if item.published:
             wanted["published"] = item.published
-    wanted["links"] = merged_links(known.links, item.links)
+    wanted["links"] = merged_links(known.links, links_of(item))
     if item.extra:
         wanted["extra"] = {**known.extra, **dict(item.extra)}
     return {name: value for name, value in wanted.items() if getattr(known, name) != value}
@@ -192,6 +199,18 @@ def merged_links(known: Iterable[str], new: Iterable[str]) -> list[str]:
     for url in (*known, *new):
         links.setdefault(_link_identity(url), url)
     return list(links.values())
+
+
+def links_of(item: ParsedEntry) -> list[str]:
+    """An item's links and the code and model links its summary names (a feed's
+    abstract: "code at https://github.com/..."), each once."""
+    return merged_links(item.links, code_links(urls_in(item.summary)))
+
+
+def gained_code(before: Iterable[str], after: Iterable[str]) -> bool:
+    """Whether *after* holds a code or model link that *before* had not."""
+    known = {_link_identity(url) for url in code_links(before)}
+    return any(_link_identity(url) not in known for url in code_links(after))
 
 
 def _link_identity(url: str) -> str:
@@ -219,6 +238,8 @@ def _merge(record: EntryRecord, item: ParsedEntry, title_norm: str) -> None:
         return
     if not record.created:
         record.revision = revision_note(record.title, changes, item.announce) or record.revision
+    if record.kind == EntryKind.PAPER and "links" in changes:
+        record.linked = record.linked or gained_code(record.links, changes["links"])
     if "summary" in changes:
         if record.replaced_summary is None and not record.created:
             record.replaced_summary = record.summary
@@ -230,7 +251,7 @@ def _merge(record: EntryRecord, item: ParsedEntry, title_norm: str) -> None:
 
 def _new_record(entry: KeyedEntry, source_id: int) -> EntryRecord:
     item = entry.item
-    return EntryRecord(
+    record = EntryRecord(
         id=None,
         key=entry.key,
         kind=str(item.kind),
@@ -241,12 +262,14 @@ def _new_record(entry: KeyedEntry, source_id: int) -> EntryRecord:
         summary=item.summary,
         summary_type=item.summary_type,
         summary_source_id=source_id,
-        links=list(item.links),
+        links=links_of(item),
         arxiv_id=item.arxiv_id,
         doi=item.doi,
         extra=dict(item.extra),
         created=True,
     )
+    record.linked = item.kind is EntryKind.PAPER and bool(code_links(record.links))
+    return record
 
 
 def resolve(items: Sequence[KeyedEntry], index: IdentityIndex, source_id: int) -> Resolution:

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from bot.choose.tagging import TagRules
-from bot.domain import ParsedSource, TagOrigin, match_text
+from bot.domain import EntryKind, ParsedSource, TagOrigin, match_text
 from bot.domain.identity import title_hash
 from bot.ingest.resolve import (
     RECORD_COLUMNS,
@@ -34,11 +34,13 @@ from bot.store.entries import (
     insert_appearances,
     insert_entries,
     keep_replaced_summaries,
+    mark_linked,
     mark_revised,
     new_entry_ids,
     set_rule_tags,
     update_entries,
 )
+from bot.store.library import match_arrivals
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +54,8 @@ def upsert_source_entries(
     session: Session, source_id: int, parsed: ParsedSource, now: datetime, rules: TagRules | None = None
 ) -> UpsertCounts:
     """Store every entry of *parsed* once, record its appearance in *source_id*,
-    attach header and category tags, and (re)compute rule tags of the entries
-    that are new or whose text changed."""
+    attach header and category tags, (re)compute rule tags of the entries that are
+    new or whose text changed, and match the library papers waiting for them."""
     items = keyed(parsed.entries)
     hashes = title_hashes(items)
     index = IdentityIndex()
@@ -61,6 +63,14 @@ def upsert_source_entries(
         index.add(EntryRecord(**columns))
     resolution = resolve(items, index, source_id)
     created, changed = _write_entries(session, source_id, now, resolution, hashes)
+    match_arrivals(
+        session,
+        [
+            (_id(r), r.key, r.arxiv_id, r.doi, r.title_norm)
+            for r in resolution.records
+            if r.kind == EntryKind.PAPER and (r.created or r.dirty)
+        ],
+    )
     _write_appearances_and_tags(session, source_id, resolution, parsed.header_tags)
     if rules is not None and len(rules):
         _retag(session, rules, [r for r in resolution.records if r.created or r.dirty])
@@ -79,8 +89,14 @@ def _write_entries(
     changed = [r for r in resolution.records if r.dirty and not r.created]
     update_entries(session, [_changed_row(r, source_id, now) for r in changed])
     keep_replaced_summaries(session, [(_id(r), r.replaced_summary) for r in changed if r.replaced_summary is not None])
-    mark_revised(session, [(_id(r), r.revision) for r in changed if r.revision is not None], now)
+    _mark_news(session, changed, now)
     return len(created), len(changed)
+
+
+def _mark_news(session: Session, changed: list[EntryRecord], now: datetime) -> None:
+    """Known papers this source revised (arXiv ``replace``) or gave a new code link."""
+    mark_revised(session, [(_id(r), r.revision) for r in changed if r.revision is not None], now)
+    mark_linked(session, [_id(r) for r in changed if r.linked], now)
 
 
 def _retag(session: Session, rules: TagRules, records: list[EntryRecord]) -> None:
@@ -140,6 +156,7 @@ def _new_row(record: EntryRecord, source_id: int, now: datetime, hashed: int) ->
         "first_seen_source_id": source_id,
         "first_seen_at": now,
         "updated_at": now,
+        "linked_at": now if record.linked else None,
     }
 
 

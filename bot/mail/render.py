@@ -20,7 +20,7 @@ import css_inline
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter, shown_filter
-from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest
+from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest, Update
 from bot.links import primary_url, side_links
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
 from bot.plan.cadence import is_weekly
@@ -180,6 +180,10 @@ def preheader(items: list[dict[str, object]]) -> str:
     return line if len(line) <= 150 else line[:149].rsplit(" ", 1)[0] + " …"
 
 
+def _update(update: Update) -> dict[str, str]:
+    return {"title": title_text(update.title), "note": update.note, "url": update.url}
+
+
 @dataclass(frozen=True, slots=True)
 class Links:
     unsubscribe_url: str
@@ -283,7 +287,8 @@ class Renderer:
             "subscriber_filter": shown_filter(content.subscriber.filter),
             "items": items,
             **leading(items, top_picks(content, self.top_picks)),
-            "updates": [{"title": title_text(u.title), "note": u.note, "url": u.url} for u in content.updates],
+            "updates": [_update(u) for u in content.updates if not u.library],
+            "library_news": [_update(u) for u in content.updates if u.library],
             "pending": content.pending,
             "resend_of": content.resend_of,
             "links": [(item["ref"], item["url"]) for item in items],

@@ -31,8 +31,8 @@ from bot.links import primary_url
 from bot.plan.cadence import mails, sends_on
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
 from bot.plan.message_ids import message_id_for
+from bot.plan.news import attach_news
 from bot.plan.retention import kept_since
-from bot.plan.revisions import attach_revisions
 from bot.plan.windows import claimed_in_windows, watermark, window_starts
 from bot.store.engine import transaction
 from bot.store.entry_reads import latest_entry_at
@@ -424,7 +424,7 @@ def _write_digests(
     claims = [(digest_id, c.subscriber_id, [p.entry_id for p in c.entries]) for digest_id, c in written]
     refuse_double_claims(session, claims, ids[0] if ids else None)
     mailed = [(digest_id, c.subscriber_id) for digest_id, c in written if c.entries and c.state is DigestState.QUEUED]
-    attach_revisions(session, mailed, now)  # a feed-only digest (sent once planned) lists no revisions
+    attach_news(session, mailed, now)  # a feed-only digest (sent once planned) lists no revisions
     return written
 
 

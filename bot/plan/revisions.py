@@ -1,18 +1,19 @@
 """Plan stage: which revised entries (arXiv ``replace``) a digest being planned tells its
 subscriber about: those a sent digest of theirs carried and that changed since (or since
 they were last told), recent ones only, a few per digest.  ``to_tell`` is the rule, pure;
-``attach_revisions`` asks the store (``bot.store.revisions``) and records the answer.
-Never renders or sends.
+``revision_updates`` asks the store (``bot.store.revisions``) for what to tell, and
+``bot.plan.news`` writes it with the library's news.  Never renders or sends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy.orm import Session
 
-from bot.store.revisions import revised_since, sent_copies, shown_urls, write_told
+from bot.store.revisions import revised_since, sent_copies, shown_urls
 
 # Revisions older than this are not told any more (a subscriber away a month).
 HORIZON = timedelta(days=30)
@@ -35,19 +36,20 @@ def to_tell(
     return {sid: sorted(items)[:PER_DIGEST] for sid, items in found.items()}
 
 
-def attach_revisions(session: Session, digests: Sequence[tuple[int, int]], now: datetime) -> None:
-    """For each (digest id, subscriber id) of digests just planned: the entries that
-    subscriber was sent earlier and that were revised since (and not yet told them),
-    written into the digest and noted as told."""
-    digest_of = {subscriber_id: digest_id for digest_id, subscriber_id in digests}
+def revision_updates(
+    session: Session, digest_of: Mapping[int, int], now: datetime
+) -> tuple[dict[int, list[dict[str, Any]]], list[tuple[int, int]]]:
+    """For the digests just planned (*digest_of*: subscriber id -> digest id): the
+    entries each subscriber was sent earlier and that were revised since (and not yet
+    told them), per digest; and the (subscriber, entry) pairs that tells."""
     if not digest_of:
-        return
+        return {}, []
     revised = revised_since(session, now - HORIZON)
     if not revised:
-        return  # the common case: one indexed look-up, whatever the history
+        return {}, []  # the common case: one indexed look-up, whatever the history
     told = to_tell(sent_copies(session, list(revised), list(digest_of)), {e: r[0] for e, r in revised.items()})
     if not told:
-        return
+        return {}, []
     urls = shown_urls(session, (digest_id for items in told.values() for _, _, digest_id in items))
     updates = {
         digest_of[sid]: [
@@ -60,4 +62,4 @@ def attach_revisions(session: Session, digests: Sequence[tuple[int, int]], now: 
         ]
         for sid, items in told.items()
     }
-    write_told(session, updates, ((sid, entry_id) for sid, items in told.items() for _, entry_id, _ in items), now)
+    return updates, [(sid, entry_id) for sid, items in told.items() for _, entry_id, _ in items]

@@ -151,11 +151,11 @@ def _as_planned(subscriber: Subscriber, head: Any) -> Subscriber:
 
 
 def _updates(pinned: Any) -> tuple[Update, ...]:
-    """The revised entries a digest tells of, as the planner pinned them."""
+    """The revised entries and library news a digest tells of, as the planner pinned them."""
     if not isinstance(pinned, list):
         return ()
     return tuple(
-        Update(str(u.get("title", "")), str(u.get("note", "")), str(u.get("url", "")))
+        Update(str(u.get("title", "")), str(u.get("note", "")), str(u.get("url", "")), u.get("library") is True)
         for u in pinned
         if isinstance(u, dict)
     )

@@ -90,6 +90,17 @@ def mark_revised(session: Session, revised: list[tuple[int, str]], now: datetime
     )
 
 
+def mark_linked(session: Session, entry_ids: list[int], now: datetime) -> None:
+    """Papers a source gave a code or model link they had not had (``resolve.gained_code``)."""
+    if not entry_ids:
+        return
+    table = Entry.__table__
+    session.connection().execute(
+        update(table).where(table.c.id == bindparam("eid")).values(linked_at=now),
+        [{"eid": entry_id} for entry_id in entry_ids],
+    )
+
+
 def insert_appearances(session: Session, rows: list[dict[str, Any]]) -> None:
     insert_ignoring_conflicts(session, Appearance.__table__, rows)
 

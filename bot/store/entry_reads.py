@@ -10,7 +10,7 @@ from datetime import date, datetime
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from bot.domain import EntryKind, EntryView, match_text
+from bot.domain import EntryKind, EntryNews, EntryView, match_text
 from bot.store.bulk import chunks
 from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
 
@@ -190,3 +190,16 @@ def entry_texts(session: Session, *, after_id: int = 0, limit: int = 5000) -> li
 def latest_entry_at(session: Session) -> datetime | None:
     """When the newest entry was first seen (None: the store has none)."""
     return session.scalar(select(func.max(Entry.first_seen_at)))
+
+
+def entries_with_news(session: Session, since: datetime) -> dict[int, EntryNews]:
+    """The papers revised (arXiv ``replace``) or given a code or model link after
+    *since*: each through its own partial index, never a scan of the entries."""
+    columns = (Entry.id, Entry.title, Entry.arxiv_id, Entry.revised_at, Entry.revision_note, Entry.linked_at)
+    found: dict[int, EntryNews] = {}
+    for moment in (Entry.revised_at, Entry.linked_at):
+        for entry_id, title, arxiv_id, revised_at, note, linked_at, links in session.execute(
+            select(*columns, Entry.links).where(moment > since)
+        ):
+            found[entry_id] = EntryNews(entry_id, title, arxiv_id, revised_at, note, linked_at, tuple(links or ()))
+    return found

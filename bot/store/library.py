@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import LibraryPaper
@@ -73,11 +73,111 @@ def add_papers(
                 "abstract": p.abstract,
                 "source": p.source,
                 "added_at": now,
+                "title_key": _title_key_of(p.title),
             }
             for p in added
         ],
     )
     return added, over
+
+
+def _title_key_of(title: str) -> str | None:
+    norm = normalize_title(title)
+    return title_key(norm) if norm else None
+
+
+Arrival = tuple[int, str, str | None, str | None, str]  # entry id, key, arXiv id, DOI, normalized title
+
+
+def match_arrivals(session: Session, arrivals: Sequence[Arrival]) -> int:
+    """Library papers still waiting for their entry that one of these papers is (by key,
+    arXiv id or DOI, else by title when no id says otherwise), matched to it; how many."""
+    waiting = select(LibraryPaperRow.id).where(LibraryPaperRow.entry_id.is_(None)).limit(1)
+    if not arrivals or session.scalar(waiting) is None:
+        return 0  # the common case: one look-up in an index of the papers waiting
+    by_key, by_title = _arrivals_by(arrivals)
+    found: dict[int, int] = {}
+    row = LibraryPaperRow
+    for part in chunks(sorted(by_title)):
+        query = select(row.id, row.key, row.title_key).where(row.entry_id.is_(None), row.title_key.in_(part))
+        for row_id, key, hashed in session.execute(query):
+            arrival = by_title[hashed or ""]
+            if not _ids_differ(key, arrival):
+                found[row_id] = arrival[0]
+    for part in chunks(sorted(by_key)):  # an id match wins over a title match
+        query_keys = select(row.id, row.key).where(row.entry_id.is_(None), row.key.in_(part))
+        found.update((row_id, by_key[key][0]) for row_id, key in session.execute(query_keys))
+    table = LibraryPaperRow.__table__
+    if found:
+        session.connection().execute(
+            update(table).where(table.c.id == bindparam("row")).values(entry_id=bindparam("eid")),
+            [{"row": row_id, "eid": entry_id} for row_id, entry_id in sorted(found.items())],
+        )
+    return len(found)
+
+
+def _arrivals_by(arrivals: Sequence[Arrival]) -> tuple[dict[str, Arrival], dict[str, Arrival]]:
+    """Each arrival by the library keys it answers to (its key, ``arxiv:``, ``doi:``, its
+    title's key), and by its title's key alone."""
+    by_key: dict[str, Arrival] = {}
+    by_title: dict[str, Arrival] = {}
+    for arrival in arrivals:
+        _, key, arxiv_id, doi, norm = arrival
+        named = norm and title_key(norm)
+        for value in (key, arxiv_id and f"arxiv:{arxiv_id}", doi and f"doi:{doi}", named):
+            if value:
+                by_key.setdefault(value, arrival)
+        if named:
+            by_title.setdefault(named, arrival)
+    return by_key, by_title
+
+
+def _ids_differ(key: str, arrival: Arrival) -> bool:
+    """A paper the export named by one arXiv id or DOI is not an entry with another."""
+    _, _, arxiv_id, doi, _ = arrival
+    if key.startswith("arxiv:") and arxiv_id:
+        return key != f"arxiv:{arxiv_id}"
+    if key.startswith("doi:") and doi:
+        return key != f"doi:{doi}"
+    return False
+
+
+def keepers_of(
+    session: Session, entry_ids: Sequence[int], subscriber_ids: Sequence[int]
+) -> list[tuple[int, int, datetime, datetime | None]]:
+    """(subscriber, entry, added at, last told at) of the library papers that are these
+    entries, kept by these subscribers: the few entries with news first, by index."""
+    if not entry_ids or not subscriber_ids:
+        return []
+    people = set(subscriber_ids)
+    low, high = min(people), max(people)
+    table = LibraryPaperRow.__table__
+    found = []
+    for part in chunks(sorted(set(entry_ids))):
+        query = select(table.c.subscriber_id, table.c.entry_id, table.c.added_at, table.c.told_at).where(
+            table.c.entry_id.in_(part), table.c.subscriber_id.between(low, high)
+        )
+        found += [(sid, eid, added, told) for sid, eid, added, told in session.execute(query) if sid in people]
+    return found
+
+
+def any_matched(session: Session) -> bool:
+    """Whether any reader keeps a paper the store holds (else there is no library news)."""
+    query = select(LibraryPaperRow.id).where(LibraryPaperRow.entry_id.is_not(None)).limit(1)
+    return session.scalar(query) is not None
+
+
+def note_told(session: Session, told: Sequence[tuple[int, int]], now: datetime) -> None:
+    """Each (subscriber, entry) of *told*: that reader was told the news of that library paper now."""
+    if not told:
+        return
+    table = LibraryPaperRow.__table__
+    session.connection().execute(
+        update(table)
+        .where(table.c.subscriber_id == bindparam("sid"), table.c.entry_id == bindparam("eid"))
+        .values(told_at=now),
+        [{"sid": sid, "eid": eid} for sid, eid in sorted(set(told))],
+    )
 
 
 def library_of(session: Session, subscriber_id: int) -> list[LibraryPaper]:

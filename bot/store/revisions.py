@@ -42,7 +42,7 @@ def sent_copies(
     """(subscriber, entry, digest, told at, planned at) of the digests that carried these
     entries to those of these subscribers who want revised entries listed; planned at
     is None unless the digest was sent."""
-    rows = _received(session, sorted(entry_ids), _wanting_updates(session, sorted(subscriber_ids)))
+    rows = _received(session, sorted(entry_ids), wanting_updates(session, sorted(subscriber_ids)))
     sent = _sent_digests(session, sorted({digest_id for _, _, digest_id, _ in rows}))
     return [(sid, eid, did, told, sent.get(did)) for sid, eid, did, told in rows]
 
@@ -81,7 +81,7 @@ def write_told(
         )
 
 
-def _wanting_updates(session: Session, subscriber_ids: list[int]) -> list[int]:
+def wanting_updates(session: Session, subscriber_ids: list[int]) -> list[int]:
     """Those of the subscribers who want revised entries listed (by primary key)."""
     found: list[int] = []
     for part in chunks(subscriber_ids):

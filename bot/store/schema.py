@@ -106,6 +106,9 @@ class Entry(Base):
     # (migration 0012): digests tell those who had it before.
     revised_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     revision_note: Mapped[str | None] = mapped_column(Text)
+    # When a paper was first given a code or model link, or a new one (migration 0022):
+    # readers who keep it in their library are told (``bot.plan.news``).
+    linked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
         # Partial: most entries have neither id, and NULLs need no index entry.
@@ -127,6 +130,12 @@ class Entry(Base):
             "revised_at",
             sqlite_where=text("revised_at IS NOT NULL"),
             postgresql_where=text("revised_at IS NOT NULL"),
+        ),
+        Index(
+            "ix_entries_linked_at",
+            "linked_at",
+            sqlite_where=text("linked_at IS NOT NULL"),
+            postgresql_where=text("linked_at IS NOT NULL"),
         ),
         Index(
             "uq_entries_doi",

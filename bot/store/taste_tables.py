@@ -10,6 +10,7 @@ from sqlalchemy import (
     JSON,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     PrimaryKeyConstraint,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from bot.store.base import Base, UTCDateTime
@@ -24,10 +26,33 @@ from bot.store.base import Base, UTCDateTime
 
 class LibraryPaperRow(Base):
     """A paper a subscriber vouches for (``bot.taste.library``), keyed as entries are,
-    and the stored entry it is, when there is one."""
+    and the stored entry it is, when there is one: matched when it is added, or when
+    an entry with its key, arXiv id, DOI or title arrives (``match_arrivals``)."""
 
     __tablename__ = "library_papers"
-    __table_args__ = (UniqueConstraint("subscriber_id", "key"),)
+    __table_args__ = (
+        UniqueConstraint("subscriber_id", "key"),
+        # Planning looks up who keeps the few entries with news; ingest, the papers still
+        # waiting for their entry: each index holds only the rows it is for.
+        Index(
+            "ix_library_papers_entry_id",
+            "entry_id",
+            sqlite_where=sql_text("entry_id IS NOT NULL"),
+            postgresql_where=sql_text("entry_id IS NOT NULL"),
+        ),
+        Index(
+            "ix_library_papers_unmatched_key",
+            "key",
+            sqlite_where=sql_text("entry_id IS NULL"),
+            postgresql_where=sql_text("entry_id IS NULL"),
+        ),
+        Index(
+            "ix_library_papers_unmatched_title_key",
+            "title_key",
+            sqlite_where=sql_text("entry_id IS NULL AND title_key IS NOT NULL"),
+            postgresql_where=sql_text("entry_id IS NULL AND title_key IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"))
@@ -37,6 +62,11 @@ class LibraryPaperRow(Base):
     abstract: Mapped[str] = mapped_column(Text, server_default="")
     source: Mapped[str] = mapped_column(String(16))
     added_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The key its title alone would give (``identity.title_key``), for a paper the
+    # export named by an identifier: an entry listed by title only is matched by it.
+    title_key: Mapped[str | None] = mapped_column(String(40))
+    # When its reader was last told news of it (``bot.plan.news``).
+    told_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class TasteVocabulary(Base):

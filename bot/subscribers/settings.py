@@ -30,12 +30,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         name="send_updates",
         flag="updates",
-        help="List entries revised since they were sent ('Updated since we sent it'; default on).",
+        help=(
+            "List entries revised since they were sent, and news of the papers in the library "
+            "('Updated since we sent it', 'Your library'; default on)."
+        ),
         default=True,
-        turn_on="List revised entries again",
-        turned_on="Revised entries you were sent will be listed in your digests.",
-        turn_off="Stop listing revised entries",
-        turned_off="Revised entries will no longer be listed in your digests.",
+        turn_on="List revised entries and library news again",
+        turned_on="Revised entries you were sent, and news of your library, will be listed in your digests.",
+        turn_off="Stop listing revised entries and library news",
+        turned_off="Revised entries and news of your library will no longer be listed in your digests.",
     ),
 )
 if tuple(s.name for s in SETTINGS) != SUBSCRIBER_SETTINGS:  # a setting added in one place only

@@ -13,15 +13,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.filters import (
     Author,
-    Doc,
     FilterError,
-    explain,
     make_author,
-    matches,
     normalize_filter,
     parse_filter,
     to_text,
 )
+from bot.choose.matching import Doc, explain, matches
 from bot.choose.names import fold_name, same_person
 from bot.choose.select import select_for
 from bot.choose.tagging import load_rules

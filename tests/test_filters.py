@@ -8,20 +8,18 @@ from hypothesis import strategies as st
 
 from bot.choose.filters import (
     And,
-    Doc,
     Everything,
     FilterError,
     Not,
     Or,
     Phrase,
     Tag,
-    explain,
     make_and,
     make_or,
-    matches,
     parse_filter,
     to_text,
 )
+from bot.choose.matching import Doc, explain, matches
 
 
 def doc(tags: dict[str, set[str]] | None = None, title: str = "", summary: str = "") -> Doc:

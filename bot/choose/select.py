@@ -5,7 +5,7 @@
                - entries already sent to them (the diff)
                ∩ entries their filter matches (the filter)
 
-ordered by relevance (``filters.explain``): higher score first, then more
+ordered by relevance (``matching.explain``): higher score first, then more
 matched atoms, then newer (published date, then first seen).  Reads the store,
 never writes it, never renders or sends.
 """
@@ -22,19 +22,8 @@ from functools import cached_property
 
 from sqlalchemy.orm import Session
 
-from bot.choose.filters import (
-    Atom,
-    Doc,
-    Explanation,
-    Expr,
-    Liked,
-    atoms,
-    explain,
-    matches,
-    parse_filter,
-    to_text,
-    uses_liked,
-)
+from bot.choose.filters import Atom, Expr, Liked, atoms, parse_filter, to_text, uses_liked
+from bot.choose.matching import Doc, Explanation, explain, matches
 from bot.choose.tagging import TagRules, nfkc
 from bot.domain import EntryKind, EntryView, Subscriber, match_text
 from bot.domain.identity import is_repo_name
@@ -89,7 +78,7 @@ def authors_of(entry: EntryView) -> tuple[str, ...]:
 
 
 def explain_entry(expr: Expr, entry: EntryView, rules: TagRules, liked: bool = False) -> Explanation:
-    """``filters.explain`` with the fields where each rule tag's rule matched (*liked*:
+    """``matching.explain`` with the fields where each rule tag's rule matched (*liked*:
     what ``liked`` atoms see)."""
     doc = replace(doc_of(entry), liked=liked)
     return explain(expr, doc, rules.match(doc.title, doc.summary) if len(rules) else {})

@@ -18,7 +18,7 @@ import nh3
 from markupsafe import Markup, escape
 from pylatexenc.latex2text import LatexNodes2Text
 
-from bot.choose.filters import phrase_pattern
+from bot.choose.matching import phrase_pattern
 from bot.domain import DigestItem
 from bot.text import PROSE_URL
 

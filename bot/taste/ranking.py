@@ -5,7 +5,7 @@ are ordered by the blend
 
     relevance score + BLEND × taste score
 
-(``filters.explain``'s score: 3 for a title hit, 1 for a summary hit; the taste score
+(``matching.explain``'s score: 3 for a title hit, 1 for a summary hit; the taste score
 is the linear model's margin scaled so that 0 is a typical entry of the store and 1 a
 typical paper of the reader's, ``bot.taste.model.score``),
 ties keeping the filter's order; and each chosen entry close enough to a library

@@ -4,6 +4,10 @@ evaluates and explains).
     gpu and (llm or moe) and not snn
     "sparse attention" or serving
     *
+    Spiking hardware: snn or neuromorphic; Serving: llm and serving
+
+The last names several interests (``sections_of``): it matches what any of them
+matches, and a digest shows each entry under one of them (``bot.plan.sections``).
 
 Atoms are tags (case-insensitive, any origin), quoted phrases (matched in the
 title or summary, case-insensitively and on word boundaries), authors
@@ -202,7 +206,77 @@ def _describe(exc: UnexpectedInput) -> str:
 
 @lru_cache(maxsize=4096)
 def parse_filter(text: str) -> Expr:
-    """Parse a filter; raise ``FilterError`` with the 1-based position of the problem."""
+    """Parse a filter; raise ``FilterError`` with the 1-based position of the problem.
+    A filter of several interests (``sections_of``) matches what any of them matches."""
+    found = sections_of(text)
+    return make_or(*(s.expr for s in found)) if found else _parse_one(text)
+
+
+# --- several interests -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One named interest of a filter: "Serving: llm and serving"."""
+
+    name: str
+    expr: Expr
+
+    @property
+    def text(self) -> str:
+        return to_text(self.expr)
+
+
+MAX_SECTIONS = 8
+MAX_SECTION_NAME = 60
+# A name (no quotes, parentheses, stars, colons or semicolons), a colon, then a space.
+# No filter of one interest starts so: "author:" takes a quote, and two operands with
+# no operator between them do not parse.
+_SECTION_HEAD = re.compile(r'[ \t]*([^\s:;"()*][^:;"()*]{0,200}?)[ \t]*:[ \t]')
+_SEGMENTS = re.compile(r'"(?:[^"\\]|\\.)*"?|;|[^";]+')  # a phrase (its ";" stays), ";", the rest
+
+
+@lru_cache(maxsize=4096)
+def sections_of(text: str) -> tuple[Section, ...]:
+    """The named interests of a filter written "Name: filter; Name: filter", in order;
+    none for a filter of one interest.  ``FilterError`` names the first problem."""
+    if len(text) > MAX_FILTER_LENGTH or not _SECTION_HEAD.match(text):
+        return ()  # too long: refused as any filter is
+    _check_before_parsing(text)
+    found: list[Section] = []
+    for start, segment in _segments(text):
+        at = start + len(segment) - len(segment.lstrip()) + 1  # where its name begins
+        head = _SECTION_HEAD.match(segment)
+        if head is None:
+            raise FilterError(text, at, 'each interest starts with its name and a colon ("Serving: llm")')
+        name = " ".join(head.group(1).split())
+        if len(name) > MAX_SECTION_NAME:
+            raise FilterError(text, at, f"an interest's name is longer than {MAX_SECTION_NAME} characters")
+        if len(found) == MAX_SECTIONS:
+            raise FilterError(text, at, f"more than {MAX_SECTIONS} interests")
+        if any(s.name.casefold() == name.casefold() for s in found):
+            raise FilterError(text, at, f"two interests are named {name!r}")
+        try:
+            found.append(Section(name, _parse_one(segment[head.end() :])))
+        except FilterError as exc:
+            raise FilterError(text, start + head.end() + exc.position, exc.message) from None
+    return tuple(found)
+
+
+def _segments(text: str) -> list[tuple[int, str]]:
+    """The parts of *text* between semicolons outside phrases, with where each starts;
+    a blank last part (a trailing ";") is none."""
+    parts: list[tuple[int, str]] = [(0, "")]
+    for token in _SEGMENTS.finditer(text):
+        if token.group() == ";":
+            parts.append((token.end(), ""))
+        else:
+            start, segment = parts[-1]
+            parts[-1] = (start, segment + token.group())
+    return parts[:-1] if len(parts) > 1 and not parts[-1][1].strip() else parts
+
+
+def _parse_one(text: str) -> Expr:
     _check_before_parsing(text)
     try:
         tree = _PARSER.parse(text)
@@ -285,7 +359,10 @@ def _quoted(text: str) -> str:
 
 
 def normalize_filter(text: str) -> str:
-    """Validate and canonicalize a filter as typed by a person."""
+    """Validate and canonicalize a filter as typed by a person (its interests named)."""
+    found = sections_of(text)
+    if found:
+        return "; ".join(f"{s.name}: {s.text}" for s in found)
     return to_text(parse_filter(text))
 
 

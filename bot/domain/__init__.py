@@ -292,6 +292,7 @@ class DigestItem:
     extra: tuple[tuple[str, str], ...] = ()
     url: str = ""  # where the title links; empty: work it out from the fields above
     taste: float | None = None  # the reader's taste score when planned (bot.taste.model); None: no model
+    section: str = ""  # the reader's interest it is shown under; "" for a filter of one interest
 
 
 @dataclass(frozen=True, slots=True)

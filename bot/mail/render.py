@@ -138,10 +138,16 @@ _FIRST_ATOM = re.compile(r'\A("(?:[^"\\]|\\.)*"|[^:;"]+):')
 
 
 def contents_groups(items: list[dict[str, object]]) -> list[tuple[str, list[dict[str, object]]]]:
-    """The entries grouped by the filter atom that brought each (the first of its "why"),
-    groups in the order of their best entry; one unnamed group when all share one.  A
-    model's "close to" note is not a filter atom: it names no group."""
+    """The entries grouped by the reader's interest each is shown under, when their
+    filter names several (``bot.plan.sections``), else by the filter atom that brought
+    each (the first of its "why"), groups in the order of their best entry; one unnamed
+    group when all share one.  A model's "close to" note is not a filter atom: it names
+    no group."""
     groups: dict[str, list[dict[str, object]]] = {}
+    if any(item["section"] for item in items):
+        for item in items:
+            groups.setdefault(str(item["section"]), []).append(item)
+        return list(groups.items())
     for item in items:
         match = _FIRST_ATOM.match(str(item["why"]))
         atom = match.group(1).strip() if match else ""
@@ -168,7 +174,7 @@ def leading(items: list[dict[str, object]], picks: list[int]) -> dict[str, objec
     """The contents, and the top picks above them.  When the picks are the digest's
     first entries anyway (a reader whose model alone orders it), the contents say so
     in two groups instead of listing them twice."""
-    contents = contents_groups(items) if len(items) >= CONTENTS_FROM else []
+    contents = contents_groups(items) if len(items) >= CONTENTS_FROM or any(i["section"] for i in items) else []
     if picks and picks == list(range(1, len(picks) + 1)) and len(contents) == 1:
         return {"contents": [(PICKS, items[: len(picks)]), (THE_REST, items[len(picks) :])], "picks": []}
     return {"contents": contents, "picks": [items[ref - 1] for ref in picks]}
@@ -324,6 +330,7 @@ class Renderer:
             "cut": summary.cut,
             "tags": list(item.tags),
             "why": item.why,
+            "section": item.section,
             "compact": False,
         }
 

@@ -1,11 +1,11 @@
 """Plan stage: who is due and what each gets.
 
-Planning decides from the database alone: a subscriber is due once their
-local send time has passed today and they have no scheduled digest for that
-local day (a partial unique index makes a second one impossible), or their
-day was found empty and is still open (``bot.plan.days``): then the digest
-planned fills that empty day's row.  A digest claims its entries by its body
-when planned (``bot.store.ledger``).  Never renders, never sends.
+Planning decides from the database alone: a subscriber is due once their local send
+time has passed today and they have no scheduled digest for that local day (a partial
+unique index makes a second one impossible), or their day was found empty and is still
+open (``bot.plan.days``): then the digest planned fills that empty day's row.  A digest
+claims its entries by its body when planned (``bot.store.ledger``), in sections for a
+filter of several interests (``bot.plan.sections``).  Never renders, never sends.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_d
 from bot.plan.message_ids import message_id_for
 from bot.plan.news import attach_news
 from bot.plan.retention import kept_since
+from bot.plan.sections import cache_verdict, in_sections
 from bot.plan.windows import claimed_in_windows, watermark, window_starts
 from bot.store.engine import transaction
 from bot.store.entry_reads import latest_entry_at
@@ -134,17 +135,17 @@ def plan(
     kind: DigestKind = DigestKind.SCHEDULED,
     cache: SelectionCache | None = None,
 ) -> PlanReport:
-    """Queue a digest for every active subscriber whose cadence sends today and whose
-    send time has passed (or every one, with *all_due*) and who has none for today, or whose day was
-    empty and is still open (``bot.plan.days``) and new entries have arrived.
+    """Queue a digest for every active subscriber whose cadence sends today and whose send
+    time has passed (or every one, with *all_due*) and who has none for today, or whose
+    day was empty and is still open (``bot.plan.days``) and new entries have arrived.
 
-    Set-based: subscribers are read in batches of ``PLAN_BATCH`` by id; each
-    (filter, window) is ranked once per pass (``SelectionCache``); a batch's
-    digests and their bodies are written in one transaction.  A subscriber's
-    window starts at their watermark (less a margin) when they have a valid one,
-    so planning reads about a day of entries and what was sent of them per subscriber
-    however long the history; the result is what the whole window would give,
-    because every entry behind the watermark was claimed or did not match."""
+    Set-based: subscribers are read in batches of ``PLAN_BATCH`` by id; each (filter,
+    window) is ranked once per pass (``SelectionCache``); a batch's digests and their
+    bodies are written in one transaction.  A subscriber's window starts at their
+    watermark (less a margin) when they have a valid one, so planning reads about a day
+    of entries and what was sent of them per subscriber however long the history; the
+    result is what the whole window would give, because every entry behind the watermark
+    was claimed or did not match."""
     refresh_models(factory, now)  # a reader's model learns their new papers before their digest
     journal = journal_of(factory)
     journal.try_apply_pending(factory)
@@ -174,9 +175,8 @@ def plan_without_journal(
     leaving: set[int] | frozenset[int],
     cache: SelectionCache | None = None,
 ) -> PlanReport:
-    """``plan`` with the unsubscribe journal already read: *leaving* are the subscribers
-    who asked to leave.  Writes only through *factory* (a preview rolls it back).
-    *cache*: verdicts kept from earlier passes (the daemon keeps one; ``SelectionCache``)."""
+    """``plan`` with the unsubscribe journal read (*leaving*: who asked to leave); writes
+    only through *factory* (a preview rolls it back); *cache*: earlier passes' verdicts."""
     with factory() as session:
         latest_entry, latest_dump = latest_entry_at(session), latest_dump_at(session)
     run = _Pass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump, _cache_or_new(cache))
@@ -261,9 +261,8 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             taste = _reader_taste(session, run, subscriber, starts[subscriber.id], models.get(subscriber.id))
             exclude: set[int] | frozenset[int] = claimed.get(subscriber.id, frozenset())
             window_start = effective_start(subscriber, starts[subscriber.id])
-            ranked = run.cache.ranked(
-                session, subscriber.filter, window_start, now, run.rules, _liked(subscriber, taste)
-            )
+            liked = _liked(subscriber, taste)
+            ranked = run.cache.ranked(session, subscriber.filter, window_start, now, run.rules, liked)
             if taste is not None:
                 ranked = taste.rerank([c for c in ranked if c.entry.id not in exclude])
             picked = pick(ranked, exclude, settings.digest.max_entries)
@@ -281,6 +280,7 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             entries = [_planned_entry(c, settings, run.memo) for c in chosen]
             if taste is not None:
                 entries = taste.planned(chosen, entries)
+            entries = in_sections(subscriber.filter, chosen, entries, cache_verdict(run.cache, run.rules, liked))
             choices.append(
                 NewDigest(subscriber.id, day, run.kind, state, entries, picked.left, fill, subscriber.filter)
             )

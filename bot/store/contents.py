@@ -87,7 +87,7 @@ class ContentCache:
                     self.pinned[(entry_id, source_id)] = summary
 
     def item(self, row: ItemRow) -> DigestItem:
-        entry_id, source_id, why, tags, url, taste = row
+        entry_id, source_id, why, tags, url, taste, section = row
         updated_at, entry = self.entries[entry_id]
         key = (row, updated_at)
         found = self.items.get(key)
@@ -106,6 +106,7 @@ class ContentCache:
                 url=url,
                 why=why,
                 taste=taste,
+                section=section or "",
                 arxiv_id=entry.arxiv_id,
                 doi=entry.doi,
                 links=tuple(entry.links),
@@ -202,14 +203,15 @@ def _rows_by_digest(session: Session, heads: list[Any], cache: ContentCache) -> 
                 type_coerce(BodyItem.tags, Text),
                 BodyItem.url,
                 BodyItem.taste,
+                BodyItem.section,
             )
             .where(BodyItem.body_key.in_(part))
             .order_by(BodyItem.body_key, BodyItem.position)
         )
         for key in part:
             cache.bodies[key] = []
-        for key, entry_id, source_id, why, tags, url, taste in found:
-            cache.bodies[key].append((entry_id, source_id, why, _tags(tags), url, taste))
+        for key, entry_id, source_id, why, tags, url, taste, section in found:
+            cache.bodies[key].append((entry_id, source_id, why, _tags(tags), url, taste, section))
     return {digest_id: cache.bodies[key] for digest_id, key in keys.items() if key is not None}
 
 

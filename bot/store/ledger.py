@@ -25,8 +25,9 @@ from bot.store.retention import drop_unshown_bodies
 from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
 
-# entry, pinned source, why, tags, url, taste (the reader's taste score, None without a model)
-ItemRow = tuple[int, int | None, str, tuple[str, ...], str, float | None]
+# entry, pinned source, why, tags, url, taste (the reader's taste score, None without a
+# model), section (the reader's interest it is shown under; None for one interest)
+ItemRow = tuple[int, int | None, str, tuple[str, ...], str, float | None, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,7 @@ class Planned:
     tags: tuple[str, ...]
     url: str
     taste: float | None = None
+    section: str | None = None  # the reader's interest it is shown under (``filters.sections_of``)
 
 
 def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
@@ -173,9 +175,15 @@ class NewDigest:
     filter: str | None = None  # the subscriber's filter it was chosen with
 
 
-def body_key(rows: Iterable[ItemRow]) -> str:
+def body_key(rows: Iterable[tuple[object, ...]]) -> str:
     """What identifies a digest's items: their content, in order (``BodyItem``)."""
     return hashlib.blake2b(repr(tuple(rows)).encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _identity(p: Planned) -> tuple[object, ...]:
+    """What makes two items the same (a body of one interest is keyed as it always was)."""
+    same = (p.entry_id, p.summary_source_id, p.why, p.tags, p.url, p.taste)
+    return same if p.section is None else (*same, p.section)
 
 
 class _BodyKeys:
@@ -192,7 +200,7 @@ class _BodyKeys:
         same = tuple(map(id, entries))
         if same not in self.known:  # the entries are kept in the value, so their ids stay theirs
             self.known[same] = (
-                body_key((p.entry_id, p.summary_source_id, p.why, p.tags, p.url, p.taste) for p in entries),
+                body_key(_identity(p) for p in entries),
                 entries,
             )
         return self.known[same][0]
@@ -258,6 +266,7 @@ def _insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> No
             "tags": p.tags,
             "url": p.url,
             "taste": p.taste,
+            "section": p.section,
         }
         for key, entries in bodies.items()
         if key not in stored

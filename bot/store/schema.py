@@ -320,6 +320,9 @@ class BodyItem(Base):
     url: Mapped[str] = mapped_column(Text)  # where the title links
     # The subscriber's taste score for the entry when it was planned; NULL without a model (0017).
     taste: Mapped[float | None] = mapped_column(Float)
+    # The reader's interest the item is shown under (``filters.sections_of``); NULL for a
+    # filter of one interest (migration 0023).
+    section: Mapped[str | None] = mapped_column(String(60))
 
 
 class UnsubscribeRequest(Base):

@@ -13,7 +13,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from bot.choose.filters import Everything, FilterError, Or, Tag, make_or, make_tag, parse_filter, to_text
+from bot.choose.filters import (
+    Everything,
+    FilterError,
+    Or,
+    Tag,
+    make_or,
+    make_tag,
+    parse_filter,
+    sections_of,
+    to_text,
+)
 from bot.domain import SubscriberFields
 from bot.plan.cadence import CHOICES, describe
 from bot.subscribers.subscriptions import (
@@ -59,9 +69,12 @@ def menu(tags: Iterable[tuple[str, int]], ticked: Iterable[str] = ()) -> list[Me
 
 def ticked_tags(filter_text: str) -> list[str] | None:
     """The tags of a filter that is only "tag or tag or ..." (what ticking boxes makes);
-    None for any other filter (it belongs in the advanced box)."""
+    None for any other filter, and for one of named interests even of tags alone (it
+    belongs in the advanced box, where the names stay)."""
     try:
         expr = parse_filter(filter_text)
+        if sections_of(filter_text):
+            return None
     except FilterError:
         return None
     if isinstance(expr, Everything):

@@ -1,0 +1,64 @@
+"""Plan stage: a digest of a filter of several named interests ("Spiking hardware: snn;
+Serving: llm and serving", ``bot.choose.filters.sections_of``) shows its entries in
+sections.  The entries are chosen as for any filter (the interests' union, one
+ranking, the same cache and watermark); ``in_sections`` then puts each in its best
+section (the interest it matches best, the first of those on a tie), names every
+interest it matches in its why line, and orders the digest section by section.  Pure:
+the caller says how an interest judges an entry.  Never reads the store or renders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from bot.choose.filters import Section, sections_of
+from bot.choose.matching import Explanation
+from bot.choose.select import Candidate, SelectionCache
+from bot.choose.tagging import TagRules
+from bot.store.ledger import Planned
+
+# How one interest (its filter's text) judges an entry: why it matches, or None.
+Verdict = Callable[[str, Candidate], Explanation | None]
+
+
+def cache_verdict(cache: SelectionCache, rules: TagRules, liked: frozenset[int] | None) -> Verdict:
+    """An interest's verdict as the planning pass's cache keeps it (shared by every
+    reader of that interest); *liked*: the entries the reader's model likes."""
+
+    def verdict(text: str, candidate: Candidate) -> Explanation | None:
+        entry = candidate.entry
+        return cache.verdict(text, entry, rules, liked is not None and entry.id in liked)
+
+    return verdict
+
+
+def in_sections(
+    filter_text: str, chosen: Sequence[Candidate], entries: Sequence[Planned], verdict: Verdict
+) -> list[Planned]:
+    """The planned *entries* of the *chosen* candidates (in step), section by section in
+    the reader's order, each once, in their order within a section; as they are for a
+    filter of one interest."""
+    sections = sections_of(filter_text)
+    if not sections:
+        return list(entries)
+    placed: list[tuple[int, int, Planned]] = []
+    for position, (candidate, planned) in enumerate(zip(chosen, entries, strict=True)):
+        index, line = best_section(sections, [verdict(s.text, candidate) for s in sections], planned.why)
+        placed.append((index, position, replace(planned, why=line, section=sections[index].name)))
+    placed.sort(key=lambda item: (item[0], item[1]))
+    return [p for _, _, p in placed]
+
+
+def best_section(sections: Sequence[Section], verdicts: Sequence[Explanation | None], why: str) -> tuple[int, str]:
+    """The section an entry goes in (the highest score of the interests that match it,
+    the first of them on a tie) and its why line: that interest's reasons, and the other
+    interests it matches.  *why*: the line to keep when none matches (never, for an
+    entry the union chose)."""
+    matched = [(n, v) for n, v in enumerate(verdicts) if v is not None]
+    if not matched:
+        return 0, why
+    index, found = max(matched, key=lambda pair: (pair[1].score, -pair[0]))
+    others = [sections[n].name for n, _ in matched if n != index]
+    line = f"{sections[index].name} · {found.why()}"
+    return index, line + (f"; also in {', '.join(others)}" if others else "")

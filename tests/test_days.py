@@ -94,6 +94,7 @@ def _facts(**kw: object) -> DayFacts:
 def test_the_story_of_a_day() -> None:
     tell = {"timezone": "UTC", "closes_at": CLOSES}
     assert day_story(_facts(), now=NOON, **tell) == "sent at 08:00"
+    assert day_story(_facts(mailed=False), now=NOON, **tell) == "in the feed at 08:00"  # cadence "feed"
     late = _facts(
         nothing_at=datetime(2026, 11, 23, 8, 0, tzinfo=UTC),
         planned_at=datetime(2026, 11, 23, 8, 47, tzinfo=UTC),

@@ -147,6 +147,12 @@ def test_a_feed_only_reader_is_never_mailed_and_never_gets_a_paper_twice(
         assert fay is not None
         digests = list_digests(session, subscriber_id=fay.id)
     assert [(d.state, d.sent_at) for d in digests] == [(DigestState.SENT, DAY1)]
+    from bot.cli.digest_views import digest_story
+
+    with factory() as session:  # what `history` says of each reader's day
+        ada = [d for d in list_digests(session) if d.subscriber_email == "ada@example.org"]
+    assert digest_story(digests[0], 0, DAY1).startswith("in the feed at ")
+    assert digest_story(ada[0], 0, DAY1).startswith("sent at ")
     feeds = PersonalFeeds(web_settings, factory)
     first = [item.key for d in feeds.recent(fay, DAY1 + timedelta(hours=1)) for item in d.content.items]
     assert first

@@ -18,9 +18,10 @@ def digest_story(d: Any, close_hour: int, at: datetime) -> str:
     from bot.domain import DigestKind
     from bot.plan.days import DayFacts, closes_at, day_story
 
-    facts = DayFacts(d.local_date, d.state, d.planned_at, d.sent_at, d.nothing_at, d.arrived)
+    mailed = d.attempts > 0  # a digest of the feed cadence is sent once planned, never tried
+    facts = DayFacts(d.local_date, d.state, d.planned_at, d.sent_at, d.nothing_at, d.arrived, mailed)
     if d.kind is not DigestKind.SCHEDULED:
-        facts = DayFacts(d.local_date, d.state, d.planned_at, d.sent_at, None, None)
+        facts = DayFacts(d.local_date, d.state, d.planned_at, d.sent_at, None, None, mailed)
     tz = d.subscriber_timezone
     closes = closes_at(d.local_date, send_hour=d.subscriber_send_hour, close_hour=close_hour, timezone=tz)
     return day_story(facts, timezone=tz, closes_at=closes, now=at, zone=True)

@@ -91,6 +91,7 @@ class DayFacts:
     sent_at: datetime | None
     nothing_at: datetime | None
     arrived: str | None  # the dump whose entries filled a day that was empty at first
+    mailed: bool = True  # False: sent into the reader's feed, never mailed (cadence ``feed``)
 
 
 def day_story(facts: DayFacts, *, timezone: str, closes_at: datetime, now: datetime, zone: bool = False) -> str:
@@ -120,7 +121,7 @@ def day_story(facts: DayFacts, *, timezone: str, closes_at: datetime, now: datet
 
 def _outcome(facts: DayFacts, at: Callable[[datetime], str]) -> str:
     if facts.state is DigestState.SENT and facts.sent_at is not None:
-        return f"sent at {at(facts.sent_at)}"
+        return f"sent at {at(facts.sent_at)}" if facts.mailed else f"in the feed at {at(facts.sent_at)}"
     if facts.state is DigestState.FAILED:
         return f"planned at {at(facts.planned_at)}, failed"
     if facts.state is DigestState.CANCELLED:

@@ -95,7 +95,9 @@ def when_note(factory: sessionmaker[Session], settings: Settings, subscriber: Su
     today = local_today(tz, at)
     row = find_scheduled(factory, subscriber.id, today)
     facts = (
-        None if row is None else DayFacts(today, row.state, row.planned_at, row.sent_at, row.nothing_at, row.arrived)
+        None
+        if row is None
+        else DayFacts(today, row.state, row.planned_at, row.sent_at, row.nothing_at, row.arrived, row.attempts > 0)
     )
     day = send_day(subscriber.cadence, today, planned_today=row is not None)
     closes = closes_at(today, send_hour=subscriber.send_hour, close_hour=settings.schedule.day_closes_hour, timezone=tz)

@@ -60,8 +60,8 @@ def test_fit_vocabulary_keeps_words_and_pairs_without_stop_words() -> None:
     assert len(idf) == len(terms)
 
 
-def _subscribe(factory: sessionmaker[Session], settings: Settings, email: str) -> int:
-    save(factory, settings, [clean_fields(email, filter="*", backfill="none")], DAY1 - timedelta(days=1))
+def _subscribe(factory: sessionmaker[Session], settings: Settings, email: str, filter_text: str = "*") -> int:
+    save(factory, settings, [clean_fields(email, filter=filter_text, backfill="none")], DAY1 - timedelta(days=1))
     with factory() as session:
         found = get_subscriber(session, email)
     assert found is not None
@@ -107,6 +107,26 @@ def test_a_library_of_snn_papers_puts_day_3s_snn_accelerators_first(
         assert "Spiking Neural Networks on Neuromorphic Hardware" in why or "Leaky Integrate-and-Fire" in why
     # a reader without a library keeps "matches everything" and the filter's order
     assert all(why == "matches everything" for day in days["plain@example.org"] for _, why in day)
+
+
+def test_a_reader_of_two_interests_keeps_the_models_note_under_each_section(
+    factory: sessionmaker[Session], settings: Settings, seed_files: list[Path]
+) -> None:
+    reader = _subscribe(factory, settings, "two@example.org", "Spiking: snn; Everything else: *")
+    import_library(factory, reader, SNN_LIBRARY.encode(), DAY1 - timedelta(days=1))
+    for day, path in enumerate(seed_files[:3]):
+        ingest_file(factory, path, now=DAY1 + timedelta(days=day), rules=RULES)
+        planned = plan(factory, settings, RULES, now=DAY1 + timedelta(days=day), all_due=True).planned
+    with factory() as session:
+        items = digest_content(session, list(planned)[-1]).items
+    spiking = [i for i in items if i.section == "Spiking"]
+    assert {i.title.split(":")[0] for i in spiking} >= {"SupraSNN", "ReSCom"}
+    assert items[: len(spiking)] == tuple(spiking)  # the first section first
+    for item in spiking:
+        assert item.why.startswith("Spiking · snn: ") and "; also in Everything else" in item.why
+        assert item.taste is not None
+    close = [i.title.split(":")[0] for i in spiking if "; also in Everything else; close to: '" in i.why]
+    assert {"SupraSNN", "ReSCom"} <= set(close)  # the model's note stays, after the interests
 
 
 def test_without_a_library_the_order_is_exactly_the_filters(

@@ -33,7 +33,7 @@ from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_d
 from bot.plan.message_ids import message_id_for
 from bot.plan.news import attach_news
 from bot.plan.retention import kept_since
-from bot.plan.sections import cache_verdict, in_sections
+from bot.plan.sections import in_sections
 from bot.plan.windows import claimed_in_windows, watermark, window_starts
 from bot.store.engine import transaction
 from bot.store.entry_reads import latest_entry_at
@@ -278,9 +278,9 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
                 run.report.empty += 1
                 continue
             entries = [_planned_entry(c, settings, run.memo) for c in chosen]
+            chosen, entries = in_sections(subscriber.filter, chosen, entries, run.cache, run.rules, liked)
             if taste is not None:
                 entries = taste.planned(chosen, entries)
-            entries = in_sections(subscriber.filter, chosen, entries, cache_verdict(run.cache, run.rules, liked))
             choices.append(
                 NewDigest(subscriber.id, day, run.kind, state, entries, picked.left, fill, subscriber.filter)
             )

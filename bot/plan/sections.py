@@ -3,8 +3,9 @@ Serving: llm and serving", ``bot.choose.filters.sections_of``) shows its entries
 sections.  The entries are chosen as for any filter (the interests' union, one
 ranking, the same cache and watermark); ``in_sections`` then puts each in its best
 section (the interest it matches best, the first of those on a tie), names every
-interest it matches in its why line, and orders the digest section by section.  Pure:
-the caller says how an interest judges an entry.  Never reads the store or renders.
+interest it matches in its why line, and orders the digest section by section.  Asks
+an interest's verdict of the planning pass's cache (shared by every reader of it);
+never reads the store or renders.
 """
 
 from __future__ import annotations
@@ -34,20 +35,27 @@ def cache_verdict(cache: SelectionCache, rules: TagRules, liked: frozenset[int] 
 
 
 def in_sections(
-    filter_text: str, chosen: Sequence[Candidate], entries: Sequence[Planned], verdict: Verdict
-) -> list[Planned]:
-    """The planned *entries* of the *chosen* candidates (in step), section by section in
-    the reader's order, each once, in their order within a section; as they are for a
-    filter of one interest."""
+    filter_text: str,
+    chosen: list[Candidate],
+    entries: list[Planned],
+    cache: SelectionCache,
+    rules: TagRules,
+    liked: frozenset[int] | None,
+) -> tuple[list[Candidate], list[Planned]]:
+    """The *chosen* candidates and their planned *entries* (in step), section by section
+    in the reader's order, each once, in their order within a section; as they are for
+    a filter of one interest.  Each interest judges an entry as the pass's *cache* keeps
+    it (*liked*: the entries the reader's model likes)."""
     sections = sections_of(filter_text)
     if not sections:
-        return list(entries)
-    placed: list[tuple[int, int, Planned]] = []
+        return chosen, entries
+    verdict = cache_verdict(cache, rules, liked)
+    placed: list[tuple[int, int, Candidate, Planned]] = []
     for position, (candidate, planned) in enumerate(zip(chosen, entries, strict=True)):
         index, line = best_section(sections, [verdict(s.text, candidate) for s in sections], planned.why)
-        placed.append((index, position, replace(planned, why=line, section=sections[index].name)))
+        placed.append((index, position, candidate, replace(planned, why=line, section=sections[index].name)))
     placed.sort(key=lambda item: (item[0], item[1]))
-    return [p for _, _, p in placed]
+    return [c for _, _, c, _ in placed], [p for _, _, _, p in placed]
 
 
 def best_section(sections: Sequence[Section], verdicts: Sequence[Explanation | None], why: str) -> tuple[int, str]:

@@ -66,7 +66,10 @@ def _token(factory: sessionmaker[Session], settings: Settings, email: str) -> st
 def test_the_feed_lists_each_paper_sent_once_and_a_feed_program_gets_a_304(
     factory: sessionmaker[Session], web_settings: Settings, sink: Sink, seed_files: list[Path]
 ) -> None:
-    readers = [clean_fields("ada@example.org"), clean_fields("bob@example.org", filter="llm")]
+    readers = [
+        clean_fields("ada@example.org"),
+        clean_fields("bob@example.org", filter='Serving: llm; Attention: "sparse attention"'),
+    ]
     save(factory, web_settings, readers, DAY1 - timedelta(days=1))
     _day(factory, web_settings, seed_files[0], DAY1)
     ada, bob = (_token(factory, web_settings, e) for e in ("ada@example.org", "bob@example.org"))
@@ -93,8 +96,13 @@ def test_the_feed_lists_each_paper_sent_once_and_a_feed_program_gets_a_304(
         stale = web.get(f"/f/{ada}.atom", headers={"If-None-Match": '"something-else"'})
         assert stale.status_code == 200
 
-        theirs = feedparser.parse(web.get(f"/f/{bob}.atom").content)
+        bobs = web.get(f"/f/{bob}.atom").content
+        theirs = feedparser.parse(bobs)
         assert 0 < len(theirs.entries) < len(titles)  # only what Bob's filter sent Bob
+        assert len(atoma.parse_atom_bytes(bobs).entries) == len(theirs.entries)
+        interests = [entry.tags[0] for entry in theirs.entries]  # each paper's interest, first
+        assert {i.term for i in interests} <= {"Serving", "Attention"} and interests[0].term == "Serving"
+        assert interests[0].label == "Your interest: Serving"
         assert web.get(f"/f/{ada[:-2]}xx.atom").status_code == 404
         assert web.get(f"/f/{ada}.rss").status_code == 404
         manage = web.get(f"/m/{ada}").text

@@ -147,6 +147,8 @@ class PersonalFeeds:
                 ET.SubElement(entry, "link", rel="via", type="text/html", href=f"{public}/d/{token}/{day}#e{ref}")
                 for author in item.authors[:20]:
                     ET.SubElement(ET.SubElement(entry, "author"), "name").text = author
+                if item.section:  # the reader's interest it was shown under, first
+                    ET.SubElement(entry, "category", term=item.section, label=f"Your interest: {item.section}")
                 for tag in item.tags:
                     ET.SubElement(entry, "category", term=tag)
                 ET.SubElement(entry, "summary", type="text").text = item.why

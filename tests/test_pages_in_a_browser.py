@@ -366,35 +366,35 @@ def test_several_interests_on_the_sign_up_and_manage_pages(
     from selenium.webdriver.common.by import By
 
     browser.get(site.url + "/subscribe")
-    type_into(browser, "#email", "ada@example.org")
+    type_into(browser, "#email", "hedy@example.org")
     type_into(browser, "#filter", "Spiking: snn; spiking: fpga")
     assert press(browser, "button[type=submit]", text="Subscribe") == "Subscribe to Research Digest"
     assert "two interests are named 'spiking'" in text_of(browser)
     type_into(browser, "#filter", 'Spiking:  snn or fpga ;Serving: llm and "kv cache"')
     assert press(browser, "button[type=submit]", text="Subscribe") == "Check your inbox"
     two = 'Spiking: snn or fpga; Serving: llm and "kv cache"'
-    assert site.subscriber("ada@example.org").filter == two
+    assert site.subscriber("hedy@example.org").filter == two
 
-    token = site.add("grace@example.org", "--filter", two)
+    token = site.add("alan@example.org", "--filter", two)
     browser.get(f"{site.url}/m/{token}")
     assert browser.find_element(By.ID, "filter").get_attribute("value") == two
     audited("manage page, two interests")
     type_into(browser, "#filter", two + "; Agents: agents or (")
     press(browser, "button[type=submit]", text="Save")
-    assert "filter:" in text_of(browser) and site.subscriber("grace@example.org").filter == two
+    assert "filter:" in text_of(browser) and site.subscriber("alan@example.org").filter == two
     type_into(browser, "#filter", two + "; Agents: agents")
     press(browser, "button[type=submit]", text="Save")
     assert "Saved." in text_of(browser)
-    assert site.subscriber("grace@example.org").filter == two + "; Agents: agents"
+    assert site.subscriber("alan@example.org").filter == two + "; Agents: agents"
 
     # Interests of one tag each are no ticked boxes: saved as they are, names and all.
     tags_only = "Hardware: gpu; Spiking: snn"
-    browser.get(f"{site.url}/m/{site.add('edsger@example.org', '--filter', tags_only)}")
+    browser.get(f"{site.url}/m/{site.add('joan@example.org', '--filter', tags_only)}")
     assert browser.find_element(By.ID, "filter").get_attribute("value") == tags_only
     assert not browser.find_elements(By.CSS_SELECTOR, "input[name=tag]:checked")
     choose(browser, "send_hour", "10")
     press(browser, "button[type=submit]", text="Save")
-    assert "Saved." in text_of(browser) and site.subscriber("edsger@example.org").filter == tags_only
+    assert "Saved." in text_of(browser) and site.subscriber("joan@example.org").filter == tags_only
 
 
 def test_every_manage_form_by_clicking(site: Site, browser: Any, audited: Callable[[str], None]) -> None:

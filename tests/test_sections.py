@@ -67,6 +67,7 @@ def test_a_filter_names_its_interests_and_prints_them_back() -> None:
         ("; ".join(f"S{n}: gpu" for n in range(9)), 73, "more than 8 interests"),
         ("N" * 61 + ": gpu", 1, "longer than 60 characters"),
         ("A: gpu;\nB: llm", 8, "control characters"),
+        ("Spiking\u2028Bcc: gpu", 9, "unexpected 'Bcc:'"),  # a line break is no name's
     ],
 )
 def test_a_bad_filter_of_interests_is_one_line_naming_where(text: str, position: int, message: str) -> None:
@@ -76,14 +77,16 @@ def test_a_bad_filter_of_interests_is_one_line_naming_where(text: str, position:
     assert "\n" not in str(caught.value)
 
 
-@given(st.text(alphabet=st.sampled_from(list('ab :;"()*\\\t-')), max_size=60))
+@given(st.text(alphabet=st.sampled_from(list('ab :;"()*\\\t-\x85\u2028\xa0')), max_size=60))
 def test_any_text_is_a_filter_or_one_error(text: str) -> None:
     try:
         shown = normalize_filter(text)
     except FilterError:
         return
     assert normalize_filter(shown) == shown and parse_filter(shown) == parse_filter(text)
-    assert [s.name for s in sections_of(shown)] == [s.name for s in sections_of(text)]
+    names = [s.name for s in sections_of(shown)]
+    assert names == [s.name for s in sections_of(text)]
+    assert all(ch == " " or not ch.isspace() for name in names for ch in name)  # one line, whatever shows it
 
 
 def test_long_runs_where_a_name_may_end_are_read() -> None:

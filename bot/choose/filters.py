@@ -229,10 +229,12 @@ class Section:
 
 MAX_SECTIONS = 8
 MAX_SECTION_NAME = 60
-# A name (no quotes, parentheses, stars, colons or semicolons), a colon, then a space.
-# No filter of one interest starts so: "author:" takes a quote, and two operands with
-# no operator between them do not parse.
-_SECTION_HEAD = re.compile(r'[ \t]*([^\s:;"()*][^:;"()*]{0,200}?)[ \t]*:[ \t]')
+# A name (words of no quotes, parentheses, stars, colons or semicolons, with spaces or
+# tabs between them, never another kind of space: a Unicode line break in a name would
+# break the line it is shown on), a colon, then a space.  No filter of one interest
+# starts so: "author:" takes a quote, and two operands with no operator between them do
+# not parse.  Words and the spaces between them never overlap, so it reads in linear time.
+_SECTION_HEAD = re.compile(r'[ \t]*([^\s:;"()*]+(?:[ \t]+[^\s:;"()*]+)*)[ \t]*:[ \t]')
 _SEGMENTS = re.compile(r'"(?:[^"\\]|\\.)*"?|;|[^";]+')  # a phrase (its ";" stays), ";", the rest
 
 

@@ -35,13 +35,17 @@ def primary_url(item: DigestItem | EntryView, search_url: str) -> str:
     if item.kind is EntryKind.REPO and item.links and is_web_url(item.links[0]):
         return item.links[0]
     if item.arxiv_id:
-        return f"https://arxiv.org/abs/{quote(item.arxiv_id, safe='./')}"
+        return arxiv_page(item.arxiv_id)
     if item.doi:
         return f"https://doi.org/{quote(item.doi, safe='/:;()._-')}"
     for url in item.links:
         if is_web_url(url) and not _points_elsewhere(url, item):
             return url
     return search_url.format(title=quote_plus(item.title))
+
+
+def arxiv_page(arxiv_id: str) -> str:
+    return f"https://arxiv.org/abs/{quote(arxiv_id, safe='./')}"
 
 
 def side_links(item: DigestItem) -> tuple[tuple[str, str], ...]:

@@ -335,10 +335,11 @@ def reader(subscriber_id: int, *, email: str = "reader@example.org", name: str =
     )
 
 
-def rich_digest() -> tuple[str, str]:
+def rich_digest(*, sections: bool = False) -> tuple[str, str]:
     """The mail and the web version of a digest with everything a digest can show: Top
     picks, grouped contents, papers and repositories, LaTeX and HTML summaries cut and
-    whole, tags, "why" lines, revised entries, entries left for later, and a verdict."""
+    whole, tags, "why" lines, revised entries, news of the reader's library, entries
+    left for later, and a verdict; with *sections*, its reader's two interests."""
     from dataclasses import replace
 
     from bot.domain import DigestContent, DigestItem, EntryKind, Update
@@ -381,8 +382,14 @@ def rich_digest() -> tuple[str, str]:
         subscriber=reader(7, filter="(snn and fpga) or gpu"),
         items=items,
         pending=4,
-        updates=(Update("A revised paper", 'title was "An old title"', "https://arxiv.org/abs/2606.00001"),),
+        updates=(
+            Update("A revised paper", 'title was "An old title"', "https://arxiv.org/abs/2606.00001"),
+            Update("A <kept> paper & its code", "code released", "https://github.com/o/r?a=1&b=2", library=True),
+        ),
     )
+    if sections:
+        named = [replace(i, section="Spiking <FPGA>" if n < 4 else "GPUs & more") for n, i in enumerate(items)]
+        content = replace(content, items=tuple(named), subscriber=reader(7, filter="A: snn and fpga; B: gpu"))
     links = web_links("https://digest.example.org", "7.AAAAAAAAAAAAAAAAAAAAAAAA")
     mailed = Renderer(root / "templates", search_url="https://arxiv.org/a/{title}", top_picks=3)
     web = Renderer(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import html as html_lib
+import json
 import re
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
@@ -23,6 +24,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import EntryNews
+from bot.domain.identity import normalize_title, title_key
 from bot.ingest.resolve import gained_code
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
@@ -199,14 +201,29 @@ def test_kept_papers_are_matched_on_arrival_by_arxiv_id_doi_or_title(factory: se
         "arxiv:2606.01234": True,  # by its arXiv id
         "doi:10.1000/known.1": True,  # by its DOI, whatever the title
         "doi:10.1000/other.2": True,  # by its title: the dump names no DOI
-        matched_key(matched, "Never"): False,
+        title_key(normalize_title("Never Arrives")): False,  # keyed by its title; never listed
         "arxiv:2999.00001": True,  # by title, the dump naming no id either
     }
 
 
-def matched_key(matched: dict[str, bool], _: str) -> str:
-    (key,) = [k for k in matched if k.startswith("paper:")]
-    return key
+def test_a_summary_naming_thousands_of_repositories_keeps_a_few(factory: sessionmaker[Session]) -> None:
+    from bot.ingest.resolve import MAX_NAMED_CODE_LINKS
+    from bot.store.entry_reads import find_entry
+
+    summary = " ".join(f"https://github.com/o/r{n}" for n in range(20_000))
+    feed = json.dumps(
+        {"version": "https://jsonfeed.org/version/1.1", "title": "j", "items": [
+            {"id": "x", "url": "https://example.org/p", "title": "Many repositories", "content_text": summary}
+        ]}
+    )  # fmt: skip
+    ingest_bytes(factory, feed.encode(), name="many.json", now=DAY)
+    with factory() as session:
+        entry = find_entry(session, title_key(normalize_title("Many repositories")))
+    assert entry is not None
+    assert entry.links == (
+        "https://example.org/p",
+        *(f"https://github.com/o/r{n}" for n in range(MAX_NAMED_CODE_LINKS)),
+    )
 
 
 def _news(entry_id: int, *, revised: datetime | None = None, linked: datetime | None = None) -> EntryNews:

@@ -698,9 +698,11 @@ def test_a_rich_digest_and_its_web_version_pass_axe(
     if axe_missing() is not None:
         pytest.skip(str(axe_missing()))
     mailed, web = rich_digest()
-    assert "Top picks for you" in mailed and "Updated since we sent it" in mailed
+    assert "Top picks for you" in mailed and "Updated since we sent it" in mailed and "Your library" in mailed
     assert "You asked for more like this." in web
-    for name, page in (("rich digest", mailed), ("rich web version", web)):
+    in_sections, _ = rich_digest(sections=True)
+    assert "Spiking &lt;FPGA&gt;" in in_sections and "GPUs &amp; more" in in_sections
+    for name, page in (("rich digest", mailed), ("rich web version", web), ("digest in sections", in_sections)):
         path = tmp_path / f"{name.replace(' ', '-')}.html"
         path.write_text(page, encoding="utf-8")
         browser.get(path.as_uri())

@@ -19,17 +19,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.filters import FilterError, normalize_filter, parse_filter, sections_of
 from bot.choose.matching import Explanation, Hit
+from bot.choose.select import Candidate, SelectionCache
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
+from bot.domain import EntryKind, EntryView
 from bot.ingest.service import ingest_bytes, ingest_file
 from bot.mail.render import Renderer, web_links
 from bot.plan import plan, resend
-from bot.plan.sections import best_section
+from bot.plan.sections import Sectioner, best_section
 from bot.sink import Sink
 from bot.store.contents import digest_contents
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
+from bot.store.ledger import Planned
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import FIXTURES, ROOT, SEEDS
@@ -125,6 +128,30 @@ def test_an_entry_goes_in_the_interest_it_matches_best_and_names_the_others() ->
     assert best_section(sections, [_why(2, "a"), _why(3, "b"), None], "x") == (1, "B · b: tag; also in A")
     assert best_section(sections, [None, _why(3, "b"), _why(3, "c")], "x") == (1, "B · b: tag; also in C")  # tie
     assert best_section(sections, [None, None, _why(1, "c")], "x") == (2, "C · c: tag")
+
+
+def _candidate(n: int, title: str, tags: tuple[str, ...]) -> Candidate:
+    entry = EntryView(
+        n, f"k{n}", EntryKind.PAPER, title, ("A",), None, "", "text/plain", (), tags, None, None, None, DAY1,
+        tag_origins={t: frozenset({"header"}) for t in tags},
+    )  # fmt: skip
+    return Candidate(entry, Explanation(True, (), 1))
+
+
+def test_readers_of_one_filter_chosen_the_same_share_one_placing_unless_their_model_judges() -> None:
+    chosen = [
+        _candidate(1, "Serving", ("llm",)),
+        _candidate(2, "Spikes", ("snn",)),
+        _candidate(3, "Both", ("snn", "llm")),
+    ]
+    entries = [Planned(c.entry.id, None, "why", c.entry.tags, "u") for c in chosen]
+    sectioner = Sectioner(SelectionCache(), load_rules(ROOT / "config" / "tags.toml"))
+    first = sectioner.place("Spiking: snn; Serving: llm", chosen, entries, None)
+    assert [(p.entry_id, p.section) for p in first[1]] == [(2, "Spiking"), (3, "Spiking"), (1, "Serving")]
+    assert first[1][1].why == "Spiking · snn: tag (header); also in Serving"  # a tie goes to the first
+    assert sectioner.place("Spiking: snn; Serving: llm", chosen, list(entries), None) is first  # made once
+    assert sectioner.place("Spiking: snn; Serving: llm", chosen, entries, frozenset()) is not first
+    assert sectioner.place("gpu", chosen, entries, None) == (chosen, entries)  # one interest: as they are
 
 
 def _cycle(factory: sessionmaker[Session], settings: Settings, now: datetime) -> None:

@@ -79,6 +79,8 @@ def pages(factory: sessionmaker[Session], settings: Settings, sink: Sink, tmp_pa
         found[f"digest {n} to {received.recipients[0]}"] = html.get_content().encode()
     mailed, web = rich_digest()
     found |= {"rich digest": mailed.encode(), "rich web version": web.encode()}
+    in_sections, in_sections_web = rich_digest(sections=True)
+    found |= {"digest in sections": in_sections.encode(), "web version in sections": in_sections_web.encode()}
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     for n, received in enumerate(sink.received, start=1):

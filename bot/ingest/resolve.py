@@ -201,10 +201,15 @@ def merged_links(known: Iterable[str], new: Iterable[str]) -> list[str]:
     return list(links.values())
 
 
+# Code and model links kept from one summary: a paper names a repository or two, and a
+# summary of thousands would otherwise make every later look at the entry longer.
+MAX_NAMED_CODE_LINKS = 10
+
+
 def links_of(item: ParsedEntry) -> list[str]:
-    """An item's links and the code and model links its summary names (a feed's
+    """An item's links and the first code and model links its summary names (a feed's
     abstract: "code at https://github.com/..."), each once."""
-    return merged_links(item.links, code_links(urls_in(item.summary)))
+    return merged_links(item.links, code_links(urls_in(item.summary))[:MAX_NAMED_CODE_LINKS])
 
 
 def gained_code(before: Iterable[str], after: Iterable[str]) -> bool:

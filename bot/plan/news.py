@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 from sqlalchemy.orm import Session
 
 from bot.domain import EntryNews
-from bot.links import code_links, is_model_link
+from bot.links import arxiv_page, code_links, is_model_link
 from bot.plan.revisions import HORIZON, revision_updates
 from bot.store.entry_reads import entries_with_news
 from bot.store.library import any_matched, keepers_of, note_told
@@ -51,7 +50,7 @@ def news_line(item: EntryNews, since: datetime) -> dict[str, Any]:
     """What "Your library" says of a paper: what happened after *since*, and a link to
     its newest code (else model) when that is the news, else to the paper."""
     said = []
-    url = f"https://arxiv.org/abs/{quote(item.arxiv_id, safe='./')}" if item.arxiv_id else ""
+    url = arxiv_page(item.arxiv_id) if item.arxiv_id else ""
     if item.revised_at is not None and item.revised_at > since:
         said.append(f"new version: {item.revision_note}" if item.revision_note else "new version")
     models = [u for u in code_links(item.links) if is_model_link(u)]

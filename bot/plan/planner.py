@@ -11,7 +11,6 @@ filter of several interests (``bot.plan.sections``).  Never renders, never sends
 from __future__ import annotations
 
 import hashlib
-import logging
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_d
 from bot.plan.message_ids import message_id_for
 from bot.plan.news import attach_news
 from bot.plan.retention import kept_since
-from bot.plan.sections import in_sections
+from bot.plan.sections import Sectioner
 from bot.plan.windows import claimed_in_windows, watermark, window_starts
 from bot.store.engine import transaction
 from bot.store.entry_reads import latest_entry_at
@@ -60,7 +59,6 @@ if TYPE_CHECKING:
     from bot.taste.model import Model
     from bot.taste.ranking import ReaderTaste, TastePass
 
-log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
 
 
@@ -255,6 +253,7 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
         choices: list[NewDigest] = []
         marks: list[tuple[int, datetime, str]] = []
         still_empty: list[int] = []
+        sectioner = Sectioner(run.cache, run.rules)
         models = _models(session, run, due)
         _rank_widest_first(session, run, due, starts)
         for subscriber, day in due:
@@ -278,7 +277,7 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
                 run.report.empty += 1
                 continue
             entries = [_planned_entry(c, settings, run.memo) for c in chosen]
-            chosen, entries = in_sections(subscriber.filter, chosen, entries, run.cache, run.rules, liked)
+            chosen, entries = sectioner.place(subscriber.filter, chosen, entries, liked)
             if taste is not None:
                 entries = taste.planned(chosen, entries)
             choices.append(

@@ -1,7 +1,7 @@
 """Plan stage: a digest of a filter of several named interests ("Spiking hardware: snn;
 Serving: llm and serving", ``bot.choose.filters.sections_of``) shows its entries in
 sections.  The entries are chosen as for any filter (the interests' union, one
-ranking, the same cache and watermark); ``in_sections`` then puts each in its best
+ranking, the same cache and watermark); ``Sectioner.place`` then puts each in its best
 section (the interest it matches best, the first of those on a tie), names every
 interest it matches in its why line, and orders the digest section by section.  Asks
 an interest's verdict of the planning pass's cache (shared by every reader of it);
@@ -10,7 +10,7 @@ never reads the store or renders.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from bot.choose.filters import Section, sections_of
@@ -19,43 +19,43 @@ from bot.choose.select import Candidate, SelectionCache
 from bot.choose.tagging import TagRules
 from bot.store.ledger import Planned
 
-# How one interest (its filter's text) judges an entry: why it matches, or None.
-Verdict = Callable[[str, Candidate], Explanation | None]
 
+class Sectioner:
+    """Puts the entries chosen for readers of several interests in sections, each
+    interest judging an entry as the planning pass's *cache* keeps it.  Readers of one
+    filter who were chosen the same entries get the same result, made once (and so
+    share one body)."""
 
-def cache_verdict(cache: SelectionCache, rules: TagRules, liked: frozenset[int] | None) -> Verdict:
-    """An interest's verdict as the planning pass's cache keeps it (shared by every
-    reader of that interest); *liked*: the entries the reader's model likes."""
+    def __init__(self, cache: SelectionCache, rules: TagRules) -> None:
+        self.cache, self.rules = cache, rules
+        self.placed: dict[tuple[str, tuple[int, ...]], tuple[list[Candidate], list[Planned]]] = {}
 
-    def verdict(text: str, candidate: Candidate) -> Explanation | None:
-        entry = candidate.entry
-        return cache.verdict(text, entry, rules, liked is not None and entry.id in liked)
-
-    return verdict
-
-
-def in_sections(
-    filter_text: str,
-    chosen: list[Candidate],
-    entries: list[Planned],
-    cache: SelectionCache,
-    rules: TagRules,
-    liked: frozenset[int] | None,
-) -> tuple[list[Candidate], list[Planned]]:
-    """The *chosen* candidates and their planned *entries* (in step), section by section
-    in the reader's order, each once, in their order within a section; as they are for
-    a filter of one interest.  Each interest judges an entry as the pass's *cache* keeps
-    it (*liked*: the entries the reader's model likes)."""
-    sections = sections_of(filter_text)
-    if not sections:
-        return chosen, entries
-    verdict = cache_verdict(cache, rules, liked)
-    placed: list[tuple[int, int, Candidate, Planned]] = []
-    for position, (candidate, planned) in enumerate(zip(chosen, entries, strict=True)):
-        index, line = best_section(sections, [verdict(s.text, candidate) for s in sections], planned.why)
-        placed.append((index, position, candidate, replace(planned, why=line, section=sections[index].name)))
-    placed.sort(key=lambda item: (item[0], item[1]))
-    return [c for _, _, c, _ in placed], [p for _, _, _, p in placed]
+    def place(
+        self, filter_text: str, chosen: list[Candidate], entries: list[Planned], liked: frozenset[int] | None
+    ) -> tuple[list[Candidate], list[Planned]]:
+        """The *chosen* candidates and their planned *entries* (in step), section by
+        section in the reader's order, each once, in their order within a section; as
+        they are for a filter of one interest.  *liked*: the entries the reader's model
+        likes (a filter naming ``liked`` judges by them, so its result is the reader's)."""
+        sections = sections_of(filter_text)
+        if not sections:
+            return chosen, entries
+        key = (filter_text, tuple(map(id, entries)))  # the pass's Planned objects, shared by a filter's readers
+        if liked is None and key in self.placed:
+            return self.placed[key]
+        placed: list[tuple[int, int, Candidate, Planned]] = []
+        for position, (candidate, planned) in enumerate(zip(chosen, entries, strict=True)):
+            entry = candidate.entry
+            verdicts = [
+                self.cache.verdict(s.text, entry, self.rules, liked is not None and entry.id in liked) for s in sections
+            ]
+            index, line = best_section(sections, verdicts, planned.why)
+            placed.append((index, position, candidate, replace(planned, why=line, section=sections[index].name)))
+        placed.sort(key=lambda item: (item[0], item[1]))
+        found = [c for _, _, c, _ in placed], [p for _, _, _, p in placed]
+        if liked is None:
+            self.placed[key] = found
+        return found
 
 
 def best_section(sections: Sequence[Section], verdicts: Sequence[Explanation | None], why: str) -> tuple[int, str]:

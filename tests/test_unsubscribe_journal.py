@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -28,11 +29,12 @@ from bot.domain import DigestState, SubscriberStatus
 from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.sink import Sink, free_port
+from bot.store.engine import make_engine, sessions
 from bot.store.schema import AppliedUnsubscribe, Digest, UnsubscribeRequest
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
-from bot.unsubscribes import journal_of, reader_of
+from bot.unsubscribes import close_journal, journal_of, reader_of
 from bot.web import create_app
 from bot.web.acks import APPLY_EVERY_SECONDS
 from bot.web.forms import form_token
@@ -152,6 +154,31 @@ def test_a_burst_while_the_store_is_locked_is_answered_and_applied_later(
             time.sleep(0.2)
     with factory() as session:
         assert session.scalar(select(func.count()).select_from(AppliedUnsubscribe)) == len(tokens)
+
+
+def test_a_change_the_locked_store_cannot_take_is_answered_busy(
+    migrated_sqlite: Path, tmp_path: Path, settings: Settings
+) -> None:
+    """A writer that waits past the busy timeout gets the page that says "busy, nothing
+    changed" (503, Retry-After), not a server error, and the next try works."""
+    shutil.copyfile(migrated_sqlite, tmp_path / "store.sqlite3")
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}", busy_timeout_ms=200)
+    factory = sessions(engine)
+    tokens = _people(factory, settings, 1)
+    (sid,) = tokens
+    token = tokens[sid]
+    with Server(create_app(settings, factory)) as client:
+        form = {"form": form_token(KEY.encode(), token), "action": "pause"}
+        headers = {"origin": "https://digest.example.org"}
+        with _store_held(engine):
+            busy = client.post(f"/m/{token}", data=form, headers=headers)
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "5"
+        assert "busy" in busy.text and "Nothing was changed" in busy.text
+        assert _stored_status(factory, "r0@example.org") is SubscriberStatus.ACTIVE
+        again = client.post(f"/m/{token}", data=form, headers=headers)
+        assert again.status_code == 200 and "status: <strong>paused</strong>" in again.text
+    close_journal(engine.url.render_as_string(hide_password=False))
+    engine.dispose()
 
 
 def test_an_acknowledged_address_gets_no_digest_even_before_it_is_applied(

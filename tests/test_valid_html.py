@@ -163,11 +163,15 @@ def test_every_page_and_digest_is_valid_html(pages: dict[str, bytes], tmp_path: 
     assert errors == [], "\n".join(errors)
 
 
-def test_the_page_of_a_server_error_is_valid_html(tmp_path: Path) -> None:
+def test_the_pages_of_a_server_error_and_a_busy_store_are_valid_html(tmp_path: Path) -> None:
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     pages = Environment(
         loader=FileSystemLoader(str(ROOT / "templates" / "web")), autoescape=select_autoescape(["html.j2"])
     )
-    page = pages.get_template("page.html.j2").render(view="error", list_name="Research Digest", token="", signup=False)
-    assert vnu_errors({"error": page.encode()}, tmp_path / "checked") == []
+    template = pages.get_template("page.html.j2")
+    rendered = {
+        view: template.render(view=view, list_name="Research Digest", token="", signup=False).encode()
+        for view in ("error", "busy")
+    }
+    assert vnu_errors(rendered, tmp_path / "checked") == []

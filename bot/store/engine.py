@@ -1,12 +1,15 @@
 """Opening databases and migrating them.
 
-SQLite gets WAL, a busy timeout and foreign keys on every connection; schema
+SQLite gets WAL, a busy timeout and foreign keys on every connection, and the
+writers of one process take turns for its one write lock (``transaction``); schema
 changes only ever go through Alembic (``digestbot db upgrade``; automatic for
 SQLite at start-up, where nobody else could run it).
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +21,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
+
+# How long a writer waits for the others of its process before it asks SQLite itself
+# (and its busy timeout): a writer that holds the lock longer is stuck, not busy.
+TURN_SECONDS = 30.0
+# The turn lock of each SQLite engine that writes: SQLite's busy handler retries after
+# growing sleeps, unfairly, so among many threads one can time out while the lock sits
+# idle between turns; threads that queue here wake as soon as the one before is done.
+_TURNS: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
 
 # Alembic is imported inside the functions below: importing it is a large part of
 # the CLI's start-up, and most commands never migrate.
@@ -69,6 +80,8 @@ def make_engine(
     def _sqlite_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
+    if not read_only:
+        _TURNS[engine] = threading.RLock()
     return engine
 
 
@@ -146,6 +159,13 @@ def sessions(engine: Engine) -> sessionmaker[Session]:
 
 @contextmanager
 def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """One unit of work: commit on success, roll back everything on any error."""
-    with factory() as session, session.begin():
-        yield session
+    """One unit of work: commit on success, roll back everything on any error.  On
+    SQLite, after the transactions of other threads of this process that came first."""
+    turn = _TURNS.get(factory.kw["bind"])
+    taken = turn is not None and turn.acquire(timeout=TURN_SECONDS)
+    try:
+        with factory() as session, session.begin():
+            yield session
+    finally:
+        if taken:
+            turn.release()  # type: ignore[union-attr]

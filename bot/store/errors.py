@@ -42,3 +42,15 @@ def meaning(exc: BaseException, where: str, *, read_only: bool = False) -> str |
         if marker in lowered:
             return f"{where}: {what} ({said[:120]})"
     return None
+
+
+# SQLite's primary result code for "another connection holds the lock" (extended codes
+# such as SQLITE_BUSY_SNAPSHOT keep it in their low byte).
+_SQLITE_BUSY = 5
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether *exc* is the store's lock still held when the busy timeout ran out: the
+    work was not done and may simply be tried again."""
+    code = getattr(getattr(exc, "orig", None), "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == _SQLITE_BUSY

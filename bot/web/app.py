@@ -28,6 +28,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
@@ -36,10 +37,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.config import Settings, site_url
 from bot.domain import Subscriber, SubscriberStatus
 from bot.metrics import Metrics
+from bot.store.errors import is_busy
 from bot.subscribers.settings import by_action
 from bot.subscribers.subscriptions import (
     SubscriberInputError,
@@ -70,7 +71,7 @@ from bot.web.forms import (
 from bot.web.limits import MissBudget, TooManyMisses, client_key
 from bot.web.lookups import TokenLookups
 from bot.web.manage import manage_context
-from bot.web.outlooks import Outlooks
+from bot.web.outlooks import Outlooks, rules_or_none
 from bot.web.signup import SignupPages, TagMenu
 from bot.web.uploads import LibraryUploads
 from bot.web.versions import WebVersions, wanted
@@ -119,6 +120,7 @@ def create_app(
             TooManyMisses: endpoint.too_many,
             ClientDisconnect: endpoint.client_gone,
             BodyStalled: endpoint.client_gone,
+            OperationalError: endpoint.store_error,
             Exception: endpoint.server_error,
         },
     )
@@ -151,7 +153,7 @@ class _Endpoint:
         # ingest never holds a page or an unsubscribe back.
         self.reader = reader_of(factory)
         self.lookups = TokenLookups(self.reader, self.key)
-        self.rules = _rules_or_none(settings)
+        self.rules = rules_or_none(settings.paths.tags_file)
         self.outlooks = Outlooks(self.reader, self.rules, send_empty=settings.digest.send_empty)
         self.tag_menu = TagMenu(self.reader)
         self.versions = WebVersions(settings, self.reader)
@@ -333,7 +335,7 @@ class _Endpoint:
         except SubscriberInputError as exc:
             return await self.manage_page(request, subscriber, 400, error=str(exc), values=values)
         self.outlooks.forget(subscriber.id)
-        warning = await run_in_threadpool(filter_warning, self.factory, self.rules, subscriber.filter)
+        warning = await run_in_threadpool(filter_warning, self.reader, self.rules, subscriber.filter)
         return await self.manage_page(request, subscriber, message="Saved.", warning=warning)
 
     def _settle(self, subscriber: Subscriber) -> bool:
@@ -351,7 +353,7 @@ class _Endpoint:
         except SubscriberInputError as exc:
             return await self.manage_page(request, subscriber, 400, error=str(exc), values={"filter": [raw]})
         self.outlooks.forget(subscriber.id)
-        warning = await run_in_threadpool(filter_warning, self.factory, self.rules, subscriber.filter)
+        warning = await run_in_threadpool(filter_warning, self.reader, self.rules, subscriber.filter)
         return await self.manage_page(request, subscriber, message="Filter saved.", warning=warning)
 
     async def web_version(self, request: Request) -> Response:
@@ -428,16 +430,12 @@ class _Endpoint:
         log.debug("request body not received: %s", type(exc).__name__)
         return PlainTextResponse("request body not received", 408, headers={**SECURITY_HEADERS, "Connection": "close"})
 
+    async def store_error(self, _request: Request, exc: Exception) -> Response:
+        if not is_busy(exc):  # only a lock held past the busy timeout is "try again"
+            raise exc
+        log.warning("request not answered: the store stayed locked past its busy timeout")
+        return self.render("busy", 503, headers={"Retry-After": "5"})
+
     async def server_error(self, _request: Request, exc: Exception) -> Response:
         log.error("request failed: %s", type(exc).__name__)  # no traceback: it could hold the token
         return self.render("error", 500)
-
-
-def _rules_or_none(settings: Settings) -> TagRules:
-    """The tag rules, for the manage page's outlook; none (logged) when the file is bad:
-    the page must still let a subscriber leave."""
-    try:
-        return load_rules(settings.paths.tags_file)
-    except TagRulesError as exc:
-        log.warning("manage pages work without tag rules: %s", exc)
-        return TagRules(())

@@ -9,16 +9,18 @@ again after they change something).  Never writes; never decides what a digest h
 
 from __future__ import annotations
 
+import logging
 import time
 import zoneinfo
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from bot.choose.tagging import TagRules
+from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.domain import Subscriber, SubscriberStatus
 from bot.plan.days import local_time
 from bot.plan.next_digest import next_day, outlook, outlook_note
@@ -26,6 +28,8 @@ from bot.plan.next_digest import next_day, outlook, outlook_note
 FRESH_SECONDS = 60.0
 REMEMBERED = 10_000
 SHOWN = 5  # the page lists this many of what is waiting; the note gives the count
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +76,13 @@ class Outlooks:
         if send_at <= now:
             when = f"now: its send time, {local:%H:%M} ({subscriber.timezone}), has passed today"
         return NextDigest(note, when, seen.first)
+
+
+def rules_or_none(tags_file: Path) -> TagRules:
+    """The tag rules, for the manage page's outlook; none (logged) when the file is bad:
+    the page must still let a subscriber leave."""
+    try:
+        return load_rules(tags_file)
+    except TagRulesError as exc:
+        log.warning("manage pages work without tag rules: %s", exc)
+        return TagRules(())

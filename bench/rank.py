@@ -1,7 +1,7 @@
 """Ranking benchmark: does a reader's own model put what they care about first?
 
 Usage: python bench/rank.py [--readers 30] [--days 20] [--per-day 150] [--topics 20]
-                            [--library 2] [--seed 1]
+                            [--library 2] [--seed 1] [--two-interests]
 
 A generated corpus of --topics topics (each with words of its own, over words every
 abstract uses) arrives as one dump a day, --per-day entries, through the real ingest.
@@ -21,6 +21,17 @@ Prints, per day, precision@5 and nDCG@10 of both rankings (averaged over readers
 relevance = the hidden interest), then the mean from day 5 on.  Targets: the model's
 precision@5 at least 2 x the filter's after 5 days of feedback, and never below it
 on day 0.
+
+--two-interests: the topics are split into two fields, each marked by a word every
+paper of it carries, and each reader follows both as two named interests
+("Alpha: <word of the first>; Beta: <word of the second>"), wanting one topic of
+each.  Their library holds --library papers of each wanted topic.  Every day each
+section of their digest (the entries ``Sectioner`` puts in it) is ranked twice: by
+the one model of everything they keep and rate, and by the model of that interest
+(``bot.taste.interests``; the one model where an interest has none yet).  They rate
+about half of the first five entries of each section of the digest they get (the
+per-interest order), each under its section.  Prints precision@5 per section
+(averaged over readers and sections) of both rankings, then the mean from day 5 on.
 """
 
 from __future__ import annotations
@@ -38,9 +49,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.send import add_subscribers  # noqa: E402
+from bot.choose.filters import sections_of  # noqa: E402
 from bot.choose.select import SelectionCache, select_for  # noqa: E402
 from bot.choose.tagging import TagRules  # noqa: E402
 from bot.ingest.service import ingest_bytes  # noqa: E402
+from bot.plan.sections import Sectioner  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.subscribers import list_subscribers  # noqa: E402
 from bot.taste.ranking import TastePass  # noqa: E402
@@ -108,9 +121,13 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=20)
     parser.add_argument("--library", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--two-interests", action="store_true", help="readers of two named interests (see above)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     corpus = Corpus(args.topics, rng)
+    if args.two_interests:
+        two_interests(args, corpus, rng)
+        return
     with tempfile.TemporaryDirectory() as folder:
         engine = make_engine(f"sqlite:///{Path(folder) / 'rank.db'}")
         upgrade(engine)
@@ -195,6 +212,102 @@ def rank_day(factory, readers, interests, topic_of, likes, now, rng) -> tuple[fl
     for reader_id, entry_id, verdict in pressed:  # after the read: SQLite has one writer
         give_feedback(factory, reader_id, entry_id, verdict, now)
     return tuple(statistics.mean(s[i] for s in scores) for i in range(4))  # type: ignore[return-value]
+
+
+FIELDS = ("fieldalpha", "fieldbeta")  # the word each paper of a field carries
+TWO = 'Alpha: "fieldalpha"; Beta: "fieldbeta"'
+
+
+def field_paper(corpus: Corpus, topic: int, fields: int) -> tuple[str, str, int]:
+    """A paper of *topic*, marked with the word of its field (the first half of the
+    topics or the second)."""
+    title, abstract, _ = corpus.paper(topic)
+    return title, f"{abstract} {FIELDS[topic * 2 // fields]}.", topic
+
+
+def two_interests(args: argparse.Namespace, corpus: Corpus, rng: random.Random) -> None:
+    half = args.topics // 2
+    with tempfile.TemporaryDirectory() as folder:
+        engine = make_engine(f"sqlite:///{Path(folder) / 'rank.db'}")
+        upgrade(engine)
+        factory = sessions(engine)
+        add_subscribers(factory, [TWO] * args.readers, created=START - timedelta(days=1))
+        with factory() as session:
+            readers = list_subscribers(session)
+        wanted = {r.id: {rng.randrange(half), half + rng.randrange(half)} for r in readers}
+        for r in readers:
+            papers = [field_paper(corpus, t, args.topics) for t in sorted(wanted[r.id]) for _ in range(args.library)]
+            import_library(factory, r.id, bibtex(papers), START)
+        topic_of: dict[str, int] = {}
+        likes: dict[tuple[int, str], bool] = {}
+        print(
+            f"{args.readers} readers of two interests ({TWO}), {args.per_day} entries a day over {args.topics} topics"
+        )
+        print(f"{'day':>3} {'p@5 one model':>13} {'p@5 per interest':>16} {'interest models':>15} {'train s':>7}")
+        rows = []
+        for day in range(args.days):
+            now = START + timedelta(days=day)
+            todays = [field_paper(corpus, rng.randrange(args.topics), args.topics) for _ in range(args.per_day)]
+            for title, _, topic in todays:
+                topic_of[title] = topic
+            dump = render_dump([(t, ["A. Author"], date(2026, 3, 2) + timedelta(days=day), a) for t, a, _ in todays])
+            ingest_bytes(factory, dump.encode(), name=f"day{day}.txt", now=now, rules=TagRules(()))
+            started = time.perf_counter()
+            refresh_models(factory, now, rules=TagRules(()))
+            trained = time.perf_counter() - started
+            rows.append(rank_sections(factory, readers, wanted, topic_of, likes, now, rng))
+            one, each, modelled = rows[-1]
+            print(f"{day:>3} {one:>13.3f} {each:>16.3f} {modelled:>15} {trained:>7.1f}")
+        late = rows[5:] or rows  # a short run: every day
+        one, each = statistics.mean(r[0] for r in late), statistics.mean(r[1] for r in late)
+        first = 5 if len(rows) > 5 else 0
+        print(f"days {first}-{args.days - 1}: precision@5 per section, one model {one:.3f}, per interest {each:.3f}")
+        print(f"day 0: one model {rows[0][0]:.3f}, a model per interest {rows[0][1]:.3f}")
+        engine.dispose()
+
+
+def rank_sections(factory, readers, wanted, topic_of, likes, now, rng) -> tuple[float, float, int]:
+    """Each section of today's digest ranked by the one model and by the interest's;
+    the reader's feedback on the first five of each section.  The two means of
+    precision@5 and how many interest models ranked."""
+    one: list[float] = []
+    each: list[float] = []
+    pressed: list[tuple[int, int, str, str]] = []
+    cache = SelectionCache()
+    placing = Sectioner(cache, TagRules(())).interest_of(TWO, None)
+    names = [s.name for s in sections_of(TWO)]
+    assert placing is not None
+    with factory() as session:
+        taste = TastePass.open(session)
+        models = taste.models(session, [r.id for r in readers]) if taste else {}
+        modelled = sum(len(found) for found in taste.interests.values()) if taste else 0
+        for reader in readers:
+            start = now - timedelta(hours=1)
+            found = select_for(session, reader, TagRules(()), as_of=now, cache=cache, start=start)
+            model = models.get(reader.id)
+            if model is None or taste is None:
+                continue
+
+            def liked(title: str, reader_id: int = reader.id) -> bool:
+                key = (reader_id, title)
+                if key not in likes:
+                    likes[key] = rng.random() < (0.9 if topic_of[title] in wanted[reader_id] else 0.03)
+                return likes[key]
+
+            window = cache.entries(session, start, now)
+            blended = taste.reader(model, start, window).rerank(found)
+            by_interest = taste.reader(model, start, window, reader.id).rerank(found, placing)
+            for name in names:
+                one.append(precision_at([liked(c.entry.title) for c in blended if placing(c) == name], 5))
+                mine = [c for c in by_interest if placing(c) == name]
+                each.append(precision_at([liked(c.entry.title) for c in mine], 5))
+                for candidate in mine[:5]:
+                    if rng.random() < 0.5:
+                        verdict = "more" if liked(candidate.entry.title) else "less"
+                        pressed.append((reader.id, candidate.entry.id, verdict, name))
+    for reader_id, entry_id, verdict, name in pressed:  # after the read: SQLite has one writer
+        give_feedback(factory, reader_id, entry_id, verdict, now, name)
+    return (statistics.mean(one) if one else 0.0), (statistics.mean(each) if each else 0.0), modelled
 
 
 if __name__ == "__main__":

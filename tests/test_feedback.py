@@ -625,7 +625,7 @@ def test_the_commands_show_scores_feedback_and_the_threshold(tmp_path: Path, see
         json.loads(line)
         for line in cli("subscribers", "library", "feedback", "ada@example.org", "--json").stdout.splitlines()
     ]
-    assert [(r["verdict"], r["title"][:6]) for r in rated] == [("less", "ReSCom")]
+    assert [(r["verdict"], r["title"][:6], r["interest"]) for r in rated] == [("less", "ReSCom", "")]
     exported = json.loads(cli("subscribers", "export", "--library", "ada@example.org").stdout)
     assert [i.get("note") for i in exported][-1] == "digestbot feedback: less like this" and len(exported) == 3
     all_output = preview.stderr + tested.stderr + alone.stderr

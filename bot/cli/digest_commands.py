@@ -59,7 +59,7 @@ def preview(
         fail("give EMAIL, or --all", EXIT_USAGE)
     factory = c.sessions()
     subscriber = find_subscriber(factory, email)
-    train_on_demand(factory, subscriber.id)
+    train_on_demand(factory, subscriber.id, c.rules)
     if eml or html or show:
         _preview_message(c, factory, subscriber, day, eml=eml, html=html, show=show)
         return
@@ -69,6 +69,7 @@ def preview(
 def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_json: bool) -> None:
     from bot.choose.select import SelectionCache, effective_start, local_send_time, select_for
     from bot.plan.retention import kept_since
+    from bot.plan.sections import Sectioner
     from bot.store.ledger import claimed_entry_ids
     from bot.taste.explain import liked_for, reader_taste, scored
 
@@ -77,6 +78,7 @@ def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_jso
     with factory() as session:
         start = effective_start(subscriber, kept_since(c.settings, now()))
         taste = reader_taste(session, subscriber, start, cache.entries(session, start, as_of))
+        liked = liked_for(subscriber.filter, taste, subscriber.taste_threshold)
         found = select_for(
             session,
             subscriber,
@@ -85,12 +87,13 @@ def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_jso
             start=start,
             exclude=claimed_entry_ids(session, subscriber.id),
             cache=cache,
-            liked=liked_for(subscriber.filter, taste, subscriber.taste_threshold),
+            liked=liked,
         )
     label = (
         f"{subscriber.email} ({subscriber.status.value}) as of {as_of:%Y-%m-%d %H:%M} UTC, filter {subscriber.filter}"
     )
-    print_candidates(scored(taste, found), f"{label}: {plural(len(found), 'entry', 'entries')}", as_json)
+    placing = Sectioner(cache, c.rules).interest_of(subscriber.filter, liked)
+    print_candidates(scored(taste, found, placing), f"{label}: {plural(len(found), 'entry', 'entries')}", as_json)
     if taste is not None and not as_json:
         out.print(
             f"ranked by their model: score + 3 x taste; liked: taste above {subscriber.taste_threshold:.2f}",

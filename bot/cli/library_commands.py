@@ -28,15 +28,16 @@ from bot.cli.shell import (
 library_app = command_group("A reader's library: the papers their digest is ranked by.")
 
 
-def train_on_demand(factory: Any, subscriber_id: int) -> None:
-    """Train the subscriber's model now if their library or feedback changed since (the
+def train_on_demand(factory: Any, subscriber_id: int, rules: Any = None) -> None:
+    """Train the subscriber's models now if their library or feedback changed since (the
     daemon would at its next planning pass): what the operator asks about is ranked by
-    it.  A few queries when nothing changed."""
+    them.  Without the tag *rules*, the models of a reader of several interests are
+    left to the next planning pass.  A few queries when nothing changed."""
     from bot.taste import EXTRA_MISSING, ranking_installed
     from bot.taste.service import refresh_models
 
     if ranking_installed():
-        refresh_models(factory, now(), only=[subscriber_id])
+        refresh_models(factory, now(), only=[subscriber_id], rules=rules)
     else:
         err.print(f"note: {EXTRA_MISSING}", markup=False)
 
@@ -129,17 +130,21 @@ def library_feedback(
     as_json: JsonOption = False,
 ) -> None:
     """What EMAIL said of entries of their digests: "more like this" (learned as library
-    papers) and "less like this" (learned as papers they do not want)."""
+    papers) and "less like this" (learned as papers they do not want), and the interest
+    each was shown under in a digest of several (whose model learns it)."""
     from bot.taste.service import feedback
 
     factory = ctx_of(ctx).sessions()
     rows = feedback(factory, find_subscriber(factory, email).id)
     if as_json:
-        print_json_lines([{"key": r.key, "title": r.title, "verdict": r.verdict, "at": r.at} for r in rows])
+        print_json_lines(
+            [{"key": r.key, "title": r.title, "verdict": r.verdict, "at": r.at, "interest": r.section} for r in rows]
+        )
         return
     table = new_table("at", "verdict", "key", "title", title=f"Feedback ({len(rows)})")
     for r in rows:
-        table.add_row(f"{r.at:%Y-%m-%d %H:%M}", f"{r.verdict} like this", r.key, r.title)
+        under = f" (in {r.section})" if r.section else ""
+        table.add_row(f"{r.at:%Y-%m-%d %H:%M}", f"{r.verdict} like this{under}", r.key, r.title)
     out.print(table)
 
 

@@ -82,7 +82,7 @@ def tags_test(
     factory = c.sessions()
     subscriber = find_subscriber(factory, subscriber_email) if subscriber_email else None
     if subscriber is not None:
-        train_on_demand(factory, subscriber.id)
+        train_on_demand(factory, subscriber.id, c.rules)
     with factory() as session:
         entries = every_entry(session)
         taste = reader_taste(session, subscriber, None, entries) if subscriber is not None else None

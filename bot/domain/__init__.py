@@ -262,6 +262,7 @@ class RatedEntry:
     title: str
     verdict: str  # more | less
     at: datetime
+    section: str = ""  # the interest it was shown under; "" in a digest of one
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from bot.plan.cadence import next_send_day, sends_on
 from bot.plan.days import DayFacts, closes_at, local_time, local_today, today_note
 from bot.plan.resend import find_scheduled
 from bot.plan.retention import kept_since
+from bot.plan.sections import Sectioner
 from bot.store.entry_reads import entries_first_seen_between
 from bot.store.ledger import claimed_entry_ids, scheduled_days
 from bot.taste.explain import liked_for, reader_taste, scored
@@ -70,7 +71,8 @@ def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of:
     unseen = [e for e in entries_first_seen_between(session, since, as_of) if e.id not in sent]
     tally = Counter(tag for entry in unseen for tag in entry.tags)
     ranked = sorted(tally.items(), key=lambda item: (-item[1], item[0].casefold()))
-    best = tuple((s.candidate.entry.title, s.why) for s in scored(taste, matching)[:first]) if first else ()
+    placing = Sectioner(cache, rules).interest_of(subscriber.filter, liked)
+    best = tuple((s.candidate.entry.title, s.why) for s in scored(taste, matching, placing)[:first]) if first else ()
     return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]), best)
 
 

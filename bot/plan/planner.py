@@ -144,7 +144,7 @@ def plan(
     of entries and what was sent of them per subscriber however long the history; the
     result is what the whole window would give, because every entry behind the watermark
     was claimed or did not match."""
-    refresh_models(factory, now)  # a reader's model learns their new papers before their digest
+    refresh_models(factory, now, rules=rules)  # a reader's models learn their new papers before their digest
     journal = journal_of(factory)
     journal.try_apply_pending(factory)
     leaving = journal.pending_subscribers()  # acknowledged but not applied: as good as gone
@@ -263,7 +263,8 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             liked = _liked(subscriber, taste)
             ranked = run.cache.ranked(session, subscriber.filter, window_start, now, run.rules, liked)
             if taste is not None:
-                ranked = taste.rerank([c for c in ranked if c.entry.id not in exclude])
+                placing = sectioner.interest_of(subscriber.filter, liked)
+                ranked = taste.rerank([c for c in ranked if c.entry.id not in exclude], placing)
             picked = pick(ranked, exclude, settings.digest.max_entries)
             chosen = picked.chosen
             marks.append((subscriber.id, watermark(picked.oldest_left, now, oldest), keys[subscriber.id]))
@@ -319,7 +320,7 @@ def _reader_taste(
     if model is None or run.taste is None:
         return None
     window_start = effective_start(subscriber, start)
-    return run.taste.reader(model, window_start, run.cache.entries(session, window_start, run.now))
+    return run.taste.reader(model, window_start, run.cache.entries(session, window_start, run.now), subscriber.id)
 
 
 def _liked(subscriber: Subscriber, taste: ReaderTaste | None) -> frozenset[int] | None:

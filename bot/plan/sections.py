@@ -3,14 +3,15 @@ Serving: llm and serving", ``bot.choose.filters.sections_of``) shows its entries
 sections.  The entries are chosen as for any filter (the interests' union, one
 ranking, the same cache and watermark); ``Sectioner.place`` then puts each in its best
 section (the interest it matches best, the first of those on a tie), names every
-interest it matches in its why line, and orders the digest section by section.  Asks
+interest it matches in its why line, and orders the digest section by section;
+``interest_of`` tells the ranking which interest's model judges a candidate.  Asks
 an interest's verdict of the planning pass's cache (shared by every reader of it);
 never reads the store or renders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from bot.choose.filters import Section, sections_of
@@ -45,17 +46,32 @@ class Sectioner:
             return self.placed[key]
         placed: list[tuple[int, int, Candidate, Planned]] = []
         for position, (candidate, planned) in enumerate(zip(chosen, entries, strict=True)):
-            entry = candidate.entry
-            verdicts = [
-                self.cache.verdict(s.text, entry, self.rules, liked is not None and entry.id in liked) for s in sections
-            ]
-            index, line = best_section(sections, verdicts, planned.why)
+            index, line = best_section(sections, self._verdicts(sections, candidate, liked), planned.why)
             placed.append((index, position, candidate, replace(planned, why=line, section=sections[index].name)))
         placed.sort(key=lambda item: (item[0], item[1]))
         found = [c for _, _, c, _ in placed], [p for _, _, _, p in placed]
         if liked is None:
             self.placed[key] = found
         return found
+
+    def interest_of(self, filter_text: str, liked: frozenset[int] | None) -> Callable[[Candidate], str] | None:
+        """The name of the interest ``place`` would put a candidate in, for ranking each
+        by its interest's model before the digest's entries are chosen; None for a
+        filter of one interest."""
+        sections = sections_of(filter_text)
+        if not sections:
+            return None
+        return lambda candidate: (
+            sections[best_section(sections, self._verdicts(sections, candidate, liked), "")[0]].name
+        )
+
+    def _verdicts(
+        self, sections: Sequence[Section], candidate: Candidate, liked: frozenset[int] | None
+    ) -> list[Explanation | None]:
+        entry = candidate.entry
+        return [
+            self.cache.verdict(s.text, entry, self.rules, liked is not None and entry.id in liked) for s in sections
+        ]
 
 
 def best_section(sections: Sequence[Section], verdicts: Sequence[Explanation | None], why: str) -> tuple[int, str]:

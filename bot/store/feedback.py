@@ -26,9 +26,12 @@ def entry_ids_of(session: Session, keys: Iterable[str]) -> dict[str, int]:
     return found
 
 
-def set_feedback(session: Session, subscriber_id: int, entry_id: int, verdict: str, now: datetime) -> bool:
-    """Record *verdict* on the entry (replacing an earlier one); False when it was
-    already the verdict (nothing changes, so the model is not trained again)."""
+def set_feedback(
+    session: Session, subscriber_id: int, entry_id: int, verdict: str, now: datetime, section: str = ""
+) -> bool:
+    """Record *verdict* on the entry, shown under the interest *section* (replacing an
+    earlier one); False when it was already the verdict (nothing changes, so the model
+    is not trained again)."""
     if verdict not in VERDICTS:
         raise ValueError(f"verdict {verdict!r}")
     held = session.scalar(
@@ -40,11 +43,13 @@ def set_feedback(session: Session, subscriber_id: int, entry_id: int, verdict: s
         session.execute(
             update(Feedback)
             .where(Feedback.subscriber_id == subscriber_id, Feedback.entry_id == entry_id)
-            .values(verdict=verdict, at=now)
+            .values(verdict=verdict, at=now, section=section)
         )
     else:
         session.execute(
-            insert(Feedback).values(subscriber_id=subscriber_id, entry_id=entry_id, verdict=verdict, at=now)
+            insert(Feedback).values(
+                subscriber_id=subscriber_id, entry_id=entry_id, verdict=verdict, at=now, section=section
+            )
         )
     return True
 
@@ -71,7 +76,7 @@ def verdicts_on(session: Session, subscriber_id: int, entry_ids: Iterable[int]) 
 def feedback_of(session: Session, subscriber_id: int) -> list[RatedEntry]:
     """All of the subscriber's feedback, oldest first."""
     query = (
-        select(Feedback.entry_id, Entry.key, Entry.title, Feedback.verdict, Feedback.at)
+        select(Feedback.entry_id, Entry.key, Entry.title, Feedback.verdict, Feedback.at, Feedback.section)
         .join(Entry, Entry.id == Feedback.entry_id)
         .where(Feedback.subscriber_id == subscriber_id)
         .order_by(Feedback.at, Feedback.entry_id)

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import ColumnElement, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from bot.domain import StoredModel, StoredVocabulary, match_text
 from bot.store.bulk import chunks
 from bot.store.schema import Entry
+from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel, TasteVocabulary
 
 
@@ -96,13 +97,23 @@ def taste_signals(session: Session, at_least: int) -> dict[int, str]:
     }
 
 
-def feedback_entries(session: Session, subscriber_id: int) -> tuple[list[int], list[int]]:
-    """The entries the subscriber asked more of, and those they asked less of."""
-    more: list[int] = []
-    less: list[int] = []
-    query = select(Feedback.entry_id, Feedback.verdict).where(Feedback.subscriber_id == subscriber_id)
-    for entry_id, verdict in session.execute(query.order_by(Feedback.at, Feedback.entry_id)):
-        (more if verdict == "more" else less).append(entry_id)
+def filters_of(session: Session, subscriber_ids: Iterable[int]) -> dict[int, str]:
+    """Each subscriber's filter (its interests decide which models they have)."""
+    found: dict[int, str] = {}
+    for part in chunks(sorted(set(subscriber_ids))):
+        rows = session.execute(select(SubscriberRow.id, SubscriberRow.filter).where(SubscriberRow.id.in_(part)))
+        found.update((sid, text) for sid, text in rows)
+    return found
+
+
+def feedback_entries(session: Session, subscriber_id: int) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(entry id, interest it was shown under) of the entries the subscriber asked more
+    of, and of those they asked less of."""
+    more: list[tuple[int, str]] = []
+    less: list[tuple[int, str]] = []
+    query = select(Feedback.entry_id, Feedback.verdict, Feedback.section).where(Feedback.subscriber_id == subscriber_id)
+    for entry_id, verdict, section in session.execute(query.order_by(Feedback.at, Feedback.entry_id)):
+        (more if verdict == "more" else less).append((entry_id, section))
     return more, less
 
 
@@ -117,24 +128,30 @@ def library_rows(session: Session, subscriber_id: int) -> list[tuple[str, str, s
 
 
 def model_signals(session: Session) -> dict[int, str]:
-    """What each stored model was trained from, by subscriber."""
-    return {sid: signals for sid, signals in session.execute(select(TasteModel.subscriber_id, TasteModel.signals))}
+    """What each subscriber's models were trained from (they are trained together)."""
+    query = select(TasteModel.subscriber_id, TasteModel.signals).where(TasteModel.section == "")
+    return {sid: signals for sid, signals in session.execute(query)}
 
 
-def save_model(session: Session, subscriber_id: int, model: StoredModel, signals: str, now: datetime) -> None:
+def save_models(
+    session: Session, subscriber_id: int, models: dict[str, StoredModel], signals: str, now: datetime
+) -> None:
+    """Replace the subscriber's models: by section, '' for the model of all they keep and rate."""
     session.execute(delete(TasteModel).where(TasteModel.subscriber_id == subscriber_id))
-    session.execute(
-        insert(TasteModel).values(
-            subscriber_id=subscriber_id,
-            vocabulary_id=model.vocabulary_id,
-            signals=signals,
-            trained_at=now,
-            intercept=model.intercept,
-            indices=model.indices,
-            weights=model.weights,
-            library=[[title, _b64(i), _b64(v)] for title, i, v in model.library],
+    for section, model in models.items():
+        session.execute(
+            insert(TasteModel).values(
+                subscriber_id=subscriber_id,
+                section=section,
+                vocabulary_id=model.vocabulary_id,
+                signals=signals,
+                trained_at=now,
+                intercept=model.intercept,
+                indices=model.indices,
+                weights=model.weights,
+                library=[[title, _b64(i), _b64(v)] for title, i, v in model.library],
+            )
         )
-    )
 
 
 def delete_models(session: Session, subscriber_ids: Iterable[int]) -> int:
@@ -145,19 +162,45 @@ def delete_models(session: Session, subscriber_ids: Iterable[int]) -> int:
 
 
 def models_of(session: Session, subscriber_ids: Iterable[int], vocabulary_id: int) -> dict[int, StoredModel]:
-    """The models of these subscribers trained in *vocabulary_id* (others are stale)."""
-    found: dict[int, StoredModel] = {}
-    for part in chunks(sorted(set(subscriber_ids))):
-        query = select(TasteModel).where(TasteModel.subscriber_id.in_(part), TasteModel.vocabulary_id == vocabulary_id)
-        for row in session.scalars(query):
-            found[row.subscriber_id] = StoredModel(
-                row.vocabulary_id,
-                row.intercept,
-                row.indices,
-                row.weights,
-                tuple((t, base64.b64decode(i), base64.b64decode(v)) for t, i, v in row.library),
-            )
+    """The model of all each of these subscribers keeps and rates, trained in
+    *vocabulary_id* (others are stale)."""
+    return {sid: model for (sid, _), model in _models(session, subscriber_ids, vocabulary_id, TasteModel.section == "")}
+
+
+def interest_models_of(
+    session: Session, subscriber_ids: Iterable[int], vocabulary_id: int
+) -> dict[int, dict[str, StoredModel]]:
+    """The models of these subscribers' interests that have one, by interest name."""
+    found: dict[int, dict[str, StoredModel]] = {}
+    for (sid, section), model in _models(session, subscriber_ids, vocabulary_id, TasteModel.section != ""):
+        found.setdefault(sid, {})[section] = model
     return found
+
+
+def _models(
+    session: Session, subscriber_ids: Iterable[int], vocabulary_id: int, which: ColumnElement[bool]
+) -> Iterator[tuple[tuple[int, str], StoredModel]]:
+    for part in chunks(sorted(set(subscriber_ids))):
+        query = select(TasteModel).where(
+            TasteModel.subscriber_id.in_(part), TasteModel.vocabulary_id == vocabulary_id, which
+        )
+        for row in session.scalars(query):
+            yield (
+                (row.subscriber_id, row.section),
+                StoredModel(
+                    row.vocabulary_id,
+                    row.intercept,
+                    row.indices,
+                    row.weights,
+                    tuple((t, base64.b64decode(i), base64.b64decode(v)) for t, i, v in row.library),
+                ),
+            )
+
+
+def modelled_interests(session: Session, subscriber_id: int) -> tuple[str, ...]:
+    """The names of the subscriber's interests that have a model of their own."""
+    query = select(TasteModel.section).where(TasteModel.subscriber_id == subscriber_id, TasteModel.section != "")
+    return tuple(session.scalars(query.order_by(TasteModel.section)))
 
 
 def any_models(session: Session) -> bool:
@@ -180,5 +223,7 @@ def taste_counts(session: Session, subscriber_id: int) -> tuple[int, int, int, b
             .group_by(Feedback.verdict)
         ).all()
     )
-    model = session.scalar(select(TasteModel.subscriber_id).where(TasteModel.subscriber_id == subscriber_id))
+    model = session.scalar(
+        select(TasteModel.subscriber_id).where(TasteModel.subscriber_id == subscriber_id, TasteModel.section == "")
+    )
     return int(papers or 0), int(verdicts.get("more", 0)), int(verdicts.get("less", 0)), model is not None

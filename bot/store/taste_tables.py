@@ -85,11 +85,13 @@ class TasteVocabulary(Base):
 class TasteModel(Base):
     """A subscriber's model (``bot.taste.model``): its kept weights as int32 term indices
     and float32 values, and its library papers' strongest terms (to name the nearest).
-    ``signals`` is what it was trained from; a change trains it again."""
+    ``section`` is '' for the model of all they keep and rate, else the name of the
+    interest it ranks.  ``signals`` is what it was trained from; a change trains it again."""
 
     __tablename__ = "taste_models"
 
     subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"), primary_key=True)
+    section: Mapped[str] = mapped_column(String(60), primary_key=True, server_default="")
     vocabulary_id: Mapped[int] = mapped_column(Integer)
     signals: Mapped[str] = mapped_column(String(64))
     trained_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -110,3 +112,5 @@ class Feedback(Base):
     entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), index=True)
     verdict: Mapped[str] = mapped_column(String(8))  # more | less
     at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The interest the entry was shown under ('' for a digest of one): it trains that interest's model.
+    section: Mapped[str] = mapped_column(String(60), server_default="")

@@ -6,7 +6,7 @@ writes, never trains.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -52,7 +52,7 @@ def reader_taste(
 
     taste = TastePass.open(session)
     model = taste.models(session, [subscriber.id]).get(subscriber.id) if taste is not None else None
-    return taste.reader(model, start, window) if taste is not None and model is not None else None
+    return taste.reader(model, start, window, subscriber.id) if taste is not None and model is not None else None
 
 
 def liked_for(filter_text: str, taste: ReaderTaste | None, threshold: float) -> frozenset[int] | None:
@@ -63,11 +63,17 @@ def liked_for(filter_text: str, taste: ReaderTaste | None, threshold: float) -> 
     return taste.liked(threshold) if taste is not None else frozenset()
 
 
-def scored(taste: ReaderTaste | None, candidates: Sequence[Candidate]) -> list[Scored]:
+def scored(
+    taste: ReaderTaste | None,
+    candidates: Sequence[Candidate],
+    interest_of: Callable[[Candidate], str] | None = None,
+) -> list[Scored]:
     """*candidates* in the order the subscriber's digest would have them, with taste
-    scores and why lines."""
+    scores and why lines; *interest_of*: the interest each goes in, for a reader of
+    several (``bot.plan.sections.Sectioner.interest_of``), whose model scores it."""
     if taste is None:
         return [Scored(c, None, c.explanation.why()) for c in candidates]
-    ordered = taste.rerank(list(candidates))
+    ordered = taste.rerank(list(candidates), interest_of)
     whys = taste.why_lines(ordered, [c.explanation.why() for c in ordered])
-    return [Scored(c, taste.score_of(c.entry.id), why) for c, why in zip(ordered, whys, strict=True)]
+    place = interest_of if interest_of is not None and taste.by_interest else (lambda _c: "")
+    return [Scored(c, taste.score_of(c.entry.id, place(c)), why) for c, why in zip(ordered, whys, strict=True)]

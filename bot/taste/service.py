@@ -7,14 +7,18 @@ renders or sends."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.filters import FilterError, Section, sections_of
+from bot.choose.tagging import TagRules
 from bot.domain import REQUEST_WINDOW, LibraryPaper, RatedEntry, Subscriber
 from bot.store.consents import count_request
 from bot.store.engine import transaction
@@ -25,12 +29,14 @@ from bot.store.taste import (
     entry_count,
     entry_ids,
     feedback_entries,
+    filters_of,
     latest_vocabulary,
     latest_vocabulary_id,
     library_rows,
     model_signals,
+    modelled_interests,
     newest_entry_id,
-    save_model,
+    save_models,
     save_vocabulary,
     taste_counts,
     taste_signals,
@@ -39,13 +45,13 @@ from bot.store.taste import (
     vocabulary_size,
 )
 from bot.taste import ranking_installed, say_extra_missing
+from bot.taste.interests import MIN_POSITIVES, Example, Examples, by_interest
 from bot.taste.library import LibraryRead, read_library
 
 log = logging.getLogger(__name__)
 # Taste scores run about from 0 (a typical entry) to 1 (a typical library paper): a
 # threshold beyond these would mean nothing (bot.taste.model.score).
 MIN_THRESHOLD, MAX_THRESHOLD = -5.0, 5.0
-MIN_POSITIVES = 2  # library papers and "more like this"; fewer teach nothing a filter does not already say
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,14 +99,20 @@ def remove_from_library(factory: sessionmaker[Session], subscriber_id: int, keys
 
 
 def give_feedback(
-    factory: sessionmaker[Session], subscriber_id: int, entry_id: int, verdict: str | None, now: datetime
+    factory: sessionmaker[Session],
+    subscriber_id: int,
+    entry_id: int,
+    verdict: str | None,
+    now: datetime,
+    section: str = "",
 ) -> bool:
-    """Record "more" or "less" on an entry, or undo (*verdict* None); whether anything
-    changed.  The model learns it in the next planning pass."""
+    """Record "more" or "less" on an entry shown under the interest *section* ('' in a
+    digest of one), or undo (*verdict* None); whether anything changed.  The models
+    learn it in the next planning pass."""
     with transaction(factory) as session:
         if verdict is None:
             return remove_feedback(session, subscriber_id, entry_id)
-        return set_feedback(session, subscriber_id, entry_id, verdict, now)
+        return set_feedback(session, subscriber_id, entry_id, verdict, now, section)
 
 
 def feedback(factory: sessionmaker[Session], subscriber_id: int) -> list[RatedEntry]:
@@ -118,6 +130,7 @@ class TasteSummary:
     ranked: bool  # a model ranks their digests
     threshold: float
     installed: bool = True  # the taste extra is installed: a model can be trained
+    interests: tuple[str, ...] = ()  # the reader's interests with a model of their own
 
     @property
     def missing(self) -> int:
@@ -128,7 +141,9 @@ class TasteSummary:
 def taste_summary(factory: sessionmaker[Session], subscriber: Subscriber) -> TasteSummary:
     with factory() as session:
         papers, more, less, ranked = taste_counts(session, subscriber.id)
-    return TasteSummary(papers, more, less, ranked, subscriber.taste_threshold, ranking_installed())
+        modelled = set(modelled_interests(session, subscriber.id)) if ranked else set()
+    interests = tuple(s.name for s in _interests(subscriber.filter) if s.name in modelled)  # in the filter's order
+    return TasteSummary(papers, more, less, ranked, subscriber.taste_threshold, ranking_installed(), interests)
 
 
 def set_taste_threshold(factory: sessionmaker[Session], subscriber_id: int, value: float, now: datetime) -> None:
@@ -154,10 +169,15 @@ MAX_FIT_ENTRIES = 50_000  # the newest entries, when the store holds more (a fit
 SAMPLE = 400  # store entries a model learns "not this reader's" from
 
 
-def refresh_models(factory: sessionmaker[Session], now: datetime, only: list[int] | None = None) -> ModelsReport:
-    """Fit the vocabulary again when the store has grown, and train the model of each
-    subscriber whose library (or the vocabulary) changed since it was trained.  Cheap
-    when nothing changed: a few queries, and nothing numerical is imported."""
+def refresh_models(
+    factory: sessionmaker[Session], now: datetime, only: list[int] | None = None, rules: TagRules | None = None
+) -> ModelsReport:
+    """Fit the vocabulary again when the store has grown, and train the models of each
+    subscriber whose library, feedback or interests (or the vocabulary) changed since
+    they were trained: the model of all they keep and rate, and one per interest with
+    enough of its own (``bot.taste.interests``; a library paper belongs to the
+    interests whose filter, with the tags *rules* give, matches it).  Cheap when nothing
+    changed: a few queries, and nothing numerical is imported."""
     import time
 
     started = time.perf_counter()
@@ -176,12 +196,11 @@ def refresh_models(factory: sessionmaker[Session], now: datetime, only: list[int
     if fitted is None or count >= fitted * REFIT_GROWTH:
         _fit_vocabulary(factory, count, now)
         report.vocabulary_fitted = True
-    with factory() as session:
-        vocabulary_id = latest_vocabulary_id(session)
-    wanted = {sid: f"{vocabulary_id}:{sig}" for sid, sig in signals.items() if only is None or sid in only}
+    wanted, interests = _wanted(factory, signals, only, rules)
     stale = [sid for sid, sig in wanted.items() if trained.get(sid) != sig]
     if stale:
-        report.trained = _train(factory, stale, wanted, now)
+        judge = rules or TagRules(())
+        report.trained = _train(factory, stale, wanted, now, lambda sid: (interests[sid], judge))
         log.info("trained %d taste models in %.1f s", report.trained, time.perf_counter() - started)
     report.seconds = time.perf_counter() - started
     return report
@@ -217,7 +236,50 @@ def _fit_vocabulary(factory: sessionmaker[Session], count: int, now: datetime) -
         save_vocabulary(session, terms, idf.astype("float32").tobytes(), count, now)
 
 
-def _train(factory: sessionmaker[Session], stale: list[int], wanted: dict[int, str], now: datetime) -> int:
+def _wanted(
+    factory: sessionmaker[Session], signals: dict[int, str], only: list[int] | None, rules: TagRules | None
+) -> tuple[dict[int, str], dict[int, tuple[Section, ...]]]:
+    """What the models of each subscriber (of *only*) with enough to learn from must be
+    trained from, and their interests.  Without the *rules*, readers of several
+    interests are left to the next planning pass."""
+    with factory() as session:
+        vocabulary_id = latest_vocabulary_id(session)
+        filters = filters_of(session, [sid for sid in signals if only is None or sid in only])
+    interests = {sid: _interests(text) for sid, text in filters.items()}
+    wanted = {
+        sid: _signals(vocabulary_id, signals[sid], filters[sid], interests[sid], rules)
+        for sid in filters
+        if rules is not None or not interests[sid]
+    }
+    return wanted, interests
+
+
+def _interests(filter_text: str) -> tuple[Section, ...]:
+    try:
+        return sections_of(filter_text)
+    except FilterError:  # stored filters parsed when saved; a reader without interests then
+        return ()
+
+
+def _signals(
+    vocabulary_id: int | None, signals: str, filter_text: str, interests: tuple[Section, ...], rules: TagRules | None
+) -> str:
+    """What a subscriber's models are trained from: the vocabulary, their library and
+    feedback, and (for a reader of several interests) the interests and the tag rules
+    that judge which papers belong to which."""
+    if not interests or rules is None:
+        return f"{vocabulary_id}:{signals}"
+    judged = hashlib.blake2b(f"{filter_text}\x00{rules.fingerprint}".encode(), digest_size=8).hexdigest()
+    return f"{vocabulary_id}:{signals}:{judged}"
+
+
+def _train(
+    factory: sessionmaker[Session],
+    stale: list[int],
+    wanted: dict[int, str],
+    now: datetime,
+    interests_of: Callable[[int], tuple[tuple[Section, ...], TagRules]],
+) -> int:
     from bot.taste.features import vocabulary_of
     from bot.taste.model import stored, train
 
@@ -229,37 +291,49 @@ def _train(factory: sessionmaker[Session], stale: list[int], wanted: dict[int, s
     vocabulary = vocabulary_of(found)
     for subscriber_id in stale:
         with factory() as session:
-            positives, negatives, sample = _examples(session, subscriber_id, ids)
-        model = train(vocabulary, positives, negatives, sample)
+            examples = _examples(session, subscriber_id, ids)
+        sets = {"": examples, **by_interest(*interests_of(subscriber_id), examples)}
+        models = {
+            name: stored(
+                train(vocabulary, [(e.title, e.text) for e in s.positives], [e.text for e in s.negatives], s.sample)
+            )
+            for name, s in sets.items()
+        }
         try:
             with transaction(factory) as session:
-                save_model(session, subscriber_id, stored(model), wanted[subscriber_id], now)
-        except IntegrityError:  # another process (the scheduler, `library add`) saved it meanwhile
-            log.info("model of subscriber %d saved by another process", subscriber_id)
+                save_models(session, subscriber_id, models, wanted[subscriber_id], now)
+        except IntegrityError:  # another process (the scheduler, `library add`) saved them meanwhile
+            log.info("models of subscriber %d saved by another process", subscriber_id)
     return len(stale)
 
 
-def _examples(
-    session: Session, subscriber_id: int, ids: list[int]
-) -> tuple[list[tuple[str, str]], list[str], list[str]]:
-    """What the subscriber's model learns from: their positives (title shown, text) from
-    the library and "more like this", the texts of "less like this", and a sample of
-    the store drawn without those."""
+def _examples(session: Session, subscriber_id: int, ids: list[int]) -> Examples:
+    """What the subscriber's models learn from: their positives from the library and
+    "more like this", "less like this", and a sample of the store drawn without those."""
     import random
-
-    from bot.taste.features import text_of
 
     papers = library_rows(session, subscriber_id)
     more, less = feedback_entries(session, subscriber_id)
     in_library = {entry_id for *_, entry_id in papers if entry_id is not None}
-    mine = in_library | set(more) | set(less)
+    mine = in_library | {i for i, _ in more} | {i for i, _ in less}
     drawn = random.Random(subscriber_id).sample(ids, min(len(ids), SAMPLE + len(mine)))
     pool = [i for i in drawn if i not in mine][:SAMPLE]
-    texts = texts_of(session, [*pool, *in_library, *less])
-    titled = titled_texts_of(session, [i for i in more if i not in in_library])
-    positives = [_positive(title, abstract, texts.get(entry_id or 0)) for _, title, abstract, entry_id in papers]
-    positives += [(title, text_of(title, text)) for title, text in titled.values()]
-    return positives, [texts[i] for i in less if i in texts], [texts[i] for i in pool if i in texts]
+    texts = texts_of(session, [*pool, *in_library])
+    titled = titled_texts_of(session, [i for i, _ in more if i not in in_library] + [i for i, _ in less])
+    positives = [
+        Example(*_positive(title, abstract, texts.get(entry_id or 0))) for _, title, abstract, entry_id in papers
+    ]
+    # liblinear's result depends on the order of the examples: "more" by entry id, "less" as rated.
+    return Examples(
+        positives + _rated(sorted(more), titled), _rated(less, titled), [texts[i] for i in pool if i in texts]
+    )
+
+
+def _rated(rated: list[tuple[int, str]], titled: dict[int, tuple[str, str]]) -> list[Example]:
+    """The rated entries as examples, each of the interest it was shown under."""
+    from bot.taste.features import text_of
+
+    return [Example(titled[i][0], text_of(*titled[i]), section or None) for i, section in rated if i in titled]
 
 
 def _positive(title: str, abstract: str, entry_text: str | None) -> tuple[str, str]:

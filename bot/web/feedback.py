@@ -78,7 +78,7 @@ class FeedbackPages:
         found = await run_in_threadpool(self._entry, subscriber, asked) if asked is not None else None
         if asked is None or found is None:
             return self.render("not_found", 404)
-        entry_id, title = found
+        entry_id, title, section = found
         token = params["token"]
         page = {"title": title, "day": asked.day.isoformat(), "ref": asked.ref, "verdict": asked.verdict}
         left = subscriber.status is SubscriberStatus.UNSUBSCRIBED
@@ -98,19 +98,20 @@ class FeedbackPages:
             said = await run_in_threadpool(self._said, subscriber, entry_id)
             return self.render("rate", 409 if left else 400, token=token, said=said, left=left, done=None, more=page)
         verdict = None if action == "undo" else action
-        await run_in_threadpool(give_feedback, self.factory, subscriber.id, entry_id, verdict, self.now())
+        await run_in_threadpool(give_feedback, self.factory, subscriber.id, entry_id, verdict, self.now(), section)
         page["verdict"] = verdict or asked.verdict
         return self.render("rate", token=token, said=verdict, left=False, done=_SAID[action], more=page)
 
-    def _entry(self, subscriber: Subscriber, asked: Rated) -> tuple[int, str] | None:
-        """The stored entry the number names in the digest sent that day, and its title."""
+    def _entry(self, subscriber: Subscriber, asked: Rated) -> tuple[int, str, str] | None:
+        """The stored entry the number names in the digest sent that day, its title, and
+        the interest it was shown under there ('' in a digest of one)."""
         content = self.versions.content(subscriber, asked.day)
         if content is None or asked.ref > len(content.items):
             return None
         item = content.items[asked.ref - 1]
         with self.versions.reader() as session:
             entry_id = entry_ids_of(session, [item.key]).get(item.key)
-        return (entry_id, title_text(item.title)) if entry_id is not None else None
+        return (entry_id, title_text(item.title), item.section or "") if entry_id is not None else None
 
     def _said(self, subscriber: Subscriber, entry_id: int) -> str | None:
         with self.versions.reader() as session:

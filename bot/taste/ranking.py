@@ -109,8 +109,13 @@ class ReaderTaste:
     ) -> list[Candidate]:
         """*candidates* in the blended order (ties keep the filter's order); each scored
         by the model of the interest *interest_of* puts it in, when that has one."""
-        place = interest_of if interest_of is not None and self.by_interest else (lambda _c: "")
-        blended = {c.entry.id: blend(c.explanation.score, self.score_of(c.entry.id, place(c))) for c in candidates}
+        positions, scores = self.positions, self.scores
+        if interest_of is None or not self.by_interest:
+            blended = {c.entry.id: blend(c.explanation.score, float(scores[positions[c.entry.id]])) for c in candidates}
+        else:
+            blended = {
+                c.entry.id: blend(c.explanation.score, self.score_of(c.entry.id, interest_of(c))) for c in candidates
+            }
         return sorted(candidates, key=lambda c: -blended[c.entry.id])
 
     def why_lines(self, chosen: Sequence[Candidate], whys: Sequence[str]) -> list[str]:

@@ -146,3 +146,24 @@ def test_the_form_readers_run_in_linear_time() -> None:
         if spent > 10 * baseline + 0.5:
             slow[shape] = round(spent, 3)
     assert not slow, f"a normal 1 MB upload reads in {baseline:.4f} s: {slow}"
+
+
+def test_the_reading_process_gives_way_before_it_imports_anything_heavy() -> None:
+    """The child that reads an upload starts at normal priority: everything it imports
+    before it lowers its priority competes with the endpoint's one-click answers.  It
+    imports nothing of the endpoint, the store or the mail, and lowers its priority
+    before it imports the reader itself."""
+    import subprocess
+
+    from bot.web.upload_reader import CHILD
+
+    bib = b"@article{k, title = {A paper}, author = {A. Author}, year = {2024}}\n"
+    done = subprocess.run(
+        [CHILD[0], "-X", "importtime", *CHILD[1:]], input=bib, capture_output=True, timeout=60, check=True
+    )
+    assert b'"papers"' in done.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines() if "|" in line]
+    heavy = [name for name in imported if name.split(".")[0] in {"sqlalchemy", "starlette", "jinja2", "uvicorn"}]
+    assert heavy == [] and not any(name.startswith(("bot.web", "bot.store", "bot.mail")) for name in imported)
+    source = (ROOT / "bot" / "taste" / "library_reader.py").read_text()
+    assert source.index("os.nice(19)") < source.index("from bot.taste.library import")

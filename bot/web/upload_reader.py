@@ -2,35 +2,30 @@
 
 Reading a file of megabytes as BibTeX, RIS or CSL-JSON is seconds of CPU: in the
 endpoint's process that work would hold the interpreter's lock, and a one-click
-unsubscribe would wait for it.  So the file goes to ``python -m bot.web.upload_reader``,
-which reads it (``bot.taste.library``), answers with JSON on stdout, limits its own
-memory and CPU time, runs at a lower priority, and is killed when it takes longer than
-it may.  Never reads the store.
+unsubscribe would wait for it.  So the file goes to a child process
+(``CHILD``: ``bot.taste.library_reader``), which lowers its priority before it imports
+anything heavy, reads it (``bot.taste.library``), answers with JSON on stdout, limits
+its own memory and CPU time, and is killed when it takes longer than it may.  Never
+reads the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import resource
 import sys
-from dataclasses import asdict
 
 from bot.domain import LibraryPaper
-from bot.taste.library import MAX_BYTES, LibraryFileError, LibraryRead, read_library
+from bot.taste.library import LibraryFileError, LibraryRead
 
-MEMORY_BYTES = 1 << 30  # a 5 MB export needs a few hundred MB at most
-CPU_SECONDS = 120
+CHILD = (sys.executable, "-m", "bot.taste.library_reader")
 
 
 async def read_upload(data: bytes, seconds: float) -> LibraryRead:
     """``read_library(data)`` in a child process; ``LibraryFileError`` when the file
     cannot be read at all, or the child fails or is not done within *seconds*."""
     child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "bot.web.upload_reader",
+        *CHILD,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
@@ -56,22 +51,3 @@ async def read_upload(data: bytes, seconds: float) -> LibraryRead:
         problems=[str(p) for p in answer["problems"]],
         format=str(answer["format"]),
     )
-
-
-def main() -> None:
-    """The child: the file on stdin, a ``LibraryRead`` (or an error) as JSON on stdout."""
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
-    os.nice(19)  # on a busy machine the endpoint that answers unsubscribes runs first
-    data = sys.stdin.buffer.read(MAX_BYTES + 1)
-    try:
-        read = read_library(data)
-    except LibraryFileError as exc:
-        json.dump({"error": str(exc)}, sys.stdout)
-        return
-    papers = [asdict(paper) for paper in read.papers]
-    json.dump({"papers": papers, "problems": read.problems, "format": read.format}, sys.stdout)
-
-
-if __name__ == "__main__":
-    main()

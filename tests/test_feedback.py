@@ -46,6 +46,7 @@ from bot.subscribers.subscriptions import clean_fields, remove, save
 from bot.taste.library import csl_json, read_library
 from bot.taste.service import feedback, give_feedback, import_library, library, refresh_models, set_taste_threshold
 from bot.web import create_app
+from bot.web.uploads import READ_SECONDS
 from tests.conftest import ROOT
 from tests.helpers import Cli, CliResult, Server
 
@@ -509,6 +510,7 @@ def test_a_library_uploaded_and_a_threshold_set_on_the_manage_page(
     upload = manage  # the upload posts multipart/form-data to the page itself
     broken = SNN_LIBRARY + b"\n@article{broken, title = {Unclosed\n"
     with Server(create_app(settings, factory)) as client:
+        client.timeout = httpx.Timeout(READ_SECONDS + 10)  # the reader yields to all other work: a busy run waits
         token = _confirm_form(client, manage)
         page = client.get(manage).text
         assert "Ranked by your taste" in page and "0 papers" in page and "Add two papers" in page
@@ -565,6 +567,7 @@ def test_without_the_taste_extra_the_page_keeps_a_library_and_says_nothing_is_ra
     plain = _subscriber_id(factory, "plain@example.org")
     manage = urlsplit(re.findall(r'href="([^"]+/m/[^"]+)"', _parts(messages["plain@example.org"])[1])[0]).path
     with Server(create_app(settings, factory)) as client:
+        client.timeout = httpx.Timeout(READ_SECONDS + 10)  # the reader yields to all other work: a busy run waits
         token = _confirm_form(client, manage)
         added = client.post(manage, data={"form": token}, files={"library": ("my.bib", SNN_LIBRARY, "text/x-bibtex")})
         assert added.status_code == 200, added.text

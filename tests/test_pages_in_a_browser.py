@@ -397,6 +397,33 @@ def test_several_interests_on_the_sign_up_and_manage_pages(
     assert "Saved." in text_of(browser) and site.subscriber("joan@example.org").filter == tags_only
 
 
+def test_the_manage_page_names_the_interests_with_a_model_of_their_own(
+    site: Site, browser: Any, audited: Callable[[str], None]
+) -> None:
+    """Two entries rated "more like this" under each of two interests: each interest gets
+    a model of its own, and the manage page says which."""
+    from datetime import UTC, datetime
+
+    from bot.choose.tagging import load_rules
+    from bot.config import Settings
+    from bot.store.schema import Entry
+    from bot.taste.service import give_feedback, refresh_models
+
+    token = site.add("margaret@example.org", "--filter", 'Spiking: snn or fpga; Serving: llm and "kv cache"')
+    reader = site.subscriber("margaret@example.org").id
+    with site.factory() as session:
+        rated = list(session.scalars(select(Entry.id).order_by(Entry.id).limit(4)))
+    now = datetime.now(UTC)
+    for entry_id, interest in zip(rated, ["Spiking", "Spiking", "Serving", "Serving"], strict=True):
+        assert give_feedback(site.factory, reader, entry_id, "more", now, interest)
+    assert refresh_models(site.factory, now, only=[reader], rules=load_rules(Settings().paths.tags_file)).trained == 1
+
+    browser.get(f"{site.url}/m/{token}")
+    said = "Spiking, Serving each have a model of their own, trained on what you kept and rated for them."
+    assert said in text_of(browser)
+    audited("manage page, a model per interest")
+
+
 def test_every_manage_form_by_clicking(site: Site, browser: Any, audited: Callable[[str], None]) -> None:
     token = site.add("linus@example.org", "--filter", "gpu")
     manage = f"{site.url}/m/{token}"

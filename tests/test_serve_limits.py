@@ -262,20 +262,24 @@ def test_a_client_that_leaves_mid_body_costs_no_traceback(tmp_path: Path) -> Non
 
 @pytest.mark.timing
 def test_one_click_answers_at_once_while_the_worst_upload_is_read(tmp_path: Path) -> None:
-    """A burst of one-click unsubscribes while a 4.9 MB upload of the slowest shape is
-    read: p99 within 250 ms, or within half as much again as the same burst without the
-    upload in this run (on two busy cores the burst alone reaches 150 to 300 ms), and none
-    waits a second.
+    """Bursts of one-click unsubscribes while a 4.9 MB upload of the slowest shape is
+    read, taking turns with bursts without it: p99 within 250 ms, or within half as much
+    again as without the upload in this run (on two busy cores a burst alone reaches 150
+    to 350 ms), and none waits a second.  Each side's p99 is over all its rounds' 1,000
+    answers, and each burst follows the same pause: with nothing else running, one
+    burst's p99 swung from 89 to 309 ms between bursts, more than the difference measured.
     On 43d1e81 a 100 KB upload held /u/ for 32 s."""
     import asyncio
     import statistics
     import threading
 
+    rounds = 5
     with serving(tmp_path) as served:
-        emails = [f"reader{n}@example.org" for n in range(60)]
+        emails = [f"reader{n}@example.org" for n in range(20 * (1 + 2 * rounds))]
         (tmp_path / "people.csv").write_text("email\n" + "\n".join([*emails, "uploader@example.org"]) + "\n")
         served.cli("subscribers", "import", str(tmp_path / "people.csv"))
         tokens = [served.token_of(email) for email in emails]
+        readers = iter([tokens[n : n + 20] for n in range(0, len(tokens), 20)])  # each burst unsubscribes its own
         manage = f"{served.url}/m/{served.token_of('uploader@example.org')}"
         form = httpx.get(manage).text.split('name="form" value="', 1)[1].split('"', 1)[0]
 
@@ -300,24 +304,34 @@ def test_one_click_answers_at_once_while_the_worst_upload_is_read(tmp_path: Path
         def p99(latencies: list[float]) -> float:
             return statistics.quantiles(latencies, n=100)[98]
 
-        asyncio.run(burst(tokens[:20]))  # warm: the first requests of a process compile its queries
-        alone = p99(asyncio.run(burst(tokens[20:40])))
-        uploads: list[httpx.Response] = []
         worst = b"@article{k, title " + b"=" * 4_900_000 + b"}"  # the slowest shape per byte: about 8 s
+        uploads: list[httpx.Response] = []
 
         def upload() -> None:
             files = {"library": ("big.bib", worst, "text/plain")}
             uploads.append(httpx.post(manage, data={"form": form}, files=files, timeout=120))
 
-        sender = threading.Thread(target=upload)
-        sender.start()
-        time.sleep(1.5)  # the body is in; its reading has begun
-        latencies = asyncio.run(burst(tokens[40:]))
-        reading = sender.is_alive()
-        sender.join(120)
-        during = p99(latencies)
-        print(f"\none-click burst: p99 {alone * 1000:.0f} ms alone, {during * 1000:.0f} ms during a 4.9 MB upload")
-        assert reading, "the upload was read before the burst ended: the test measured nothing"
-        assert during < max(0.25, alone * 1.5), f"p99 {during * 1000:.0f} ms ({alone * 1000:.0f} ms alone)"
-        assert max(latencies) < 1.0, f"a one-click POST waited {max(latencies):.1f} s"
-        assert [u.status_code for u in uploads] == [200], [u.text[-500:] for u in uploads]
+        def burst_after_a_pause(*, uploading: bool) -> list[float]:
+            sender = threading.Thread(target=upload if uploading else lambda: None)
+            sender.start()
+            time.sleep(1.5)  # the body is in; its reading has begun
+            latencies = asyncio.run(burst(next(readers)))
+            reading = sender.is_alive()
+            sender.join(120)
+            assert reading or not uploading, "the upload was read before the burst ended: the test measured nothing"
+            return latencies
+
+        asyncio.run(burst(next(readers)))  # warm: the first requests of a process compile its queries
+        alone: list[list[float]] = []
+        during: list[list[float]] = []
+        for _ in range(rounds):
+            alone.append(burst_after_a_pause(uploading=False))
+            during.append(burst_after_a_pause(uploading=True))
+        usual, loaded = p99([t for each in alone for t in each]), p99([t for each in during for t in each])
+        shown = ", ".join(f"{p99(a) * 1000:.0f}/{p99(d) * 1000:.0f}" for a, d in zip(alone, during, strict=True))
+        overall = f"{usual * 1000:.0f}/{loaded * 1000:.0f}"
+        print(f"\none-click bursts, p99 alone/during a 4.9 MB upload: {shown} ms; in all {overall} ms")
+        assert loaded < max(0.25, usual * 1.5), f"p99 {loaded * 1000:.0f} ms ({usual * 1000:.0f} ms alone)"
+        slowest = max(max(each) for each in during)
+        assert slowest < 1.0, f"a one-click POST waited {slowest:.1f} s"
+        assert [u.status_code for u in uploads] == [200] * rounds, [u.text[-500:] for u in uploads]

@@ -4,7 +4,9 @@ uploads, more papers than a library holds.  The file is read in a process of its
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -166,4 +168,27 @@ def test_the_reading_process_gives_way_before_it_imports_anything_heavy() -> Non
     heavy = [name for name in imported if name.split(".")[0] in {"sqlalchemy", "starlette", "jinja2", "uvicorn"}]
     assert heavy == [] and not any(name.startswith(("bot.web", "bot.store", "bot.mail")) for name in imported)
     source = (ROOT / "bot" / "taste" / "library_reader.py").read_text()
-    assert source.index("os.nice(19)") < source.index("from bot.taste.library import")
+    assert source.index("    give_way()") < source.index("from bot.taste.library import")
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="no SCHED_IDLE scheduling policy on this system")
+def test_the_reading_process_runs_only_on_a_core_nothing_else_wants() -> None:
+    """While it reads, the child is under the idle scheduling policy at nice 19: a
+    one-click answer that wakes on its core takes the core at once (at nice 19 alone it
+    waited for the rest of the reader's time slice)."""
+    import subprocess
+
+    from bot.web.upload_reader import CHILD
+
+    child = subprocess.Popen(CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while os.sched_getscheduler(child.pid) != os.SCHED_IDLE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == 19
+        out, _ = child.communicate(b"@article{k, title = {A paper}, year = {2024}}\n", timeout=60)
+    finally:
+        child.kill()
+        child.wait()
+    assert b'"papers"' in out

@@ -435,7 +435,7 @@ def load_settings(path: Path | None = None) -> Settings:
         model_config = SettingsConfigDict(toml_file=path)
 
     try:
-        return _FileSettings()
+        loaded = _FileSettings()
     except ValidationError as exc:
         raise ConfigError(explain(exc.errors()[0], path, Settings)) from None
     except SettingsError as exc:  # an environment variable that is not the JSON a list or table needs
@@ -444,3 +444,7 @@ def load_settings(path: Path | None = None) -> Settings:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{path}: {exc}") from None
+    # The values as a plain Settings: the class above is local, and settings cross into
+    # build processes by pickle, which finds a class by its module-level name.
+    values = {name: getattr(loaded, name) for name in Settings.model_fields}
+    return Settings.model_construct(_fields_set=loaded.model_fields_set, **values)

@@ -368,3 +368,51 @@ def test_sqlite_refuses_a_second_worker(tmp_path: Path) -> None:
     finally:
         first.terminate()
         assert first.wait(timeout=30) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["file", "environment"])
+@pytest.mark.parametrize("entry", ["send-now", "run --once", "run"])
+def test_build_processes_work_with_settings_as_the_program_loads_them(
+    tmp_path: Path, sink, source: str, entry: str
+) -> None:
+    """digest.build_processes sends the settings into each build process: loaded from a
+    file or from the environment, through the commands that deliver, they get there."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env |= {
+        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'b.sqlite3'}",
+        "DIGESTBOT_PATHS__DUMP_DIR": str(SEEDS),
+        "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
+        "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+        "DIGESTBOT_SMTP__PORT": str(sink.port),
+        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
+    }
+    if source == "file":
+        (tmp_path / "digestbot.toml").write_text("[digest]\nbuild_processes = 1\n")
+        env["DIGESTBOT_CONFIG"] = str(tmp_path / "digestbot.toml")
+    else:
+        env["DIGESTBOT_DIGEST__BUILD_PROCESSES"] = "1"
+    cli = Cli(tmp_path, env, own_process=True, placed=False)
+    cli("subscribers", "add", "ada@example.org", "--tz", "UTC", "--hour", "0")
+    if entry != "run":
+        cli("dumps", "ingest")
+        said = cli(*entry.split(), *(["ada@example.org"] if entry == "send-now" else ["--all-due"])).stdout
+        assert "sent 1," in said, said
+    else:
+        daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=tmp_path, env=cli.env, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 90
+            while not sink.received and time.monotonic() < deadline and daemon.poll() is None:
+                time.sleep(0.2)
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(timeout=60) == 0
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+        logged = daemon.stderr.read() if daemon.stderr else ""
+        assert "Traceback" not in logged and "delivery stopped" not in logged, logged
+    assert [r.recipients for r in sink.received] == [["ada@example.org"]]

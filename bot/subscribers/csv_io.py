@@ -1,7 +1,8 @@
 """Subscriber service: subscribers as CSV, for ``subscribers import`` and ``export``.
 
-Each line is parsed alone and validated by ``bot.subscribers.subscriptions``: a bad row is
-reported with its line number and never stops the good ones.  Export is exact,
+Records are read by the csv module's rules and validated by
+``bot.subscribers.subscriptions``: a bad record is reported with the line it starts on
+and never stops the good ones.  Export is exact,
 so it round-trips through import.  Never renders or sends.
 """
 
@@ -53,28 +54,41 @@ class ImportReport:
     warnings: tuple[RowError, ...] = ()  # imported, but worth a look (a filter naming an unknown tag)
 
 
-# Longer than any valid row (an address, a 200-character name, a 2,000-character filter).
-MAX_CSV_LINE = 8192
+# Longer than any valid record (an address, a 200-character name, a 2,000-character filter).
+MAX_CSV_RECORD = 8192
 
 
-def _csv_cells(line: str) -> list[str]:
-    """One physical line's cells.  No field of ours may hold a line break, so each
-    line is parsed alone: an unbalanced quote or a huge cell is that line's error,
-    never a reason to swallow or drop the lines after it."""
-    if len(line) > MAX_CSV_LINE:
-        raise SubscriberInputError(f"line longer than {MAX_CSV_LINE:,} characters")
-    try:
-        rows = list(csv.reader([line], strict=True))
-    except csv.Error as exc:
-        text = str(exc)
-        if "end of data" in text or "quotechar" in text:
-            reason = "unbalanced quote"
-        elif "new-line" in text:
-            reason = "a line break (CR) inside a cell"
+def _records(text: str) -> Iterator[tuple[int, list[str] | SubscriberInputError]]:
+    """Each record of *text* by the csv module's rules (RFC 4180: a quoted cell may hold
+    a line break, so a record can span lines), with the line it starts on; a record
+    that is not CSV is its error, and reading goes on at the line after it."""
+    # Lines end at LF (CRLF allowed), as editors number them: a bare CR stays inside its
+    # line, where an unquoted cell may not hold it.
+    reader = csv.reader((line + "\n" for line in text.split("\n")), strict=True)
+    start = 1
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield start, SubscriberInputError(f"not a CSV record: {_csv_problem(str(exc), start, reader.line_num)}")
         else:
-            reason = text
-        raise SubscriberInputError(f"not a CSV row: {reason}") from None
-    return rows[0] if rows else []
+            if sum(map(len, cells)) > MAX_CSV_RECORD:
+                yield start, SubscriberInputError(f"record longer than {MAX_CSV_RECORD:,} characters")
+            else:
+                yield start, cells
+        start = reader.line_num + 1
+
+
+def _csv_problem(said: str, start: int, end: int) -> str:
+    if "end of data" in said:
+        return f"a quote opened here is never closed (lines {start} to {end}, the end of the file, are one cell)"
+    if "new-line" in said:
+        return "a line break (CR) inside an unquoted cell"
+    if "expected after" in said:
+        return "text after a closing quote"
+    return " ".join(said.split())[:200]
 
 
 def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
@@ -84,27 +98,26 @@ def read_csv(text: str) -> tuple[list[SubscriberFields], list[RowError]]:
 
 
 def _read_rows(text: str) -> tuple[list[tuple[int, SubscriberFields]], list[RowError]]:
-    """The good rows with their line numbers, and the bad rows."""
-    # Lines end at LF (CRLF allowed), as editors number them; str.splitlines() would
-    # also break at form feeds and the like, and a bare CR stays in its cell (an error).
-    lines = [(number, line.removesuffix("\r")) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
-    if not lines:
+    """The good records with the lines they start on, and the bad records."""
+    records = ((line, cells) for line, cells in _records(text) if not _blank(cells))
+    first = next(records, None)
+    if first is None:
         return [], [RowError(1, f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")]
-    header_line, header_text = lines[0]
+    header_line, header_cells = first
     try:
-        header = _csv_header(header_text)
+        header = _csv_header(header_cells)
     except SubscriberInputError as exc:
         return [], [RowError(header_line, str(exc))]
     good: list[tuple[int, SubscriberFields]] = []
     bad: list[RowError] = []
     first_line: dict[str, int] = {}
-    for line, raw in lines[1:]:
+    for line, cells in records:
         try:
-            fields = _csv_row(header, raw)
+            if isinstance(cells, SubscriberInputError):
+                raise cells
+            fields = _csv_row(header, cells)
         except SubscriberInputError as exc:
             bad.append(RowError(line, str(exc)))
-            continue
-        if fields is None:
             continue
         # Two rows for one address: which one the operator meant is theirs to say.
         seen = first_line.setdefault(email_key(fields.email), line)
@@ -115,11 +128,15 @@ def _read_rows(text: str) -> tuple[list[tuple[int, SubscriberFields]], list[RowE
     return good, bad
 
 
-def _csv_header(line: str) -> list[str]:
-    try:
-        header = [h.strip().lower() for h in _csv_cells(line)]
-    except SubscriberInputError as exc:
-        raise SubscriberInputError(f"header: {exc}") from None
+def _blank(cells: list[str] | SubscriberInputError) -> bool:
+    """An empty line, or a record of empty cells."""
+    return isinstance(cells, list) and not any(cell.strip() for cell in cells)
+
+
+def _csv_header(cells: list[str] | SubscriberInputError) -> list[str]:
+    if isinstance(cells, SubscriberInputError):
+        raise SubscriberInputError(f"header: {cells}")
+    header = [h.strip().lower() for h in cells]
     if "email" not in header:
         raise SubscriberInputError(f"header must name an 'email' column (columns: {', '.join(CSV_COLUMNS)})")
     unknown = [h for h in header if h not in CSV_COLUMNS]
@@ -128,13 +145,10 @@ def _csv_header(line: str) -> list[str]:
     return header
 
 
-def _csv_row(header: list[str], line: str) -> SubscriberFields | None:
-    """One data line's fields; None for a line of empty cells."""
-    cells = _csv_cells(line)
+def _csv_row(header: list[str], cells: list[str]) -> SubscriberFields:
+    """One record's fields."""
     if len(cells) > len(header):
         raise SubscriberInputError("more cells than header columns")
-    if not any(cell.strip() for cell in cells):
-        return None
     return clean_fields(**{column: cells[i] if i < len(cells) else "" for i, column in enumerate(header)})
 
 

@@ -26,7 +26,7 @@ from bot.config_errors import ConfigError as ConfigError  # where the rest of bo
 from bot.config_errors import read_secret_file as read_secret_file
 from bot.config_values import address_or_network, dns_name, greeting_name
 from bot.shipped import TAG_RULES, TEMPLATES, shipped
-from bot.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url
+from bot.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url, shown_url
 
 DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
 
@@ -403,6 +403,7 @@ class Settings(BaseSettings):
         data["inbox"]["password"] = "**********" if self.inbox.password.get_secret_value() else ""
         data["database"]["effective_url"] = _mask_url_password(self.database_url)
         data["database"]["url"] = _mask_url_password(data["database"]["url"])
+        data["feeds"]["urls"] = [shown_url(url) for url in self.feeds.urls]
         return data
 
 
@@ -444,7 +445,6 @@ def load_settings(path: Path | None = None) -> Settings:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{path}: {exc}") from None
-    # The values as a plain Settings: the class above is local, and settings cross into
-    # build processes by pickle, which finds a class by its module-level name.
+    # A plain Settings: pickle (into build processes) finds a class by its module-level name.
     values = {name: getattr(loaded, name) for name in Settings.model_fields}
     return Settings.model_construct(_fields_set=loaded.model_fields_set, **values)

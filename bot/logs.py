@@ -18,6 +18,9 @@ LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Libraries whose INFO lines are per tick or per request, not per event.
 CHATTY = ("apscheduler", "uvicorn.access")
+# Libraries that log each request's URL as given, a password in it included: held at
+# WARNING even with -vv (the fetch's own lines name a feed as ``shown_url`` does).
+REQUEST_URLS = ("httpx", "httpcore")
 
 
 def configure(verbosity: int, log_format: LogFormat, *, daemon: bool = False) -> None:
@@ -44,3 +47,5 @@ def configure(verbosity: int, log_format: LogFormat, *, daemon: bool = False) ->
     root.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity == 1 else base)
     for name in CHATTY:
         logging.getLogger(name).setLevel(logging.NOTSET if verbosity >= 2 else logging.WARNING)
+    for name in REQUEST_URLS:
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -13,9 +13,33 @@ from email.policy import default as _default_policy
 # title, tag or address, and a way to smuggle line breaks into a mail header.  Lone
 # surrogates too: they stand for bytes that were not UTF-8 and cannot be stored.
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# Unicode's noncharacters (U+FDD0-U+FDEF and the last two code points of every plane):
+# never text a person typed, and U+FFFE and U+FFFF are not XML.
+_NONCHARACTERS = "\ufdd0-\ufdef" + "".join(
+    f"{chr(plane + 0xFFFE)}{chr(plane + 0xFFFF)}" for plane in range(0, 0x110000, 0x10000)
+)
+# What no name, address, filter or interest a person typed holds: the control characters
+# above, DEL and the C1 controls among them, and the noncharacters.
+NOT_TYPED = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\ud800-\\udfff{_NONCHARACTERS}]")
+# What neither store can hold (NUL: PostgreSQL's text; a lone surrogate: UTF-8) and
+# what XML 1.0 cannot carry (the other C0 controls but tab and line breaks, U+FFFE and
+# U+FFFF): text from outside loses them once, when it is read (``storable``).
+NOT_STORABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 # A whole http(s) link: no whitespace, quotes, angle brackets or control characters
 # (brackets are fine: DOI URLs have them).
 _WEB_URL = re.compile(r"https?://[^\s<>\"'\x00-\x1f\x7f]+", re.IGNORECASE)
+
+
+def storable(text: str) -> str:
+    """*text* as either store and an XML document can hold it: NUL and the other
+    characters of ``NOT_STORABLE`` left out, a lone surrogate as U+FFFD."""
+    if not NOT_STORABLE.search(text):
+        return text
+    return NOT_STORABLE.sub(_storable_character, text)
+
+
+def _storable_character(match: re.Match[str]) -> str:
+    return "\ufffd" if "\ud800" <= match.group() <= "\udfff" else ""
 
 
 def plural(count: int, noun: str, many: str = "") -> str:
@@ -106,6 +130,22 @@ def is_utf8_name(path: str | os.PathLike[str]) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def shown_url(url: str) -> str:
+    """*url* as it may be printed, logged and stored: a password (or a lone user name,
+    often a token) in it as ``***``."""
+    authority_at = url.find("://") + 3
+    if authority_at < 3:
+        return url
+    ends = [at for at in (url.find(c, authority_at) for c in "/?#") if at >= 0]
+    authority_end = min(ends, default=len(url))
+    userinfo, at, host = url[authority_at:authority_end].rpartition("@")
+    if not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    masked = f"{user}:***" if colon else "***"
+    return f"{url[:authority_at]}{masked}@{host}{url[authority_end:]}"
 
 
 def is_web_url(url: str | None) -> bool:

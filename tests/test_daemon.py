@@ -343,3 +343,110 @@ def test_log_lines_can_be_json_for_log_shippers(tmp_path: Path) -> None:
     assert first["message"].startswith("digestbot ") and " started as worker " in first["message"]
     assert datetime.fromisoformat(first["time"]).tzinfo is not None
     assert rest[-1]["message"] == "stopped"
+
+
+HOSTILE_REFERENCES = ("&#xD800;", "&#xDFFF;", "&#x110000;", "&#99999999999999999999;", "&#x0;")
+
+
+def _hostile_feed(n: int, reference: str) -> bytes:
+    return (
+        '<?xml version="1.0"?><rss version="2.0"><channel><title>hostile</title>'
+        f"<item><title>Hostile {n} {reference} paper</title><description>x {reference} y</description>"
+        f"<guid>hostile-{n}</guid></item></channel></rss>"
+    ).encode()
+
+
+def test_a_hostile_feed_and_file_beside_good_ones_change_nothing_for_the_good_ones(tmp_path: Path, sink) -> None:
+    """Issue 47, item 1: a character reference feedparser raised on stopped `run` within a
+    second.  Feeds and a file holding each kind sit before good ones: the daemon stays up,
+    logs no traceback, ingests the good ones and sends the day's digest."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    good_feed = (ROOT / "tests" / "fixtures" / "arxiv_day1.rss").read_bytes()
+
+    class Feeds(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server calls do_<METHOD> by name
+            name = self.path.strip("/")
+            body = good_feed if name == "good.rss" else _hostile_feed(int(name), HOSTILE_REFERENCES[int(name)])
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Feeds)
+    Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    zone, hour = _zone_in_mid_hour()
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    for n, reference in enumerate(HOSTILE_REFERENCES):
+        (folder / f"a-{n}.rss").write_bytes(_hostile_feed(n + 10, reference))
+    (folder / "b-good.txt").write_bytes(sorted((ROOT / "seeds").glob("*.txt"))[0].read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env |= {
+        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'd.sqlite3'}",
+        "DIGESTBOT_PATHS__DUMP_DIR": str(folder),
+        "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
+        "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+        "DIGESTBOT_SMTP__PORT": str(sink.port),
+        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
+        "DIGESTBOT_WATCH__INTERVAL_SECONDS": "1",
+        "DIGESTBOT_FEEDS__URLS": json.dumps(
+            [f"{base}/{n}" for n in range(len(HOSTILE_REFERENCES))] + [f"{base}/good.rss"]
+        ),
+    }
+    Cli(tmp_path, env, placed=False)("subscribers", "add", "ada@example.org", "--tz", zone, "--hour", str(hour))
+    daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _states(tmp_path / "d.sqlite3") == ["sent"], daemon, "the day's digest sent")
+        time.sleep(2)  # a few more scans and fetches of the same sources
+        assert daemon.poll() is None
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        server.shutdown()
+        server.server_close()
+    logged = daemon.stderr.read() if daemon.stderr else ""
+    assert "Traceback" not in logged and "ingest failed" not in logged and "stopped by" not in logged, logged
+    assert "HTTP Request" not in logged  # httpx's line per request is not an event
+    with sqlite3.connect(tmp_path / "d.sqlite3") as conn:
+        titles = [title for (title,) in conn.execute("SELECT title FROM entries")]
+        statuses = [status for (status,) in conn.execute("SELECT status FROM sources")]
+    assert sum(title.startswith("Hostile ") and "\ufffd" in title for title in titles) == 2 * len(HOSTILE_REFERENCES)
+    assert "Elastic KV Cache Offloading for Multi-Tenant LLM Serving" in titles  # the good feed
+    assert len(titles) >= 2 * len(HOSTILE_REFERENCES) + 5 + 2 and "failed" not in statuses
+    (mail,) = sink.received
+    assert mail.recipients == ["ada@example.org"]
+
+
+def test_a_reader_that_raises_is_that_files_failure_never_the_scans(
+    factory: sessionmaker[Session], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever a format's reader raises (here a KeyError from a library) is the file's
+    one-line failure, recorded and not retried; the file after it is ingested."""
+    import bot.ingest.formats
+    from bot.ingest.watcher import scan_folder
+
+    real = bot.ingest.formats.parse_dump
+
+    def reader(data: bytes, name: str):  # noqa: ANN202 - parse_dump's own signature
+        if b"poison" in data:
+            raise KeyError("a library's bug")
+        return real(data, name)
+
+    monkeypatch.setattr(bot.ingest.formats, "parse_dump", reader)
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    (folder / "a.txt").write_bytes(b"poison\n\nA. Author 2026-06-14\n\nText.\n\nPDF\n")
+    (folder / "b.txt").write_bytes(sorted((ROOT / "seeds").glob("*.txt"))[0].read_bytes())
+    bad, good = scan_folder(factory, folder, quiet_seconds=0)
+    assert bad.status.value == "failed" and good.status.value == "ingested" and good.new == 5
+    assert bad.error == f'{bad.path}: could not be read as a dump (KeyError: "a library\'s bug")'
+    assert scan_folder(factory, folder, quiet_seconds=0) == []  # recorded: not retried until it changes

@@ -129,19 +129,19 @@ BAD = [
         "truncated: no final label",
         PAPER.rsplit("\n\n", 1)[0].encode(),
         "e:5:",
-        "entry 'Sparse Things: A Study' is truncated: expected link label PDF or Code after its summary",
+        "entry on line 1 is truncated: expected link label PDF or Code after its summary",
     ),
     (
         "truncated after title",
         b"Lonely Title\n",
         "e:1:",
-        "entry 'Lonely Title' is truncated: expected '<authors> YYYY-MM-DD' after the title",
+        "entry on line 1 is truncated: expected '<authors> YYYY-MM-DD' after the title",
     ),
     (
         "no date",
         b"T\n\nSomebody\n\nsummary\n\nPDF",
         "e:3:",
-        "expected '<authors, comma separated> YYYY-MM-DD' after title 'T'",
+        "expected '<authors, comma separated> YYYY-MM-DD' after title on line 1",
     ),
     ("bad date", b"T\n\nSomebody 2026-13-45\n\nsummary\n\nPDF", "e:3:", "invalid date '2026-13-45'"),
     ("label first", b"PDF\n\nT\n\nA 2026-01-01\n\nS\n\nPDF", "e:1:", "expected an entry title, found link label 'PDF'"),
@@ -149,7 +149,7 @@ BAD = [
         "label lost mid-file",
         (PAPER.rsplit("\n\n", 1)[0] + "\n\n" + PAPER).encode(),
         "e:7:",
-        "expected link label PDF or Code to end entry 'Sparse Things: A Study', found another entry",
+        "expected link label PDF or Code to end entry on line 1, found another entry",
     ),
     ("header only", "Filtered by: GPU × Clear all\n".encode(), "e:1:", "only a 'Filtered by:' header"),
 ]
@@ -163,6 +163,20 @@ def test_bad_dumps_fail_with_a_located_one_line_message(case: str, data: bytes, 
     assert text.startswith(where + " ")
     assert message in text
     assert "\n" not in text
+
+
+def test_a_file_that_is_no_dump_is_never_quoted_and_a_dump_is() -> None:
+    """Until an entry was read, the file may be anything named by mistake (/etc/shadow, a
+    file holding one token): no message, and so no failure record, repeats its lines.
+    Once it is a dump, a message names the entry by its title."""
+    secret = b"root:$6$s3cr3t$hash:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n"
+    for data in (secret, b"sk-live-0123456789abcdef\n", b"token\n\nnot a date line\n"):
+        with pytest.raises(DumpFormatError) as info:
+            parse_dump(data, "e")
+        assert not any(word in str(info.value) for word in ("s3cr3t", "sk-live", "token", "not a date")), info.value
+    with pytest.raises(DumpFormatError) as info:
+        parse_dump(PAPER.encode() + b"\n\nSecond Paper\n\nno date here", "e")
+    assert "entry 'Second Paper' is truncated" in str(info.value) or "after title 'Second Paper'" in str(info.value)
 
 
 # --- property tests ---------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -195,3 +196,22 @@ def test_fetch_limits_size_and_time(factory: sessionmaker[Session], feed_server:
     assert huge.status is SourceStatus.FAILED and "feeds.max_bytes=100000" in (huge.error or "")
     assert slow.status is SourceStatus.FAILED and "timed out after 0.5 s" in (slow.error or "")
     assert missing.status is SourceStatus.FAILED and missing.error == f"{feed_server}/missing: HTTP 404"
+
+
+def test_a_password_in_a_feed_url_is_never_printed_logged_or_stored(tmp_path: Path, feed_server: str) -> None:
+    """Issue 47, item 14: `feeds fetch http://user:pw@…` echoed the password."""
+    import sqlite3
+
+    from tests.helpers import Cli
+
+    port = feed_server.rsplit(":", 1)[1]
+    urls = [f"http://reader:s3cr3t@127.0.0.1:{port}/feed.rss", "http://t0k3n@127.0.0.1:1/feed.rss"]
+    cli = Cli(tmp_path, {"DIGESTBOT_FEEDS__URLS": json.dumps(urls)})
+    said = cli("-vv", "feeds", "fetch", code=1)
+    shown = cli("config", "show").stdout
+    listed = cli("dumps", "list", "--json").stdout
+    with sqlite3.connect(tmp_path / "cli.sqlite3") as conn:
+        stored = " ".join(str(row) for table in ("sources", "feeds") for row in conn.execute(f"SELECT * FROM {table}"))
+    for text in (said.stdout, said.stderr, shown, listed, stored):
+        assert "s3cr3t" not in text and "t0k3n" not in text, text
+    assert f"http://reader:***@127.0.0.1:{port}/feed.rss" in said.stdout and "http://***@127.0.0.1:1/" in said.stderr

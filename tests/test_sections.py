@@ -70,7 +70,11 @@ def test_a_filter_names_its_interests_and_prints_them_back() -> None:
         ("; ".join(f"S{n}: gpu" for n in range(9)), 73, "more than 8 interests"),
         ("N" * 61 + ": gpu", 1, "longer than 60 characters"),
         ("A: gpu;\nB: llm", 8, "control characters"),
-        ("Spiking\u2028Bcc: gpu", 9, "unexpected 'Bcc:'"),  # a line break is no name's
+        ("Spiking\u2028Bcc: gpu", 8, "control characters"),  # a line break is no name's
+        ("Spiking\ufffe: gpu", 8, "noncharacters"),
+        ("Spiking\uffff: gpu; B: llm", 8, "noncharacters"),
+        ("Spi\x7fking: gpu", 4, "control characters"),
+        ("A: gpu; B\U0010ffff: llm", 10, "noncharacters"),
     ],
 )
 def test_a_bad_filter_of_interests_is_one_line_naming_where(text: str, position: int, message: str) -> None:

@@ -246,3 +246,13 @@ def test_every_yes_no_setting_is_on_every_surface(tmp_path) -> None:
         subscriber = Subscriber(1, address, "", "*", "UTC", 8, SubscriberStatus.ACTIVE, "7d", NOW, NOW)
         toggles = manage_context(subscriber, [])["toggles"]
         assert (f"{setting.flag}_off" if setting.default else f"{setting.flag}_on") in dict(toggles)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("zone", ["posixrules", "Factory", "localtime", "posix/Europe/Berlin", "right/UTC", "../UTC"])
+def test_only_a_zone_of_a_place_is_a_time_zone(zone: str) -> None:
+    """The zone folder holds files ZoneInfo opens that are no zone of a place."""
+    from bot.subscribers.subscriptions import clean_timezone
+
+    with pytest.raises(SubscriberInputError, match="is not an IANA time zone"):
+        clean_timezone(zone)
+    assert clean_timezone(" Europe/Berlin ") == "Europe/Berlin" and clean_timezone("UTC") == "UTC"

@@ -32,6 +32,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from bot.choose.names import fold_name
+from bot.text import NOT_TYPED
 
 MAX_FILTER_LENGTH = 2000
 # Parsing, canonicalizing and matching recurse once per level: "not " x 499 + "gpu"
@@ -301,9 +302,11 @@ def _check_before_parsing(text: str) -> None:
     """What the grammar would take too long over, or accept and regret."""
     if len(text) > MAX_FILTER_LENGTH:
         raise FilterError(text[:40] + "…", MAX_FILTER_LENGTH, f"longer than {MAX_FILTER_LENGTH} characters")
-    bad = next((i for i, ch in enumerate(text) if ord(ch) < 32 and ch not in " \t"), None)
+    bad = NOT_TYPED.search(text.replace("\t", " "))
     if bad is not None:
-        raise FilterError(text, bad + 1, "control characters (line breaks included) are not allowed")
+        raise FilterError(
+            text, bad.start() + 1, "control characters (line breaks included) and noncharacters are not allowed"
+        )
     if not text.strip():
         raise FilterError(text, 1, "empty filter (use * for everything)")
     too_deep = _too_deep_at(text)

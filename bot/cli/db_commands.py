@@ -232,7 +232,8 @@ def db_copy(
         except (StoreError, DBAPIError) as exc:
             _empty_again(target)
             said = meaning(exc, shown) if isinstance(exc, DBAPIError) else None
-            fail(f"--to: copy stopped, nothing kept there: {said or exc}")
+            reason = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+            fail(f"--to: copy stopped, nothing kept there: {said or reason}")
         finally:
             target.dispose()
     for table, (read, written) in counts.items():

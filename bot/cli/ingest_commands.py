@@ -49,8 +49,7 @@ def dumps_ingest(
     Without PATH, scans the configured dump folder for files not yet ingested,
     as the scheduler does.  Exit 1 when any file failed.
     """
-    from bot.ingest.service import ingest_file
-    from bot.ingest.watcher import expand, recent_files, scan_folder
+    from bot.ingest.watcher import ingest_named, recent_files, scan_folder
 
     if paths is not None and not all(p.strip() for p in paths):
         fail("PATH: an empty path (name a file or a folder; without PATH the dump folder is scanned)", EXIT_USAGE)
@@ -58,8 +57,7 @@ def dumps_ingest(
     factory = c.sessions()
     left: list[Path] = []
     if paths:
-        limit = c.settings.watch.max_file_bytes
-        results = [ingest_file(factory, p, rules=c.rules, max_bytes=limit) for p in expand(map(Path, paths))]
+        results = ingest_named(factory, map(Path, paths), rules=c.rules, max_bytes=c.settings.watch.max_file_bytes)
     else:
         quiet = c.settings.watch.quiet_seconds
         results = scan_folder(

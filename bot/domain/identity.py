@@ -21,7 +21,10 @@ _ARXIV_RE = re.compile(
     re.IGNORECASE,
 )
 _BARE_ARXIV_RE = re.compile(rf"^(?P<id>{_ARXIV_NEW})(?:v\d+)?$")
-_DOI_RE = re.compile(r"\b(10\.\d{4,9}/[^\s\"<>]+)", re.IGNORECASE)
+_DOI_RE = re.compile(r"\b(10\.\d{4,9}/[^\s\"<>\x00-\x1f\x7f\ud800-\udfff\ufffe\uffff]+)", re.IGNORECASE)
+# An entry known by its DOI is keyed "doi:" + the DOI, in a column of 200 characters;
+# real DOIs are far shorter.
+MAX_DOI = 196
 # \W is "not str.isalnum() and not _", i.e. not a Unicode letter or number.
 _NOT_ALNUM = re.compile(r"[\W_]+")
 _REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})/[A-Za-z0-9._-]{1,100}$")
@@ -40,8 +43,11 @@ def arxiv_id_in(text: str) -> str | None:
 
 
 def doi_in(text: str) -> str | None:
+    """The first DOI named in *text* (lower-cased); None when there is none, or it is
+    too long to be one (``MAX_DOI``)."""
     match = _DOI_RE.search(text)
-    return match.group(1).rstrip(".,;)").lower() if match else None
+    doi = match.group(1).rstrip(".,;)").lower() if match else None
+    return doi if doi and len(doi) <= MAX_DOI else None
 
 
 def is_repo_name(text: str) -> bool:

@@ -96,6 +96,8 @@ def _ingest(
             log.warning("%s", skipped)
     except SourceFormatError as exc:
         error = str(exc)
+        if exc.__cause__ is not None:  # a library's exception: its traceback for a developer (-vv)
+            log.debug("reading %s failed", name, exc_info=exc.__cause__)
     common: dict[str, Any] = {
         "origin": origin,
         "path": name,

@@ -29,7 +29,7 @@ from bot.ingest.formats.fetch import FetchError, fetch
 from bot.ingest.service import DEFAULT_MAX_FILE_BYTES, ingest_bytes, ingest_file, utcnow
 from bot.store.engine import transaction
 from bot.store.sources import feed_state, save_feed_state, seen_stamps
-from bot.text import path_text
+from bot.text import path_text, shown_url
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +115,34 @@ def scan_folder(
     for stamp in pending_files(factory, folder, quiet_seconds=quiet_seconds, now=now):
         if stop():
             break
-        result = ingest_file(factory, stamp.path, now=now, rules=rules, max_bytes=max_bytes, follow_links=False)
+        try:
+            result = ingest_file(factory, stamp.path, now=now, rules=rules, max_bytes=max_bytes, follow_links=False)
+        except Exception as exc:  # noqa: BLE001 - this file's failure, never the scan's
+            result = _not_ingested(path_text(stamp.path), exc)
         results.append(result)
     return results
+
+
+def ingest_named(
+    factory: sessionmaker[Session], paths: Iterable[Path], *, rules: TagRules | None, max_bytes: int
+) -> list[IngestResult]:
+    """The files an operator named (``expand``: links followed), in order, each with its
+    own outcome whatever happens to another."""
+    results = []
+    for path in expand(paths):
+        try:
+            results.append(ingest_file(factory, path, rules=rules, max_bytes=max_bytes))
+        except Exception as exc:  # noqa: BLE001 - this file's failure, never the others'
+            results.append(_not_ingested(path_text(path), exc))
+    return results
+
+
+def _not_ingested(name: str, exc: Exception) -> IngestResult:
+    """A source whose ingest failed for a reason of the store's, not of its bytes (nothing
+    was recorded, so the next scan or fetch tries it again)."""
+    log.debug("ingest of %s failed", name, exc_info=exc)
+    reason = " ".join(str(exc).split())[:200]
+    return IngestResult(name, SourceStatus.FAILED, error=f"{name}: not ingested, tried again later: {reason}")
 
 
 def fetch_feeds(
@@ -131,30 +156,44 @@ def fetch_feeds(
     """Fetch each feed URL (conditional GET) and ingest what changed."""
     results = []
     for url in urls if urls is not None else settings.feeds.urls:
-        with factory() as session:
-            state = feed_state(session, url)
-        now = utcnow()
         try:
-            fetched = fetch(
-                url,
-                etag=state.etag,
-                last_modified=state.last_modified,
-                timeout=settings.feeds.timeout_seconds,
-                max_bytes=settings.feeds.max_bytes,
-                client=client,
-            )
-        except FetchError as exc:
-            with transaction(factory) as session:
-                save_feed_state(session, url, etag=None, last_modified=None, error=str(exc), now=now)
-            result = IngestResult(url, SourceStatus.FAILED, error=str(exc))
-        else:
-            if fetched.not_modified:
-                result = IngestResult(url, SourceStatus.NOT_MODIFIED)
-            else:
-                result = ingest_bytes(factory, fetched.content, name=url, origin="url", now=now, rules=rules)
-            with transaction(factory) as session:
-                save_feed_state(
-                    session, url, etag=fetched.etag, last_modified=fetched.last_modified, error=result.error, now=now
-                )
-        results.append(result)
+            results.append(_fetch_feed(factory, settings, url, client=client, rules=rules))
+        except Exception as exc:  # noqa: BLE001 - this feed's failure, never the other feeds'
+            results.append(_not_ingested(shown_url(url), exc))
     return results
+
+
+def _fetch_feed(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    url: str,
+    *,
+    client: httpx.Client | None,
+    rules: TagRules | None,
+) -> IngestResult:
+    name = shown_url(url)  # stored, logged and printed: never a password in the URL
+    with factory() as session:
+        state = feed_state(session, name)
+    now = utcnow()
+    try:
+        fetched = fetch(
+            url,
+            etag=state.etag,
+            last_modified=state.last_modified,
+            timeout=settings.feeds.timeout_seconds,
+            max_bytes=settings.feeds.max_bytes,
+            client=client,
+        )
+    except FetchError as exc:
+        with transaction(factory) as session:
+            save_feed_state(session, name, etag=None, last_modified=None, error=str(exc), now=now)
+        return IngestResult(name, SourceStatus.FAILED, error=str(exc))
+    if fetched.not_modified:
+        result = IngestResult(name, SourceStatus.NOT_MODIFIED)
+    else:
+        result = ingest_bytes(factory, fetched.content, name=name, origin="url", now=now, rules=rules)
+    with transaction(factory) as session:
+        save_feed_state(
+            session, name, etag=fetched.etag, last_modified=fetched.last_modified, error=result.error, now=now
+        )
+    return result

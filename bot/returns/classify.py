@@ -28,7 +28,7 @@ from flufl.bounce import all_failures
 
 from bot.domain import Returned, ReturnKind
 from bot.mail.verp import digest_of
-from bot.text import one_line
+from bot.text import CONTROL_CHARACTERS, one_line
 
 _TOKEN = r"(\d{1,18}\.[A-Za-z0-9_-]{24})(?![A-Za-z0-9_-])"
 # "unsubscribe <token>": the subject our mailto sets, as typed, URL-encoded or form-encoded.
@@ -157,7 +157,13 @@ def _bounce(message: Message, temporary: frozenset[bytes], permanent: frozenset[
 def _addresses(recipients: list[_Recipient], detected: frozenset[bytes]) -> tuple[str, ...]:
     """The DSN's own recipients first, then what flufl.bounce detected, once each."""
     named = tuple(r.address for r in recipients if r.address)
-    return tuple(dict.fromkeys(named + tuple(sorted(a.decode("ascii").lower() for a in detected))))
+    found = sorted(a.decode("ascii", "replace").lower() for a in detected)
+    return tuple(dict.fromkeys(a for a in named + tuple(found) if _plausible(a)))
+
+
+def _plausible(address: str) -> bool:
+    """An address a returned message may name: one ``@``, no space or control character."""
+    return address.count("@") == 1 and not CONTROL_CHARACTERS.search(address) and " " not in address
 
 
 def _dsn_recipients(message: Message) -> Iterator[_Recipient]:
@@ -351,7 +357,7 @@ def _own_lines(text: str) -> list[str]:
 
 
 def _senders(message: Message) -> tuple[str, ...]:
-    return tuple(a.lower() for _, a in getaddresses([str(v) for v in message.get_all("from", [])]) if "@" in a)
+    return tuple(a.lower() for _, a in getaddresses([str(v) for v in message.get_all("from", [])]) if _plausible(a))
 
 
 def _decoded(header: object) -> str:

@@ -18,7 +18,7 @@ import functools
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -82,6 +82,25 @@ def _delivery_done(metrics: Metrics, started: float, task: asyncio.Task[DeliverR
         seconds,
         report.sent / seconds,
     )
+
+
+def _guarded(name: str, job: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
+    """*job* as the daemon runs it: whatever it raises is logged in one line (the
+    traceback at debug level) and the job runs again at its next tick; the daemon,
+    its other jobs and the endpoint's unsubscribe journal go on."""
+
+    async def run() -> None:
+        try:
+            await job()
+        except Exception as exc:  # noqa: BLE001 - one job's failure, never the daemon's
+            log.error("%s failed: %s: %s; it runs again at its next tick", name, type(exc).__name__, _said(exc))
+            log.debug("%s failed", name, exc_info=exc)
+
+    return run
+
+
+def _said(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
 
 
 def _log_ingest(results: list[IngestResult]) -> None:
@@ -169,7 +188,12 @@ class Daemon:
         if self.stop.is_set() or not self.leadership.holds() or self._watching.locked():
             return False
         async with self._watching:
-            results = await self._watch()
+            try:
+                results = await self._watch()
+            except Exception as exc:  # noqa: BLE001 - planning and delivery go on
+                log.error("watch failed: %s: %s; the next scan tries again", type(exc).__name__, _said(exc))
+                log.debug("watch failed", exc_info=exc)
+                return False
         _log_ingest(results)
         self.metrics.ingested(results)
         if not any(r.status is SourceStatus.INGESTED and r.new for r in results):
@@ -290,35 +314,47 @@ class Daemon:
         """The jobs this process's roles run, not yet started."""
         scheduler = AsyncIOScheduler(timezone=UTC, job_defaults=JOB_DEFAULTS)
         if self.plan_jobs:
-            scheduler.add_job(self.elect, IntervalTrigger(seconds=ELECTION_EVERY_SECONDS), id="elect")
+            scheduler.add_job(
+                _guarded("election", self.elect), IntervalTrigger(seconds=ELECTION_EVERY_SECONDS), id="elect"
+            )
             interval = self.settings.watch.interval_seconds
             scheduler.add_job(
-                self.watch,
+                _guarded("watch", self.watch),
                 IntervalTrigger(seconds=interval),
                 id="watch",
                 next_run_time=now + timedelta(seconds=interval),
             )
             scheduler.add_job(
-                self.plan, IntervalTrigger(minutes=1), id="plan", next_run_time=now + timedelta(minutes=1)
+                _guarded("planning", self.plan),
+                IntervalTrigger(minutes=1),
+                id="plan",
+                next_run_time=now + timedelta(minutes=1),
             )
             scheduler.add_job(
-                self.refresh_statistics,
+                _guarded("statistics", self.refresh_statistics),
                 IntervalTrigger(hours=STATISTICS_EVERY_HOURS),
                 id="statistics",
                 next_run_time=now + timedelta(seconds=30),
             )
             scheduler.add_job(
-                self.remove_expired,
+                _guarded("retention", self.remove_expired),
                 IntervalTrigger(hours=RETENTION_EVERY_HOURS),
                 id="retention",
                 next_run_time=now + timedelta(minutes=2),
             )
             if self.settings.inbox.url:
                 every = timedelta(minutes=self.settings.inbox.interval_minutes)
-                scheduler.add_job(self.read_inbox, IntervalTrigger(seconds=every.total_seconds()), id="inbox")
+                scheduler.add_job(
+                    _guarded("reading the inbox", self.read_inbox),
+                    IntervalTrigger(seconds=every.total_seconds()),
+                    id="inbox",
+                )
         if self.deliver_jobs:
             scheduler.add_job(
-                self.deliver, IntervalTrigger(seconds=DELIVER_EVERY_SECONDS), id="deliver", next_run_time=now
+                _guarded("delivery", self.deliver),
+                IntervalTrigger(seconds=DELIVER_EVERY_SECONDS),
+                id="deliver",
+                next_run_time=now,
             )
         return scheduler
 
@@ -363,7 +399,7 @@ class Daemon:
                 # that order: a day planned a moment before its dumps are read would
                 # be recorded as empty), while digests already due go out.  Standbys
                 # keep trying every few seconds.
-                await self.elect()
+                await _guarded("election", self.elect)()
                 if not self.leadership.is_leader:
                     log.info("another scheduler is the leader; standing by")
             await self.stop.wait()

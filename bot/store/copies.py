@@ -368,7 +368,19 @@ def copy_tables(
 def _parts(connection: Connection, table: Table) -> Iterator[list[dict[str, object]]]:
     result = connection.execution_options(yield_per=COPY_CHUNK).execute(select(table)).mappings()
     for part in result.partitions(COPY_CHUNK):
-        yield [dict(row) for row in part]
+        yield [{name: _without_nul(value) for name, value in row.items()} for row in part]
+
+
+def _without_nul(value: object) -> object:
+    """*value* with no NUL in any of its text: PostgreSQL's text and JSON hold none, and a
+    SQLite store written before ingest left them out may have some."""
+    if isinstance(value, str):
+        return value.replace("\x00", "") if "\x00" in value else value
+    if isinstance(value, list):
+        return [_without_nul(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_nul(key): _without_nul(item) for key, item in value.items()}
+    return value
 
 
 def _insert_all(connection: Connection, table: Table, parts: Iterator[list[dict[str, object]]]) -> int:

@@ -47,14 +47,16 @@ def make_engine(
     synced to disk, not only checkpoints: for the unsubscribe journal; *read_only*:
     transactions begin deferred and may not write, so they never wait for the writer)."""
     parsed = make_url(url)
+    # An error's message never carries its statement's parameters: they are rows
+    # (addresses, names, whole summaries), and a message is printed and logged.
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, hide_parameters=True)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     # Readers serve the endpoint's thread pool (40 threads): enough pooled connections
     # that none is opened and closed per request under a burst.
     pool = {"pool_size": 40, "max_overflow": 10} if read_only else {}
-    engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000}, **pool)
+    engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000}, hide_parameters=True, **pool)
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -8,6 +8,7 @@ always valid.  Never renders or sends.
 
 from __future__ import annotations
 
+import functools
 import re
 import zoneinfo
 from collections.abc import Iterable, Mapping
@@ -40,7 +41,7 @@ from bot.store.subscribers import (
     set_setting as store_setting,
 )
 from bot.subscribers.settings import SETTINGS, SettingError, parse
-from bot.text import CONTROL_CHARACTERS, header_text, hides_control_characters
+from bot.text import NOT_TYPED, header_text, hides_control_characters
 from bot.tokens import token_is_valid, token_subscriber_id
 
 _BACKFILL = re.compile(r"^(?:all|none|\d{1,4}d)$")
@@ -51,8 +52,8 @@ class SubscriberInputError(ValueError):
 
 
 def clean_email(raw: str) -> str:
-    if CONTROL_CHARACTERS.search(raw):
-        raise SubscriberInputError("email: contains control characters")
+    if NOT_TYPED.search(raw):
+        raise SubscriberInputError("email: contains control characters or noncharacters")
     try:
         # allow_smtputf8=False: a non-ASCII local part needs SMTPUTF8 end to end,
         # which digests are not sent with; internationalized domains are fine (IDNA).
@@ -62,8 +63,10 @@ def clean_email(raw: str) -> str:
 
 
 def clean_name(raw: str) -> str:
-    if CONTROL_CHARACTERS.search(raw) or hides_control_characters(raw):
-        raise SubscriberInputError("name: contains control characters (line breaks included, RFC 2047 encoded or not)")
+    if NOT_TYPED.search(raw) or hides_control_characters(raw):
+        raise SubscriberInputError(
+            "name: contains control characters or noncharacters (line breaks included, RFC 2047 encoded or not)"
+        )
     # A name goes into the To header: stored as what a mail reader would show,
     # never as encoded words.
     name = header_text(raw)
@@ -79,12 +82,17 @@ def clean_filter(raw: str) -> str:
         raise SubscriberInputError(f"filter: {exc}") from None
 
 
+@functools.cache
+def _time_zones() -> frozenset[str]:
+    """IANA's zone names; not the files of the zone folder that are no zone of a place
+    (``posixrules``, ``Factory``, ``localtime``), which ``ZoneInfo`` would open too."""
+    return frozenset(zoneinfo.available_timezones()) - {"Factory", "localtime", "posixrules"}
+
+
 def clean_timezone(raw: str) -> str:
     name = raw.strip()
-    try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise SubscriberInputError(f"timezone: {name!r} is not an IANA time zone (e.g. Europe/Berlin)") from None
+    if name not in _time_zones():
+        raise SubscriberInputError(f"timezone: {name!r} is not an IANA time zone (e.g. Europe/Berlin)")
     return name
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from bot.domain import LibraryPaper, RatedEntry
 from bot.domain.identity import arxiv_id_in, doi_in, normalize_title, title_key
-from bot.text import one_line
+from bot.text import one_line, storable
 
 MAX_BYTES = 20_000_000  # a library of 20,000 papers with abstracts is about 30 MB of BibTeX
 MAX_PAPERS = 20_000
@@ -97,7 +97,7 @@ def paper_of(title: str, abstract: str, identifiers: Iterable[str], source: str)
     for value in identifiers:
         arxiv_id = arxiv_id or arxiv_id_in(value)
         doi = doi or doi_in(value)
-    title = one_line(title)[:TITLE_CHARACTERS]
+    title = storable(one_line(title))[:TITLE_CHARACTERS]
     norm = normalize_title(title)
     if arxiv_id:
         key = f"arxiv:{arxiv_id}"
@@ -107,7 +107,7 @@ def paper_of(title: str, abstract: str, identifiers: Iterable[str], source: str)
         key = title_key(norm)
     else:
         return None
-    return LibraryPaper(key, title, one_line(abstract)[:ABSTRACT_CHARACTERS], arxiv_id, doi, None, source)
+    return LibraryPaper(key, title, storable(one_line(abstract))[:ABSTRACT_CHARACTERS], arxiv_id, doi, None, source)
 
 
 class _Latex:

@@ -15,7 +15,9 @@ from bot.ingest.formats.dumps import DumpFormatError, parse_dump
 from bot.ingest.formats.errors import SourceFormatError
 from bot.ingest.formats.feed_items import FeedFormatError
 from bot.ingest.formats.jsonfeed import parse_json_feed
+from bot.ingest.formats.storable import storable_source
 from bot.ingest.formats.xmlfeed import parse_xml_feed
+from bot.text import one_line
 
 __all__ = [
     "DumpFormatError",
@@ -36,7 +38,17 @@ def parse_feed(data: bytes, name: str) -> ParsedSource:
 
 
 def parse_any(data: bytes, name: str) -> ParsedSource:
-    """Parse *data* as a feed when it looks like XML or JSON, else as a text dump."""
-    if looks_like_feed(data):
-        return parse_feed(data, name)
-    return parse_dump(data, name)
+    """Parse *data* as a feed when it looks like XML or JSON, else as a text dump; every
+    entry storable and bounded (``storable``).  Whatever goes wrong in reading it is
+    this document's ``SourceFormatError``: a library's exception on bytes it did not
+    expect is said in one line, its cause kept for the log."""
+    feed = looks_like_feed(data)
+    try:
+        parsed = parse_feed(data, name) if feed else parse_dump(data, name)
+        return storable_source(parsed)
+    except SourceFormatError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one source's failure, never the process's
+        what = "feed" if feed else "dump"
+        reason = f"{type(exc).__name__}: {one_line(str(exc))[:120]}"
+        raise SourceFormatError(name, 0, f"could not be read as a {what} ({reason})") from exc

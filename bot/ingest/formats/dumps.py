@@ -148,14 +148,15 @@ def _parse_date(value: str, name: str, line: int) -> date:
     try:
         return date.fromisoformat(value)
     except ValueError:
-        raise DumpFormatError(name, line, f"invalid date {quoted(value)} (expected YYYY-MM-DD)") from None
+        shown = f" {quoted(value)}" if _DATE_RE.fullmatch(value) else ""
+        raise DumpFormatError(name, line, f"invalid date{shown} (expected YYYY-MM-DD)") from None
 
 
-def _repo_meta(title: str, meta: _Block, name: str) -> tuple[date, dict[str, str]]:
+def _repo_meta(title: str, shown: str, meta: _Block, name: str) -> tuple[date, dict[str, str]]:
     first = _REPO_META_RE.match(meta.lines[0])
     if first is None:
         raise DumpFormatError(
-            name, meta.line, f"expected '<owner> YYYY-MM-DD <stars> <language>' for repository {quoted(title)}"
+            name, meta.line, f"expected '<owner> YYYY-MM-DD <stars> <language>' for repository {shown}"
         )
     extra = {"owner": first["owner"]}
     if first["stars"]:
@@ -184,19 +185,22 @@ class _Meta(NamedTuple):
     extra: dict[str, str]
 
 
-def _entry(blocks: _Lookahead, name: str) -> ParsedEntry:
-    """Parse the entry whose title is the next block."""
+def _entry(blocks: _Lookahead, name: str, *, first: bool) -> ParsedEntry:
+    """Parse the entry whose title is the next block.  A message quotes its title once
+    the file has shown itself a dump: until an entry was read, it may be any file
+    (/etc/shadow named by mistake), whose lines no message or record may repeat."""
     title_block = blocks.take()
     title = _title(title_block, name)
+    shown = f"on line {title_block.line}" if first else quoted(title)
     if blocks.peek() is None:
         raise DumpFormatError(
             name,
             title_block.line,
-            f"entry {quoted(title)} is truncated: expected '<authors> YYYY-MM-DD' after the title",
+            f"entry {shown} is truncated: expected '<authors> YYYY-MM-DD' after the title",
         )
     meta_block = blocks.take()
-    meta = _meta(title, meta_block, name)
-    summary = _summary(blocks, title, meta_block, name)
+    meta = _meta(title, shown, meta_block, name)
+    summary = _summary(blocks, shown, meta_block, name)
     links: tuple[str, ...] = ()
     repo = None
     if meta.kind is EntryKind.REPO:
@@ -224,21 +228,19 @@ def _title(block: _Block, name: str) -> str:
     return " ".join(line.strip() for line in block.lines)
 
 
-def _meta(title: str, meta: _Block, name: str) -> _Meta:
+def _meta(title: str, shown: str, meta: _Block, name: str) -> _Meta:
     """A repository's owner line (with stars and language) or a paper's authors and date."""
     if is_repo_name(title) and _REPO_META_RE.match(meta.lines[0]):
-        published, extra = _repo_meta(title, meta, name)
+        published, extra = _repo_meta(title, shown, meta, name)
         return _Meta(EntryKind.REPO, published, (extra["owner"],), extra)
     paper = _paper_meta(meta.lines[0])
     if paper is None or len(meta.lines) != 1:
-        raise DumpFormatError(
-            name, meta.line, f"expected '<authors, comma separated> YYYY-MM-DD' after title {quoted(title)}"
-        )
+        raise DumpFormatError(name, meta.line, f"expected '<authors, comma separated> YYYY-MM-DD' after title {shown}")
     authors = tuple(a.strip() for a in paper[0].split(",") if a.strip())
     return _Meta(EntryKind.PAPER, _parse_date(paper[1], name, meta.line), authors, {})
 
 
-def _summary(blocks: _Lookahead, title: str, meta: _Block, name: str) -> str:
+def _summary(blocks: _Lookahead, shown: str, meta: _Block, name: str) -> str:
     """The paragraphs up to the link label that ends the entry (taken too)."""
     paragraphs: list[str] = []
     last = meta
@@ -248,7 +250,7 @@ def _summary(blocks: _Lookahead, title: str, meta: _Block, name: str) -> str:
             raise DumpFormatError(
                 name,
                 last.line + len(last.lines) - 1,
-                f"entry {quoted(title)} is truncated: expected link label PDF or Code after its summary",
+                f"entry {shown} is truncated: expected link label PDF or Code after its summary",
             )
         if block.is_link_label:
             blocks.take()
@@ -258,7 +260,7 @@ def _summary(blocks: _Lookahead, title: str, meta: _Block, name: str) -> str:
         following = blocks.peek(1)
         if paragraphs and len(block.lines) == 1 and following is not None and _is_meta(following):
             raise DumpFormatError(
-                name, block.line, f"expected link label PDF or Code to end entry {quoted(title)}, found another entry"
+                name, block.line, f"expected link label PDF or Code to end entry {shown}, found another entry"
             )
         last = blocks.take()
         paragraphs.append(last.text)
@@ -275,7 +277,7 @@ def parse_dump(data: bytes, name: str) -> ParsedSource:
         blocks.take()
         if blocks.peek() is None:
             raise DumpFormatError(name, first.line, "only a 'Filtered by:' header: expected at least one entry")
-    entries = []
+    entries: list[ParsedEntry] = []
     while blocks.peek() is not None:
-        entries.append(_entry(blocks, name))
+        entries.append(_entry(blocks, name, first=not entries))
     return ParsedSource(format="dump", entries=tuple(entries), header_tags=header or ())

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 import httpx
 
 from bot import __version__
+from bot.text import shown_url
 
 USER_AGENT = f"digestbot/{__version__} (+https://github.com/digestbot)"
 
 
 class FetchError(Exception):
-    """A feed URL could not be fetched; ``str()`` is one line naming the URL."""
+    """A feed URL could not be fetched; ``str()`` is one line naming the URL as shown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,13 +49,14 @@ def fetch(
         headers["If-Modified-Since"] = last_modified
     own_client = client is None
     client = client or httpx.Client(timeout=timeout, follow_redirects=True, max_redirects=5)
+    shown = shown_url(url)
     try:
         with client.stream("GET", url, headers=headers) as response:
             if response.status_code == 304:
                 return Fetched(url, True, etag=etag, last_modified=last_modified)
             if response.status_code != 200:
-                raise FetchError(f"{url}: HTTP {response.status_code}")
-            body = _read_body(response, url, timeout=timeout, max_bytes=max_bytes)
+                raise FetchError(f"{shown}: HTTP {response.status_code}")
+            body = _read_body(response, shown, timeout=timeout, max_bytes=max_bytes)
             return Fetched(
                 url,
                 False,
@@ -63,11 +65,11 @@ def fetch(
                 last_modified=response.headers.get("Last-Modified"),
             )
     except httpx.TimeoutException:
-        raise FetchError(f"{url}: timed out after {timeout:g} s") from None
+        raise FetchError(f"{shown}: timed out after {timeout:g} s") from None
     except httpx.InvalidURL as exc:  # not an HTTPError: httpx raises it before any request
-        raise FetchError(f"{url}: not a URL that can be fetched ({exc})") from None
+        raise FetchError(f"{shown}: not a URL that can be fetched ({_without(url, exc)})") from None
     except httpx.HTTPError as exc:
-        raise FetchError(f"{url}: {type(exc).__name__}: {exc}") from None
+        raise FetchError(f"{shown}: {type(exc).__name__}: {_without(url, exc)}") from None
     finally:
         if own_client:
             client.close()
@@ -90,3 +92,8 @@ def _read_body(response: httpx.Response, url: str, *, timeout: float, max_bytes:
             raise FetchError(f"{url}: body not received within {timeout:g} s")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _without(url: str, exc: Exception) -> str:
+    """What *exc* says, on one line, with *url* in it as shown."""
+    return " ".join(str(exc).replace(url, shown_url(url)).split())[:300]

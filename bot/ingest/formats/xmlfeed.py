@@ -6,6 +6,7 @@ Pure: never touches the store, the network or the clock, and raises only
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import date
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import feedparser
 
 from bot.domain import ParsedEntry, ParsedSource
+from bot.ingest.formats.detect import wide_encoding
 from bot.ingest.formats.feed_items import (
     FeedFormatError,
     FeedItem,
@@ -28,12 +30,47 @@ from bot.text import html_text, one_line, tag_label
 # its loose parser retries): beyond this a document would hold the watcher for
 # minutes.  A 10,000-entry arXiv feed has well under half as many.
 MAX_XML_ELEMENTS = 400_000
+# A numeric character reference, as feedparser's loose parser finds one: the ";" is
+# optional there, and any number of digits is read.
+_CHARACTER_REFERENCE = re.compile(r"&#(?:[xX]0*([0-9A-Fa-f]+)|0*([0-9]+));?")
+_CHARACTER_REFERENCE_BYTES = re.compile(_CHARACTER_REFERENCE.pattern.encode())
+_REPLACEMENT = "&#xFFFD;"
+
+
+def _is_xml_character(code: int) -> bool:
+    return code in (0x9, 0xA, 0xD) or 0x20 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or 0x10000 <= code <= 0x10FFFF
+
+
+def _reference(match: re.Match[Any]) -> Any:
+    """A reference to no XML character (a surrogate, NUL, past U+10FFFF, 99999999999999999999)
+    as one to U+FFFD, as HTML reads them; feedparser raises on them."""
+    hexadecimal, decimal = match.groups()
+    digits = hexadecimal or decimal
+    valid = len(digits) <= 7 and _is_xml_character(int(digits, 16 if hexadecimal is not None else 10))
+    if valid:
+        return match.group()
+    return _REPLACEMENT.encode() if isinstance(digits, bytes) else _REPLACEMENT
+
+
+def xml_characters_only(data: bytes) -> bytes:
+    """*data* with every numeric character reference naming a character XML has; a
+    UTF-16 or UTF-32 document is read in its encoding, anything else as bytes (the
+    references are ASCII in every encoding feedparser reads)."""
+    wide = wide_encoding(data)
+    if wide is None:
+        return _CHARACTER_REFERENCE_BYTES.sub(_reference, data) if b"&#" in data else data
+    codec, bom = wide
+    try:
+        text = data[bom:].decode(codec)
+    except UnicodeDecodeError:
+        return data  # feedparser says what is wrong with it
+    return data[:bom] + _CHARACTER_REFERENCE.sub(_reference, text).encode(codec)
 
 
 def parse_xml_feed(data: bytes, name: str) -> ParsedSource:
     if data.count(b"<") > MAX_XML_ELEMENTS:
         raise FeedFormatError(name, 0, f"more than {MAX_XML_ELEMENTS:,} XML elements; too big to be read as a feed")
-    parsed = feedparser.parse(data, sanitize_html=False, resolve_relative_uris=False)
+    parsed = feedparser.parse(xml_characters_only(data), sanitize_html=False, resolve_relative_uris=False)
     if not parsed.version:
         raise _not_a_feed(parsed, name)
     entries: list[ParsedEntry] = []

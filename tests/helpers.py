@@ -492,6 +492,9 @@ class Cli:
                 except SystemExit as exc:
                     returncode = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         finally:
+            from bot.store.holders import release_all
+
+            release_all()  # as the command's process ending would: a test process runs many
             os.environ.clear()
             os.environ.update(saved[0])
             os.chdir(saved[1])

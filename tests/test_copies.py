@@ -220,7 +220,7 @@ def test_backup_and_restore_refuse_bad_input_in_one_line(tmp_path: Path, sink: S
     cli("db", "backup", str(backup))
     assert "already exists (--force replaces it)" in cli("db", "backup", str(backup), code=2).stderr
     cli("db", "backup", str(backup), "--force")
-    assert "that is the store itself" in cli("db", "backup", str(tmp_path / "cli.sqlite3"), code=2).stderr
+    assert "that is one of the store's own files" in cli("db", "backup", str(tmp_path / "cli.sqlite3"), code=2).stderr
     assert "no such folder" in cli("db", "backup", str(tmp_path / "no" / "b.sqlite3"), code=1).stderr
     junk = tmp_path / "junk.sqlite3"
     junk.write_bytes(b"not a database at all" * 100)
@@ -259,7 +259,7 @@ def test_restore_waits_for_the_daemon_to_stop(tmp_path: Path, sink: Sink) -> Non
             assert datetime.now(UTC) < deadline, "the worker did not start"
             threading.Event().wait(0.1)
         refused = place.cli("db", "restore", str(tmp_path / "b.sqlite3"), code=2).stderr
-        assert "a digestbot worker is running on it; stop it before restoring" in refused
+        assert f"digestbot worker (pid {worker.pid}) has it open; stop it before restoring" in refused
         assert "stop it before copying" in place.cli("db", "copy", "--to", "postgresql://x@127.0.0.1/x", code=2).stderr
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -55,21 +55,31 @@ def _journal_file(store: Path) -> Path:
 
 
 @contextmanager
-def _no_daemon(store: Path, doing: str) -> Iterator[None]:
-    """Hold the scheduler's and the worker's locks for the command: none may run meanwhile."""
-    from bot.run.roles import FileLock
+def _alone(store: Path, doing: str) -> Iterator[None]:
+    """The store held by this command alone (``bot.store.holders``): a usage error naming
+    the processes that have it open (the scheduler, workers, serve, another command)."""
+    from bot.store.errors import StoreError
+    from bot.store.holders import StoreInUse, alone
 
-    held = []
     try:
-        for role in ("scheduler", "worker"):
-            lock = FileLock(Path(f"{store}.{role}.lock"))
-            if not lock.try_acquire():
-                fail(f"{store}: a digestbot {role} is running on it; stop it before {doing}", EXIT_USAGE)
-            held.append(lock)
-        yield
-    finally:
-        for lock in held:
-            lock.release()
+        with alone(store, doing):
+            yield
+    except StoreInUse as exc:
+        fail(str(exc), EXIT_USAGE)
+    except StoreError as exc:
+        fail(str(exc))
+
+
+def _family(c: Context, store: Path) -> set[Path]:
+    """Every file of the store's (its WAL, shared memory and journal, the unsubscribe
+    journal's, the lock files, the signing key), as they resolve: no backup goes there."""
+    from bot.tokens import key_file
+
+    journal = _journal_file(store)
+    parts = [Path(f"{base}{suffix}") for base in (store, journal) for suffix in ("", "-wal", "-shm", "-journal")]
+    parts += [Path(f"{store}.{lock}") for lock in ("lock", "scheduler.lock", "worker.lock")]
+    key = key_file(c.settings)
+    return {part.resolve() for part in [*parts, *([key] if key else [])]}
 
 
 @db_app.command("backup")
@@ -79,23 +89,28 @@ def db_backup(
     force: Annotated[bool, typer.Option("--force", help="Replace FILE when it exists.")] = False,
 ) -> None:
     """A consistent copy of the SQLite store, the unsubscribe journal in it, while the
-    scheduler and workers run.  On PostgreSQL use pg_dump (docs/operating.md)."""
+    scheduler, workers and serve run; the signing key beside it as FILE.key (mode
+    0600), which its restore needs.  On PostgreSQL use pg_dump (docs/operating.md)."""
     from bot.store.copies import backup_sqlite
     from bot.store.errors import StoreError
+    from bot.tokens import backup_key, key_beside
 
     c = ctx_of(ctx)
     store = _sqlite_store(c, "backup", f"pg_dump --format=custom --file {file} '<database.url>'")
     if not store.is_file():
         fail(f"{store}: no store here to back up (database.url)", EXIT_USAGE)
-    journal = _journal_file(store)
-    if file.resolve() in {store.resolve(), journal.resolve()}:
-        fail(f"{file}: that is the store itself; name a new file", EXIT_USAGE)
+    family = _family(c, store)
+    for target in (file, key_beside(file)):
+        if target.resolve() in family:
+            fail(f"{target}: that is one of the store's own files ({store} and beside it); name a new file", EXIT_USAGE)
     if file.exists() and not force:
         fail(f"{file}: already exists (--force replaces it)", EXIT_USAGE)
     if not file.parent.is_dir():
         fail(f"{file.parent}: no such folder")
+    _ = c.engine  # held open by this command: no restore or copy meanwhile
     try:
-        facts = backup_sqlite(store, journal, file)
+        facts = backup_sqlite(store, _journal_file(store), file)
+        key = backup_key(c.settings, file)
     except StoreError as exc:
         fail(str(exc))
     except sqlite3.Error as exc:
@@ -109,6 +124,7 @@ def db_backup(
         f"{plural(tables.get('unsubscribe_requests', 0), 'unsubscribe request')}",
         markup=False,
     )
+    out.print(key, markup=False)
 
 
 @db_app.command("restore")
@@ -116,53 +132,74 @@ def db_restore(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="A backup written by 'digestbot db backup'.", metavar="FILE")],
 ) -> None:
-    """Put a backup in the SQLite store's place (stop the scheduler, workers and serve first).
-    The store it replaces is moved aside, and what it recorded since the backup is kept:
-    digests sent are not sent again, unsubscribes, bounces and purges stay.  Without a
-    readable store to replace, digests on their way in the backup are marked failed
-    (they may have gone out; 'digestbot resend' sends one again)."""
-    from bot.store import engine as store_engine
-    from bot.store.copies import (
-        RestoreReport,
-        backup_revision,
-        carry_forward,
-        journal_from_backup,
-        place_backup,
-        put_back,
-        settle_in_flight,
-    )
+    """Put a backup in the SQLite store's place; refused while any digestbot process
+    (scheduler, worker, serve, another command) has the store open.  A backup is
+    untrusted: only the schema digestbot makes is accepted, and its rows are copied
+    into a store made afresh.  The store it replaces is moved aside, and what it
+    recorded since the backup is kept: digests sent are not sent again, unsubscribes,
+    bounces and purges stay; readers it added since are named.  Without a readable
+    store to replace, digests on their way in the backup are marked failed (they may
+    have gone out; 'digestbot resend' sends one again).  FILE.key, the signing key
+    'db backup' wrote beside it, is put back when the restored links need it."""
+    from bot.store import restores
     from bot.store.errors import StoreError
 
     c = ctx_of(ctx)
     store = _sqlite_store(c, "restore", f"pg_restore --clean --if-exists --dbname '<database.url>' {file}")
-    try:
-        revision = backup_revision(file)
-    except StoreError as exc:
-        fail(str(exc))
-    if revision > store_engine.HEAD_REVISION:
-        fail(f"{file}: its schema is {revision}, newer than this digestbot's {store_engine.HEAD_REVISION}", EXIT_USAGE)
-    with _no_daemon(store, "restoring"):
-        aside, live = place_backup(file, store, now())
-        report = RestoreReport(revision, aside, carried=False)
+    store.parent.mkdir(parents=True, exist_ok=True)  # a new machine's var/
+    with _alone(store, "restoring"):
         try:
-            restored = store_engine.make_engine(f"sqlite:///{store}")
-            store_engine.upgrade(restored)
-            restored.dispose()
-            if aside is not None and live and backup_revision(aside) == store_engine.HEAD_REVISION:
-                carry_forward(store, aside, report)
-                report.carried = True
-            else:
-                note = f"on its way when the backup {file.name} was taken: it may have gone out"
-                settle_in_flight(store, report, note)
-            journal_from_backup(store, _journal_file(store), report)
+            revision = restores.backup_revision(file)
+        except restores.BackupRefused as exc:
+            fail(str(exc), EXIT_USAGE if exc.newer else 1)
+        except StoreError as exc:
+            fail(str(exc))
+        stamp = now().strftime("%Y%m%dT%H%M%SZ")
+        partial = store.with_name(f"{store.name}.restore-{stamp}.partial")
+        report = restores.RestoreReport(revision)
+        try:
+            _rebuild(restores, file, store, partial, report)
         except (StoreError, OSError, sqlite3.DatabaseError) as exc:
-            failed = put_back(store, aside, now())
-            kept = f"; the half-restored copy is at {failed}" if failed else ""
-            fail(f"{file}: restore stopped, {store} is as it was: {exc}{kept}")
-    _say_restored(store, file, report)
+            restores.remove(partial)
+            fail(f"{file}: restore stopped, {store} is as it was: {_said(exc)}")
+        report.aside = restores.put_in_place(partial, store, now())
+        try:
+            restores.journal_from_backup(store, _journal_file(store), report)
+        except (StoreError, OSError, sqlite3.DatabaseError) as exc:
+            failed = restores.put_back(store, report.aside, now())
+            kept = f"; the restored copy is at {failed}" if failed else ""
+            fail(f"{file}: restore stopped, {store} is as it was: {_said(exc)}{kept}")
+        key = _restore_key(c, file, store, stamp)
+    _say_restored(store, file, report, key)
 
 
-def _say_restored(store: Path, file: Path, report: Any) -> None:
+def _said(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def _rebuild(restores: Any, file: Path, store: Path, partial: Path, report: Any) -> None:
+    """The backup's rows in a store made afresh at its schema, brought to this one's, with
+    what the live store recorded since (or, without one, its digests in flight settled)."""
+    restores.rebuild(file, partial, report.revision)
+    if store.exists() and restores.readable(store) and restores.is_current(store):
+        restores.carry_forward(partial, store, report)
+    else:
+        note = f"on its way when the backup {file.name} was taken: it may have gone out"
+        restores.settle_in_flight(partial, report, note)
+
+
+def _restore_key(c: Context, file: Path, store: Path, stamp: str) -> str | None:
+    from bot.config import ConfigError
+    from bot.store.restores import read_fact
+    from bot.tokens import KEY_ID_FACT, restore_key
+
+    try:
+        return restore_key(c.settings, file, read_fact(store, KEY_ID_FACT), stamp)
+    except (ConfigError, OSError) as exc:
+        return f"the signing key was not put back: {_said(exc)}"
+
+
+def _say_restored(store: Path, file: Path, report: Any, key: str | None) -> None:
     out.print(f"restored {file} (schema {report.revision}) into {store}", markup=False)
     if report.aside is not None:
         out.print(f"the store it replaced is kept at {report.aside}", markup=False)
@@ -173,6 +210,13 @@ def _say_restored(store: Path, file: Path, report: Any) -> None:
             f"{plural(report.purged_again, 'purged subscriber')} purged again",
             markup=False,
         )
+        for readers, what in (
+            (report.added_since, "added since the backup, not in it"),
+            (report.changed_since, "whose settings are as they were at the backup"),
+        ):
+            if readers:
+                shown = ", ".join(readers[:5]) + (", ..." if len(readers) > 5 else "")
+                out.print(f"gone since the backup: {plural(len(readers), 'reader')} {what} ({shown})", markup=False)
     elif report.in_flight_failed:
         shown = ", ".join(f"#{n}" for n in report.in_flight_failed[:10])
         more = "" if len(report.in_flight_failed) <= 10 else ", ..."
@@ -184,6 +228,8 @@ def _say_restored(store: Path, file: Path, report: Any) -> None:
         )
     if report.requests_to_apply:
         out.print(f"{plural(report.requests_to_apply, 'unsubscribe request')} will be applied on start", markup=False)
+    if key:
+        out.print(key, markup=False)
 
 
 @db_app.command("copy")
@@ -192,7 +238,8 @@ def db_copy(
     to: Annotated[str, typer.Option("--to", help="An empty PostgreSQL database: postgresql+psycopg://USER@HOST/DB.")],
 ) -> None:
     """Copy the SQLite store into an empty PostgreSQL database, for outgrowing one
-    machine (stop the scheduler and workers first).  Pending unsubscribes are applied
+    machine; refused while any digestbot process (scheduler, worker, serve, another
+    command) has the store open, so no unsubscribe acknowledged meanwhile is lost.  Pending unsubscribes are applied
     first; the schema is created at this digestbot's revision, every table copied in
     one transaction, sequences set past the copied ids, and row counts compared.  The
     SQLite store is left as it was; point database.url at the copy afterwards."""
@@ -214,8 +261,8 @@ def db_copy(
     if target_url.get_backend_name() != "postgresql":
         fail(f"--to: {target_url.get_backend_name()} is not PostgreSQL (postgresql+psycopg://USER@HOST/DB)", EXIT_USAGE)
     shown = target_url.render_as_string(hide_password=True)
-    with _no_daemon(store, "copying"):
-        factory = c.sessions()
+    factory = c.sessions()
+    with _alone(store, "copying"):
         journal_of(factory).apply_pending(factory)
         target = store_engine.make_engine(to)
         try:
@@ -263,3 +310,20 @@ def _empty_again(engine: Any) -> None:
             connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
     except Exception:  # noqa: BLE001 - the copy's own error is the one to report
         return
+
+
+@db_app.command("adopt-key")
+def db_adopt_key(ctx: typer.Context) -> None:
+    """Sign the store's links with the configured signing key from now on (made when
+    there is none): after the key they were signed with is lost for good.  Every manage
+    link, feed and List-Unsubscribe already mailed then answers 404; each reader's
+    next digest carries links that work."""
+    from bot.tokens import adopt_key, key_file
+
+    c = ctx_of(ctx)
+    other = adopt_key(c.settings, c.sessions())
+    where = key_file(c.settings) or "DIGESTBOT_WEB__SIGNING_KEY"
+    said = f"the store's links are signed with the key in {where} from now on"
+    if other:
+        said += "; the links mailed before answer 404 (each reader's next digest carries new ones)"
+    out.print(said, markup=False)

@@ -61,6 +61,7 @@ def preview(
     subscriber = find_subscriber(factory, email)
     train_on_demand(factory, subscriber.id, c.rules)
     if eml or html or show:
+        c.signing_key()  # the message carries signed links
         _preview_message(c, factory, subscriber, day, eml=eml, html=html, show=show)
         return
     _preview_entries(c, factory, subscriber, day, as_json)
@@ -221,6 +222,7 @@ def run_command(
     if not once:
         _daemon(c, factory, plan_jobs=True, deliver_jobs=True)
         return
+    c.signing_key()
     results = scan_folder(
         factory,
         c.dump_dir,
@@ -249,6 +251,7 @@ def _daemon(c: Context, factory: Any, *, plan_jobs: bool, deliver_jobs: bool) ->
     from bot.run.scheduler import Daemon
 
     c.log_as_daemon()
+    c.signing_key()  # the key the links already mailed were signed with, or a refusal
     try:
         daemon = Daemon(factory, c.settings, c.rules, engine=c.engine, plan_jobs=plan_jobs, deliver_jobs=deliver_jobs)
     except RoleTaken as exc:
@@ -299,6 +302,7 @@ def serve_command(
     if not web.public_url:
         err.print("note: web.public_url is empty, so digests carry only mailto: unsubscribe links, not links here")
     factory = c.sessions()  # migrates SQLite (or refuses an old schema) before any worker starts
+    c.signing_key()  # the key the links already mailed were signed with, or a refusal
     if c.config_path is not None:
         os.environ["DIGESTBOT_CONFIG"] = str(c.config_path.resolve())  # what the worker processes load
     serve(c.settings, factory, host=host or web.listen_host, port=port or web.listen_port, workers=workers)
@@ -316,6 +320,7 @@ def send_now(
 
     c = ctx_of(ctx)
     factory = c.sessions()
+    c.signing_key()
     chosen = [find_subscriber(factory, e) for e in emails] if emails else None
     inactive = [s for s in chosen or () if s.status is not SubscriberStatus.ACTIVE]
     for subscriber in inactive:
@@ -361,6 +366,7 @@ def resend_command(
 
     c = ctx_of(ctx)
     factory = c.sessions()
+    c.signing_key()
     targets: list[int] = []
     if failed:
         queued = resend_failed(factory, c.settings, now=now())

@@ -164,13 +164,12 @@ def bounces_fetch(ctx: typer.Context) -> None:
     seen, and leave everything else for a person (exit 1 when the mailbox fails)."""
     from bot.returns.mailboxes import MailboxError
     from bot.returns.service import read_configured_inbox
-    from bot.tokens import signing_key
 
     c = ctx_of(ctx)
     if not c.settings.inbox.url:
         fail("inbox.url is not set: nothing to read (docs/deliverability.md, 'Mail that comes back')", EXIT_USAGE)
     try:
-        report = read_configured_inbox(c.sessions(), c.settings, signing_key(c.settings))
+        report = read_configured_inbox(c.sessions(), c.settings, c.signing_key())
     except MailboxError as exc:
         fail(str(exc), EXIT_INPUT_FAILED)
     counts = ", ".join(plural(n, _KIND_WORDS[kind]) for kind, n in sorted(report.kinds.items()))

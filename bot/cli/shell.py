@@ -111,12 +111,50 @@ class Context:
         if self._engine is None:
             opened(self.settings.database_url)
             database = self.settings.database
-            self._engine = store_engine.make_engine(
+            engine = store_engine.make_engine(
                 self.settings.database_url,
                 busy_timeout_ms=database.busy_timeout_ms,
                 sqlite_cache_mb=database.sqlite_cache_mb,
             )
+            self._hold(engine)
+            self._engine = engine
         return self._engine
+
+    @staticmethod
+    def _hold(engine: Engine) -> None:
+        """Hold a SQLite store open for this process (``bot.store.holders``): refused
+        while a restore or copy has it, and when its file was emptied (SQLite would
+        take an empty file for a new store, and every reader with it)."""
+        from bot.store.holders import StoreInUse, hold
+
+        database = engine.url.database
+        if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+            return
+        path = Path(database)
+        wal = Path(f"{database}-wal")
+        if path.is_file() and path.stat().st_size == 0 and not (wal.is_file() and wal.stat().st_size):
+            engine.dispose()
+            fail(
+                f"{path}: the store is an empty file: it was truncated or never written. Restore a backup "
+                "('digestbot db restore FILE'), or move it aside to start a new store",
+                EXIT_USAGE,
+            )
+        try:
+            hold(path)
+        except StoreInUse as exc:
+            engine.dispose()
+            fail(str(exc))
+
+    def signing_key(self) -> bytes:
+        """The key links are signed with, checked against the one the store remembers
+        (``bot.tokens.store_signing_key``): a usage error when they differ."""
+        from bot.config import ConfigError
+        from bot.tokens import store_signing_key
+
+        try:
+            return store_signing_key(self.settings, self.sessions())
+        except ConfigError as exc:
+            fail(str(exc), EXIT_USAGE)
 
     def close(self) -> None:
         """Close what the command opened (the store, its unsubscribe journal), as the

@@ -157,14 +157,13 @@ def _ask_to_confirm(c: Context, fields: Any) -> None:
 
     from bot.store.subscribers import get_subscriber
     from bot.subscribers.optin import Origin, request_signup, send
-    from bot.tokens import signing_key
 
     with c.sessions()() as session:
         existing = get_subscriber(session, fields.email)
     if existing is not None and existing.status in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED):
         fail(f"{existing.email} is already subscribed (use 'subscribers edit' to change it)")
     origin = Origin("digestbot subscribers add --confirm", "", _operator("requested"))
-    outgoing = request_signup(c.sessions(), c.settings, signing_key(c.settings), fields, origin=origin, now=now())
+    outgoing = request_signup(c.sessions(), c.settings, c.signing_key(), fields, origin=origin, now=now())
     if outgoing is None:
         fail(f"{fields.email}: a sign-up mail went to this address a moment ago, or it just unsubscribed; not sent")
     elif not asyncio.run(send(c.settings, outgoing)):

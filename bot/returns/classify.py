@@ -162,8 +162,17 @@ def _addresses(recipients: list[_Recipient], detected: frozenset[bytes]) -> tupl
 
 
 def _plausible(address: str) -> bool:
-    """An address a returned message may name: one ``@``, no space or control character."""
-    return address.count("@") == 1 and not CONTROL_CHARACTERS.search(address) and " " not in address
+    """An address a returned message may name: one ``@``, no space or control character,
+    no longer than an address may be (RFC 5321)."""
+    return (
+        len(address) <= MAX_ADDRESS
+        and address.count("@") == 1
+        and " " not in address
+        and not CONTROL_CHARACTERS.search(address)
+    )
+
+
+MAX_ADDRESS = 320
 
 
 def _dsn_recipients(message: Message) -> Iterator[_Recipient]:

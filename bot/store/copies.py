@@ -1,10 +1,8 @@
 """Store: copies of the whole store: a SQLite backup (one file, the unsubscribe journal
-in it), its restore, and the copy of a SQLite store into PostgreSQL.
+in it) and the copy of a SQLite store into PostgreSQL (a backup's restore is in
+``restores``).
 
-SQL only.  A restore never undoes what the store it replaces recorded since the backup
-was taken: what was sent (digests, their bodies, the entries they carried),
-unsubscribes, bounces and purges.  Never deletes the store it replaces: it is
-moved aside, beside it.
+SQL only.  Never changes the store it copies.
 """
 
 from __future__ import annotations
@@ -13,21 +11,15 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, Table, func, insert, select, text
 
-from bot.domain import SubscriberStatus
 from bot.store.base import Base
 from bot.store.errors import StoreError
 
 JOURNAL_TABLE = "unsubscribe_requests"
-_IN_FLIGHT = "('" + "', '".join(sorted({"queued", "sending", "retry_wait"})) + "')"
-_STAYS_OFF = (SubscriberStatus.UNSUBSCRIBED.value, SubscriberStatus.BOUNCED.value)
-# What the replaced store recorded that a restore carries forward, in the order their keys need.
-_CATALOGUE = ("sources", "entries", "entry_appearances", "tags", "entry_tags")
 COPY_CHUNK = 5_000
 
 
@@ -38,37 +30,25 @@ class BackupFacts:
     size: int  # bytes
 
 
-@dataclass
-class RestoreReport:
-    revision: str
-    aside: Path | None  # where the replaced store was moved
-    carried: bool  # False: there was no readable store to carry the record of sends from
-    digests_carried: int = 0
-    statuses_kept: int = 0  # unsubscribed or bounced since the backup: still so
-    purged_again: int = 0
-    in_flight_failed: list[int] = field(default_factory=list)  # without a live store: may have gone out
-    requests_to_apply: int = 0  # unsubscribe requests the restored store had not applied
+def column_list(table: str) -> str:
+    return ", ".join(column.name for column in Base.metadata.tables[table].columns)
 
 
-def _columns(table: str) -> list[str]:
-    return [column.name for column in Base.metadata.tables[table].columns]
-
-
-def _column_list(table: str, prefix: str = "") -> str:
-    return ", ".join(f"{prefix}{name}" for name in _columns(table))
-
-
-def _read_only(path: Path) -> str:
+def read_only_uri(path: Path) -> str:
     """A URI opening *path* read-only (percent-encoded: any file name)."""
     return f"{path.resolve().as_uri()}?mode=ro"
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    """A connection whose ATTACH takes URIs (``_read_only``), whatever SQLite was built with."""
-    return sqlite3.connect(path.resolve().as_uri(), uri=True, timeout=30)
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection whose ATTACH takes URIs (``read_only_uri``), whatever SQLite was
+    built with; the schema of a database it attaches is never trusted to run a function
+    (a trigger, view or default of a backup's)."""
+    connection = sqlite3.connect(path.resolve().as_uri(), uri=True, timeout=30)
+    connection.execute("PRAGMA trusted_schema=OFF")
+    return connection
 
 
-def _revision(connection: sqlite3.Connection, where: str) -> str:
+def revision_of(connection: sqlite3.Connection, where: str) -> str:
     try:
         row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
     except sqlite3.DatabaseError as exc:
@@ -78,7 +58,7 @@ def _revision(connection: sqlite3.Connection, where: str) -> str:
     return str(row[0])
 
 
-def _checked(connection: sqlite3.Connection, where: str) -> None:
+def checked(connection: sqlite3.Connection, where: str) -> None:
     try:
         result = connection.execute("PRAGMA quick_check").fetchone()[0]
     except sqlite3.DatabaseError as exc:
@@ -103,216 +83,25 @@ def backup_sqlite(store: Path, journal: Path | None, dest: Path) -> BackupFacts:
     partial = dest.with_name(dest.name + ".partial")
     partial.unlink(missing_ok=True)
     try:
-        with closing(sqlite3.connect(store, timeout=30)) as source, closing(_connect(partial)) as out:
-            revision = _revision(source, str(store))
+        with closing(sqlite3.connect(store, timeout=30)) as source, closing(connect(partial)) as out:
+            revision = revision_of(source, str(store))
             source.backup(out)
             out.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
             if journal is not None and journal.exists():
-                out.execute("ATTACH DATABASE ? AS journal", (_read_only(journal),))
+                out.execute("ATTACH DATABASE ? AS journal", (read_only_uri(journal),))
                 with out:
                     out.execute(f"DELETE FROM main.{JOURNAL_TABLE}")
-                    columns = _column_list(JOURNAL_TABLE)
+                    columns = column_list(JOURNAL_TABLE)
                     out.execute(
                         f"INSERT INTO main.{JOURNAL_TABLE} ({columns}) SELECT {columns} FROM journal.{JOURNAL_TABLE}"
                     )
                 out.execute("DETACH DATABASE journal")
-            _checked(out, str(partial))
+            checked(out, str(partial))
             counts = row_counts(out)
         os.replace(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
     return BackupFacts(revision, counts, dest.stat().st_size)
-
-
-def backup_revision(backup: Path) -> str:
-    """The schema revision of a backup file, after checking it is whole."""
-    if not backup.is_file():
-        raise StoreError(f"{backup}: no such file")
-    with closing(sqlite3.connect(_read_only(backup), uri=True)) as connection:
-        _checked(connection, str(backup))
-        return _revision(connection, str(backup))
-
-
-def _readable(store: Path) -> bool:
-    try:
-        with closing(sqlite3.connect(store, timeout=30)) as connection:
-            _checked(connection, str(store))
-            _revision(connection, str(store))
-            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    except (StoreError, sqlite3.DatabaseError):
-        return False
-    return True
-
-
-def _move_aside(store: Path, stamp: str) -> Path:
-    aside = store.with_name(f"{store.name}.before-restore-{stamp}")
-    for suffix in ("", "-wal", "-shm"):  # a store's WAL belongs to it: never left for the new file
-        part = Path(f"{store}{suffix}")
-        if part.exists():
-            os.replace(part, f"{aside}{suffix}")
-    return aside
-
-
-def place_backup(backup: Path, store: Path, now: datetime) -> tuple[Path | None, bool]:
-    """Put a copy of *backup* where *store* is; the old store moved aside (its path) and
-    whether it could be read (so its record of sends can be carried forward)."""
-    live = store.exists() and _readable(store)
-    aside = _move_aside(store, now.strftime("%Y%m%dT%H%M%SZ")) if store.exists() else None
-    partial = store.with_name(store.name + ".partial")
-    with (
-        closing(sqlite3.connect(_read_only(backup), uri=True)) as source,
-        closing(_connect(partial)) as out,
-    ):
-        source.backup(out)
-    os.replace(partial, store)
-    return aside, live
-
-
-def put_back(store: Path, aside: Path | None, now: datetime) -> Path | None:
-    """Undo ``place_backup``: the replaced store back in its place; the half-restored
-    one kept beside it (its path), for a look at what went wrong."""
-    if aside is None:
-        return None
-    failed = store.with_name(f"{store.name}.failed-restore-{now.strftime('%Y%m%dT%H%M%SZ')}")
-    for suffix in ("", "-wal", "-shm"):
-        if Path(f"{store}{suffix}").exists():
-            os.replace(f"{store}{suffix}", f"{failed}{suffix}")
-        if Path(f"{aside}{suffix}").exists():
-            os.replace(f"{aside}{suffix}", f"{store}{suffix}")
-    return failed
-
-
-def carry_forward(store: Path, aside: Path, report: RestoreReport) -> None:
-    """What the replaced store (*aside*) recorded since the backup, into the restored one.
-
-    For every digest the replaced store knows, its row and body win (it is newer),
-    with the entries and sources they name and the revisions it told.  Subscribers unsubscribed or
-    bounced there stay so, and those purged there (ids it gave out, gone from it) are
-    purged again.  Subscribers added since the backup are not brought back: they are
-    in the replaced store, which stays beside this one."""
-    with closing(_connect(store)) as connection:
-        connection.execute("PRAGMA foreign_keys=OFF")
-        connection.execute("ATTACH DATABASE ? AS live", (_read_only(aside),))
-        with connection:
-            report.digests_carried = _carry_sends(connection)
-            report.statuses_kept = _carry_subscriber_facts(connection)
-        gone = (
-            "SELECT id FROM main.subscribers WHERE id <= (SELECT coalesce(max(id), 0) FROM live.subscribers) "
-            "AND id NOT IN (SELECT id FROM live.subscribers)"
-        )
-        purged = [row[0] for row in connection.execute(gone)]
-        connection.execute("DETACH DATABASE live")
-        connection.execute("PRAGMA foreign_keys=ON")
-        with connection:
-            for subscriber_id in purged:
-                _purge(connection, subscriber_id)
-        report.purged_again = len(purged)
-        problems = connection.execute("PRAGMA foreign_key_check").fetchall()
-        if problems:
-            raise StoreError(f"{store}: the restored store has rows that name missing rows: {problems[:3]}")
-
-
-def _carry_sends(connection: sqlite3.Connection) -> int:
-    """The replaced store's digests (of subscribers the backup has), their bodies, the
-    revisions told them, and the catalogue rows they name; how many digests."""
-    for table in _CATALOGUE:
-        columns = _column_list(table)
-        connection.execute(f"INSERT OR IGNORE INTO main.{table} ({columns}) SELECT {columns} FROM live.{table}")
-    known = "SELECT id FROM main.subscribers"
-    carried = f"SELECT id FROM live.digests WHERE subscriber_id IN ({known})"
-    connection.execute(f"DELETE FROM main.digests WHERE id IN ({carried})")
-    columns = _column_list("digests")
-    count = connection.execute(
-        f"INSERT INTO main.digests ({columns}) SELECT {columns} FROM live.digests WHERE subscriber_id IN ({known})"
-    ).rowcount
-    columns = _column_list("body_items")
-    connection.execute(f"INSERT OR IGNORE INTO main.body_items ({columns}) SELECT {columns} FROM live.body_items")
-    columns = _column_list("revision_notices")
-    connection.execute(
-        f"INSERT OR REPLACE INTO main.revision_notices ({columns}) SELECT {columns} FROM live.revision_notices "
-        f"WHERE subscriber_id IN ({known})"
-    )
-    return int(count)
-
-
-def _carry_subscriber_facts(connection: sqlite3.Connection) -> int:
-    """Watermarks and bounce counts from the replaced store; its unsubscribed and
-    bounced readers stay so (how many changed back); its applied requests."""
-    connection.execute(
-        "UPDATE main.subscribers SET (planned_through, planned_key, bounces) = "
-        "(SELECT l.planned_through, l.planned_key, l.bounces FROM live.subscribers l "
-        "WHERE l.id = main.subscribers.id) WHERE id IN (SELECT id FROM live.subscribers)"
-    )
-    off = ", ".join(f"'{status}'" for status in _STAYS_OFF)
-    kept = connection.execute(
-        "UPDATE main.subscribers SET status = (SELECT l.status FROM live.subscribers l "
-        f"WHERE l.id = main.subscribers.id) WHERE status NOT IN ({off}) AND id IN "
-        f"(SELECT id FROM live.subscribers WHERE status IN ({off}))"
-    ).rowcount
-    columns = _column_list("applied_unsubscribes")
-    connection.execute(
-        f"INSERT OR IGNORE INTO main.applied_unsubscribes ({columns}) SELECT {columns} FROM live.applied_unsubscribes"
-    )
-    return int(kept)
-
-
-def _purge(connection: sqlite3.Connection, subscriber_id: int) -> None:
-    """As ``subscribers remove --purge`` did: the reader, what refers to them (foreign
-    keys on), and the bodies no other digest shows."""
-    keys = [
-        row[0]
-        for row in connection.execute(
-            "SELECT DISTINCT body_key FROM digests WHERE subscriber_id = ? AND body_key IS NOT NULL", (subscriber_id,)
-        )
-    ]
-    connection.execute("DELETE FROM subscribers WHERE id = ?", (subscriber_id,))
-    for key in keys:
-        connection.execute(
-            "DELETE FROM body_items WHERE body_key = ? AND NOT EXISTS (SELECT 1 FROM digests WHERE body_key = ?)",
-            (key, key),
-        )
-
-
-def settle_in_flight(store: Path, report: RestoreReport, note: str) -> None:
-    """Without the replaced store, a digest on its way when the backup was taken may
-    have gone out since: recorded failed (a resend sends it), never sent again by itself."""
-    with closing(sqlite3.connect(store, timeout=30)) as connection, connection:
-        report.in_flight_failed = [
-            row[0] for row in connection.execute(f"SELECT id FROM digests WHERE state IN {_IN_FLIGHT} ORDER BY id")
-        ]
-        connection.execute(
-            f"UPDATE digests SET state = 'failed', lease_owner = NULL, lease_expires_at = NULL, last_error = ? "
-            f"WHERE state IN {_IN_FLIGHT}",
-            (note,),
-        )
-
-
-def journal_from_backup(store: Path, journal: Path | None, report: RestoreReport) -> None:
-    """The backup's unsubscribe requests go back into the journal file (those received
-    since stay there), and every request the restored store has not applied is
-    pending again, so the next start applies it."""
-    if journal is None:
-        return
-    with closing(sqlite3.connect(journal, timeout=30)) as connection:
-        connection.execute(
-            f"CREATE TABLE IF NOT EXISTS {JOURNAL_TABLE} (id VARCHAR(32) NOT NULL PRIMARY KEY, "
-            "subscriber_id INTEGER NOT NULL, received_at DATETIME NOT NULL, applied BOOLEAN NOT NULL)"
-        )
-        connection.execute("ATTACH DATABASE ? AS restored", (str(store),))
-        with connection:
-            columns = _column_list(JOURNAL_TABLE)
-            connection.execute(
-                f"INSERT OR IGNORE INTO main.{JOURNAL_TABLE} ({columns}) SELECT {columns} FROM restored.{JOURNAL_TABLE}"
-            )
-            connection.execute(f"DELETE FROM restored.{JOURNAL_TABLE}")
-            connection.execute(
-                f"UPDATE main.{JOURNAL_TABLE} SET applied = "
-                f"(id IN (SELECT request_id FROM restored.applied_unsubscribes))"
-            )
-            report.requests_to_apply = connection.execute(
-                f"SELECT count(*) FROM main.{JOURNAL_TABLE} WHERE NOT applied"
-            ).fetchone()[0]
-        connection.execute("DETACH DATABASE restored")
 
 
 # --- SQLite to PostgreSQL ---------------------------------------------------------------------

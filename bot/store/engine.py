@@ -155,6 +155,13 @@ def head_revision() -> str | None:
     return ScriptDirectory(str(MIGRATIONS)).get_current_head()
 
 
+def revisions() -> list[str]:
+    """Every revision of the migration scripts, oldest first, in Alembic's graph."""
+    from alembic.script import ScriptDirectory
+
+    return [script.revision for script in reversed(list(ScriptDirectory(str(MIGRATIONS)).walk_revisions()))]
+
+
 def sessions(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 

@@ -419,3 +419,13 @@ class Retention(Base):
     removed_before: Mapped[datetime] = mapped_column(UTCDateTime)
     digests_removed: Mapped[int] = mapped_column(BigInteger)
     last_run_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class StoreFact(Base):
+    """What a store knows of itself, one value per name (migration 0025):
+    ``signing_key_id`` names the key its links are signed with (``bot.tokens``)."""
+
+    __tablename__ = "store_facts"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)

@@ -5,6 +5,7 @@ Never handles a request itself (``bot.web.app`` does).
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -13,6 +14,7 @@ from starlette.applications import Starlette
 
 from bot.config import Settings, WebConfig, load_settings
 from bot.store.engine import make_engine, sessions
+from bot.store.holders import hold
 from bot.web.app import create_app
 from bot.web.connections import ConnectionLimits
 
@@ -25,6 +27,8 @@ def app_from_environment() -> Starlette:
     engine = make_engine(
         settings.database_url, busy_timeout_ms=database.busy_timeout_ms, sqlite_cache_mb=database.sqlite_cache_mb
     )
+    if engine.dialect.name == "sqlite" and engine.url.database:
+        hold(Path(engine.url.database))  # as the command that started it: no restore or copy meanwhile
     return create_app(settings, sessions(engine))
 
 

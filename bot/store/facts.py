@@ -1,0 +1,25 @@
+"""Store: what a store knows of itself (``store_facts``), one value per name.
+
+SQL only.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from bot.store.bulk import insert_ignoring_conflicts
+from bot.store.schema import StoreFact
+
+
+def fact(session: Session, name: str) -> str | None:
+    return session.scalar(select(StoreFact.value).where(StoreFact.name == name))
+
+
+def set_fact(session: Session, name: str, value: str) -> None:
+    """Record *value* under *name*, replacing what was there."""
+    row = session.get(StoreFact, name)
+    if row is None:
+        insert_ignoring_conflicts(session, StoreFact.__table__, [{"name": name, "value": value}])
+    else:
+        row.value = value

@@ -1,0 +1,374 @@
+"""Store: restoring a SQLite backup, which is untrusted input.
+
+A backup is never put in the store's place as it is.  Its schema is compared with the
+one this digestbot's migrations make at the backup's revision (a table, index, trigger
+or view they never make is refused, and so is one the backup lacks); its rows are
+copied into a store made afresh by those migrations, which is then brought to this
+digestbot's schema and given what the store it replaces recorded since the backup
+was taken: what was sent (digests, their bodies, the entries they carried),
+unsubscribes, bounces and purges.  Only then is it renamed into the store's place, the
+replaced store moved aside beside it; until that rename the store is untouched, and
+a failure after it puts the store back.  Never deletes the store it replaces.
+
+SQL only (the migrations through ``engine``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from bot.domain import SubscriberStatus
+from bot.store.copies import JOURNAL_TABLE, checked, column_list, connect, read_only_uri, revision_of
+from bot.store.engine import HEAD_REVISION, make_engine, revisions, upgrade
+from bot.store.errors import StoreError
+
+_IN_FLIGHT = "('" + "', '".join(sorted({"queued", "sending", "retry_wait"})) + "')"
+_STAYS_OFF = (SubscriberStatus.UNSUBSCRIBED.value, SubscriberStatus.BOUNCED.value)
+# What the replaced store recorded that a restore carries forward, in the order their keys need.
+_CATALOGUE = ("sources", "entries", "entry_appearances", "tags", "entry_tags")
+_PARTS = ("", "-wal", "-shm")  # a store's files: its WAL belongs to it, never left for another
+SHOWN_READERS = 5
+
+
+class BackupRefused(StoreError):
+    """The backup is not one this digestbot wrote, as it wrote it (one line); *newer*:
+    a newer digestbot's, which is a usage error."""
+
+    def __init__(self, message: str, *, newer: bool = False) -> None:
+        super().__init__(message)
+        self.newer = newer
+
+
+@dataclass
+class RestoreReport:
+    revision: str
+    aside: Path | None = None  # where the replaced store was moved
+    carried: bool = False  # False: there was no readable store to carry the record of sends from
+    digests_carried: int = 0
+    statuses_kept: int = 0  # unsubscribed or bounced since the backup: still so
+    purged_again: int = 0
+    in_flight_failed: list[int] = field(default_factory=list)  # without a live store: may have gone out
+    requests_to_apply: int = 0  # unsubscribe requests the restored store had not applied
+    added_since: list[str] = field(default_factory=list)  # readers the backup does not have
+    changed_since: list[str] = field(default_factory=list)  # readers whose settings are as at the backup again
+
+
+def backup_revision(backup: Path) -> str:
+    """The schema revision of a backup file, after checking it is whole and a revision
+    of this digestbot's migrations (as Alembic's graph knows them, not as text)."""
+    if not backup.is_file():
+        raise StoreError(f"{backup}: no such file")
+    with closing(sqlite3.connect(read_only_uri(backup), uri=True)) as connection:
+        connection.execute("PRAGMA trusted_schema=OFF")
+        checked(connection, str(backup))
+        revision = revision_of(connection, str(backup))
+        try:
+            rows = connection.execute("SELECT count(*) FROM alembic_version").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{backup}: not a digestbot store ({exc})") from None
+    if rows != 1:
+        raise BackupRefused(f"{backup}: it names {rows} schema revisions; a digestbot store names one")
+    if revision in revisions():
+        return revision
+    if re.fullmatch(r"\d{4}", revision) and revision > HEAD_REVISION:
+        raise BackupRefused(
+            f"{backup}: its schema is {revision}, newer than this digestbot's {HEAD_REVISION}", newer=True
+        )
+    raise BackupRefused(
+        f"{backup}: its schema is {revision!r}, which no digestbot migration makes (this one's are 0001 to "
+        f"{HEAD_REVISION}); not a backup digestbot wrote"
+    )
+
+
+def rebuild(backup: Path, partial: Path, revision: str) -> None:
+    """*partial*: a store made afresh by the migrations at *revision*, holding the
+    backup's rows (nothing of its schema), then brought to this digestbot's schema."""
+    remove(partial)
+    made = make_engine(f"sqlite:///{partial}")
+    try:
+        upgrade(made, revision)
+    finally:
+        made.dispose()
+    with closing(connect(partial)) as connection:
+        connection.execute("PRAGMA foreign_keys=OFF")
+        connection.execute("ATTACH DATABASE ? AS backup", (read_only_uri(backup),))
+        tables = _same_schema(connection, backup, revision)
+        with connection:
+            for table, columns in tables.items():
+                names = ", ".join(f'"{name}"' for name in columns)
+                connection.execute(f'INSERT INTO main."{table}" ({names}) SELECT {names} FROM backup."{table}"')
+        connection.execute("DETACH DATABASE backup")
+        problems = connection.execute("PRAGMA foreign_key_check").fetchall()
+        if problems:
+            table, row, parent = problems[0][:3]
+            raise BackupRefused(f"{backup}: {len(problems)} rows name missing rows (row {row} of {table}: {parent})")
+    made = make_engine(f"sqlite:///{partial}")
+    try:
+        upgrade(made)
+    finally:
+        made.dispose()
+
+
+def _objects(connection: sqlite3.Connection, schema: str) -> dict[tuple[str, str], str]:
+    """(type, name) -> the table it belongs to, of every object of *schema* but SQLite's
+    own tables and indexes (``sqlite_sequence``, ``sqlite_stat1``, ``sqlite_autoindex_*``)."""
+    rows = connection.execute(f"SELECT type, name, tbl_name FROM {schema}.sqlite_master")
+    return {
+        (kind, name): table
+        for kind, name, table in rows
+        if not (kind in ("table", "index") and name.startswith("sqlite_"))
+    }
+
+
+def _same_schema(connection: sqlite3.Connection, backup: Path, revision: str) -> dict[str, list[str]]:
+    """The tables to copy, with their columns, once the attached backup is found to hold
+    exactly what the migrations made at *revision* (in ``main``); ``BackupRefused``
+    naming the first difference otherwise."""
+    ours, theirs = _objects(connection, "main"), _objects(connection, "backup")
+    for (kind, name), table in sorted(theirs.items()):
+        if ours.get((kind, name)) != table:
+            on = f" on {table!r}" if kind in ("index", "trigger") else ""
+            raise BackupRefused(
+                f"{backup}: it holds a {kind} {name!r}{on} that digestbot's schema {revision} does not have; "
+                "a backup is restored only as digestbot writes one"
+            )
+    missing = sorted(set(ours) - set(theirs), key=lambda object_: (object_[0] != "table", object_))
+    if missing:
+        kind, name = missing[0]
+        raise BackupRefused(f"{backup}: it has no {kind} {name!r}, which schema {revision} has; not a whole backup")
+    tables: dict[str, list[str]] = {}
+    for kind, name in sorted(ours):
+        if kind != "table" or name == "alembic_version":
+            continue
+        columns = _columns(connection, "main", name)
+        if _columns(connection, "backup", name) != columns:
+            raise BackupRefused(f"{backup}: its table {name!r} has other columns than digestbot makes")
+        tables[name] = [column for column, hidden in columns if not hidden]
+    return tables
+
+
+def _columns(connection: sqlite3.Connection, schema: str, table: str) -> list[tuple[str, int]]:
+    """(name, hidden) of every column, generated ones included (``table_xinfo``)."""
+    return [(row[1], row[6]) for row in connection.execute(f'PRAGMA {schema}.table_xinfo("{table}")')]
+
+
+def readable(store: Path) -> bool:
+    """Whether *store* can be read as a store (its WAL checkpointed into it if so)."""
+    try:
+        with closing(sqlite3.connect(store, timeout=30)) as connection:
+            checked(connection, str(store))
+            revision_of(connection, str(store))
+            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except (StoreError, sqlite3.DatabaseError):
+        return False
+    return True
+
+
+def is_current(store: Path) -> bool:
+    """Whether *store* is at this digestbot's schema (what carrying forward reads)."""
+    with closing(sqlite3.connect(read_only_uri(store), uri=True)) as connection:
+        return revision_of(connection, str(store)) == HEAD_REVISION
+
+
+def read_fact(store: Path, name: str) -> str | None:
+    """What *store* knows under *name* (``store_facts``), read without opening it for writing."""
+    with closing(sqlite3.connect(read_only_uri(store), uri=True)) as connection:
+        row = connection.execute("SELECT value FROM store_facts WHERE name = ?", (name,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def remove(store: Path) -> None:
+    for suffix in _PARTS:
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+
+
+def _move(source: Path, target: Path) -> None:
+    for suffix in _PARTS:
+        if Path(f"{source}{suffix}").exists():
+            os.replace(f"{source}{suffix}", f"{target}{suffix}")
+
+
+def put_in_place(partial: Path, store: Path, now: datetime) -> Path | None:
+    """*partial* where *store* is; the replaced store moved aside (its path, None when
+    there was none)."""
+    with closing(sqlite3.connect(partial, timeout=30)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the one file renamed
+    aside = None
+    if store.exists():
+        aside = store.with_name(f"{store.name}.before-restore-{now.strftime('%Y%m%dT%H%M%SZ')}")
+        _move(store, aside)
+    _move(partial, store)
+    return aside
+
+
+def put_back(store: Path, aside: Path | None, now: datetime) -> Path | None:
+    """Undo ``put_in_place``: the replaced store back in its place; the restored one
+    kept beside it (its path), for a look at what went wrong."""
+    if aside is None:
+        return None
+    failed = store.with_name(f"{store.name}.failed-restore-{now.strftime('%Y%m%dT%H%M%SZ')}")
+    _move(store, failed)
+    _move(aside, store)
+    return failed
+
+
+def carry_forward(restored: Path, live: Path, report: RestoreReport) -> None:
+    """What the replaced store (*live*) recorded since the backup, into the *restored* one.
+
+    For every digest the replaced store knows, its row and body win (it is newer),
+    with the entries and sources they name and the revisions it told.  Subscribers unsubscribed or
+    bounced there stay so, and those purged there (ids it gave out, gone from it) are
+    purged again.  Subscribers added since the backup are not brought back: they are
+    in the replaced store, which stays beside this one; the report names them, and
+    those whose settings are as they were at the backup again."""
+    with closing(connect(restored)) as connection:
+        connection.execute("PRAGMA foreign_keys=OFF")
+        connection.execute("ATTACH DATABASE ? AS live", (read_only_uri(live),))
+        with connection:
+            report.digests_carried = _carry_sends(connection)
+            report.statuses_kept = _carry_subscriber_facts(connection)
+        report.added_since, report.changed_since = _lost_since(connection)
+        gone = (
+            "SELECT id FROM main.subscribers WHERE id <= (SELECT coalesce(max(id), 0) FROM live.subscribers) "
+            "AND id NOT IN (SELECT id FROM live.subscribers)"
+        )
+        purged = [row[0] for row in connection.execute(gone)]
+        connection.execute("DETACH DATABASE live")
+        connection.execute("PRAGMA foreign_keys=ON")
+        with connection:
+            for subscriber_id in purged:
+                _purge(connection, subscriber_id)
+        report.purged_again = len(purged)
+        problems = connection.execute("PRAGMA foreign_key_check").fetchall()
+        if problems:
+            raise StoreError(f"{restored}: the restored store has rows that name missing rows: {problems[:3]}")
+    report.carried = True
+
+
+def _lost_since(connection: sqlite3.Connection) -> tuple[list[str], list[str]]:
+    """Readers the replaced store added since the backup (the backup never had them), and
+    those whose settings it changed since (the backup's are back)."""
+    added = [
+        row[0]
+        for row in connection.execute(
+            "SELECT email FROM live.subscribers WHERE id > (SELECT coalesce(max(id), 0) FROM main.subscribers) "
+            "ORDER BY id"
+        )
+    ]
+    changed = [
+        row[0]
+        for row in connection.execute(
+            "SELECT l.email FROM live.subscribers l JOIN main.subscribers m ON m.id = l.id "
+            "WHERE l.updated_at > m.updated_at AND l.status = m.status ORDER BY l.id"
+        )
+    ]
+    return added, changed
+
+
+def _carry_sends(connection: sqlite3.Connection) -> int:
+    """The replaced store's digests (of subscribers the backup has), their bodies, the
+    revisions told them, and the catalogue rows they name; how many digests."""
+    for table in _CATALOGUE:
+        columns = column_list(table)
+        connection.execute(f"INSERT OR IGNORE INTO main.{table} ({columns}) SELECT {columns} FROM live.{table}")
+    known = "SELECT id FROM main.subscribers"
+    carried = f"SELECT id FROM live.digests WHERE subscriber_id IN ({known})"
+    connection.execute(f"DELETE FROM main.digests WHERE id IN ({carried})")
+    columns = column_list("digests")
+    count = connection.execute(
+        f"INSERT INTO main.digests ({columns}) SELECT {columns} FROM live.digests WHERE subscriber_id IN ({known})"
+    ).rowcount
+    columns = column_list("body_items")
+    connection.execute(f"INSERT OR IGNORE INTO main.body_items ({columns}) SELECT {columns} FROM live.body_items")
+    columns = column_list("revision_notices")
+    connection.execute(
+        f"INSERT OR REPLACE INTO main.revision_notices ({columns}) SELECT {columns} FROM live.revision_notices "
+        f"WHERE subscriber_id IN ({known})"
+    )
+    return int(count)
+
+
+def _carry_subscriber_facts(connection: sqlite3.Connection) -> int:
+    """Watermarks and bounce counts from the replaced store; its unsubscribed and
+    bounced readers stay so (how many changed back); its applied requests."""
+    connection.execute(
+        "UPDATE main.subscribers SET (planned_through, planned_key, bounces) = "
+        "(SELECT l.planned_through, l.planned_key, l.bounces FROM live.subscribers l "
+        "WHERE l.id = main.subscribers.id) WHERE id IN (SELECT id FROM live.subscribers)"
+    )
+    off = ", ".join(f"'{status}'" for status in _STAYS_OFF)
+    kept = connection.execute(
+        "UPDATE main.subscribers SET status = (SELECT l.status FROM live.subscribers l "
+        f"WHERE l.id = main.subscribers.id) WHERE status NOT IN ({off}) AND id IN "
+        f"(SELECT id FROM live.subscribers WHERE status IN ({off}))"
+    ).rowcount
+    columns = column_list("applied_unsubscribes")
+    connection.execute(
+        f"INSERT OR IGNORE INTO main.applied_unsubscribes ({columns}) SELECT {columns} FROM live.applied_unsubscribes"
+    )
+    return int(kept)
+
+
+def _purge(connection: sqlite3.Connection, subscriber_id: int) -> None:
+    """As ``subscribers remove --purge`` did: the reader, what refers to them (foreign
+    keys on), and the bodies no other digest shows."""
+    keys = [
+        row[0]
+        for row in connection.execute(
+            "SELECT DISTINCT body_key FROM digests WHERE subscriber_id = ? AND body_key IS NOT NULL", (subscriber_id,)
+        )
+    ]
+    connection.execute("DELETE FROM subscribers WHERE id = ?", (subscriber_id,))
+    for key in keys:
+        connection.execute(
+            "DELETE FROM body_items WHERE body_key = ? AND NOT EXISTS (SELECT 1 FROM digests WHERE body_key = ?)",
+            (key, key),
+        )
+
+
+def settle_in_flight(store: Path, report: RestoreReport, note: str) -> None:
+    """Without the replaced store, a digest on its way when the backup was taken may
+    have gone out since: recorded failed (a resend sends it), never sent again by itself."""
+    with closing(connect(store)) as connection, connection:
+        report.in_flight_failed = [
+            row[0] for row in connection.execute(f"SELECT id FROM digests WHERE state IN {_IN_FLIGHT} ORDER BY id")
+        ]
+        connection.execute(
+            f"UPDATE digests SET state = 'failed', lease_owner = NULL, lease_expires_at = NULL, last_error = ? "
+            f"WHERE state IN {_IN_FLIGHT}",
+            (note,),
+        )
+
+
+def journal_from_backup(store: Path, journal: Path | None, report: RestoreReport) -> None:
+    """The backup's unsubscribe requests go back into the journal file (those received
+    since stay there), and every request the restored store has not applied is
+    pending again, so the next start applies it."""
+    if journal is None:
+        return
+    with closing(connect(journal)) as connection:
+        connection.execute(
+            f"CREATE TABLE IF NOT EXISTS {JOURNAL_TABLE} (id VARCHAR(32) NOT NULL PRIMARY KEY, "
+            "subscriber_id INTEGER NOT NULL, received_at DATETIME NOT NULL, applied BOOLEAN NOT NULL)"
+        )
+        connection.execute("ATTACH DATABASE ? AS restored", (store.resolve().as_uri(),))
+        with connection:
+            columns = column_list(JOURNAL_TABLE)
+            connection.execute(
+                f"INSERT OR IGNORE INTO main.{JOURNAL_TABLE} ({columns}) SELECT {columns} FROM restored.{JOURNAL_TABLE}"
+            )
+            connection.execute(f"DELETE FROM restored.{JOURNAL_TABLE}")
+            connection.execute(
+                f"UPDATE main.{JOURNAL_TABLE} SET applied = "
+                f"(id IN (SELECT request_id FROM restored.applied_unsubscribes))"
+            )
+            report.requests_to_apply = connection.execute(
+                f"SELECT count(*) FROM main.{JOURNAL_TABLE} WHERE NOT applied"
+            ).fetchone()[0]
+        connection.execute("DETACH DATABASE restored")

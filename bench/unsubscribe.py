@@ -63,9 +63,10 @@ def answers(port: int) -> bool:
 
 
 async def burst(
-    port: int, tokens: list[str], concurrency: int, source: str = "127.0.0.1"
+    port: int, tokens: list[str], concurrency: int, source: str = "127.0.0.1", acked: dict[int, float] | None = None
 ) -> tuple[list[float], Counter[str], float]:
-    """POST one unsubscribe per token over *concurrency* keep-alive connections from *source*.
+    """POST one unsubscribe per token over *concurrency* keep-alive connections from *source*;
+    *acked* gets, per subscriber id, the wall-clock time of their 200.
 
     A small HTTP/1.1 client on asyncio streams: httpx's pool costs more CPU per request
     than the endpoint at this concurrency, and would measure itself."""
@@ -94,7 +95,10 @@ async def burst(
                 )
                 await reader.readexactly(length)
                 latencies.append(time.perf_counter() - started)
-                codes[head.split(b" ", 2)[1].decode()] += 1
+                code = head.split(b" ", 2)[1].decode()
+                codes[code] += 1
+                if acked is not None and code == "200":
+                    acked[int(token.split(".")[0])] = time.time()
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             codes[type(exc).__name__] += 1
         finally:
@@ -164,8 +168,10 @@ def main() -> None:
         forged = [t[:-4] + ("AAAA" if not t.endswith("AAAA") else "BBBB") for t in tokens]
         forged = (forged * (args.forged // len(forged) + 1))[: args.forged]
 
+        acked: dict[int, float] = {}
+
         async def bursts() -> tuple[tuple[list[float], Counter[str], float], Counter[str] | None]:
-            valid = burst(web_port, tokens, args.concurrency)
+            valid = burst(web_port, tokens, args.concurrency, acked=acked)
             if not forged:
                 return await valid, None
             measured, (_, flood, _) = await asyncio.gather(valid, burst(web_port, forged, 50, "127.0.0.2"))
@@ -194,6 +200,22 @@ def main() -> None:
         print(
             f"acknowledged: {acknowledged:,}; unsubscribed in the store: {left:,}; lost: {max(0, acknowledged - left)}"
         )
+        if not args.no_delivery:
+            print(after_the_click(factory, acked))
+
+
+def after_the_click(factory, acked: dict[int, float]) -> str:  # noqa: ANN001 - a sessionmaker
+    """How long after their one-click was acknowledged readers were still sent a digest
+    (its ``sent_at`` is written up to bot.delivery.loop.RECORD_SECONDS after the 250)."""
+    with factory() as session:
+        sent = session.execute(select(Digest.subscriber_id, Digest.sent_at).where(Digest.state == "sent")).all()
+    late = sorted(at.timestamp() - acked[sid] for sid, at in sent if sid in acked and at.timestamp() > acked[sid])
+    if not late:
+        return "sent after their one-click was acknowledged: 0 digests"
+    return (
+        f"sent after their one-click was acknowledged: {len(late):,} digests, recorded up to "
+        f"{late[-1] * 1000:,.0f} ms after it (p50 {statistics.median(late) * 1000:,.0f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ CHATTY = ("apscheduler", "uvicorn.access")
 # Libraries that log each request's URL as given, a password in it included: held at
 # WARNING even with -vv (the fetch's own lines name a feed as ``shown_url`` does).
 REQUEST_URLS = ("httpx", "httpcore")
+# Libraries that log a traceback for an exception they raise again to us, who say it in
+# one line (flufl.bounce: a detector that fails on a returned message): -vv shows them.
+RAISE_AGAIN = ("flufl.bounce",)
 
 
 def configure(verbosity: int, log_format: LogFormat, *, daemon: bool = False) -> None:
@@ -49,3 +52,5 @@ def configure(verbosity: int, log_format: LogFormat, *, daemon: bool = False) ->
         logging.getLogger(name).setLevel(logging.NOTSET if verbosity >= 2 else logging.WARNING)
     for name in REQUEST_URLS:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for name in RAISE_AGAIN:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbosity >= 2 else logging.CRITICAL)

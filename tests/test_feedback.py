@@ -507,12 +507,15 @@ def test_a_library_uploaded_and_a_threshold_set_on_the_manage_page(
     plain = _subscriber_id(factory, "plain@example.org")
     _, html = _parts(messages["plain@example.org"])
     manage = urlsplit(re.findall(r'href="([^"]+/m/[^"]+)"', html)[0]).path
-    upload = manage  # the upload posts multipart/form-data to the page itself
     broken = SNN_LIBRARY + b"\n@article{broken, title = {Unclosed\n"
     with Server(create_app(settings, factory)) as client:
         client.timeout = httpx.Timeout(READ_SECONDS + 10)  # the reader yields to all other work: a busy run waits
         token = _confirm_form(client, manage)
+        # The upload posts multipart/form-data to the page itself, its form token in the
+        # address: checked before a byte of the file is read.
+        upload = f"{manage}?form={token}"
         page = client.get(manage).text
+        assert f'action="?form={token}"' in page
         assert "Ranked by your taste" in page and "0 papers" in page and "Add two papers" in page
         added = client.post(upload, data={"form": token}, files={"library": ("my.bib", broken, "text/x-bibtex")})
         assert added.status_code == 200, added.text
@@ -530,8 +533,8 @@ def test_a_library_uploaded_and_a_threshold_set_on_the_manage_page(
         big = b"%" * 5_000_001
         assert client.post(upload, data={"form": token}, files={"library": ("big.bib", big)}).status_code == 413
         forged = [
-            client.post(upload, data={"form": "0" * 32}, files={"library": ("my.bib", b"2401.00001\n")}),
-            client.post(upload, files={"library": ("my.bib", b"2401.00001\n")}),
+            client.post(f"{manage}?form={'0' * 32}", data={"form": token}, files={"library": ("my.bib", b"24\n")}),
+            client.post(manage, data={"form": token}, files={"library": ("my.bib", b"2401.00001\n")}),
             client.post(
                 upload,
                 data={"form": token},
@@ -569,7 +572,9 @@ def test_without_the_taste_extra_the_page_keeps_a_library_and_says_nothing_is_ra
     with Server(create_app(settings, factory)) as client:
         client.timeout = httpx.Timeout(READ_SECONDS + 10)  # the reader yields to all other work: a busy run waits
         token = _confirm_form(client, manage)
-        added = client.post(manage, data={"form": token}, files={"library": ("my.bib", SNN_LIBRARY, "text/x-bibtex")})
+        added = client.post(
+            f"{manage}?form={token}", data={"form": token}, files={"library": ("my.bib", SNN_LIBRARY, "text/x-bibtex")}
+        )
         assert added.status_code == 200, added.text
         assert "Added 2 papers to your library" in added.text
         assert "This site does not rank digests by a library yet: it is kept for when it does." in added.text

@@ -95,6 +95,11 @@ def test_the_feed_lists_each_paper_sent_once_and_a_feed_program_gets_a_304(
         assert since.status_code == 304
         stale = web.get(f"/f/{ada}.atom", headers={"If-None-Match": '"something-else"'})
         assert stale.status_code == 200
+        # RFC 9110's weak comparison (issue 47, item 13): a proxy may hand on W/"...".
+        tag = first.headers["etag"]
+        for given in (f"W/{tag}", f'"other", W/{tag}', f'W/"a,b", {tag}'):
+            assert web.get(f"/f/{ada}.atom", headers={"If-None-Match": given}).status_code == 304, given
+        assert web.get(f"/f/{ada}.atom", headers={"If-None-Match": f'W/{tag[:-2]}x"'}).status_code == 200
 
         bobs = web.get(f"/f/{bob}.atom").content
         theirs = feedparser.parse(bobs)
@@ -107,6 +112,12 @@ def test_the_feed_lists_each_paper_sent_once_and_a_feed_program_gets_a_304(
         assert web.get(f"/f/{ada}.rss").status_code == 404
         manage = web.get(f"/m/{ada}").text
         assert f'href="../f/{ada}.atom"' in manage
+        # Issue 47, item 15: once Bob unsubscribes, his feed stops serving his papers.
+        gone = web.post(f"/u/{bob}", data={"List-Unsubscribe": "One-Click"})
+        assert gone.status_code == 200
+        ended = web.get(f"/f/{bob}.atom", headers={"If-None-Match": "*"})
+        assert ended.status_code == 410 and "You unsubscribed" in ended.text and "<entry>" not in ended.text
+        assert web.get(f"/f/{ada}.atom").status_code == 200
 
     _day(factory, web_settings, seed_files[1], DAY1 + timedelta(days=1))
     with Server(create_app(web_settings, factory, clock=lambda: DAY1 + timedelta(days=1, hours=2))) as web:

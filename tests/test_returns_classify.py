@@ -215,3 +215,33 @@ def test_the_classifier_runs_in_linear_time() -> None:
         if spent > 10 * baseline + 0.5:
             slow[shape] = round(spent, 2)
     assert not slow, f"a normal 1 MB bounce takes {baseline:.3f} s: {slow}"
+
+
+@pytest.mark.parametrize("sender", ["", " ", "<<>>", '"', "\t,"])
+def test_a_from_no_address_can_be_read_from_is_no_sender_and_logs_nothing(
+    sender: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 47, item 14: an empty From: made flufl.bounce log ERROR with a traceback at
+    the default level, once per message, and the message went unread."""
+    import logging
+
+    from bot import logs
+
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level, logging.getLogger("flufl.bounce").level)
+    logs.configure(0, "text", daemon=True)
+    raw = (
+        f"From: {sender}\nTo: {BOUNCES}\nSubject: Undelivered Mail Returned to Sender\n"
+        "Content-Type: multipart/report; report-type=delivery-status; boundary=b\n\n"
+        "--b\nContent-Type: text/plain\n\nThe mail system\n--b\nContent-Type: message/delivery-status\n\n"
+        "Reporting-MTA: dns; mx.example.org\n\nFinal-Recipient: rfc822; ada@example.org\nAction: failed\n"
+        "Status: 5.1.1\nDiagnostic-Code: smtp; 550 5.1.1 no such user\n--b--\n"
+    ).encode()
+    try:
+        found = classify(raw, KNOWN)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.getLogger("flufl.bounce").setLevel(saved[2])
+    assert (found.kind, found.addresses, found.status) == (ReturnKind.HARD, ("ada@example.org",), "5.1.1")
+    assert capsys.readouterr().err == ""

@@ -215,6 +215,45 @@ def test_an_acknowledged_address_gets_no_digest_even_before_it_is_applied(
     assert _stored_status(factory, "r1@example.org") is SubscriberStatus.UNSUBSCRIBED
 
 
+def test_a_reader_who_leaves_while_their_batch_is_on_the_wire_is_not_sent_to(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink
+) -> None:
+    """Issue 47, item 16: the journal was read once per batch, and under load a batch
+    took up to 32 s: 52 digests went out 1 to 32 s after their reader's one-click was
+    acknowledged.  It is now read again before each message goes on the wire (at most
+    LEAVERS_FRESH_SECONDS old): one SMTP connection, a slow server, and the last ten
+    readers of the batch leave after its first message went out."""
+    from bot.delivery.loop import LEAVERS_FRESH_SECONDS
+    from bot.sink import Fault
+    from tests.helpers import queue_digests
+
+    queue_digests(factory, 20)
+    with factory() as session:
+        readers = sorted(session.scalars(select(Digest.subscriber_id)))
+    smtp = settings.smtp.model_copy(update={"port": sink.port, "pool_size": 1})
+    settings = settings.model_copy(update={"smtp": smtp})
+    sink.handler.faults = lambda recipient, attempt: Fault("data", stall=0.1)
+    journal = journal_of(factory)
+    acknowledged: list[float] = []
+
+    async def run() -> object:
+        delivering = asyncio.ensure_future(deliver_now(factory, settings, clock=lambda: datetime.now(UTC)))
+        while not sink.received:
+            await asyncio.sleep(0.005)
+        await asyncio.to_thread(journal.append, readers[10:], datetime.now(UTC))
+        acknowledged.append(time.monotonic())
+        return await delivering
+
+    report = asyncio.run(run())
+    got = {r.recipients[0] for r in sink.received}
+    assert {f"reader{n}@example.org" for n in range(10, 20)}.isdisjoint(got), sorted(got)
+    assert report.cancelled == 10 and report.sent == len(got) == 10  # type: ignore[attr-defined]
+    assert LEAVERS_FRESH_SECONDS <= 0.1
+    with factory() as session:
+        states = Counter(session.scalars(select(Digest.state)))
+    assert states == {DigestState.SENT.value: 10, DigestState.CANCELLED.value: 10}
+
+
 @pytest.mark.slow
 def test_kill_9_in_a_burst_loses_no_acknowledged_unsubscribe(tmp_path: Path) -> None:
     database = tmp_path / "web.sqlite3"

@@ -53,7 +53,9 @@ def page(factory: sessionmaker[Session], settings: Settings) -> Iterator[tuple[h
 
 
 def _upload(client: httpx.Client, path: str, form: str, data: bytes) -> httpx.Response:
-    return client.post(path, data={"form": form}, files={"library": ("my.bib", data, "text/plain")}, timeout=120)
+    return client.post(
+        f"{path}?form={form}", data={"form": form}, files={"library": ("my.bib", data, "text/plain")}, timeout=120
+    )
 
 
 def test_more_papers_than_a_library_holds_are_named_not_added(

@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import socket
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -196,20 +197,65 @@ async def _send_batch(
 ) -> DeliverReport:
     report = DeliverReport()
     record = functools.partial(_record, factory, settings, worker=worker, report=report, metrics=metrics)
-    built = await asyncio.to_thread(_without_leavers, factory, built, worker=worker, now=clock(), report=report)
     # Recorded as sends finish, not in batch order: what a crash can send twice
     # is only what the server accepted and was not yet recorded.
     outcomes = _Outcomes(lambda done: record(done, now=clock()))
+    leavers = Leavers(factory, {b.row.subscriber_id for b in built})
+    left: list[Built] = []
 
     async def send(message: Built) -> None:
-        outcomes.add(message.row, await pool.send(message.sender, message.recipient, message.data))
+        async def wanted() -> bool:
+            return not await leavers.leaving(message.row.subscriber_id)
+
+        result = await pool.send(message.sender, message.recipient, message.data, wanted=wanted)
+        if result is None:
+            left.append(message)
+        else:
+            outcomes.add(message.row, result)
 
     try:
         # An exception here is a bug, not an SMTP outcome (those are results): raised.
         await asyncio.gather(*(send(b) for b in built))
     finally:
         outcomes.write()
+        if left:
+            await asyncio.to_thread(_cancel_leavers, factory, left, worker=worker, now=clock(), report=report)
     return report
+
+
+# How old the journal's word on who is leaving may be when a message goes on the wire: a
+# reader who unsubscribes while their batch is being sent is not sent to after this.
+LEAVERS_FRESH_SECONDS = 0.05
+
+
+class Leavers:
+    """Who of a batch's readers has an unsubscribe acknowledged and not yet applied, read
+    from the journal again whenever the last reading is older than
+    ``LEAVERS_FRESH_SECONDS`` (one read a batch at a time, off the event loop)."""
+
+    def __init__(self, factory: sessionmaker[Session], subscriber_ids: set[int]) -> None:
+        self.factory, self.subscriber_ids = factory, subscriber_ids
+        self.pending: set[int] = set()
+        self.read_at = float("-inf")
+        self._reading = asyncio.Lock()
+
+    async def leaving(self, subscriber_id: int) -> bool:
+        if time.monotonic() - self.read_at > LEAVERS_FRESH_SECONDS:
+            async with self._reading:
+                if time.monotonic() - self.read_at > LEAVERS_FRESH_SECONDS:
+                    started = time.monotonic()
+                    journal = journal_of(self.factory)
+                    self.pending = await asyncio.to_thread(journal.pending_subscribers, self.subscriber_ids)
+                    self.read_at = started
+        return subscriber_id in self.pending
+
+
+def _cancel_leavers(
+    factory: sessionmaker[Session], left: list[Built], *, worker: str, now: datetime, report: DeliverReport
+) -> None:
+    with transaction(factory) as session:
+        gone = [(b.row, SubscriberStatus.UNSUBSCRIBED) for b in left]
+        report.cancelled += cancel_digests(session, gone, worker=worker, now=now)
 
 
 class _Outcomes:
@@ -247,20 +293,6 @@ class _Outcomes:
             self.write()
         except Exception as exc:  # noqa: BLE001 - raised again where a caller can see it
             self._failed = exc
-
-
-def _without_leavers(
-    factory: sessionmaker[Session], built: list[Built], *, worker: str, now: datetime, report: DeliverReport
-) -> list[Built]:
-    """The messages whose subscriber has not asked to leave since the batch was built;
-    the others are cancelled here, just before the batch goes on the wire."""
-    leaving = journal_of(factory).pending_subscribers({b.row.subscriber_id for b in built})
-    if not leaving:
-        return built
-    with transaction(factory) as session:
-        gone = [(b.row, SubscriberStatus.UNSUBSCRIBED) for b in built if b.row.subscriber_id in leaving]
-        report.cancelled += cancel_digests(session, gone, worker=worker, now=now)
-    return [b for b in built if b.row.subscriber_id not in leaving]
 
 
 def _record(

@@ -16,7 +16,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -302,10 +302,21 @@ class SmtpPool:
         except Exception:  # closing a broken connection must not mask the real error
             pass
 
-    async def send(self, sender: str, recipient: str, data: bytes | Prepared) -> SendResult:
-        """One message, one recipient, within ``timeout_seconds`` from connect to the 250 after DATA."""
+    async def send(
+        self,
+        sender: str,
+        recipient: str,
+        data: bytes | Prepared,
+        *,
+        wanted: Callable[[], Awaitable[bool]] | None = None,
+    ) -> SendResult | None:
+        """One message, one recipient, within ``timeout_seconds`` from connect to the 250
+        after DATA; None, nothing sent, when *wanted* (asked once a connection is free,
+        just before the message goes on the wire) says it no longer is."""
         await self._limiter.wait()
         async with self._slots:
+            if wanted is not None and not await wanted():
+                return None
             client: aiosmtplib.SMTP | None = None
             try:
                 async with asyncio.timeout(self.config.timeout_seconds):

@@ -99,7 +99,11 @@ def bounded(message: Message) -> Message:
     (about 40 µs a line: a part of a megabyte of newlines took 23 s).  At most
     ``MAX_PARTS`` parts are kept, and each text part keeps its first ``TEXT_LINES`` lines
     (a run of blank lines counted as one) of at most ``PART_BYTES``.  Headers and
-    delivery-status fields are kept."""
+    delivery-status fields are kept; a From header no address can be read from (an empty
+    one) is read as no address, which flufl.bounce's detectors need."""
+    if "from" in message and not getaddresses([str(value) for value in message.get_all("from", [])]):
+        del message["from"]
+        message["From"] = "<>"
     kept = 0
     for part in message.walk():
         kept += 1

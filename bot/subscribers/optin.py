@@ -162,8 +162,8 @@ async def send(settings: Settings, outgoing: Outgoing) -> bool:
 
     async with SmtpPool.of(settings) as pool:
         result = await pool.send(envelope_address(settings.sender.from_address), outgoing.recipient, outgoing.data)
-    if result.outcome is not Outcome.SENT:
-        log.warning("sign-up mail not sent: %s %s", result.code or "", result.detail)
+    if result is None or result.outcome is not Outcome.SENT:
+        log.warning("sign-up mail not sent: %s", f"{result.code or ''} {result.detail}" if result else "")
         return False
     return True
 

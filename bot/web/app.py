@@ -130,6 +130,9 @@ def create_app(
     return app
 
 
+UNSUBSCRIBED_FEED = "You unsubscribed: this feed ends here. Your manage page can subscribe you again.\n"
+
+
 # What each manage-page action does: from which status, to which, and what the page then says.
 _STATUS_ACTIONS = {
     "pause": (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED, "Paused: no digests until you resume."),
@@ -206,12 +209,11 @@ class _Endpoint:
     # The store calls are blocking: they run in Starlette's thread pool, not on the event loop.
     async def subscriber_of(self, request: Request) -> Subscriber | None:
         """The token's subscriber, shown unsubscribed once an unsubscribe is acknowledged;
-        raises ``TooManyMisses`` for a client that sent too many tokens naming nobody."""
-        client = client_key(request.client.host if request.client else "")
-        self.misses.check(client, time.monotonic())
+        raises ``TooManyMisses`` when this token names nobody and the client sent too
+        many such (a valid token is answered whatever the client sent before)."""
         found = await self.lookups.subscriber(request.path_params["token"])
         if found is None:
-            self.misses.spend(client, time.monotonic())
+            self.misses.miss(client_key(request.client.host if request.client else ""), time.monotonic())
             return None
         if found.status is SubscriberStatus.UNSUBSCRIBED:
             return found
@@ -387,6 +389,11 @@ class _Endpoint:
         subscriber = await self.subscriber_of(request)
         if subscriber is None:
             return self.not_found()
+        if subscriber.status is SubscriberStatus.UNSUBSCRIBED:
+            # Gone on purpose: feed programs stop polling a 410, and what they were sent
+            # stays out of anyone's reach who has the address.  Subscribing again from
+            # the manage page brings the feed back.
+            return PlainTextResponse(UNSUBSCRIBED_FEED, 410, headers={**SECURITY_HEADERS, "Cache-Control": "no-store"})
         digests = await run_in_threadpool(self.feeds.recent, subscriber, self.now())
         validators = self.feeds.validators(digests)
         headers = {**SECURITY_HEADERS, **validators.headers(), "Cache-Control": "private, max-age=300"}

@@ -56,6 +56,7 @@ class GuardedHttp(HttpToolsProtocol):
         self.header_seconds = limits.header_seconds
         self.max_connections = connection_cap(limits.max_connections)
         self.header_bytes = 0
+        self.header_tail = b""  # the last bytes of the headers read so far: a blank line may span two reads
         # When this connection began to wait for a request's headers; None while one is answered.
         self.waiting_since: float | None = None
 
@@ -69,17 +70,23 @@ class GuardedHttp(HttpToolsProtocol):
             self._make_room()
 
     def data_received(self, data: bytes) -> None:
-        waiting = self.waiting_since is not None
+        if self.waiting_since is not None and self._too_many_header_bytes(data):
+            self.refuse(b"431 Request Header Fields Too Large")  # before the parser reads any of it
+            return
         super().data_received(data)
-        # Counted only while the headers are still incomplete after this chunk: a chunk
-        # that ends them may carry much of the body too.
-        if waiting and self.waiting_since is not None:
-            self.header_bytes += len(data)
-            if self.header_bytes > MAX_HEADER_BYTES:
-                self.refuse(b"431 Request Header Fields Too Large")
+
+    def _too_many_header_bytes(self, data: bytes) -> bool:
+        """Count what *data* holds of the request's headers (all of it, or up to the
+        blank line that ends them, which may have begun in the chunk before): whether
+        they are now longer than ``MAX_HEADER_BYTES``, however few reads brought them."""
+        seen = self.header_tail + data
+        ends = [at + len(mark) for mark in (b"\r\n\r\n", b"\n\n") if (at := seen.find(mark)) >= 0]
+        self.header_bytes += max(0, min(ends) - len(self.header_tail)) if ends else len(data)
+        self.header_tail = seen[-3:]
+        return self.header_bytes > MAX_HEADER_BYTES
 
     def on_headers_complete(self) -> None:
-        self.waiting_since, self.header_bytes = None, 0
+        self.waiting_since, self.header_bytes, self.header_tail = None, 0, b""
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:

@@ -44,6 +44,10 @@ class FeedDigest:
     content: DigestContent
 
 
+# An entity tag in If-None-Match: weak or strong, its quoted opaque part (RFC 9110, 8.8.3).
+_ENTITY_TAG = re.compile(r'(?:W/)?"[^"]*"')
+
+
 @dataclass(frozen=True, slots=True)
 class Validators:
     etag: str
@@ -59,7 +63,11 @@ class Validators:
         """Whether a conditional GET with these headers gets a 304 (RFC 9110: an
         If-None-Match present decides alone)."""
         if if_none_match is not None:
-            return self.etag in {tag.strip() for tag in if_none_match.split(",")} or if_none_match.strip() == "*"
+            if if_none_match.strip() == "*":
+                return True
+            # The weak comparison (RFC 9110, 13.1.2): W/"x" and "x" are the same tag here.
+            ours = self.etag.removeprefix("W/")
+            return any(tag.removeprefix("W/") == ours for tag in _ENTITY_TAG.findall(if_none_match))
         if if_modified_since is None or self.last_modified is None:
             return False
         try:

@@ -2,9 +2,10 @@
 
 A token is checked with its share of one grouped read and one HMAC, so a forged
 one costs little; a client that keeps sending them (a scanner, a flood) uses up
-its budget and is answered 429 without any look-up until the budget refills.  Requests with
-valid tokens never spend the budget: a provider's burst of real one-click
-unsubscribes is never limited.  Pure bookkeeping; never touches the store.
+its budget and its misses are answered 429 until the budget refills.  Requests with
+valid tokens never spend the budget and are never refused for it: a provider's burst
+of real one-click unsubscribes is never limited, nor is a reader behind the same
+address as an attacker.  Pure bookkeeping; never touches the store.
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ class MissBudget:
         """Raise ``TooManyMisses`` when *client* has no misses left."""
         if self.exhausted(client, now):
             raise TooManyMisses
+
+    def miss(self, client: str, now: float) -> None:
+        """A request of *client* named nobody: ``TooManyMisses`` when it had no misses
+        left, else one spent.  Asked after the look-up, never before it: a valid token
+        is answered whatever others sent from the same address (one proxy's address
+        is every reader's behind it)."""
+        self.check(client, now)
+        self.spend(client, now)
 
     def spend(self, client: str, now: float) -> None:
         """Count one miss of *client*."""

@@ -194,11 +194,10 @@ class SignupPages:
         token = request.path_params["token"]
         now = self.now()
         client = address_of(request)
-        # Forged confirmation tokens spend the budget forged link tokens spend.
-        self.misses.check(client_key(client), time.monotonic())
         state, subscriber = await run_in_threadpool(check_confirmation, self.factory, self.key, token, now)
         if state is Confirmation.UNKNOWN or subscriber is None:
-            self.misses.spend(client_key(client), time.monotonic())
+            # Forged confirmation tokens spend the budget forged link tokens spend.
+            self.misses.miss(client_key(client), time.monotonic())
             return self.render("not_found", 404)
         if request.method in ("GET", "HEAD") or state is not Confirmation.CONFIRMED:
             return self._confirm_page(state, subscriber, token)

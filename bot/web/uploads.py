@@ -2,7 +2,10 @@
 (``POST /m/{token}`` as ``multipart/form-data``, with the page's form token), and
 their ``liked`` threshold (the manage form's ``threshold`` action).
 
-The file is read as ``subscribers library add`` reads it (``bot.taste.library``), in a
+Nothing of the body is read before every check that can refuse it (the form
+token, which the form sends in its address, the size it declares, the reader's
+status and hourly allowance), and at most ``UPLOAD_BYTES_IN_FLIGHT`` of upload bodies
+are held at once.  The file is read as ``subscribers library add`` reads it (``bot.taste.library``), in a
 process of its own (``bot.web.upload_reader``): a bad record is one line on the page and
 the rest is added; a file that cannot be read at all changes nothing.  A reader uploads
 at most ``subscribers.library_uploads_per_hour`` files an hour, and their library holds
@@ -34,6 +37,8 @@ from bot.web.upload_reader import read_upload
 ManagePage = Callable[..., Awaitable[Response]]
 PROBLEMS_SHOWN = 5
 READ_SECONDS = 60.0  # a 5 MB export of the worst shape reads in about 20 s
+# Upload bytes the server holds at once, whatever the number of uploads sent together.
+UPLOAD_BYTES_IN_FLIGHT = 4 * MAX_UPLOAD_BYTES
 
 
 class LibraryUploads:
@@ -49,27 +54,31 @@ class LibraryUploads:
         self.settings, self.factory, self.key = settings, factory, key
         self.manage_page, self.forbidden, self.now = manage_page, forbidden, now
         self.reading = asyncio.Semaphore(1)  # uploads take turns: at most one core goes to reading them
+        self.in_flight = 0  # bytes of upload bodies being received now
 
     async def upload(self, request: Request, subscriber: Subscriber) -> Response:
-        if not same_origin(request, self.settings.web.public_url):
-            return self.forbidden()
-        body = await read_body(request, MAX_UPLOAD_BYTES)
+        """Everything that can refuse an upload is asked before a byte of its body is read
+        (the page's form token travels in the form's address for that); the bytes read
+        at once are bounded for the whole server."""
+        refused = await self._refusal(request, subscriber)
+        if refused is not None:
+            return refused
+        size = int(request.headers["content-length"])
+        if self.in_flight + size > UPLOAD_BYTES_IN_FLIGHT:
+            error = "Other files are being added right now: please try again in a minute."
+            return await self.manage_page(request, subscriber, 503, error=error)
+        self.in_flight += size
+        try:
+            body = await read_body(request, size)
+        finally:
+            self.in_flight -= size
         if body is None:
-            limit = f"{MAX_UPLOAD_BYTES // 1_000_000} MB"
-            return await self.manage_page(request, subscriber, 413, error=f"That file is larger than {limit}.")
+            return await self.manage_page(request, subscriber, 400, error="That file did not arrive whole.")
         # Taking the form apart is milliseconds for 5 MB of any bytes (python-multipart);
         # reading the file is not, and happens in a process of its own below.
-        fields, data = form_with_file(request.headers.get("content-type", ""), body, "library")
-        if not form_token_ok(self.key, request.path_params["token"], fields.get("form", "")):
-            return self.forbidden()
-        if subscriber.status is SubscriberStatus.UNSUBSCRIBED:
-            return await self.manage_page(request, subscriber, 409, error="You are unsubscribed: nothing was added.")
+        _fields, data = form_with_file(request.headers.get("content-type", ""), body, "library")
         if not data:
             return await self.manage_page(request, subscriber, 400, error="Choose a file to add.")
-        per_hour = self.settings.subscribers.library_uploads_per_hour
-        if not await run_in_threadpool(upload_allowed, self.factory, subscriber.id, per_hour, self.now()):
-            error = f"You uploaded {per_hour} files in the last hour: please try again later."
-            return await self.manage_page(request, subscriber, 429, error=error)
         try:
             async with self.reading:
                 read = await read_upload(data, READ_SECONDS)
@@ -78,6 +87,26 @@ class LibraryUploads:
         most = self.settings.subscribers.library_max_papers
         found = await run_in_threadpool(add_library, self.factory, subscriber.id, read, self.now(), most=most)
         return await self.manage_page(request, subscriber, message=said(found), warning=problems(found, most))
+
+    async def _refusal(self, request: Request, subscriber: Subscriber) -> Response | None:
+        """Why this upload is refused, from its headers and the store alone; None when it is not."""
+        if not same_origin(request, self.settings.web.public_url):
+            return self.forbidden()
+        if not form_token_ok(self.key, request.path_params["token"], request.query_params.get("form", "")):
+            return self.forbidden()
+        declared = request.headers.get("content-length", "")
+        if not declared.isascii() or not declared.isdigit():
+            return await self.manage_page(request, subscriber, 411, error="Your browser did not say the file's size.")
+        if int(declared) > MAX_UPLOAD_BYTES:
+            limit = f"{MAX_UPLOAD_BYTES // 1_000_000} MB"
+            return await self.manage_page(request, subscriber, 413, error=f"That file is larger than {limit}.")
+        if subscriber.status is SubscriberStatus.UNSUBSCRIBED:
+            return await self.manage_page(request, subscriber, 409, error="You are unsubscribed: nothing was added.")
+        per_hour = self.settings.subscribers.library_uploads_per_hour
+        if not await run_in_threadpool(upload_allowed, self.factory, subscriber.id, per_hour, self.now()):
+            error = f"You uploaded {per_hour} files in the last hour: please try again later."
+            return await self.manage_page(request, subscriber, 429, error=error)
+        return None
 
     async def threshold(self, request: Request, subscriber: Subscriber, raw: str) -> Response:
         """Set the taste score above which their entries are ``liked`` (the manage page

@@ -110,7 +110,7 @@ def test_exit_codes(run, tmp_path: Path) -> None:
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"Title only\n")
     proc = run("dumps", "ingest", str(bad), code=1)
-    assert "failed:" in proc.stderr and "bad.txt:1: entry 'Title only' is truncated" in proc.stderr
+    assert "failed:" in proc.stderr and "bad.txt:1: entry on line 1 is truncated" in proc.stderr
     assert "bad.txt" in run("dumps", "list", "--status", "failed").stdout
     run("entries", "show", "paper:nope", code=1)
     run("entries", "list", "--since", "yesterday", code=2)

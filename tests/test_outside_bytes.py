@@ -221,6 +221,12 @@ def test_every_field_is_bounded_whatever_its_size(title: str, summary: str, auth
     assert source is not None and len(source.entries) == 1
 
 
+def test_a_json_number_too_long_to_read_is_the_feeds_own_failure() -> None:
+    data = b'{"version": "https://jsonfeed.org/version/1.1", "items": [{"id": 1' + b"9" * 5000 + b"}]}"
+    with pytest.raises(SourceFormatError, match="a number too long to be read"):
+        parse_any(data, "x.json")
+
+
 @given(st.binary(max_size=400), st.sampled_from([b"<rss version='2.0'><channel><item><title>", b'{"version":', b""]))
 def test_any_bytes_are_read_or_refused_in_one_line(data: bytes, start: bytes) -> None:
     read_or_refuse(start + data, "any")
@@ -316,3 +322,23 @@ def test_any_form_is_read_and_a_subscriber_from_it_is_storable_or_refused(name: 
             continue
         assert_storable([cleaned.name or "", cleaned.filter or ""], "form")
         assert cleaned.status in (None, SubscriberStatus.ACTIVE)
+
+
+def test_the_commands_read_a_feed_of_each_reference_and_the_good_dump_after_it(tmp_path) -> None:  # noqa: ANN001
+    """Item 1 as the issue found it: 'dumps ingest feed.rss' printed a traceback, and 'run
+    --once' with that file before a good dump never reached the dump."""
+    from tests.conftest import SEEDS
+    from tests.helpers import Cli
+
+    cli = Cli(tmp_path)
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    for n, reference in enumerate(REFERENCES[:8]):
+        (folder / f"a-{n}.rss").write_bytes(
+            rss(f"Paper {n} {reference}", reference, "A", "c", "https://e.org/", raw=True)
+        )
+    (folder / "b-good.txt").write_bytes(sorted(SEEDS.glob("*.txt"))[0].read_bytes())
+    said = cli("dumps", "ingest", str(folder / "a-0.rss"))
+    assert "2 entries, 2 new" in said.stdout  # the hostile item and the good one beside it
+    ran = cli("run", "--once", env={"DIGESTBOT_WATCH__QUIET_SECONDS": "0"})
+    assert "b-good.txt: 5 entries, 5 new" in " ".join(ran.stdout.split()), ran.stdout

@@ -309,7 +309,12 @@ def test_an_emptied_store_file_is_refused_not_taken_for_a_new_store(cli: Cli) ->
     store.write_bytes(b"")
     for command in (["subscribers", "list"], ["run", "--once"], ["serve"]):
         said = one_line(cli(*command, code=2).stderr)
-        assert "the store is an empty file: it was truncated or never written" in said, said
+        assert "the store is an empty file, and digestbot used it before: it was truncated" in said, said
     assert store.stat().st_size == 0
     cli("db", "restore", str(saved))
     assert len(readers(cli)) == 5
+    # An empty file no digestbot ever opened (a `touch`, another program's peek) is a new store.
+    fresh = Cli(cli.folder / "new", {"DIGESTBOT_PATHS__VAR_DIR": str(cli.folder / "new" / "var")})
+    (cli.folder / "new").mkdir()
+    (cli.folder / "new" / "cli.sqlite3").write_bytes(b"")
+    assert fresh("subscribers", "list", "--json").stdout == ""

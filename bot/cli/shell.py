@@ -125,25 +125,24 @@ class Context:
         """Hold a SQLite store open for this process (``bot.store.holders``): refused
         while a restore or copy has it, and when its file was emptied (SQLite would
         take an empty file for a new store, and every reader with it)."""
-        from bot.store.holders import StoreInUse, hold
+        from bot.store.holders import StoreInUse, emptied, hold
 
         database = engine.url.database
         if engine.dialect.name != "sqlite" or not database or database == ":memory:":
             return
         path = Path(database)
-        wal = Path(f"{database}-wal")
-        if path.is_file() and path.stat().st_size == 0 and not (wal.is_file() and wal.stat().st_size):
-            engine.dispose()
-            fail(
-                f"{path}: the store is an empty file: it was truncated or never written. Restore a backup "
-                "('digestbot db restore FILE'), or move it aside to start a new store",
-                EXIT_USAGE,
-            )
         try:
             hold(path)
         except StoreInUse as exc:
             engine.dispose()
             fail(str(exc))
+        if emptied(path):
+            engine.dispose()
+            fail(
+                f"{path}: the store is an empty file, and digestbot used it before: it was truncated. Restore a "
+                "backup ('digestbot db restore FILE'), or move it aside to start a new store",
+                EXIT_USAGE,
+            )
 
     def signing_key(self) -> bytes:
         """The key links are signed with, checked against the one the store remembers

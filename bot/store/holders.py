@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 from bot.store.errors import StoreError
 
 _HELD: dict[Path, int] = {}  # lock file -> this process's descriptor, shared-locked
+_HELD_BEFORE: dict[Path, bool] = {}  # lock file -> whether it was there when this process came
 _LOCK = threading.Lock()
 
 
@@ -32,6 +34,29 @@ def lock_file(store: Path) -> Path:
     return Path(f"{store}.lock")
 
 
+# How long a process waits for another that holds a new, still empty store to write it.
+NEW_STORE_SECONDS = 10.0
+
+
+def emptied(store: Path) -> bool:
+    """Whether *store* is an empty file although a digestbot process used it before (its
+    lock file says so): truncated, not new, which SQLite would take for a new store.
+    Another process holding it may be making it right now: it is waited for."""
+    deadline = time.monotonic() + NEW_STORE_SECONDS
+    while _empty(store):
+        if not _HELD_BEFORE.get(lock_file(store).absolute(), False):
+            return False  # never opened by digestbot: a new store
+        if not holders(lock_file(store), exclude=os.getpid()) or time.monotonic() > deadline:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _empty(store: Path) -> bool:
+    wal = Path(f"{store}-wal")
+    return store.is_file() and store.stat().st_size == 0 and not (wal.is_file() and wal.stat().st_size > 0)
+
+
 def hold(store: Path) -> None:
     """Hold *store* open for the life of this process (shared with every other digestbot
     process); ``StoreInUse`` while an operation on the whole store runs.  A folder that
@@ -40,6 +65,7 @@ def hold(store: Path) -> None:
     with _LOCK:
         if path in _HELD:
             return
+        _HELD_BEFORE[path] = path.exists()
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:

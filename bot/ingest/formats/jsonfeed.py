@@ -58,6 +58,8 @@ def _load(data: bytes, name: str) -> Any:
         raise FeedFormatError(name, exc.lineno, f"invalid JSON: {exc.msg} (column {exc.colno})") from None
     except RecursionError:
         raise FeedFormatError(name, 0, "JSON nested too deeply to be a feed") from None
+    except ValueError:  # a number of thousands of digits, which Python refuses to convert
+        raise FeedFormatError(name, 0, "a number too long to be read (more than 4,300 digits)") from None
 
 
 def _item(item: dict[str, Any]) -> FeedItem | None:

@@ -17,7 +17,7 @@ LogFormat = Literal["text", "json"]
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Libraries whose INFO lines are per tick or per request, not per event.
-CHATTY = ("apscheduler", "uvicorn.access")
+CHATTY = ("apscheduler", "uvicorn.access", "alembic")
 # Libraries that log each request's URL as given, a password in it included: held at
 # WARNING even with -vv (the fetch's own lines name a feed as ``shown_url`` does).
 REQUEST_URLS = ("httpx", "httpcore")

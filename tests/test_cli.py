@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from datetime import date, timedelta
@@ -416,3 +417,35 @@ def test_build_processes_work_with_settings_as_the_program_loads_them(
         logged = daemon.stderr.read() if daemon.stderr else ""
         assert "Traceback" not in logged and "delivery stopped" not in logged, logged
     assert [r.recipients for r in sink.received] == [["ada@example.org"]]
+
+
+def test_resend_tells_what_became_of_it_and_refuses_a_reader_who_left(tmp_path: Path, sink) -> None:
+    """Issue 48, item 2: a resend to an unsubscribed reader said "queued 1 resend" and
+    exit 0; with a worker running, "sent 0" while the worker sent it."""
+    import signal
+    import time
+
+    (tmp_path / "dumps").mkdir()
+    env = {
+        "DIGESTBOT_SMTP__PORT": str(sink.port),
+        "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
+        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+    }
+    run = Cli(tmp_path, env)
+    run("dumps", "ingest", *sorted(str(p) for p in SEEDS.glob("*.txt")))
+    run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv"))
+    run("run", "--once", "--all-due")
+    sent = {h["subscriber"]: h["id"] for h in json_lines(run("history", "--json").stdout) if h["state"] == "sent"}
+    run("subscribers", "remove", "ada@example.org")
+    refused = run("resend", str(sent["ada@example.org"]), code=1)
+    assert refused.stderr == "error: ada@example.org is unsubscribed: nothing sent\n"
+    assert "queued" not in refused.stdout and len(sink.received) == 4
+    worker = subprocess.Popen([DIGESTBOT, "worker"], cwd=tmp_path, env=run.env, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)  # the worker is up; whichever of the two claims the resend, its outcome is told
+        said = run("resend", str(sent["grace@example.org"]), own_process=True).stdout
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    assert re.search(r"^#\d+ to grace@example\.org: sent$", said, re.MULTILINE), said
+    assert len(sink.received) == 5 and sink.received[-1].message["Subject"].startswith("[resent] ")

@@ -259,7 +259,7 @@ HUGE = "9" * 24
         (("entries", "show", HUGE), f"error: no entry '{HUGE}'"),
         (("entries", "list", "--limit", HUGE), "error: --limit: must be less than or equal to 1000000000"),
         (("history", "--limit", HUGE), "error: --limit: must be less than or equal to 1000000000"),
-        (("resend", HUGE), "error: DIGEST_ID: must be less than or equal to 9223372036854775807"),
+        (("resend", HUGE), f"error: DIGEST_ID: {HUGE} is larger than any digest's id"),
         (("preview", "a@example.org", "--date", "0001-01-01"), "error: --date: '0001-01-01' is not between"),
         (("preview", "a@example.org", "--date", "9999-12-31"), "error: --date: '9999-12-31' is not between"),
         (("resend", "--subscriber", "a@example.org", "--date", "0001-01-01"), "error: --date: '0001-01-01'"),
@@ -351,3 +351,30 @@ def test_a_full_disk_and_a_read_only_store_are_one_line_and_nothing_half_written
         assert line.startswith(f"error: the store {disk / 'store.sqlite3'}: it is read-only here"), line
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_the_words_say_what_is_there(cli: Cli, tmp_path: Path) -> None:
+    """Issue 48, item 5: "planned 1 digests", a group described as one of its parts, a
+    help showing 9223372036854775807, a comment pointing at the wrong page, an http
+    public URL's missing one-click said nowhere, alembic's lines in serve's log."""
+    import signal
+    import subprocess
+    import time
+
+    from bot.sink import free_port
+    from tests.helpers import DIGESTBOT
+
+    assert "backup, restore" in " ".join(cli("db", "--help").stdout.split())
+    assert "9223372036854775807" not in cli("resend", "--help").stdout
+    config = (ROOT / "config" / "digestbot.toml").read_text()
+    inbox = config.split("\n[inbox]\n", 1)[1].split("\n[", 1)[0]
+    assert "docs/deliverability.md" in inbox and "README" not in inbox
+    port = free_port()
+    env = cli.env | {"DIGESTBOT_WEB__PUBLIC_URL": f"http://127.0.0.1:{port}", "DIGESTBOT_WEB__LISTEN_PORT": str(port)}
+    env |= {"DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var")}
+    serve = subprocess.Popen([DIGESTBOT, "serve"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    serve.send_signal(signal.SIGTERM)
+    logged = serve.communicate(timeout=30)[1]
+    assert "no List-Unsubscribe-Post" in logged and "RFC 8058 needs https" in logged, logged
+    assert "alembic" not in logged, logged

@@ -106,3 +106,27 @@ def test_a_preview_neither_applies_nor_loses_a_pending_unsubscribe(
     assert journal.pending_subscribers([ada.id]) == {ada.id}
     assert next_message(factory, settings, RULES, ada, day=START.date(), now=START) is None  # as good as gone
     assert journal.pending_subscribers([ada.id]) == {ada.id}
+
+
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [
+        ("remove", "nothing goes out: they unsubscribed"),
+        ("pause", "nothing goes out: they are paused"),
+    ],
+)
+def test_preview_of_a_reader_who_is_not_active_says_nothing_goes_out_and_why(
+    tmp_path: Path, status: str, why: str
+) -> None:
+    """Issue 48, item 3: an unsubscribed reader's preview ended "these go out with
+    tomorrow's digest at 05:00", and spoke to the operator as "you"."""
+    from tests.helpers import Cli
+
+    cli = Cli(tmp_path, {"DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var")})
+    (tmp_path / "dumps").mkdir()
+    cli("dumps", "ingest", str(SEEDS))
+    cli("subscribers", "add", "ada@example.org", "--filter", "no-such-tag-anywhere")
+    cli("subscribers", status, "ada@example.org")
+    said = " ".join(cli("preview", "ada@example.org").stdout.split())
+    assert why in said and "go out with" not in said and "go out at" not in said, said
+    assert " you " not in f" {said} " and " your " not in f" {said} ", said

@@ -475,3 +475,37 @@ def test_manage_pages_stay_correct_during_a_burst(factory: sessionmaker[Session]
     assert {stored[sid].status for sid in pausing} == {SubscriberStatus.PAUSED}
     assert all(stored[sid].filter == f'"topic {sid}"' for sid in refiltering)
     assert {stored[sid].status for sid in refiltering} == {SubscriberStatus.ACTIVE}
+
+
+def test_the_consent_record_says_how_a_reader_left_and_came_back(
+    factory: sessionmaker[Session], settings: Settings, tmp_path: Path
+) -> None:
+    """Issue 48, item 4: the consent record had no line for an unsubscribe or a
+    resubscribe; `subscribers show` could not confirm what a reader did."""
+    from bot.store.consents import consents_of
+    from tests.helpers import Cli
+
+    tokens = _people(factory, settings, 1)
+    ((subscriber_id, token),) = tokens.items()
+    with Server(create_app(settings, factory)) as client:
+        assert client.post(f"/u/{token}", content=b"List-Unsubscribe=One-Click", headers=ONE_CLICK).status_code == 200
+        deadline = time.monotonic() + 10
+        while _stored_status(factory, "r0@example.org") is not SubscriberStatus.UNSUBSCRIBED:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        form = {"form": form_token(KEY.encode(), token), "action": "resubscribe"}
+        assert "Subscribed again" in client.post(f"/m/{token}", data=form).text
+    with factory() as session:
+        events = [(e.event, e.address, e.page, e.client) for e in consents_of(session, subscriber_id)]
+    assert events[-2][:2] == ("unsubscribe", "r0@example.org") and "one-click" in events[-2][2]
+    assert events[-1][:2] == ("resubscribe", "r0@example.org") and "/m/ (their manage page)" in events[-1][2]
+    assert events[-1][3] == "127.0.0.1" and token not in " ".join(map(str, events))
+    url = factory.kw["bind"].url.render_as_string(hide_password=False)
+    cli = Cli(tmp_path, {"DIGESTBOT_DATABASE__URL": url, "DIGESTBOT_WEB__SIGNING_KEY": KEY})
+    cli("subscribers", "remove", "r0@example.org")
+    shown = " ".join(cli("subscribers", "show", "r0@example.org").stdout.split())
+    assert "unsubscribed r0@example.org at the one-click unsubscribe link" in shown
+    assert "subscribed again r0@example.org from 127.0.0.1" in shown
+    assert "unsubscribed r0@example.org at digestbot subscribers remove (by " in shown
+    assert "library 0 papers" in shown and "ratings 0 more like this, 0 less like this" in shown
+    assert "send updates yes" in shown

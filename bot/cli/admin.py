@@ -12,7 +12,10 @@ import typer
 
 from bot.cli.shell import EXIT_USAGE, command_group, ctx_of, fail, out, plural
 
-db_app = command_group("Database schema (Alembic migrations).")
+db_app = command_group(
+    "The store as a whole: its schema (Alembic migrations), retention, backup, restore, the copy to "
+    "PostgreSQL and its signing key."
+)
 
 
 config_app = command_group("Inspect the effective configuration.")

@@ -284,7 +284,7 @@ def db_copy(
         finally:
             target.dispose()
     for table, (read, written) in counts.items():
-        out.print(f"{table}: {read:,} rows, {written:,} in the copy", markup=False)
+        out.print(f"{table}: {read:,} {'row' if read == 1 else 'rows'}, {written:,} in the copy", markup=False)
     out.print(
         f"copied {store} into {shown} (schema {store_engine.HEAD_REVISION}); "
         f"set database.url (or DIGESTBOT_DATABASE__URL) to it and start the scheduler and workers",

@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from bot.cli.candidates import print_candidates
+from bot.cli.deliveries import deliver_and_tell, deliver_with_progress, report_delivery
 from bot.cli.library_commands import train_on_demand
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
@@ -21,16 +23,14 @@ from bot.cli.shell import (
     err,
     fail,
     find_subscriber,
-    new_table,
     now,
     out,
     parse_date,
     plural,
-    print_candidates,
     print_json_lines,
-    progress_bar,
     report_ingest,
 )
+from bot.cli.tables import Column, fitted
 from bot.domain import SourceStatus, SubscriberStatus
 
 
@@ -104,7 +104,7 @@ def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_jso
         from bot.plan.next_digest import outlook, outlook_note
 
         with factory() as session:
-            out.print(outlook_note(outlook(session, subscriber, c.rules, as_of=as_of)), markup=False)
+            out.print(outlook_note(outlook(session, subscriber, c.rules, as_of=as_of), to_reader=False), markup=False)
     if not day and not as_json:
         from bot.plan.next_digest import when_note
 
@@ -170,32 +170,16 @@ def _preview_day(c: Context, day: Any, as_json: bool) -> None:
             [{"email": x.email, "send_at": x.send_at, "entries": x.entries, "held_back": x.held_back} for x in lines]
         )
         return
-    table = new_table("subscriber", "sends at (UTC)", "entries", "held back", title=f"Digests of {day}")
-    for x in lines:
-        table.add_row(x.email, f"{x.send_at:%Y-%m-%d %H:%M}", str(x.entries), str(x.held_back))
-    out.print(table)
+    columns = [
+        Column("subscriber", whole=True),
+        Column("sends at (UTC)", whole=True),
+        Column("entries", whole=True, justify="right"),
+        Column("held back", whole=True, drop=1, justify="right"),
+    ]
+    rows = [[x.email, f"{x.send_at:%Y-%m-%d %H:%M}", str(x.entries), str(x.held_back)] for x in lines]
+    out.print(fitted(columns, rows, width=out.width, title=f"Digests of {day}"))
     going = sum(1 for x in lines if x.entries)
     out.print(f"{plural(going, 'digest')} with {sum(x.entries for x in lines)} entries in all", markup=False)
-
-
-def _report_delivery(report: Any) -> bool:
-    """Print what a delivery run did; whether any message failed for good."""
-    out.print(
-        f"sent {report.sent}, retrying {report.retrying}, failed {report.failed}, bounced {report.bounced}, "
-        f"cancelled {report.cancelled}",
-        markup=False,
-    )
-    return bool(report.failed or report.bounced)
-
-
-def _deliver_with_progress(c: Context, factory: Any) -> Any:
-    import asyncio
-
-    from bot.delivery.loop import deliver_now, due_count
-
-    total = due_count(factory, now())
-    with progress_bar("sending", total) as advance:
-        return asyncio.run(deliver_now(factory, c.settings, clock=now, progress=advance))
 
 
 @app.command("run")
@@ -239,9 +223,16 @@ def run_command(
         f"planned {plural(len(planned.planned), 'digest')} "
         f"({planned.empty} with nothing new, {planned.not_due} not due yet)"
     )
-    undelivered = _report_delivery(_deliver_with_progress(c, factory))
+    undelivered = report_delivery(deliver_with_progress(c, factory))
     if undelivered or any(r.status is SourceStatus.FAILED for r in results):
         raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+# What an http:// public URL costs (RFC 8058 asks for https), said when a process starts.
+PLAIN_HTTP = (
+    "web.public_url is http://, so digests carry no List-Unsubscribe-Post: mail providers show no one-click "
+    "unsubscribe button (RFC 8058 needs https)"
+)
 
 
 def _daemon(c: Context, factory: Any, *, plan_jobs: bool, deliver_jobs: bool) -> None:
@@ -252,6 +243,10 @@ def _daemon(c: Context, factory: Any, *, plan_jobs: bool, deliver_jobs: bool) ->
 
     c.log_as_daemon()
     c.signing_key()  # the key the links already mailed were signed with, or a refusal
+    if deliver_jobs and c.settings.web.public_url.startswith("http://"):
+        import logging
+
+        logging.getLogger("bot.run").warning("%s", PLAIN_HTTP)
     try:
         daemon = Daemon(factory, c.settings, c.rules, engine=c.engine, plan_jobs=plan_jobs, deliver_jobs=deliver_jobs)
     except RoleTaken as exc:
@@ -301,6 +296,8 @@ def serve_command(
     web = c.settings.web
     if not web.public_url:
         err.print("note: web.public_url is empty, so digests carry only mailto: unsubscribe links, not links here")
+    elif web.public_url.startswith("http://"):
+        err.print(f"note: {PLAIN_HTTP}", markup=False)
     factory = c.sessions()  # migrates SQLite (or refuses an old schema) before any worker starts
     c.signing_key()  # the key the links already mailed were signed with, or a refusal
     if c.config_path is not None:
@@ -332,7 +329,7 @@ def send_now(
     planned = plan(factory, c.settings, c.rules, now=now(), subscribers=chosen, kind=DigestKind.MANUAL)
     nothing = f"; {plural(planned.empty, 'subscriber')} had nothing new" if planned.empty else ""
     out.print(f"queued {plural(len(planned.planned), 'digest')}{nothing}", markup=False)
-    if _report_delivery(_deliver_with_progress(c, factory)) or inactive:
+    if deliver_and_tell(c, factory, list(planned.planned)) or inactive:
         raise typer.Exit(EXIT_INPUT_FAILED)
 
 
@@ -353,7 +350,7 @@ def _no_scheduled_digest(factory: Any, subscriber: Any, day: Any) -> str:
 @app.command("resend")
 def resend_command(
     ctx: typer.Context,
-    digest_id: Annotated[int | None, typer.Argument(min=1, max=MAX_ID, help="The digest to send again.")] = None,
+    digest_id: Annotated[int | None, typer.Argument(min=1, help="The digest to send again.")] = None,
     subscriber: Annotated[
         str | None, typer.Option("--subscriber", help="With --date: that subscriber's scheduled digest.")
     ] = None,
@@ -362,39 +359,46 @@ def resend_command(
 ) -> None:
     """Send a digest again: same entries and summaries, marked as a resend; the
     ledger does not change."""
-    from bot.plan import DigestNotFound, ResendPending, find_scheduled, resend, resend_failed
+    from bot.plan import DigestNotFound, ResendPending, resend, resend_failed
+    from bot.plan.resend import ReaderNotActive
 
     c = ctx_of(ctx)
     factory = c.sessions()
     c.signing_key()
-    targets: list[int] = []
     if failed:
         queued = resend_failed(factory, c.settings, now=now())
         out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
-        if _report_delivery(_deliver_with_progress(c, factory)):
+        if deliver_and_tell(c, factory, queued):
             raise typer.Exit(EXIT_INPUT_FAILED)
         return
-    if digest_id is not None:
-        targets = [digest_id]
-    elif subscriber and date_:
-        day = parse_date(date_, "--date")
-        assert day is not None
-        who = find_subscriber(factory, subscriber)
-        found = find_scheduled(factory, who.id, day)
-        if found is None:
-            fail(_no_scheduled_digest(factory, who, day))
-            return
-        targets = [found.id]
-    else:
-        fail("give DIGEST_ID, --subscriber EMAIL --date D, or --failed", EXIT_USAGE)
+    targets = [_resend_target(factory, digest_id, subscriber, date_)]
     try:
         queued = [resend(factory, c.settings, t, now=now()) for t in targets]
-    except (DigestNotFound, ResendPending) as exc:
+    except (DigestNotFound, ResendPending, ReaderNotActive) as exc:
         fail(str(exc))
         return
     out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
-    if _report_delivery(_deliver_with_progress(c, factory)):
+    if deliver_and_tell(c, factory, queued):
         raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+def _resend_target(factory: Any, digest_id: int | None, subscriber: str | None, date_: str | None) -> int:
+    """The digest ``resend`` names: by its id, or a subscriber's scheduled one of a day."""
+    from bot.plan import find_scheduled
+
+    if digest_id is not None:
+        if digest_id > MAX_ID:
+            fail(f"DIGEST_ID: {digest_id} is larger than any digest's id", EXIT_USAGE)
+        return digest_id
+    if not (subscriber and date_):
+        fail("give DIGEST_ID, --subscriber EMAIL --date D, or --failed", EXIT_USAGE)
+    day = parse_date(date_, "--date")
+    assert day is not None
+    who = find_subscriber(factory, subscriber)
+    found = find_scheduled(factory, who.id, day)
+    if found is None:
+        fail(_no_scheduled_digest(factory, who, day))
+    return int(found.id)
 
 
 @app.command("demo")
@@ -409,12 +413,15 @@ def demo(ctx: typer.Context) -> None:
     reader, library_path = DEMO_LIBRARY
     library = {reader: Path(library_path).read_bytes()} if Path(library_path).is_file() else {}
     rows, inbox = run_demo(c.settings, c.rules, subscribers_csv=csv_path, libraries=library)
-    table = new_table(
-        "day", "dump", "subscriber", "entries", "status", title="Seed replay: one digest per subscriber and day"
-    )
-    for r in rows:
-        table.add_row(str(r.day), r.dump, r.subscriber, str(r.entries), r.status)
-    out.print(table)
+    columns = [
+        Column("day", whole=True, justify="right"),
+        Column("dump", drop=1),
+        Column("subscriber", whole=True),
+        Column("entries", whole=True, justify="right"),
+        Column("status", whole=True),
+    ]
+    shown = [[str(r.day), r.dump, r.subscriber, str(r.entries), r.status] for r in rows]
+    out.print(fitted(columns, shown, width=out.width, title="Seed replay: one digest per subscriber and day"))
     count = len(list(inbox.glob("*.eml")))
     out.print(f"{plural(count, 'message')} in {inbox}/ (open {inbox / 'index.html'} in a browser)", markup=False)
     from bot.config import site_url

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from bot.cli.shell import new_table
+from bot.cli.tables import Column, fitted
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -47,21 +47,32 @@ def digest_json(d: Any, story: str = "") -> dict[str, Any]:
     }
 
 
-def digest_table(digests: list[Any], title: str, stories: list[str]) -> Table:
-    table = new_table(
-        "id", "subscriber", "day", "kind", "state", "entries", "tries", "what happened", "error", title=title
-    )
-    for d, story in zip(digests, stories, strict=True):
-        kind = f"resend of #{d.resend_of}" if d.resend_of else d.kind.value
-        table.add_row(
+def digest_table(digests: list[Any], title: str, stories: list[str], *, width: int, subscriber: bool = True) -> Table:
+    """Digests as ``history`` lists them; without *subscriber*, one reader's (their
+    address is the title's)."""
+    columns = [
+        Column("id", whole=True, justify="right"),
+        *([Column("subscriber", whole=True)] if subscriber else []),
+        Column("day", whole=True),
+        Column("kind", drop=2),
+        Column("state", whole=True),
+        Column("entries", whole=True, drop=1, justify="right"),
+        Column("tries", whole=True, drop=3, justify="right"),
+        Column("what happened"),
+        Column("error"),
+    ]
+    rows = [
+        [
             str(d.id),
-            d.subscriber_email,
+            *([d.subscriber_email] if subscriber else []),
             d.local_date.isoformat(),
-            kind,
+            f"resend of #{d.resend_of}" if d.resend_of else d.kind.value,
             d.state.value,
             str(d.entry_count),
             str(d.attempts),
             story,
             d.last_error or "",
-        )
-    return table
+        ]
+        for d, story in zip(digests, stories, strict=True)
+    ]
+    return fitted(columns, rows, width=width, title=title)

@@ -25,6 +25,7 @@ from bot.cli.shell import (
     print_json_lines,
     report_ingest,
 )
+from bot.cli.tables import Column, fitted
 from bot.domain import SourceStatus
 
 dumps_app = command_group("Ingest dump files and feeds; list what was ingested.")
@@ -109,17 +110,26 @@ def dumps_list(
             ]
         )
         return
-    table = new_table("id", "file", "entries", "new", "status", "error", title="Sources")
-    for s in sources:
-        table.add_row(
+    columns = [
+        Column("id", whole=True, justify="right"),
+        Column("file"),
+        Column("entries", whole=True, drop=2, justify="right"),
+        Column("new", whole=True, drop=1, justify="right"),
+        Column("status", whole=True),
+        Column("error"),
+    ]
+    rows = [
+        [
             str(s.id),
             display_path(s.path),
             str(s.entries),
             str(s.new),
             s.status.value + (f" (of #{s.duplicate_of})" if s.duplicate_of else ""),
             s.error or "",
-        )
-    out.print(table)
+        ]
+        for s in sources
+    ]
+    out.print(fitted(columns, rows, width=out.width, title="Sources"))
 
 
 @feeds_app.command("fetch")
@@ -176,14 +186,19 @@ def entries_list(
     if as_json:
         print_json_lines([_entry_json(e) for e in entries])
         return
-    table = new_table(title=f"Entries ({len(entries)})")
-    # Keys are what `entries show` takes: never truncate them.
-    table.add_column("key", no_wrap=True, min_width=max((len(e.key) for e in entries), default=3))
-    for column in ("kind", "title", "date", "tags"):
-        table.add_column(column, ratio=3 if column == "title" else None)
-    for e in entries:
-        table.add_row(e.key, e.kind.value, e.title, e.published.isoformat() if e.published else "", ", ".join(e.tags))
-    out.print(table)
+    # Keys are what `entries show` takes: never cut.
+    columns = [
+        Column("key", whole=True),
+        Column("kind", drop=1),
+        Column("title"),
+        Column("date", whole=True),
+        Column("tags"),
+    ]
+    rows = [
+        [e.key, e.kind.value, e.title, e.published.isoformat() if e.published else "", ", ".join(e.tags)]
+        for e in entries
+    ]
+    out.print(fitted(columns, rows, width=out.width, title=f"Entries ({len(entries)})"))
 
 
 @entries_app.command("show")
@@ -233,8 +248,9 @@ def entries_show(
     table.add_row("links", "\n".join(entry.links))
     table.add_row("summary", entry.summary)
     out.print(table)
-    variants = new_table("source", "file", "summary variant", title=f"Appearances ({len(appearances)})")
-    for a in appearances:
-        text = a.summary if len(a.summary) <= 160 else a.summary[:157] + "..."
-        variants.add_row(str(a.source_id), display_path(a.path), text)
-    out.print(variants)
+    rows = [
+        [str(a.source_id), display_path(a.path), a.summary if len(a.summary) <= 160 else a.summary[:157] + "..."]
+        for a in appearances
+    ]
+    columns = [Column("source", whole=True, justify="right"), Column("file"), Column("summary variant")]
+    out.print(fitted(columns, rows, width=out.width, title=f"Appearances ({len(appearances)})"))

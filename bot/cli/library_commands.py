@@ -18,12 +18,12 @@ from bot.cli.shell import (
     err,
     fail,
     find_subscriber,
-    new_table,
     now,
     out,
     plural,
     print_json_lines,
 )
+from bot.cli.tables import Column, fitted
 
 library_app = command_group("A reader's library: the papers their digest is ranked by.")
 
@@ -98,10 +98,14 @@ def library_list(
     if as_json:
         print_json_lines([{"key": p.key, "title": p.title, "entry": p.entry_id, "source": p.source} for p in papers])
         return
-    table = new_table("key", "title", "entry", "source", title=f"Library ({len(papers)})")
-    for p in papers:
-        table.add_row(p.key, p.title, f"#{p.entry_id}" if p.entry_id else "not stored", p.source)
-    out.print(table)
+    columns = [
+        Column("key", whole=True),
+        Column("title"),
+        Column("entry", whole=True, drop=2),
+        Column("source", drop=1),
+    ]
+    rows = [[p.key, p.title, f"#{p.entry_id}" if p.entry_id else "not stored", p.source] for p in papers]
+    out.print(fitted(columns, rows, width=out.width, title=f"Library ({len(papers)})"))
 
 
 @library_app.command("remove")
@@ -141,11 +145,22 @@ def library_feedback(
             [{"key": r.key, "title": r.title, "verdict": r.verdict, "at": r.at, "interest": r.section} for r in rows]
         )
         return
-    table = new_table("at", "verdict", "key", "title", title=f"Feedback ({len(rows)})")
-    for r in rows:
-        under = f" (in {r.section})" if r.section else ""
-        table.add_row(f"{r.at:%Y-%m-%d %H:%M}", f"{r.verdict} like this{under}", r.key, r.title)
-    out.print(table)
+    columns = [
+        Column("at", whole=True),
+        Column("verdict", whole=True),
+        Column("key", whole=True, drop=1),
+        Column("title"),
+    ]
+    shown = [
+        [
+            f"{r.at:%Y-%m-%d %H:%M}",
+            f"{r.verdict} like this" + (f" (in {r.section})" if r.section else ""),
+            r.key,
+            r.title,
+        ]
+        for r in rows
+    ]
+    out.print(fitted(columns, shown, width=out.width, title=f"Feedback ({len(rows)})"))
 
 
 @library_app.command("threshold")

@@ -26,9 +26,12 @@ from bot.cli.shell import (
     plural,
     print_json_lines,
 )
+from bot.cli.tables import Column, fitted
 from bot.domain import DigestState, Removed, ReturnEvent, ReturnKind
 
 STATS_COLUMNS = ("planned", "sent", "failed", "bounced", "pending", "empty", "resent", "hard", "soft", "complaints")
+# Left out of a narrow terminal first: resends, empty days, then the queue and returned mail.
+_STATS_DROP = {"resent": 5, "empty": 4, "pending": 3, "soft": 2, "hard": 1}
 _KIND_WORDS = {
     ReturnKind.HARD: "hard bounce",
     ReturnKind.SOFT: "soft bounce",
@@ -67,7 +70,7 @@ def history(
     if as_json:
         print_json_lines([digest_json(d, story) for d, story in zip(digests, stories, strict=True)])
         return
-    out.print(digest_table(digests, f"Digests ({len(digests)})", stories))
+    out.print(digest_table(digests, f"Digests ({len(digests)})", stories, width=out.width))
     say_removed(gone, c.settings.database.keep_days)
     if returned:
         out.print(returns_table(returned))
@@ -122,10 +125,9 @@ def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if as_json:
         print_json_lines(rows)
         return
-    table = new_table("day", *STATS_COLUMNS, title="Digests per day")
-    for r in rows:
-        table.add_row(r["day"].isoformat(), *(str(r[k]) for k in STATS_COLUMNS))
-    out.print(table)
+    columns = [Column("day", whole=True), *(Column(k, whole=True, drop=_STATS_DROP.get(k, 0)) for k in STATS_COLUMNS)]
+    shown = [[r["day"].isoformat(), *(str(r[k]) for k in STATS_COLUMNS)] for r in rows]
+    out.print(fitted(columns, shown, width=out.width, title="Digests per day"))
     say_removed(gone, c.settings.database.keep_days)
 
 

@@ -415,34 +415,3 @@ def new_table(*columns: str, **options: Any) -> Table:
     from rich.table import Table
 
     return Table(*columns, **options)
-
-
-def print_candidates(found: list[Any], title: str, as_json: bool) -> None:
-    """Entries with their relevance, and their model's taste score when there is one:
-    ``bot.taste.explain.Scored`` values, or plain candidates (no model)."""
-    rows = [
-        (f, None, f.explanation.why()) if hasattr(f, "explanation") else (f.candidate, f.score, f.why) for f in found
-    ]
-    with_model = any(taste is not None for _, taste, _ in rows)
-    if as_json:
-        print_json_lines(
-            [
-                {
-                    "key": f.entry.key,
-                    "title": f.entry.title,
-                    "score": f.explanation.score,
-                    **({"taste": round(taste, 4) if taste is not None else None} if with_model else {}),
-                    "why": why,
-                    "hits": [{"atom": h.atom, "where": h.where} for h in f.explanation.hits],
-                    "tags": f.entry.tags,
-                    "first_seen_at": f.entry.first_seen_at,
-                }
-                for f, taste, why in rows
-            ]
-        )
-        return
-    table = new_table("score", *(["taste"] if with_model else []), "key", "title", "why", title=title)
-    for f, taste, why in rows:
-        shown = [f"{taste:+.2f}" if taste is not None else ""] if with_model else []
-        table.add_row(str(f.explanation.score), *shown, f.entry.key, f.entry.title, why)
-    out.print(table)

@@ -29,11 +29,13 @@ from bot.cli.shell import (
     plural,
     print_json_lines,
 )
+from bot.cli.subscriber_views import consent_json, consent_line
+from bot.cli.tables import Column, fitted
 
 if TYPE_CHECKING:
     from rich.table import Table
 from bot.domain import SubscriberStatus
-from bot.subscribers.settings import SETTINGS
+from bot.subscribers.settings import SETTINGS, shown
 
 subscribers_app = command_group("Manage subscribers: add, import, edit, pause, remove.")
 
@@ -86,13 +88,19 @@ def _subscriber_json(s: Any) -> dict[str, Any]:
 
 
 def _subscriber_table(subscribers: list[Any], title: str) -> Table:
-    table = new_table(title=title)
-    table.add_column("email", no_wrap=True)
-    for column in ("name", "filter", "zone", "hour", "cadence", "status"):
-        table.add_column(column)
-    for s in subscribers:
-        table.add_row(s.email, s.name, s.filter, s.timezone, f"{s.send_hour:02d}:00", s.cadence, s.status.value)
-    return table
+    columns = [
+        Column("email", whole=True),
+        Column("name", drop=2),
+        Column("filter"),
+        Column("zone", whole=True, drop=1),
+        Column("hour", whole=True),
+        Column("cadence", whole=True),
+        Column("status", whole=True),
+    ]
+    rows = [
+        [s.email, s.name, s.filter, s.timezone, f"{s.send_hour:02d}:00", s.cadence, s.status.value] for s in subscribers
+    ]
+    return fitted(columns, rows, width=out.width, title=title)
 
 
 def _named_fields(
@@ -142,13 +150,18 @@ def subscribers_add(
 
 def _operator(command: str) -> str:
     """Who vouches for an operator's add, for the consent record."""
+    return f"{command}, {_by()}"
+
+
+def _by() -> str:
+    """The operator who ran this command, for the consent record."""
     import getpass
 
     try:
         user = getpass.getuser()
     except (KeyError, OSError):  # no user name in the environment or passwd
         user = "unknown user"
-    return f"{command}, by {user}"
+    return f"by {user}"
 
 
 def _ask_to_confirm(c: Context, fields: Any) -> None:
@@ -210,12 +223,14 @@ def subscribers_edit(
     _warn_about_filter(c, fields.filter)
 
 
-def _set_status(ctx: typer.Context, email: str, status: Any, verb: str) -> None:
+def _set_status(ctx: typer.Context, email: str, status: Any, verb: str, command: str) -> None:
     from bot.subscribers.subscriptions import SubscriberInputError, SubscriberNotFound, change_status, clean_email
 
     c = ctx_of(ctx)
     try:
-        subscriber = change_status(c.sessions(), clean_email(email), status, now())
+        subscriber = change_status(
+            c.sessions(), clean_email(email), status, now(), page=f"digestbot subscribers {command}", detail=_by()
+        )
     except SubscriberInputError as exc:
         fail(str(exc), EXIT_USAGE)
         return
@@ -230,7 +245,7 @@ def subscribers_pause(
     ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]
 ) -> None:
     """Stop sending digests to EMAIL until resumed (nothing is lost meanwhile)."""
-    _set_status(ctx, email, SubscriberStatus.PAUSED, "paused")
+    _set_status(ctx, email, SubscriberStatus.PAUSED, "paused", "pause")
 
 
 @subscribers_app.command("resume")
@@ -238,7 +253,7 @@ def subscribers_resume(
     ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]
 ) -> None:
     """Send digests to EMAIL again (also clears a bounce once the address is fixed)."""
-    _set_status(ctx, email, SubscriberStatus.ACTIVE, "resumed")
+    _set_status(ctx, email, SubscriberStatus.ACTIVE, "resumed", "resume")
 
 
 @subscribers_app.command("remove")
@@ -254,7 +269,9 @@ def subscribers_remove(
 
     c = ctx_of(ctx)
     try:
-        subscriber = remove(c.sessions(), clean_email(email), purge=purge, now=now())
+        subscriber = remove(
+            c.sessions(), clean_email(email), purge=purge, now=now(), page="digestbot subscribers remove", detail=_by()
+        )
     except SubscriberInputError as exc:
         fail(str(exc), EXIT_USAGE)
         return
@@ -307,10 +324,9 @@ def subscribers_import(
         counts = f"{report.created} added, {report.updated} updated, {report.unchanged} unchanged"
         out.print(f"{file}: {counts}, {plural(len(report.errors), 'bad row')}", markup=False)
         if report.errors:
-            table = new_table("line", "reason", title="Bad rows (not imported)")
-            for e in report.errors:
-                table.add_row(str(e.line), e.reason)
-            err.print(table)
+            columns = [Column("line", whole=True, justify="right"), Column("reason")]
+            rows = [[str(e.line), e.reason] for e in report.errors]
+            err.print(fitted(columns, rows, width=err.width, title="Bad rows (not imported)"))
         for w in report.warnings:
             err.print(f"warning: line {w.line}: {w.reason}", markup=False)
     if report.errors:
@@ -372,12 +388,14 @@ def subscribers_show(
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
     as_json: JsonOption = False,
 ) -> None:
-    """One subscriber's settings, how they consented, their last digests, and the
-    bounces and complaints read from the inbox."""
+    """One subscriber's settings, their library and ratings, how they consented (and
+    unsubscribed or subscribed again), their last digests, and the bounces and
+    complaints read from the inbox."""
     from bot.cli.report_commands import return_json, returns_table
     from bot.store.consents import consents_of
     from bot.store.digests import list_digests
     from bot.store.returns import returns_of
+    from bot.taste.service import taste_summary
 
     c = ctx_of(ctx)
     factory = c.sessions()
@@ -386,51 +404,36 @@ def subscribers_show(
         digests = list_digests(session, subscriber_id=subscriber.id, limit=10)
         consents = consents_of(session, subscriber.id)
         returned = returns_of(session, subscriber.id)
+    taste = taste_summary(factory, subscriber)
     at = now()
     stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
     if as_json:
         data = _subscriber_json(subscriber)
-        data["consent"] = [_consent_json(e) for e in consents]
+        data["taste"] = {"library": taste.papers, "more": taste.more, "less": taste.less, "ranked": taste.ranked}
+        data["taste"] |= {"threshold": taste.threshold, "interests_with_models": list(taste.interests)}
+        data["consent"] = [consent_json(e) for e in consents]
         data["last_digests"] = [digest_json(d, story) for d, story in zip(digests, stories, strict=True)]
         data["returned_mail"] = [return_json(e) for e in returned]
         print_json_lines([data])
         return
     table = new_table(show_header=False, box=None, title=subscriber.email)
-    table.add_column(style="bold")
+    table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
+    settings = {setting.name for setting in SETTINGS}
     for key, value in _subscriber_json(subscriber).items():
-        table.add_row(key.replace("_", " "), str(jsonable(value)))
+        table.add_row(key.replace("_", " "), shown(value) if key in settings else str(jsonable(value)))
+    table.add_row("library", plural(taste.papers, "paper"))
+    table.add_row("ratings", f"{taste.more} more like this, {taste.less} less like this")
+    ranked = "a model of their own ranks their digests" if taste.ranked else "not ranked by a model yet"
+    table.add_row("taste", f"{ranked}; liked means a taste score above {taste.threshold:.2f}")
     for event in consents:
-        table.add_row("consent", _consent_line(event))
+        table.add_row("consent", consent_line(event))
     if not consents:
         table.add_row("consent", "none recorded (added before consent was recorded)")
     out.print(table)
-    out.print(digest_table(digests, "Last digests", stories))
+    if digests:
+        out.print(digest_table(digests, "Last digests", stories, width=out.width, subscriber=False))
+    else:
+        out.print("Last digests: none yet", markup=False)
     if returned:
         out.print(returns_table(returned))
-
-
-def _consent_json(event: Any) -> dict[str, Any]:
-    return {
-        "event": event.event,
-        "at": jsonable(event.at),
-        "address": event.address,
-        "page": event.page,
-        "client": event.client,
-        "detail": event.detail,
-    }
-
-
-def _consent_line(event: Any) -> str:
-    """One consent event for a person: "2026-11-24 10:00 UTC confirmed ada@x from 192.0.2.1 at https://..."."""
-    verb = {"signup": "signed up", "confirm": "confirmed", "operator": "added by an operator"}.get(
-        event.event, event.event
-    )
-    parts = [f"{event.at:%Y-%m-%d %H:%M} UTC", verb, event.address]
-    if event.client:
-        parts.append(f"from {event.client}")
-    if event.page:
-        parts.append(f"at {event.page}")
-    if event.detail:
-        parts.append(f"({event.detail})")
-    return " ".join(parts)

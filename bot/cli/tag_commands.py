@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from bot.cli.candidates import print_candidates
 from bot.cli.library_commands import train_on_demand
 from bot.cli.shell import (
     EXIT_USAGE,
@@ -17,13 +18,12 @@ from bot.cli.shell import (
     err,
     fail,
     find_subscriber,
-    new_table,
     out,
     plural,
-    print_candidates,
     print_json_lines,
     progress_bar,
 )
+from bot.cli.tables import Column, fitted
 
 tags_app = command_group("Tags and tag rules: counts, test a filter, re-apply rules.")
 
@@ -48,10 +48,19 @@ def tags_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
             ]
         )
         return
-    table = new_table("tag", "entries", "header", "category", "rule", "description", title=f"Tags ({len(rows)})")
-    for t, n, o, d in rows:
-        table.add_row(t, str(n), str(o.get("header", "")), str(o.get("category", "")), str(o.get("rule", "")), d)
-    out.print(table)
+    columns = [
+        Column("tag", whole=True),
+        Column("entries", whole=True, justify="right"),
+        Column("header", whole=True, drop=3, justify="right"),
+        Column("category", whole=True, drop=2, justify="right"),
+        Column("rule", whole=True, drop=1, justify="right"),
+        Column("description"),
+    ]
+    shown = [
+        [t, str(n), str(o.get("header", "")), str(o.get("category", "")), str(o.get("rule", "")), d]
+        for t, n, o, d in rows
+    ]
+    out.print(fitted(columns, shown, width=out.width, title=f"Tags ({len(rows)})"))
 
 
 @tags_app.command("test")

@@ -76,23 +76,37 @@ def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of:
     return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]), best)
 
 
-def outlook_note(seen: Outlook) -> str:
-    """One or two sentences for a person: what is waiting, or why nothing is."""
+def outlook_note(seen: Outlook, *, to_reader: bool = True) -> str:
+    """One or two sentences: what is waiting, or why nothing is; said to the reader (the
+    manage page), or about them to an operator (``preview``)."""
+    your, you = ("your", "you") if to_reader else ("their", "they")
     since = f"since {seen.since:%d %B %Y}"
     if seen.matching:
         noun = "entry matches" if seen.matching == 1 else "entries match"
-        return f"{seen.matching} new {noun} your filter {since}: they go out in your next digest."
+        return f"{seen.matching} new {noun} {your} filter {since}: they go out in {your} next digest."
     if not seen.unseen:
         return f"No email: nothing new has arrived {since}."
     noun = "entry" if seen.unseen == 1 else "entries"
     tags = ", ".join(f"{tag} ({count})" for tag, count in seen.tags)
     hint = f" Their tags: {tags}; a filter naming some of them would bring them." if tags else ""
-    return f"No email: {seen.unseen} {noun} you were not sent arrived {since}, and none matches your filter.{hint}"
+    return f"No email: {seen.unseen} {noun} {you} were not sent arrived {since}, and none matches {your} filter.{hint}"
+
+
+# Why nothing goes out to a reader who is not active, as an operator reads it.
+_NOT_ACTIVE = {
+    SubscriberStatus.UNSUBSCRIBED: "they unsubscribed (their manage page subscribes them again)",
+    SubscriberStatus.PAUSED: "they are paused ('subscribers resume EMAIL' resumes them)",
+    SubscriberStatus.BOUNCED: "mail to them bounced ('subscribers resume EMAIL' once the address works)",
+    SubscriberStatus.PENDING: "they have not confirmed their sign-up yet",
+}
 
 
 def when_note(factory: sessionmaker[Session], settings: Settings, subscriber: Subscriber, at: datetime) -> str:
     """When what ``preview`` lists for *subscriber* would go out (``days.today_note``),
-    given their cadence and today's scheduled digest."""
+    given their cadence and today's scheduled digest; nothing, and why, for a reader who
+    is not active."""
+    if subscriber.status is not SubscriberStatus.ACTIVE:
+        return f"nothing goes out: {_NOT_ACTIVE.get(subscriber.status, subscriber.status.value)}"
     tz = subscriber.timezone
     today = local_today(tz, at)
     row = find_scheduled(factory, subscriber.id, today)

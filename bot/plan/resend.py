@@ -11,7 +11,7 @@ from datetime import date, datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.domain import DigestKind, DigestState
+from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.plan.message_ids import message_id_for
 from bot.store.digests import (
     DigestRow,
@@ -25,6 +25,8 @@ from bot.store.digests import (
 from bot.store.engine import transaction
 from bot.store.ledger import create_digest
 from bot.store.retention import removed
+from bot.store.subscribers import subscriber_statuses
+from bot.unsubscribes import journal_of
 
 
 class DigestNotFound(LookupError):
@@ -33,6 +35,11 @@ class DigestNotFound(LookupError):
 
 class ResendPending(ValueError):
     """A resend of this digest is already on its way."""
+
+
+class ReaderNotActive(ValueError):
+    """The digest's reader is not active (unsubscribed, paused, bounced, or leaving by a
+    one-click not applied yet): a resend would only be cancelled, so none is queued."""
 
 
 def _removed_note(session: Session) -> str:
@@ -51,6 +58,12 @@ def resend(factory: sessionmaker[Session], settings: Settings, digest_id: int, *
         shows_nothing = original is not None and original.kind is DigestKind.RESEND and original.resend_of is None
         if original is None or original.state is DigestState.EMPTY or shows_nothing:
             raise DigestNotFound(f"no digest #{digest_id} with entries{_removed_note(session)}")
+        status = subscriber_statuses(session, [original.subscriber_id]).get(original.subscriber_id)
+        if original.subscriber_id in journal_of(factory).pending_subscribers([original.subscriber_id]):
+            status = SubscriberStatus.UNSUBSCRIBED
+        if status is not SubscriberStatus.ACTIVE:
+            said = status.value if status is not None else "gone"
+            raise ReaderNotActive(f"{original.subscriber_email} is {said}: nothing sent")
         source = original.resend_of if original.kind is DigestKind.RESEND and original.resend_of else original.id
         lock_digest(session, source)  # two resends at once must not both pass the check below
         pending = pending_resend_of(session, source)
@@ -86,7 +99,7 @@ def resend_failed(factory: sessionmaker[Session], settings: Settings, *, now: da
     for digest_id in targets:
         try:
             queued.append(resend(factory, settings, digest_id, now=now))
-        except ResendPending:  # another run queued it meanwhile
+        except (ResendPending, ReaderNotActive):  # queued meanwhile, or nobody to send it to
             continue
     return queued
 

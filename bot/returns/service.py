@@ -21,14 +21,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.domain import Returned, ReturnEvent, ReturnKind, Subscriber, SubscriberStatus
+from bot.domain import ConsentEvent, Returned, ReturnEvent, ReturnKind, Subscriber, SubscriberStatus
 from bot.returns.classify import Addresses, classify
 from bot.returns.mailboxes import Mailbox, open_mailbox
 from bot.returns.rules import Limits, status_after
+from bot.store.consents import record_consent
 from bot.store.engine import transaction
 from bot.store.returns import count_since_cleared, digest_subscriber, is_recorded, record_return, recorded_kind
 from bot.store.subscribers import get_subscriber, set_status, subscribers_by_ids
+from bot.subscribers.statuses import consent_change
 from bot.tokens import token_is_valid, token_subscriber_id
+
+# Where an unsubscribe read from the inbox was asked, as the consent record says it.
+BY_MAIL = "an unsubscribe mail (List-Unsubscribe's mailto)"
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +145,11 @@ def _record(
     status = status_after(returned.kind, subscriber.status, count, reading.limits)
     if status is not None:
         set_status(session, subscriber.id, status, now)
+        if consent_change(subscriber.status, status) is not None:
+            sender = f"from {', '.join(returned.addresses)}" if returned.addresses else ""
+            record_consent(
+                session, subscriber.id, ConsentEvent("unsubscribe", now, subscriber.email, BY_MAIL, "", sender)
+            )
         report.changed.append((subscriber.email, status))
         why = " ".join(part for part in (returned.kind.value, returned.status) if part)
         log.info("%s is now %s: %s", subscriber.email, status.value, why)

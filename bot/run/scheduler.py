@@ -229,8 +229,8 @@ class Daemon:
         level = logging.INFO if report.planned or report.empty else logging.DEBUG
         log.log(
             level,
-            "planned %d digests (%d with nothing new, %d not due yet)",
-            len(report.planned),
+            "planned %s (%d with nothing new, %d not due yet)",
+            plural(len(report.planned), "digest"),
             report.empty,
             report.not_due,
         )
@@ -388,7 +388,10 @@ class Daemon:
             with transaction(self.factory) as session:
                 taken_back = expire_leases(session, now)
             if taken_back:
-                log.warning("%d digests were being sent when the last worker stopped; sending them again", taken_back)
+                log.warning(
+                    "%s being sent when the last worker stopped; sending again",
+                    plural(taken_back, "digest was", "digests were"),
+                )
         scheduler.start()
         if self.exporter is not None:
             self.exporter.start()

@@ -19,10 +19,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from bot.domain import SubscriberStatus
-from bot.store.bulk import chunks, insert_ignoring_conflicts
+from bot.store.bulk import bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.engine import make_engine
 from bot.store.errors import StoreError, meaning
-from bot.store.schema import AppliedUnsubscribe, UnsubscribeRequest
+from bot.store.schema import AppliedUnsubscribe, Consent, UnsubscribeRequest
 from bot.store.schema import Subscriber as SubscriberRow
 
 REQUESTS = UnsubscribeRequest.__table__
@@ -109,15 +109,25 @@ def apply_requests(session: Session, requests: Sequence[tuple[str, int]], now: d
     insert_ignoring_conflicts(
         session, AppliedUnsubscribe.__table__, [{"request_id": rid, "applied_at": now} for rid, _ in fresh]
     )
-    changed: list[int] = []
+    changed: list[tuple[int, str]] = []
     for part in chunks(sorted({sid for _, sid in fresh})):
-        changed += session.scalars(
+        changed += session.execute(
             update(SubscriberRow)
             .where(SubscriberRow.id.in_(part), SubscriberRow.status != SubscriberStatus.UNSUBSCRIBED.value)
             .values(status=SubscriberStatus.UNSUBSCRIBED.value, updated_at=now)
-            .returning(SubscriberRow.id)
+            .returning(SubscriberRow.id, SubscriberRow.email)
         ).all()
-    return changed
+    consents = [
+        {"subscriber_id": sid, "event": "unsubscribe", "at": now, "address": email, "page": ONE_CLICK, "client": ""}
+        | {"detail": ""}
+        for sid, email in changed
+    ]
+    bulk_insert(session, Consent.__table__, consents)
+    return [sid for sid, _ in changed]
+
+
+# Where an unsubscribe from the journal was asked, as the consent record says it.
+ONE_CLICK = "the one-click unsubscribe link (List-Unsubscribe, or the page it opens)"
 
 
 def journal_size(session: Session) -> tuple[int, int]:

@@ -23,9 +23,9 @@ from bot.choose.filters import FilterError, Tag, atoms, normalize_filter, parse_
 from bot.choose.tagging import TagRules
 from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
-from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
+from bot.domain import ConsentEvent, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.plan.cadence import DAILY, CadenceError, clean_cadence
-from bot.store.consents import known_addresses, record_operator_adds
+from bot.store.consents import known_addresses, record_consent, record_operator_adds
 from bot.store.engine import transaction
 from bot.store.entry_reads import tag_names
 from bot.store.returns import record_cleared
@@ -41,6 +41,7 @@ from bot.store.subscribers import (
     set_setting as store_setting,
 )
 from bot.subscribers.settings import SETTINGS, SettingError, parse
+from bot.subscribers.statuses import consent_change
 from bot.text import NOT_TYPED, header_text, hides_control_characters
 from bot.tokens import token_is_valid, token_subscriber_id
 
@@ -252,14 +253,28 @@ def edit(factory: sessionmaker[Session], settings: Settings, fields: SubscriberF
         return _require(session, fields.email)
 
 
-def change_status(factory: sessionmaker[Session], email: str, status: SubscriberStatus, now: datetime) -> Subscriber:
-    """Set *email*'s status.  Resuming a bounced address clears its bounce: the hard
-    bounces read from the inbox before now no longer count (``bot.returns``)."""
+def change_status(
+    factory: sessionmaker[Session],
+    email: str,
+    status: SubscriberStatus,
+    now: datetime,
+    *,
+    page: str = "",
+    client: str = "",
+    detail: str = "",
+) -> Subscriber:
+    """Set *email*'s status, recording an unsubscribe or resubscribe in the consent record
+    (*page*: where it was asked, *client*: from which address).  Resuming a bounced
+    address clears its bounce: the hard bounces read from the inbox before now no
+    longer count (``bot.returns``)."""
     with transaction(factory) as session:
         found = _require(session, email)
         set_status(session, found.id, status, now)
         if found.status is SubscriberStatus.BOUNCED and status is SubscriberStatus.ACTIVE:
             record_cleared(session, found.id, now)
+        event = consent_change(found.status, status)
+        if event is not None:
+            record_consent(session, found.id, ConsentEvent(event, now, found.email, page, client, detail))
         return _require(session, email)
 
 
@@ -271,15 +286,20 @@ def set_setting(factory: sessionmaker[Session], email: str, name: str, value: bo
         return _require(session, email)
 
 
-def remove(factory: sessionmaker[Session], email: str, *, purge: bool, now: datetime) -> Subscriber:
-    """Soft removal marks ``unsubscribed`` and keeps the history; *purge* deletes
-    the subscriber and everything recorded about them."""
+def remove(
+    factory: sessionmaker[Session], email: str, *, purge: bool, now: datetime, page: str = "", detail: str = ""
+) -> Subscriber:
+    """Soft removal marks ``unsubscribed`` and keeps the history (and records it in the
+    consent record: *page*, *detail*); *purge* deletes the subscriber and everything
+    recorded about them."""
     with transaction(factory) as session:
         found = _require(session, email)
         if purge:
             purge_subscriber(session, found.id)
         else:
             set_status(session, found.id, SubscriberStatus.UNSUBSCRIBED, now)
+            if consent_change(found.status, SubscriberStatus.UNSUBSCRIBED):
+                record_consent(session, found.id, ConsentEvent("unsubscribe", now, found.email, page, "", detail))
         return found
 
 

@@ -47,6 +47,7 @@ from bot.store.taste import (
 from bot.taste import ranking_installed, say_extra_missing
 from bot.taste.interests import MIN_POSITIVES, Example, Examples, by_interest
 from bot.taste.library import LibraryRead, read_library
+from bot.text import plural
 
 log = logging.getLogger(__name__)
 # Taste scores run about from 0 (a typical entry) to 1 (a typical library paper): a
@@ -201,7 +202,7 @@ def refresh_models(
     if stale:
         judge = rules or TagRules(())
         report.trained = _train(factory, stale, wanted, now, lambda sid: (interests[sid], judge))
-        log.info("trained %d taste models in %.1f s", report.trained, time.perf_counter() - started)
+        log.info("trained %s in %.1f s", plural(report.trained, "taste model"), time.perf_counter() - started)
     report.seconds = time.perf_counter() - started
     return report
 

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -42,6 +43,7 @@ from bot.domain import Subscriber, SubscriberStatus
 from bot.metrics import Metrics
 from bot.store.errors import is_busy
 from bot.subscribers.settings import by_action
+from bot.subscribers.statuses import reader_action
 from bot.subscribers.subscriptions import (
     SubscriberInputError,
     change_status,
@@ -72,7 +74,7 @@ from bot.web.limits import MissBudget, TooManyMisses, client_key
 from bot.web.lookups import TokenLookups
 from bot.web.manage import manage_context
 from bot.web.outlooks import Outlooks, rules_or_none
-from bot.web.signup import SignupPages, TagMenu
+from bot.web.signup import SignupPages, TagMenu, address_of
 from bot.web.uploads import LibraryUploads
 from bot.web.versions import WebVersions, wanted
 
@@ -131,18 +133,6 @@ def create_app(
 
 
 UNSUBSCRIBED_FEED = "You unsubscribed: this feed ends here. Your manage page can subscribe you again.\n"
-
-
-# What each manage-page action does: from which status, to which, and what the page then says.
-_STATUS_ACTIONS = {
-    "pause": (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED, "Paused: no digests until you resume."),
-    "resume": (SubscriberStatus.PAUSED, SubscriberStatus.ACTIVE, "Resumed: your next digest comes as usual."),
-    "resubscribe": (
-        SubscriberStatus.UNSUBSCRIBED,
-        SubscriberStatus.ACTIVE,
-        "Subscribed again: your next digest comes as usual.",
-    ),
-}
 
 
 class _Endpoint:
@@ -226,8 +216,17 @@ class _Endpoint:
             return replace(found, status=SubscriberStatus.UNSUBSCRIBED)
         return found
 
-    async def set_status(self, subscriber: Subscriber, status: SubscriberStatus) -> Subscriber:
-        changed = await run_in_threadpool(change_status, self.factory, subscriber.email, status, self.now())
+    async def set_status(self, request: Request, subscriber: Subscriber, status: SubscriberStatus) -> Subscriber:
+        """The manage page's status change; an unsubscribe or resubscribe goes in the
+        consent record with the page (never its token) and the client's address."""
+        page = f"{site_url(self.settings.web)}/m/ (their manage page)"
+        changed = await run_in_threadpool(
+            partial(change_status, page=page, client=address_of(request)),
+            self.factory,
+            subscriber.email,
+            status,
+            self.now(),
+        )
         self.acks.acknowledged.discard(subscriber.id)  # settled: the store says it now
         return changed
 
@@ -320,14 +319,14 @@ class _Endpoint:
                 set_setting, self.factory, subscriber.email, setting.name, on, self.now()
             )
             return await self.manage_page(request, subscriber, message=setting.turned_on if on else setting.turned_off)
-        change = _STATUS_ACTIONS.get(action)
-        if change is None or subscriber.status is not change[0]:
+        change = reader_action(action, subscriber.status)
+        if change is None:
             return await self.manage_page(request, subscriber, 400, error="That change is not possible now.")
-        subscriber = await self.set_status(subscriber, change[1])
+        subscriber = await self.set_status(request, subscriber, change.after)
         self.outlooks.forget(subscriber.id)
         if action == "resubscribe":
             log.info("subscriber %d subscribed again through their manage page", subscriber.id)
-        return await self.manage_page(request, subscriber, message=change[2])
+        return await self.manage_page(request, subscriber, message=change.said)
 
     async def change_settings(self, request: Request, subscriber: Subscriber, values: dict[str, list[str]]) -> Response:
         """Tags or filter, cadence, time zone and send hour at once: all valid, or nothing changes."""

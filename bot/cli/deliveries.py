@@ -1,0 +1,70 @@
+"""CLI: what a delivery a command starts did (``run --once``, ``send-now``, ``resend``),
+and what became of each digest it queued, a running worker's sends included.  A thin
+shell over ``bot.delivery.loop``; prints what happened, never decides it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.cli.shell import Context, now, out, progress_bar
+
+
+def report_delivery(report: Any) -> bool:
+    """Print what a delivery run did; whether any message failed for good."""
+    out.print(
+        f"sent {report.sent}, retrying {report.retrying}, failed {report.failed}, bounced {report.bounced}, "
+        f"cancelled {report.cancelled}",
+        markup=False,
+    )
+    return bool(report.failed or report.bounced)
+
+
+def deliver_with_progress(c: Context, factory: Any) -> Any:
+    import asyncio
+
+    from bot.delivery.loop import deliver_now, due_count
+
+    total = due_count(factory, now())
+    with progress_bar("sending", total) as advance:
+        return asyncio.run(deliver_now(factory, c.settings, clock=now, progress=advance))
+
+
+# How long a command waits for a running worker to settle the digests it queued.
+SETTLE_SECONDS = 120.0
+
+
+def deliver_and_tell(c: Context, factory: Any, queued: list[int]) -> bool:
+    """Deliver what is due, then say what became of each queued digest: a running
+    worker (the daemon's) may have claimed it first, and its outcome is waited for and
+    told, not this command's "sent 0".  Whether any failed for good."""
+    import time
+    from collections import Counter
+
+    from bot.domain import DigestState
+    from bot.store.digests import get_digests
+
+    failed = report_delivery(deliver_with_progress(c, factory))
+    on_the_way = (DigestState.QUEUED, DigestState.SENDING)
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while True:
+        with factory() as session:
+            rows = get_digests(session, queued)
+        waiting = [row for row in rows if row.state in on_the_way]
+        if not waiting or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    words = {
+        DigestState.SENDING: f"still being sent by a running worker after {SETTLE_SECONDS:g} s ('history' tells)",
+        DigestState.QUEUED: "queued: the next delivery sends it",
+        DigestState.RETRY_WAIT: "the server said try later: it is sent again",
+    }
+    if len(rows) <= TOLD_ONE_BY_ONE:
+        for row in rows:
+            out.print(f"#{row.id} to {row.subscriber_email}: {words.get(row.state, row.state.value)}", markup=False)
+    else:
+        counts = Counter(row.state.value for row in rows)
+        out.print("now: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())), markup=False)
+    return failed or any(row.state is DigestState.FAILED for row in rows)
+
+
+TOLD_ONE_BY_ONE = 10

@@ -1,0 +1,83 @@
+"""Every table the CLI prints, at 80 and at 200 columns (issue 48, item 1): no line is
+wider than the terminal, the key columns (an address, a date, a status, a key) are shown
+whole, and a column left out is said in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from bot.sink import Sink
+from tests.conftest import ROOT, SEEDS
+from tests.helpers import Cli
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store as the demo leaves one: the seeds, the example readers and a digest each."""
+    from bot.sink import SinkHandler
+
+    folder = tmp_path_factory.mktemp("tables")
+    (folder / "dumps").mkdir()
+    with Sink(SinkHandler()) as sink:
+        cli = Cli(folder, {"DIGESTBOT_SMTP__PORT": str(sink.port), "DIGESTBOT_PATHS__VAR_DIR": str(folder / "var")})
+        cli("dumps", "ingest", str(SEEDS))
+        cli("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv"))
+        cli("subscribers", "library", "add", "ada@example.org", str(ROOT / "config" / "library.example.bib"))
+        cli("run", "--once", "--all-due")
+    return folder
+
+
+def json_values(cli: Cli, *command: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in cli(*command, "--json").stdout.splitlines() if line.strip()]
+
+
+# (command, the --json fields whose values are key columns, shown whole)
+TABLES = [
+    (("stats",), ("day", "sent", "failed", "bounced")),
+    (("history",), ("id", "subscriber", "local_date", "state")),
+    (("subscribers", "list"), ("email", "status", "cadence")),
+    (("dumps", "list"), ("id", "status")),
+    (("entries", "list"), ("key",)),
+    (("tags", "list"), ("tag", "entries")),
+    (("subscribers", "library", "list", "ada@example.org"), ("key",)),
+]
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+@pytest.mark.parametrize(("command", "keys"), TABLES, ids=[" ".join(c) for c, _ in TABLES])
+def test_every_table_shows_its_key_columns_whole_at_any_width(
+    store: Path, columns: int, command: tuple[str, ...], keys: tuple[str, ...]
+) -> None:
+    cli = Cli(store, {"DIGESTBOT_PATHS__VAR_DIR": str(store / "var")}, columns=columns)
+    shown = cli(*command).stdout
+    lines = shown.splitlines()
+    assert max(len(line) for line in lines) <= columns, "\n".join(line for line in lines if len(line) > columns)
+    assert "…" not in shown
+    words = set(re.split(r"\s+", shown))
+    for row in json_values(cli, *command):
+        for key in keys:
+            value = row[key]
+            if isinstance(value, str) and "T" in value and value[:4].isdigit():
+                value = value[:10]  # a day
+            assert str(value) in words, (key, value, shown)
+    if columns == 200:
+        assert "left out at this width" not in shown
+
+
+def test_subscribers_show_fits_and_says_none_yet(store: Path) -> None:
+    cli = Cli(store, {"DIGESTBOT_PATHS__VAR_DIR": str(store / "var")}, columns=80)
+    shown = cli("subscribers", "show", "ada@example.org").stdout
+    assert max(len(line) for line in shown.splitlines()) <= 80 and "…" not in shown
+    assert "subscriber" not in shown.split("Last digests", 1)[1].splitlines()[2]  # the title names whose they are
+    cli("subscribers", "add", "new@example.org")
+    fresh = cli("subscribers", "show", "new@example.org").stdout
+    assert "Last digests: none yet" in fresh
+
+
+def test_a_narrow_table_says_what_it_left_out(store: Path) -> None:
+    shown = Cli(store, {"DIGESTBOT_PATHS__VAR_DIR": str(store / "var")}, columns=80)("stats").stdout
+    assert "left out at this width: " in shown and "(--json has every column)" in shown

@@ -277,6 +277,8 @@ _INDEX_STYLE = (
     "ol{list-style:none;padding:0;margin:0}li{border-top:1px solid #d0d7de;padding:.7rem 0}"
     "a{color:#0a58ca}.subject{font-weight:600;overflow-wrap:anywhere}"
     ".meta{color:#57606a;font-size:.9rem;overflow-wrap:anywhere}"
+    "@media (prefers-color-scheme:dark){body{color:#e6edf3;background:#0d1117}li{border-color:#30363d}"
+    "a{color:#58a6ff}.meta{color:#9da7b3}}"
 )
 
 
@@ -310,7 +312,7 @@ def write_index(inbox: Path) -> Path:
     index.write_text(
         '<!DOCTYPE html><html lang="en"><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>digestbot inbox</title><style>{_INDEX_STYLE}</style>"
+        f'<meta name="color-scheme" content="light dark"><title>digestbot inbox</title><style>{_INDEX_STYLE}</style>'
         f"<h1>digestbot inbox</h1><p class=meta>{count}</p><ol>{''.join(items)}</ol></html>\n",
         encoding="utf-8",
     )

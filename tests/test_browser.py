@@ -34,8 +34,17 @@ window.addEventListener("load", () => {
       wide.push(`${el.tagName}.${el.className} ${Math.round(box.left)}..${Math.round(box.right)}`);
     }
   }
+  // A menu whose chosen option's words do not fit its box (past the arrow) is cut.
+  const measure = document.createElement("canvas").getContext("2d"), clipped = [];
+  for (const select of document.querySelectorAll("select")) {
+    const style = getComputedStyle(select);
+    measure.font = `${style.fontSize} ${style.fontFamily}`;
+    const label = select.options[select.selectedIndex]?.text || "";
+    const room = select.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight) - 24;
+    if (measure.measureText(label).width > room) clipped.push(`${select.name}: ${label}`);
+  }
   const found = {
-    width, scrollWidth: document.documentElement.scrollWidth, wide: wide.slice(0, 10),
+    width, scrollWidth: document.documentElement.scrollWidth, wide: wide.slice(0, 10), clipped,
     links: [...document.querySelectorAll("a")].map(a => a.getAttribute("href")),
     contents: document.querySelectorAll(".toc li").length,
     entries: document.querySelectorAll(".entry").length,
@@ -168,6 +177,7 @@ def test_the_inbox_index_fits_a_phone(tmp_path: Path, width: int) -> None:
         message.add_alternative(f"<p>{LONG_WORD}</p>", subtype="html")
         (tmp_path / f"{n:04d}.eml").write_bytes(message.as_bytes())
     index = write_index(tmp_path)
+    assert "prefers-color-scheme:dark" in index.read_text()  # issue 48, item 12: a dark style too
     index.write_text(index.read_text().replace("</html>", PROBE + "</html>"), encoding="utf-8")
     seen = _laid_out(index, width)
     assert seen["scrollWidth"] == width and seen["wide"] == [], seen
@@ -204,7 +214,13 @@ def _subscriber_pages(folder: Path) -> dict[str, str]:
     now = datetime(2026, 6, 14, 12, tzinfo=UTC)
     ingest_bytes(factory, render_dump(papers, tags).encode(), name="wide", now=now, rules=None)
     address = "a-very-long-local-part-for-testing@" + "sub." * 10 + "example.org"
-    save(factory, settings, [clean_fields(address, filter=f'"{LONG_WORD[:80]}" or ' + " or ".join(tags[:3]))], now)
+    wanted = f'"{LONG_WORD[:80]}" or ' + " or ".join(tags[:3])
+    save(
+        factory,
+        settings,
+        [clean_fields(address, filter=wanted, cadence="feed", timezone="America/Argentina/ComodRivadavia")],
+        now,
+    )
     with factory() as session:
         found = get_subscriber(session, address)
     assert found is not None
@@ -246,6 +262,7 @@ def test_the_sign_up_and_manage_pages_fit_the_screen(tmp_path: Path, width: int)
         seen = _laid_out(page, width)
         assert seen["width"] == width
         assert seen["scrollWidth"] == width and seen["wide"] == [], (name, seen)
+        assert seen["clipped"] == [], (name, seen["clipped"])  # issue 48, item 10: "in a feed only (n"
         shot = tmp_path / f"{name}-{width}.png"
         assert _screenshot(page, width, shot)[0] >= width
 

@@ -98,8 +98,20 @@ def test_tags_cadence_zone_and_hour_are_saved_together(
         6,
     )
     assert '<option value="weekly:fri" selected>every Friday</option>' in saved.text
-    assert '<option value="Asia/Kolkata" selected>Asia/Kolkata</option>' in saved.text
+    assert (
+        '<optgroup label="Asia">' in saved.text
+        and '<option value="Asia/Kolkata" selected>Kolkata</option>' in saved.text
+    )
     assert re.search(r"Goes out Friday \d\d June, 06:00 \(Asia/Kolkata\)", saved.text), saved.text
+    # Issue 48, item 11: a legacy name is taken, and stored as the zone it names.
+    legacy = save_form(web, ada, tag=["gpu"], cadence="feed", timezone="Asia/Calcutta", send_hour="6")
+    assert legacy.status_code == 200 and '<option value="Asia/Kolkata" selected>Kolkata</option>' in legacy.text
+    assert "Asia/Calcutta" not in legacy.text and "US/Pacific" not in legacy.text and "Europe/Kiev" not in legacy.text
+    # Issue 48, item 10: the feed cadence says where it goes.
+    assert (
+        re.search(r"Goes into your feed Friday \d\d June, 06:00", legacy.text) or "Goes into your feed" in legacy.text
+    )
+    assert "Goes out" not in legacy.text
 
 
 def test_the_advanced_filter_wins_and_shows_in_its_box(

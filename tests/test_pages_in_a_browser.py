@@ -289,6 +289,14 @@ def test_sign_up_with_tags_and_confirm_by_clicking(site: Site, browser: Any, aud
     browser.get(site.url + "/subscribe")
     assert heading(browser) == "Subscribe to Research Digest"
     audited("sign-up page")
+    # Issue 48, item 11: the browser's own zone first and chosen; then zones by region.
+    device = browser.execute_script("return Intl.DateTimeFormat().resolvedOptions().timeZone")
+    first = browser.execute_script(
+        "const s = document.getElementById('timezone'); return [s.options[0].value, s.value]"
+    )
+    assert first == [device, device]
+    regions = browser.execute_script("return [...document.querySelectorAll('#timezone optgroup')].map(g => g.label)")
+    assert regions[:3] == ["Africa", "America", "Antarctica"] and "Europe" in regions
     type_into(browser, "#email", "grace@example.org")
     type_into(browser, "#name", "Grace")
     tick(browser, ["gpu", "llm"])

@@ -87,6 +87,12 @@ def test_the_feed_lists_each_paper_sent_once_and_a_feed_program_gets_a_304(
         mailed = " ".join(sent["ada@example.org"].get_body(("plain",)).get_content().split())
         assert all(" ".join(title.split())[:40] in mailed for title in titles), (titles, mailed)
         assert all(entry.link.startswith("https://") for entry in parsed.entries)
+        # Issue 48, item 7: a feed program's preview shows the abstract, the why line after
+        # it in the content, in the reader's words.
+        for entry in parsed.entries:
+            assert ": tag (" not in entry.summary and "Matches your" not in entry.summary, entry.summary
+            assert len(entry.summary) > 40 and entry.summary[:30] in " ".join(entry.content[0].value.split())
+            assert "Matches your" in entry.content[0].value or "You asked for every paper" in entry.content[0].value
         assert parsed.feed.links[0].href == f"{SITE}/f/{ada}.atom"
 
         again = web.get(f"/f/{ada}.atom", headers={"If-None-Match": first.headers["etag"]})

@@ -159,6 +159,11 @@ def _confirmation_link(sink: Sink, email: str) -> str:
 @pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
 def test_every_page_and_digest_is_valid_html(pages: dict[str, bytes], tmp_path: Path) -> None:
     assert len(pages) >= 25
+    # Issue 48, item 12: each page names itself and the list in its title (a tab, a bookmark).
+    titles = {name: re.search(rb"<title>([^<]*)</title>", page) for name, page in pages.items()}
+    plain = [name for name, found in titles.items() if found is None or found.group(1).strip() in (b"", b"digestbot")]
+    assert plain == [], plain
+    assert len({found.group(1) for found in titles.values() if found}) >= 10
     errors = vnu_errors(pages, tmp_path / "checked")
     assert errors == [], "\n".join(errors)
 

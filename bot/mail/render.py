@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import quote_plus
 
 import css_inline
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -23,6 +24,7 @@ from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter, 
 from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest, Update
 from bot.links import primary_url, side_links
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
+from bot.mail.why import reader_why
 from bot.plan.cadence import is_weekly
 from bot.taste import CLOSE_TO
 from bot.text import one_line
@@ -125,6 +127,12 @@ def filter_marks(filter_text: str, keywords: Keywords = ()) -> re.Pattern[str] |
     return marks_pattern(tuple(w for w in wanted if w.strip()))
 
 
+def _filter_in_words(text: str) -> str:
+    """The reader's filter as their digest shows it: "everything" for ``*``."""
+    shown = shown_filter(text)
+    return "everything" if shown == "*" else shown
+
+
 def positive_atoms(expr: object) -> list[Tag | Phrase]:
     if isinstance(expr, (Tag, Phrase)):
         return [expr]
@@ -149,7 +157,7 @@ def contents_groups(items: list[dict[str, object]]) -> list[tuple[str, list[dict
             groups.setdefault(str(item["section"]), []).append(item)
         return list(groups.items())
     for item in items:
-        match = _FIRST_ATOM.match(str(item["why"]))
+        match = _FIRST_ATOM.match(str(item["pinned_why"]))
         atom = match.group(1).strip() if match else ""
         groups.setdefault("" if atom == CLOSE_TO else atom, []).append(item)
     return list(groups.items()) if len(groups) > 1 else [("", items)]
@@ -290,7 +298,7 @@ class Renderer:
             "date_iso": content.local_date.isoformat(),
             "web_page": not self.fit,
             "count_label": f"{count} new {'entry' if count == 1 else 'entries'}{period_words(content)}",
-            "subscriber_filter": shown_filter(content.subscriber.filter),
+            "subscriber_filter": _filter_in_words(content.subscriber.filter),
             "items": items,
             **leading(items, top_picks(content, self.top_picks)),
             "updates": [_update(u) for u in content.updates if not u.library],
@@ -310,7 +318,8 @@ class Renderer:
                 self._shown.clear()
             shown = self._shown[item, marks] = self._shown_item(item, marks)
         summary_text, cut = shown["summary_text"], shown["cut"]
-        return {**shown, "ref": ref, "summary_text": f"{summary_text} (more: [{ref}])" if cut else summary_text}
+        more = cut and not shown["searched"]
+        return {**shown, "ref": ref, "summary_text": f"{summary_text} (more: [{ref}])" if more else summary_text}
 
     def _shown_item(self, item: DigestItem, marks: re.Pattern[str] | None) -> dict[str, object]:
         """What the templates show of *item*, but its number in the digest."""
@@ -321,6 +330,8 @@ class Renderer:
             "title": title_text(item.title),
             "title_html": title_html(item.title, marks),
             "url": url,
+            # A search for the title (no page of its own) is no place to read the rest.
+            "searched": url == self.search_url.format(title=quote_plus(item.title)),
             "byline": byline(item),
             "side_links": side_links(item),
             "description": title_text(description),
@@ -329,7 +340,8 @@ class Renderer:
             "summary_html": summary.html,
             "cut": summary.cut,
             "tags": list(item.tags),
-            "why": item.why,
+            "why": reader_why(item.why, item.section),
+            "pinned_why": item.why,  # as the planner pinned it: what the contents are grouped by
             "section": item.section,
             "compact": False,
         }

@@ -42,6 +42,7 @@ from bot.store.subscribers import (
 )
 from bot.subscribers.settings import SETTINGS, SettingError, parse
 from bot.subscribers.statuses import consent_change
+from bot.subscribers.zones import canonical
 from bot.text import NOT_TYPED, header_text, hides_control_characters
 from bot.tokens import token_is_valid, token_subscriber_id
 
@@ -91,10 +92,11 @@ def _time_zones() -> frozenset[str]:
 
 
 def clean_timezone(raw: str) -> str:
+    """An IANA zone, stored as the zone of a place it names (``zones.canonical``)."""
     name = raw.strip()
     if name not in _time_zones():
         raise SubscriberInputError(f"timezone: {name!r} is not an IANA time zone (e.g. Europe/Berlin)")
-    return name
+    return canonical(name)
 
 
 def clean_hour(raw: str | int) -> int:

@@ -8,7 +8,6 @@ and the menus the form offers.  Pure functions: never touch the store.
 from __future__ import annotations
 
 import re
-import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -35,6 +34,7 @@ from bot.subscribers.subscriptions import (
     clean_name,
     clean_timezone,
 )
+from bot.subscribers.zones import UTC, places
 
 MENU_TAGS = 60  # the most used tags are offered as checkboxes
 EVERYTHING = "*"  # the first checkbox: every entry
@@ -135,9 +135,13 @@ def read_signup(form: Mapping[str, list[str]]) -> SubscriberFields:
 
 @cache
 def zones() -> tuple[str, ...]:
-    """IANA zones a person would pick from: the Area/Location ones, and UTC."""
-    names = {z for z in zoneinfo.available_timezones() if "/" in z and not z.startswith(("Etc/", "SystemV/"))}
-    return ("UTC", *sorted(names))
+    """The zones a person picks from (``bot.subscribers.zones``): UTC, then by region."""
+    return (UTC, *(zone for names in places().values() for zone in names))
+
+
+def zone_groups() -> list[tuple[str, tuple[str, ...]]]:
+    """The menu's groups: (region, its zones)."""
+    return list(places().items())
 
 
 def cadences() -> list[tuple[str, str]]:

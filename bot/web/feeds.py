@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
+from html import escape
 from xml.etree import ElementTree as ET  # noqa: N817 - the name the standard library's own docs use
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,6 +27,7 @@ from bot.config import Settings
 from bot.domain import DigestContent, DigestKind, DigestState, Subscriber
 from bot.links import primary_url
 from bot.mail.prose import summary_of, title_text
+from bot.mail.why import reader_why
 from bot.store.contents import digest_contents
 from bot.store.digests import list_digests
 
@@ -33,6 +35,8 @@ FEED_DAYS = 30
 FEED_ENTRIES = 200
 ATOM = "http://www.w3.org/2005/Atom"
 # What XML 1.0 cannot carry at all, even escaped (a dump may hold any of it).
+# What a feed entry's <summary> holds of the abstract: a feed program's preview of it.
+FEED_SUMMARY_CHARACTERS = 600
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -159,9 +163,13 @@ class PersonalFeeds:
                     ET.SubElement(entry, "category", term=item.section, label=f"Your interest: {item.section}")
                 for tag in item.tags:
                     ET.SubElement(entry, "category", term=tag)
-                ET.SubElement(entry, "summary", type="text").text = item.why
+                # A feed program's preview shows the summary: the paper's abstract, and the
+                # why line in the content, after it.
                 summary = summary_of(item, 0)
-                ET.SubElement(entry, "content", type="html").text = summary.html
+                ET.SubElement(entry, "summary", type="text").text = summary_of(item, FEED_SUMMARY_CHARACTERS).text
+                why = escape(reader_why(item.why, item.section))
+                ET.SubElement(entry, "content", type="html").text = f'{summary.html}<p class="why"><em>{why}</em></p>'
+
         for element in feed.iter():
             if element.text:
                 element.text = NOT_XML.sub("", element.text)

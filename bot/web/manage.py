@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from bot.choose.filters import shown_filter
 from bot.domain import Subscriber
 from bot.subscribers.settings import SETTINGS
-from bot.web.choices import cadences, menu, ticked_tags, zones
+from bot.web.choices import cadences, menu, ticked_tags, zone_groups, zones
 from bot.web.outlooks import NextDigest
 
 if TYPE_CHECKING:
@@ -40,14 +40,14 @@ def manage_context(
         found = ticked_tags(subscriber.filter)
         ticked, advanced = (found, "") if found is not None else ([], shown_filter(subscriber.filter))
         cadence, timezone, hour = subscriber.cadence, subscriber.timezone, str(subscriber.send_hour)
-    known_zones = zones()
     return {
         "tags": menu(tags, ticked),
         "filter_text": advanced,
         "cadence": cadence,
         "cadences": cadences(),
         "timezone": timezone,
-        "zones": known_zones if timezone in known_zones else (timezone, *known_zones),
+        "zone_groups": zone_groups(),
+        "zone_extra": [] if timezone in zones() else [timezone],  # a zone no longer offered, as stored
         "send_hour": int(hour) if hour.isascii() and hour.isdigit() and int(hour) < 24 else subscriber.send_hour,
         "next_digest": next_digest,
         "taste": taste,

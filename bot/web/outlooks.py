@@ -13,7 +13,7 @@ import logging
 import time
 import zoneinfo
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -22,6 +22,8 @@ from starlette.concurrency import run_in_threadpool
 
 from bot.choose.tagging import TagRules, TagRulesError, load_rules
 from bot.domain import Subscriber, SubscriberStatus
+from bot.mail.why import reader_why
+from bot.plan.cadence import mails
 from bot.plan.days import local_time
 from bot.plan.next_digest import next_day, outlook, outlook_note
 
@@ -36,7 +38,8 @@ log = logging.getLogger(__name__)
 class NextDigest:
     note: str  # what is waiting, or why nothing is
     when: str  # "Monday 30 November, 08:00 (Europe/Berlin)"; "" when nothing is sent
-    first: tuple[tuple[str, str], ...]  # (title, why) of what it would hold so far, best first
+    first: tuple[tuple[str, str], ...]  # (title, why, in the reader's words) of what it would hold so far
+    goes: str = "Goes out"  # "Goes into your feed" for the feed cadence: no mail
 
 
 class Outlooks:
@@ -65,6 +68,7 @@ class Outlooks:
         with self.reader() as session:
             seen = outlook(session, subscriber, self.rules, as_of=now, first=SHOWN)
             day = next_day(session, subscriber, now)
+        seen = replace(seen, first=tuple((title, reader_why(why)) for title, why in seen.first))
         note = outlook_note(seen)
         if subscriber.status is SubscriberStatus.PAUSED:
             return NextDigest("Paused: nothing is sent until you resume. " + note, "", seen.first)
@@ -75,7 +79,7 @@ class Outlooks:
         when = f"{local:%A %d %B}, {local:%H:%M} ({subscriber.timezone})"
         if send_at <= now:
             when = f"now: its send time, {local:%H:%M} ({subscriber.timezone}), has passed today"
-        return NextDigest(note, when, seen.first)
+        return NextDigest(note, when, seen.first, "Goes out" if mails(subscriber.cadence) else "Goes into your feed")
 
 
 def rules_or_none(tags_file: Path) -> TagRules:

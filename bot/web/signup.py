@@ -43,7 +43,7 @@ from bot.subscribers.optin import (
 )
 from bot.subscribers.subscriptions import SubscriberInputError
 from bot.tokens import make_token
-from bot.web.choices import cadences, menu, read_signup, zones
+from bot.web.choices import cadences, menu, read_signup, zone_groups, zones
 from bot.web.forms import (
     MAX_CHOICES_FIELDS,
     MAX_CHOICES_FORM_BYTES,
@@ -61,11 +61,13 @@ from bot.web.limits import MissBudget, client_key
 CSRF_COOKIE = "digestbot_signup"
 TAG_MENU_SECONDS = 300.0
 
-# Sets the time zone menu to the browser's zone; without script the default stays.
+# Puts the browser's own zone first in the time zone menu, chosen (an alias it reports
+# is stored as the zone it names); without script the default stays.
 ZONE_SCRIPT = (
     '(function(){var s=document.getElementById("timezone");if(!s||s.dataset.chosen)return;'
-    "try{var z=Intl.DateTimeFormat().resolvedOptions().timeZone;"
-    "for(var i=0;i<s.options.length;i++){if(s.options[i].value===z){s.value=z;break;}}}catch(e){}})();"
+    "try{var z=Intl.DateTimeFormat().resolvedOptions().timeZone;if(!z)return;"
+    'var o=document.createElement("option");o.value=z;o.textContent=z+" (this device\'s zone)";'
+    "s.insertBefore(o,s.firstChild);s.value=z;}catch(e){}})();"
 )
 ZONE_SCRIPT_HASH = base64.b64encode(hashlib.sha256(ZONE_SCRIPT.encode()).digest()).decode()
 
@@ -140,9 +142,10 @@ class SignupPages:
             tags=menu(await self.tag_menu.tags(), values.get("tag", [])),
             cadence=(values.get("cadence") or ["daily"])[0],
             cadences=cadences(),
-            timezone=chosen_zone or self.settings.schedule.default_timezone,
+            timezone=(zone := chosen_zone or self.settings.schedule.default_timezone),
             zone_chosen=bool(chosen_zone),
-            zones=zones(),
+            zone_groups=zone_groups(),
+            zone_extra=[] if zone in zones() else [zone],
             send_hour=_hour_or((values.get("send_hour") or [""])[0], self.settings.schedule.default_send_hour),
             zone_script=ZONE_SCRIPT,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -304,8 +305,15 @@ def test_demo_writes_an_inbox(run, tmp_path: Path) -> None:
     assert "0009.html" in (tmp_path / "var" / "inbox" / "index.html").read_text()
     # Ada (`*`) has the example library: her day-3 digest leads with the two SNN papers.
     picks = [p for p in (tmp_path / "var" / "inbox").glob("*.html") if "Top picks for you" in p.read_text()]
-    assert len(picks) == 2 and all("ada@example.org" in p.read_text() for p in picks)
-    assert any("ReSCom" in p.read_text().split("Also in this digest")[0] for p in picks)
+    # A Top pick only where the model is sure: day 3's two spiking-network papers, each
+    # named close to a paper of Ada's library; day 1's MiniMax (near none of them) is none.
+    assert len(picks) == 1 and "ada@example.org" in picks[0].read_text()
+    page = html.unescape(picks[0].read_text())
+    top = page.split("Also in this digest")[0]
+    assert "ReSCom" in top and "SupraSNN" in top and "MiniMax" not in top
+    for title in ("ReSCom", "SupraSNN"):
+        entry = next(block for block in page.split('<div class="entry"')[1:] if f">{title}:" in block)
+        assert re.search(r"<p class=\"why\"[^>]*>Close to '[^']+' in your library</p>", entry), entry
     assert "9 messages" in run("demo", env=env).stdout  # repeatable: starts afresh each time
 
 

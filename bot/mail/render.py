@@ -165,13 +165,14 @@ def contents_groups(items: list[dict[str, object]]) -> list[tuple[str, list[dict
 
 def top_picks(content: DigestContent, count: int) -> list[int]:
     """The refs of the (at most) *count* entries the reader's model scores highest among
-    those it likes (above their threshold), best first, when their model ranked this
-    digest and it holds more entries than that (else none)."""
+    those it likes (above their threshold) and is sure of (close to a paper of their
+    library, which its why line names), best first, when their model ranked this digest
+    and it holds more entries than that (else none)."""
     if count <= 0 or len(content.items) <= count:
         return []
     threshold = content.subscriber.taste_threshold
-    scores = ((item.taste, ref) for ref, item in enumerate(content.items, start=1))
-    liked = [(taste, ref) for taste, ref in scores if taste is not None and taste > threshold]
+    sure = ((item.taste, ref) for ref, item in enumerate(content.items, start=1) if f"{CLOSE_TO}: '" in item.why)
+    liked = [(taste, ref) for taste, ref in sure if taste is not None and taste > threshold]
     return [ref for _, ref in sorted(liked, key=lambda pair: (-pair[0], pair[1]))[:count]]
 
 

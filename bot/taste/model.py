@@ -23,7 +23,7 @@ from bot.taste.features import Vocabulary, vectors
 
 MAX_WEIGHTS = 2000
 NEAR_TERMS = 40  # of each library paper, kept to name the nearest one
-NEAR_ENOUGH = 0.08  # cosine below which no library paper is named
+NEAR_ENOUGH = 0.15  # cosine below which no library paper is named, and no entry is a Top pick
 # Sample entries this close to one of the reader's papers, or among the tenth closest,
 # are not taken as negatives: more likely unread than unwanted.
 CLOSE_TO_POSITIVE = 0.3

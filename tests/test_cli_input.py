@@ -221,6 +221,27 @@ def test_help_and_version_load_no_heavy_library(arguments: list[str]) -> None:
     assert done.stdout.splitlines()[-1] == "[]"
 
 
+def test_a_store_command_loads_the_store_and_settings_libraries_only(tmp_path: Path) -> None:
+    """What keeps a store command's start near its floor (bench/startup.py): the filter
+    parser, the templates, mail and scheduling load where a command needs them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{tmp_path}/store.sqlite3"
+    made = [sys.executable, "-m", "bot", "subscribers", "add", "a@example.org", "--filter", "gpu"]
+    assert subprocess.run(made, cwd=tmp_path, env=env, capture_output=True, timeout=60).returncode == 0
+    probe = (
+        "import sys\n"
+        "sys.argv = ['digestbot', 'subscribers', 'list']\n"
+        "from bot.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "a@example.org" in done.stdout and done.stdout.splitlines()[-1] == "['pydantic_settings', 'sqlalchemy']"
+
+
 def test_preview_writes_the_message_or_says_why_not(cli: Cli, tmp_path: Path) -> None:
     cli("dumps", "ingest", *map(str, sorted((ROOT / "seeds").glob("*.txt"))))
     cli("subscribers", "add", "a@example.org", "--filter", "snn", "--hour", "0")

@@ -27,12 +27,14 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-
-from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from typing import TYPE_CHECKING
 
 from bot.choose.names import fold_name
 from bot.text import NOT_TYPED
+
+if TYPE_CHECKING:
+    from lark import Lark, Token, Transformer
+    from lark.exceptions import UnexpectedInput
 
 MAX_FILTER_LENGTH = 2000
 # Parsing, canonicalizing and matching recurse once per level: "not " x 499 + "gpu"
@@ -154,45 +156,52 @@ def make_author(name: str) -> Author:
 # --- parsing and printing -------------------------------------------------------
 
 
-@v_args(inline=True)
-class _ToAst(Transformer[Token, Expr]):
-    def tag(self, token: Token) -> Expr:
-        return make_tag(str(token))
+@lru_cache(maxsize=1)
+def _parser() -> tuple[Lark, Transformer[Token, Expr]]:
+    """The parser and its tree-to-filter transformer, built on first use: importing lark
+    and building the grammar is a tenth of a store command's start, and most commands
+    never parse a filter."""
+    from lark import Lark, Token, Transformer, v_args
 
-    def phrase(self, token: Token) -> Expr:
-        raw = str(token)[1:-1]
-        text = re.sub(r"\\(.)", r"\1", raw)
-        if not text.strip():
-            raise ValueError("empty phrase")
-        return make_phrase(text)
+    @v_args(inline=True)
+    class ToAst(Transformer[Token, Expr]):
+        def tag(self, token: Token) -> Expr:
+            return make_tag(str(token))
 
-    def author(self, token: Token) -> Expr:
-        raw = str(token)[len("author:") + 1 : -1]
-        return make_author(re.sub(r"\\(.)", r"\1", raw))
+        def phrase(self, token: Token) -> Expr:
+            raw = str(token)[1:-1]
+            text = re.sub(r"\\(.)", r"\1", raw)
+            if not text.strip():
+                raise ValueError("empty phrase")
+            return make_phrase(text)
 
-    def liked(self, _token: Token) -> Expr:
-        return Liked()
+        def author(self, token: Token) -> Expr:
+            raw = str(token)[len("author:") + 1 : -1]
+            return make_author(re.sub(r"\\(.)", r"\1", raw))
 
-    def everything(self) -> Expr:
-        return Everything()
+        def liked(self, _token: Token) -> Expr:
+            return Liked()
 
-    def negate(self, expr: Expr) -> Expr:
-        return Not(expr)
+        def everything(self) -> Expr:
+            return Everything()
 
-    def and_expr(self, *items: Expr) -> Expr:
-        return make_and(*items)
+        def negate(self, expr: Expr) -> Expr:
+            return Not(expr)
 
-    def or_expr(self, *items: Expr) -> Expr:
-        return make_or(*items)
+        def and_expr(self, *items: Expr) -> Expr:
+            return make_and(*items)
 
+        def or_expr(self, *items: Expr) -> Expr:
+            return make_or(*items)
 
-# The basic (not contextual) lexer: keywords must never lex as tags, even
-# where only an operand could follow ("gpu and or llm" is an error, not a tag "or").
-_PARSER = Lark(_GRAMMAR, parser="lalr", lexer="basic", maybe_placeholders=False)
-_TO_AST = _ToAst()
+    # The basic (not contextual) lexer: keywords must never lex as tags, even
+    # where only an operand could follow ("gpu and or llm" is an error, not a tag "or").
+    return Lark(_GRAMMAR, parser="lalr", lexer="basic", maybe_placeholders=False), ToAst()
 
 
 def _describe(exc: UnexpectedInput) -> str:
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
     if isinstance(exc, UnexpectedEOF):
         return "unexpected end of filter (an operand or ')' is missing)"
     if isinstance(exc, UnexpectedToken):
@@ -280,10 +289,13 @@ def _segments(text: str) -> list[tuple[int, str]]:
 
 
 def _parse_one(text: str) -> Expr:
+    from lark.exceptions import LarkError, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
     _check_before_parsing(text)
+    parser, to_filter = _parser()
     try:
-        tree = _PARSER.parse(text)
-        return _TO_AST.transform(tree)
+        tree = parser.parse(text)
+        return to_filter.transform(tree)
     except UnexpectedInput as exc:
         position = getattr(exc, "column", None)
         at_end = isinstance(exc, UnexpectedEOF) or (isinstance(exc, UnexpectedToken) and exc.token.type == "$END")

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,6 +90,8 @@ def db_backup(
     """A consistent copy of the SQLite store, the unsubscribe journal in it, while the
     scheduler, workers and serve run; the signing key beside it as FILE.key (mode
     0600), which its restore needs.  On PostgreSQL use pg_dump (docs/operating.md)."""
+    import sqlite3
+
     from bot.store.copies import backup_sqlite
     from bot.store.errors import StoreError
     from bot.tokens import backup_key, key_beside
@@ -141,6 +142,8 @@ def db_restore(
     store to replace, digests on their way in the backup are marked failed (they may
     have gone out; 'digestbot resend' sends one again).  FILE.key, the signing key
     'db backup' wrote beside it, is put back when the restored links need it."""
+    import sqlite3
+
     from bot.store import restores
     from bot.store.errors import StoreError
 

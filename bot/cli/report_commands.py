@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from bot.cli.digest_views import digest_json, digest_story, digest_table
 from bot.cli.shell import (
@@ -28,6 +27,9 @@ from bot.cli.shell import (
 )
 from bot.cli.tables import Column, fitted
 from bot.domain import DigestState, Removed, ReturnEvent, ReturnKind
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 STATS_COLUMNS = ("planned", "sent", "failed", "bounced", "pending", "empty", "resent", "hard", "soft", "complaints")
 # Left out of a narrow terminal first: resends, empty days, then the queue and returned mail.

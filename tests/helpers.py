@@ -281,8 +281,8 @@ class Clock:
 class Server:
     """uvicorn serving the app in a thread, stopped by its should_exit flag."""
 
-    def __init__(self, app: object) -> None:
-        self.port = free_port()
+    def __init__(self, app: object, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

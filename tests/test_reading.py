@@ -355,6 +355,10 @@ def test_the_preview_and_the_manage_page_say_why_a_day_is_quiet(
     assert "none matches your filter. Their tags: " in note and "llm (" in note
     assert waiting.matching == waiting.unseen and "go out in your next digest" in outlook_note(waiting)
     assert before_anything.unseen == 0 and "nothing new has arrived" in outlook_note(before_anything)
+    # A reader of the feed only is told of their feed, never of mail.
+    assert outlook_note(before_anything, mailed=False).startswith("Nothing new for your feed: nothing new has arrived")
+    assert "go into your feed with your next digest" in outlook_note(waiting, mailed=False)
+    assert "email" not in outlook_note(nothing_matches, mailed=False).casefold()
 
     key = signing_key(settings)
     with Server(create_app(settings, factory, clock=lambda: DAY)) as client:

@@ -101,10 +101,12 @@ def _preview_entries(c: Context, factory: Any, subscriber: Any, day: Any, as_jso
             markup=False,
         )
     if not found and not as_json:
+        from bot.plan.cadence import mails
         from bot.plan.next_digest import outlook, outlook_note
 
         with factory() as session:
-            out.print(outlook_note(outlook(session, subscriber, c.rules, as_of=as_of), to_reader=False), markup=False)
+            seen = outlook(session, subscriber, c.rules, as_of=as_of)
+        out.print(outlook_note(seen, to_reader=False, mailed=mails(subscriber.cadence)), markup=False)
     if not day and not as_json:
         from bot.plan.next_digest import when_note
 

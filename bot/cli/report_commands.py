@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -12,6 +14,7 @@ from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     EXIT_USAGE,
     MAX_ROWS,
+    Context,
     JsonOption,
     app,
     command_group,
@@ -27,6 +30,7 @@ from bot.cli.shell import (
 )
 from bot.cli.tables import Column, fitted
 from bot.domain import DigestState, Removed, ReturnEvent, ReturnKind
+from bot.reports.list_picture import DEFAULT_DAYS, MAX_DAYS
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -89,15 +93,38 @@ def say_removed(gone: Removed | None, keep_days: int) -> None:
 
 
 @app.command("stats")
-def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
+def stats(
+    ctx: typer.Context,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Write a picture of the list here instead: one HTML file of charts.", metavar="FILE"
+        ),
+    ] = None,
+    span: Annotated[
+        int, typer.Option("--days", help="With --html: how many days, ending today (UTC).", min=7, max=MAX_DAYS)
+    ] = DEFAULT_DAYS,
+    as_json: JsonOption = False,
+) -> None:
     """Per local day: digests planned, sent, failed, bounced (and the rest).  A failed
     digest whose resend was delivered counts as sent; 'resent' counts delivered resends.
-    Hard and soft bounces and complaints read from the inbox count by the day they were read (UTC)."""
+    Hard and soft bounces and complaints read from the inbox count by the day they were read (UTC).
+    --html FILE: charts of the last --days days (subscribers by status, digests, unsubscribes
+    and complaints, ratings, entries by source) in one self-contained page."""
+    c = ctx_of(ctx)
+    if html is None:
+        _stats_table(c, as_json)
+    elif as_json:
+        fail("--html writes a page and --json prints lines: give one of them", EXIT_USAGE)
+    else:
+        _write_picture(c, html, span)
+
+
+def _stats_table(c: Context, as_json: bool) -> None:
     from bot.store.digests import bounced_by_day, stats_by_day
     from bot.store.retention import removed
     from bot.store.returns import returns_by_day
 
-    c = ctx_of(ctx)
     with c.sessions()() as session:
         days = stats_by_day(session)
         bounced = bounced_by_day(session)
@@ -131,6 +158,27 @@ def stats(ctx: typer.Context, as_json: JsonOption = False) -> None:
     shown = [[r["day"].isoformat(), *(str(r[k]) for k in STATS_COLUMNS)] for r in rows]
     out.print(fitted(columns, shown, width=out.width, title="Digests per day"))
     say_removed(gone, c.settings.database.keep_days)
+
+
+def _write_picture(c: Context, file: Path, days: int) -> None:
+    from bot.reports.list_picture import gather, page
+
+    if file.is_dir():
+        fail(f"{file}: is a folder; name the file to write", EXIT_USAGE)
+    if not file.parent.is_dir():
+        fail(f"{file.parent}: no such folder", EXIT_USAGE)
+    at = now()
+    with c.sessions()() as session:
+        picture = gather(session, at.date(), days=days, keep_days=c.settings.database.keep_days, now=at)
+    data = page(picture).encode("utf-8")
+    partial = file.with_name(f".{file.name}.partial")
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, file)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        fail(f"{exc.filename or file}: cannot write: {exc.strerror}")
+    out.print(f"wrote {file} ({len(data):,} bytes): open it in a browser", markup=False)
 
 
 def return_json(event: ReturnEvent) -> dict[str, Any]:

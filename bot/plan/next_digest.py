@@ -76,20 +76,23 @@ def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of:
     return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]), best)
 
 
-def outlook_note(seen: Outlook, *, to_reader: bool = True) -> str:
+def outlook_note(seen: Outlook, *, to_reader: bool = True, mailed: bool = True) -> str:
     """One or two sentences: what is waiting, or why nothing is; said to the reader (the
-    manage page), or about them to an operator (``preview``)."""
+    manage page), or about them to an operator (``preview``); for a reader whose digests
+    only go into their feed (*mailed* False), of the feed, not of mail."""
     your, you = ("your", "you") if to_reader else ("their", "they")
     since = f"since {seen.since:%d %B %Y}"
     if seen.matching:
         noun = "entry matches" if seen.matching == 1 else "entries match"
-        return f"{seen.matching} new {noun} {your} filter {since}: they go out in {your} next digest."
+        goes = f"go out in {your} next digest" if mailed else f"go into {your} feed with {your} next digest"
+        return f"{seen.matching} new {noun} {your} filter {since}: they {goes}."
+    nothing = "No email" if mailed else f"Nothing new for {your} feed"
     if not seen.unseen:
-        return f"No email: nothing new has arrived {since}."
+        return f"{nothing}: nothing new has arrived {since}."
     noun = "entry" if seen.unseen == 1 else "entries"
     tags = ", ".join(f"{tag} ({count})" for tag, count in seen.tags)
     hint = f" Their tags: {tags}; a filter naming some of them would bring them." if tags else ""
-    return f"No email: {seen.unseen} {noun} {you} were not sent arrived {since}, and none matches {your} filter.{hint}"
+    return f"{nothing}: {seen.unseen} {noun} {you} were not sent arrived {since}, and none matches {your} filter.{hint}"
 
 
 # Why nothing goes out to a reader who is not active, as an operator reads it.

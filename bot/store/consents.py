@@ -4,7 +4,7 @@ client, library uploads per reader): SQL only."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import date, datetime
 
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
@@ -94,3 +94,12 @@ def known_addresses(session: Session, emails: Iterable[str]) -> set[str]:
     for part in chunks(keys):
         found.update(session.scalars(select(SubscriberRow.email_key).where(SubscriberRow.email_key.in_(part))))
     return found
+
+
+def consents_by_day(session: Session, event: str, since: datetime) -> dict[date, int]:
+    """How many *event* consents (``unsubscribe``, by every route) were recorded each UTC
+    day from *since* on."""
+    days: dict[date, int] = {}
+    for (at,) in session.execute(select(Consent.at).where(Consent.event == event, Consent.at >= since)):
+        days[at.date()] = days.get(at.date(), 0) + 1
+    return days

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import date, datetime
 
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session
@@ -88,3 +88,13 @@ def set_threshold(session: Session, subscriber_id: int, value: float, now: datet
     session.execute(
         update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values(taste_threshold=value, updated_at=now)
     )
+
+
+def ratings_by_day(session: Session, since: datetime) -> dict[date, dict[str, int]]:
+    """Readers' ratings as they stand (an undone one is gone) per UTC day they were
+    given from *since* on, by verdict."""
+    days: dict[date, dict[str, int]] = {}
+    for at, verdict in session.execute(select(Feedback.at, Feedback.verdict).where(Feedback.at >= since)):
+        counts = days.setdefault(at.date(), {})
+        counts[verdict] = counts.get(verdict, 0) + 1
+    return days

@@ -63,10 +63,13 @@ def returns_of(session: Session, subscriber_id: int, limit: int = 20) -> list[Re
     return [ReturnEvent(r.at, ReturnKind(r.kind), r.address, r.status, r.diagnostic, r.digest_id) for r in rows]
 
 
-def returns_by_day(session: Session) -> dict[date, dict[str, int]]:
-    """Events per UTC day and kind (subscribers not known to us included)."""
+def returns_by_day(session: Session, since: datetime | None = None) -> dict[date, dict[str, int]]:
+    """Events per UTC day and kind (subscribers not known to us included), from *since* on."""
+    query = select(ReturnRow.at, ReturnRow.kind)
+    if since is not None:
+        query = query.where(ReturnRow.at >= since)
     days: dict[date, dict[str, int]] = {}
-    for at, kind in session.execute(select(ReturnRow.at, ReturnRow.kind)):
+    for at, kind in session.execute(query):
         counts = days.setdefault(at.date(), {})
         counts[kind] = counts.get(kind, 0) + 1
     return days

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from bot.domain import FileStamp, SourceStatus
 from bot.store.bulk import chunks
-from bot.store.schema import Feed, Source
+from bot.store.schema import Entry, Feed, Source
 from bot.text import path_text
 
 
@@ -149,3 +149,19 @@ def latest_dump_at(session: Session) -> datetime | None:
     return session.scalar(
         select(func.max(Source.ingested_at)).where(Source.status == SourceStatus.INGESTED.value, Source.new_count > 0)
     )
+
+
+def entries_by_day_and_source(session: Session, since: datetime) -> dict[date, dict[tuple[str, str], int]]:
+    """Entries first seen each UTC day from *since* on, by the (origin, path) of the
+    source they first came in: a dump file, a feed's URL (("", "") when it is gone)."""
+    rows = session.execute(
+        select(Entry.first_seen_at, Source.origin, Source.path)
+        .outerjoin(Source, Source.id == Entry.first_seen_source_id)
+        .where(Entry.first_seen_at >= since)
+    )
+    days: dict[date, dict[tuple[str, str], int]] = {}
+    for at, origin, path in rows:
+        counts = days.setdefault(at.date(), {})
+        key = (origin or "", path or "")
+        counts[key] = counts.get(key, 0) + 1
+    return days

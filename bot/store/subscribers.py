@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
@@ -120,6 +120,12 @@ def list_subscribers(session: Session, *, status: SubscriberStatus | None = None
 
 
 _GIVEN = ("name", "filter", "timezone", "send_hour", "backfill", "cadence", *SUBSCRIBER_SETTINGS)
+
+
+def count_by_status(session: Session) -> dict[SubscriberStatus, int]:
+    """How many subscribers have each status now (a status none has is left out)."""
+    rows = session.execute(select(SubscriberRow.status, func.count()).group_by(SubscriberRow.status))
+    return {SubscriberStatus(status): count for status, count in rows}
 
 
 def upsert_subscribers(

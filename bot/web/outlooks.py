@@ -69,7 +69,7 @@ class Outlooks:
             seen = outlook(session, subscriber, self.rules, as_of=now, first=SHOWN)
             day = next_day(session, subscriber, now)
         seen = replace(seen, first=tuple((title, reader_why(why)) for title, why in seen.first))
-        note = outlook_note(seen)
+        note = outlook_note(seen, mailed=mails(subscriber.cadence))
         if subscriber.status is SubscriberStatus.PAUSED:
             return NextDigest("Paused: nothing is sent until you resume. " + note, "", seen.first)
         if not seen.matching and not self.send_empty:

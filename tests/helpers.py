@@ -357,7 +357,8 @@ def rich_digest(*, sections: bool = False) -> tuple[str, str]:
             "summary": "Problem: memory bound. " * 30,
             "summary_type": "text/plain",
             "tags": ("snn", "fpga", "hardware"),
-            "why": "snn: tag",
+            # Close to a library paper: a Top pick when the model likes it too.
+            "why": "snn: tag; close to: 'Spiking Neural Networks on Neuromorphic Hardware: A Survey' from your library",
             "arxiv_id": f"2606.{n:05d}",
             "doi": None,
             "links": (),

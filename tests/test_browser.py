@@ -177,7 +177,7 @@ def test_the_inbox_index_fits_a_phone(tmp_path: Path, width: int) -> None:
         message.add_alternative(f"<p>{LONG_WORD}</p>", subtype="html")
         (tmp_path / f"{n:04d}.eml").write_bytes(message.as_bytes())
     index = write_index(tmp_path)
-    assert "prefers-color-scheme:dark" in index.read_text()  # issue 48, item 12: a dark style too
+    assert "prefers-color-scheme:dark" in index.read_text()  # the index follows a dark scheme too
     index.write_text(index.read_text().replace("</html>", PROBE + "</html>"), encoding="utf-8")
     seen = _laid_out(index, width)
     assert seen["scrollWidth"] == width and seen["wide"] == [], seen
@@ -262,7 +262,7 @@ def test_the_sign_up_and_manage_pages_fit_the_screen(tmp_path: Path, width: int)
         seen = _laid_out(page, width)
         assert seen["width"] == width
         assert seen["scrollWidth"] == width and seen["wide"] == [], (name, seen)
-        assert seen["clipped"] == [], (name, seen["clipped"])  # issue 48, item 10: "in a feed only (n"
+        assert seen["clipped"] == [], (name, seen["clipped"])  # no option cut short ("in a feed only (n")
         shot = tmp_path / f"{name}-{width}.png"
         assert _screenshot(page, width, shot)[0] >= width
 
@@ -278,7 +278,8 @@ def test_the_web_version_with_its_rating_buttons_fits_the_screen(tmp_path: Path,
     )
     links = web_links("https://digest.example.org", "7.AAAAAAAAAAAAAAAAAAAAAAAA")
     content = _worst_cases()[0]
-    scored = tuple(replace(item, taste=n / 10) for n, item in enumerate(content.items))
+    close = "; close to: 'A paper of the reader's library' from your library"
+    scored = tuple(replace(item, taste=n / 10, why=item.why + close) for n, item in enumerate(content.items))
     context = renderer.context(replace(content, items=scored), links)
     context.update(form_token="0" * 32, verdicts={2: "more"})
     page = tmp_path / "web-version.html"

@@ -1,4 +1,4 @@
-"""Every table the CLI prints, at 80 and at 200 columns (issue 48, item 1): no line is
+"""Every table the CLI prints, at 80 and at 200 columns: no line is
 wider than the terminal, the key columns (an address, a date, a status, a key) are shown
 whole, and a column left out is said in one line."""
 

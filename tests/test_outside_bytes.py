@@ -236,7 +236,7 @@ def test_any_bytes_are_read_or_refused_in_one_line(data: bytes, start: bytes) ->
 def test_each_reference_is_stored_on_every_store_with_the_good_item_beside_it(
     factory: sessionmaker[Session], reference: str
 ) -> None:
-    """Item 1 and 2 of issue 47: feedparser raised on these; NUL reached PostgreSQL."""
+    """feedparser raises on some of these character references; a NUL would reach PostgreSQL."""
     now = datetime(2026, 6, 14, tzinfo=UTC)
     for name, data in (
         ("f.rss", rss(f"A {reference} paper", f"x {reference} y", "A", "c", "https://e.org/", raw=True)),

@@ -101,7 +101,7 @@ def test_the_feed_lists_each_paper_sent_once_and_a_feed_program_gets_a_304(
         assert since.status_code == 304
         stale = web.get(f"/f/{ada}.atom", headers={"If-None-Match": '"something-else"'})
         assert stale.status_code == 200
-        # RFC 9110's weak comparison (issue 47, item 13): a proxy may hand on W/"...".
+        # RFC 9110's weak comparison: a proxy may hand on W/"...".
         tag = first.headers["etag"]
         for given in (f"W/{tag}", f'"other", W/{tag}', f'W/"a,b", {tag}'):
             assert web.get(f"/f/{ada}.atom", headers={"If-None-Match": given}).status_code == 304, given

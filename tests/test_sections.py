@@ -192,7 +192,7 @@ def test_a_reader_of_two_interests_gets_sections_each_entry_once(
     assert {t.removesuffix("...")[:30] for t in titles} == {
         t[:30] for t in (RESCOM, SUPRASNN, NONPARAM, LMCACHE, RESET)
     }
-    words = " ".join(day3.split())  # the why lines, in the reader's words (issue 48, item 7)
+    words = " ".join(day3.split())  # the why lines, in the reader's words
     assert "Matches your interest Spiking: " in words, words
     assert "Matches your interest Long context: " in words and "Spiking · " not in words
     assert MINIMAX in _text(sink.received[0].data)

@@ -1,5 +1,5 @@
 """Operations on the whole store (``db restore``, ``db copy``, ``db backup``) against
-every process that may hold it, and backups as untrusted input (issue 47, items 3-8).
+every process that may hold it, and backups as untrusted input.
 
 A backup whose schema is not the one digestbot makes is refused in one line; a
 restore that fails for any reason leaves the store as it was; restore and copy are

@@ -1,4 +1,4 @@
-"""The why line in the reader's words (issue 48, item 7): what the planner pinned, as the
+"""The why line in the reader's words: what the planner pinned, as the
 operator checks it, becomes a sentence in the digest, the web version, the personal
 feed and the manage page; ``preview`` and ``tags test`` keep the rule's detail."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.mail.why import EVERY_PAPER, reader_why
+from bot.mail.why import EVERY_PAPER, library_paper, reader_why
 
 CASES = [
     ("gpu: tag (header; rule: title, summary)", "Matches your filter: its title and summary mention gpu"),
@@ -42,6 +42,14 @@ def test_a_pinned_line_reads_as_a_sentence(pinned: str, said: str) -> None:
 def test_any_pinned_line_reads_as_one_line(pinned: str) -> None:
     said = reader_why(pinned)
     assert isinstance(said, str) and "\n" not in said.replace(pinned, "") and "\x00" not in said.replace(pinned, "")
+
+
+def test_a_top_pick_names_the_library_paper_it_is_close_to() -> None:
+    """Only an entry whose line names a paper of the reader's library may be a Top pick."""
+    assert library_paper("gpu: tag; close to: 'A survey: of it' from your library") == "A survey: of it"
+    assert library_paper("close to: 'Alone' from your library") == "Alone"
+    assert library_paper("matches everything") is None
+    assert library_paper("close to: 'x' from your library; also in B") is None  # not the pinned form
 
 
 def test_a_summary_is_not_continued_in_a_search_for_its_title() -> None:

@@ -24,7 +24,7 @@ from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter, 
 from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest, Update
 from bot.links import primary_url, side_links
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
-from bot.mail.why import reader_why
+from bot.mail.why import library_paper, reader_why
 from bot.plan.cadence import is_weekly
 from bot.taste import CLOSE_TO
 from bot.text import one_line
@@ -171,7 +171,7 @@ def top_picks(content: DigestContent, count: int) -> list[int]:
     if count <= 0 or len(content.items) <= count:
         return []
     threshold = content.subscriber.taste_threshold
-    sure = ((item.taste, ref) for ref, item in enumerate(content.items, start=1) if f"{CLOSE_TO}: '" in item.why)
+    sure = ((item.taste, ref) for ref, item in enumerate(content.items, start=1) if library_paper(item.why))
     liked = [(taste, ref) for taste, ref in sure if taste is not None and taste > threshold]
     return [ref for _, ref in sorted(liked, key=lambda pair: (-pair[0], pair[1]))[:count]]
 

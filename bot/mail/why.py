@@ -21,6 +21,13 @@ _ALSO_IN = re.compile(r"; also in (?P<others>[^;]*)$")
 _REASON = re.compile(r'("(?:[^"\\]|\\.)*"|[^:;"]+): ((?:tag \([^)]*\))|[^;]*)')
 
 
+def library_paper(why: str) -> str | None:
+    """The title of the reader's library paper the pinned line *why* says its entry is
+    close to, or None when it names none."""
+    close = _CLOSE_TO.search(why.strip())
+    return None if close is None else close.group("title")
+
+
 def reader_why(why: str, section: str | None = None) -> str:
     """*why*, the pinned line of an entry (shown under *section*, one of the reader's
     interests, which the line names too), as the reader reads it."""

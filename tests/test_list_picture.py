@@ -168,6 +168,9 @@ def test_stats_html_writes_a_page_and_refuses_what_it_cannot(tmp_path: Path) -> 
     ]:
         assert cli("stats", *args, code=2).stderr == said
     assert "--days" in cli("stats", "--html", "a.html", "--days", "6", code=2).stderr
+    # A folder no one may make a file in, root included (file modes do not stop root).
+    said = cli("stats", "--html", "/proc/list.html", code=1).stderr
+    assert said.startswith("error: /proc/list.html: cannot write: ") and said.count("\n") == 1
     assert not (tmp_path / "a.html").exists() and not list(tmp_path.glob(".*.partial"))
 
 

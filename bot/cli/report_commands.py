@@ -177,7 +177,7 @@ def _write_picture(c: Context, file: Path, days: int) -> None:
         os.replace(partial, file)
     except OSError as exc:
         partial.unlink(missing_ok=True)
-        fail(f"{exc.filename or file}: cannot write: {exc.strerror}")
+        fail(f"{file}: cannot write: {exc.strerror}")
     out.print(f"wrote {file} ({len(data):,} bytes): open it in a browser", markup=False)
 
 

@@ -57,7 +57,7 @@ from bot.plan.sections import Sectioner  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.subscribers import list_subscribers  # noqa: E402
 from bot.taste.ranking import TastePass  # noqa: E402
-from bot.taste.service import give_feedback, import_library, refresh_models  # noqa: E402
+from bot.taste.service import ModelsReport, give_feedback, import_library, refresh_models  # noqa: E402
 from tests.helpers import render_dump  # noqa: E402
 
 START = datetime(2026, 3, 2, 6, tzinfo=UTC)
@@ -143,8 +143,9 @@ def main() -> None:
         likes: dict[tuple[int, str], bool] = {}
         print(f"{args.readers} readers with `*`, {args.per_day} entries a day over {args.topics} topics")
         print(f"{'day':>3} {'p@5 filter':>10} {'p@5 model':>9} {'nDCG@10 filter':>14}", end="")
-        print(f" {'nDCG@10 model':>13} {'train s':>7}")
+        print(f" {'nDCG@10 model':>13} {'train s':>7} {TrainingFigures.HEADER}")
         rows = []
+        training = TrainingFigures()
         for day in range(args.days):
             now = START + timedelta(days=day)
             todays = [corpus.paper(rng.randrange(args.topics)) for _ in range(args.per_day)]
@@ -153,15 +154,16 @@ def main() -> None:
             dump = render_dump([(t, ["A. Author"], date(2026, 3, 2) + timedelta(days=day), a) for t, a, _ in todays])
             ingest_bytes(factory, dump.encode(), name=f"day{day}.txt", now=now, rules=TagRules(()))
             started = time.perf_counter()
-            refresh_models(factory, now)
+            training.add(refresh_models(factory, now))
             trained = time.perf_counter() - started
             rows.append(rank_day(factory, readers, interests, topic_of, likes, now, rng))
             p_f, p_m, n_f, n_m = rows[-1]
-            print(f"{day:>3} {p_f:>10.3f} {p_m:>9.3f} {n_f:>14.3f} {n_m:>13.3f} {trained:>7.1f}")
+            print(f"{day:>3} {p_f:>10.3f} {p_m:>9.3f} {n_f:>14.3f} {n_m:>13.3f} {trained:>7.1f} {training.last}")
         late = rows[5:]
         p_f, p_m = statistics.mean(r[0] for r in late), statistics.mean(r[1] for r in late)
         print(f"days 5-{args.days - 1}: precision@5 filter {p_f:.3f}, model {p_m:.3f} (x{p_m / max(p_f, 1e-9):.1f})")
         print(f"day 0: precision@5 filter {rows[0][0]:.3f}, model {rows[0][1]:.3f}")
+        print(training.summary())
         for threshold, found in LIKED.items():
             late_found = found[len(found) // 4 :]
             precision = statistics.mean(p for p, _ in late_found)
@@ -243,8 +245,12 @@ def two_interests(args: argparse.Namespace, corpus: Corpus, rng: random.Random) 
         print(
             f"{args.readers} readers of two interests ({TWO}), {args.per_day} entries a day over {args.topics} topics"
         )
-        print(f"{'day':>3} {'p@5 one model':>13} {'p@5 per interest':>16} {'interest models':>15} {'train s':>7}")
+        print(
+            f"{'day':>3} {'p@5 one model':>13} {'p@5 per interest':>16} {'interest models':>15} {'train s':>7} "
+            f"{TrainingFigures.HEADER}"
+        )
         rows = []
+        training = TrainingFigures()
         for day in range(args.days):
             now = START + timedelta(days=day)
             todays = [field_paper(corpus, rng.randrange(args.topics), args.topics) for _ in range(args.per_day)]
@@ -253,17 +259,42 @@ def two_interests(args: argparse.Namespace, corpus: Corpus, rng: random.Random) 
             dump = render_dump([(t, ["A. Author"], date(2026, 3, 2) + timedelta(days=day), a) for t, a, _ in todays])
             ingest_bytes(factory, dump.encode(), name=f"day{day}.txt", now=now, rules=TagRules(()))
             started = time.perf_counter()
-            refresh_models(factory, now, rules=TagRules(()))
+            training.add(refresh_models(factory, now, rules=TagRules(())))
             trained = time.perf_counter() - started
             rows.append(rank_sections(factory, readers, wanted, topic_of, likes, now, rng))
             one, each, modelled = rows[-1]
-            print(f"{day:>3} {one:>13.3f} {each:>16.3f} {modelled:>15} {trained:>7.1f}")
+            print(f"{day:>3} {one:>13.3f} {each:>16.3f} {modelled:>15} {trained:>7.1f} {training.last}")
         late = rows[5:] or rows  # a short run: every day
         one, each = statistics.mean(r[0] for r in late), statistics.mean(r[1] for r in late)
         first = 5 if len(rows) > 5 else 0
         print(f"days {first}-{args.days - 1}: precision@5 per section, one model {one:.3f}, per interest {each:.3f}")
         print(f"day 0: one model {rows[0][0]:.3f}, a model per interest {rows[0][1]:.3f}")
+        print(training.summary())
         engine.dispose()
+
+
+class TrainingFigures:
+    """The models a planning pass trained and what training them took (the vocabulary's
+    fit apart), day by day and in all."""
+
+    HEADER = f"{'models':>6} {'ms/model':>8}"
+
+    def __init__(self) -> None:
+        self.models, self.seconds, self.last = 0, 0.0, ""
+
+    def add(self, report: ModelsReport) -> None:
+        self.models += report.models
+        self.seconds += report.training_seconds
+        each = f"{report.training_seconds * 1000 / report.models:>8.1f}" if report.models else f"{'':>8}"
+        self.last = f"{report.models:>6} {each}"
+
+    def summary(self) -> str:
+        if not self.models:
+            return "models trained: none"
+        return (
+            f"models trained: {self.models} in {self.seconds:.1f} s, {self.models / self.seconds:.1f} a second, "
+            f"{self.seconds * 1000 / self.models:.1f} ms a model"
+        )
 
 
 def rank_sections(factory, readers, wanted, topic_of, likes, now, rng) -> tuple[float, float, int]:

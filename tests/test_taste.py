@@ -25,7 +25,7 @@ from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
 from bot.store.taste_tables import TasteModel
 from bot.subscribers.subscriptions import clean_fields, remove, save
-from bot.taste.features import Vocabulary, fit_vocabulary, vectors, words
+from bot.taste.features import RowCache, Vocabulary, fit_vocabulary, vectors, words
 from bot.taste.service import import_library, refresh_models
 from tests.conftest import ROOT
 
@@ -52,6 +52,33 @@ def test_our_vectors_are_scikit_learns(texts: list[str]) -> None:
     vocabulary = Vocabulary(1, tuple(fitted.get_feature_names_out()), fitted.idf_.astype(np.float32))
     ours, theirs = vectors(texts, vocabulary), fitted.transform(texts)
     assert np.allclose(ours.toarray(), theirs.toarray(), atol=1e-6)
+
+
+@given(TEXTS, st.lists(st.integers(min_value=0, max_value=11), max_size=30))
+def test_rows_made_once_and_reused_are_the_rows_made_afresh(texts: list[str], picks: list[int]) -> None:
+    """A training pass reuses each text's row (``RowCache``): the matrices, and so the
+    models, are the same bytes as without it, whatever order and repeats the texts come in."""
+    terms, idf = fit_vocabulary(texts + ["spike gpu nerual", "gpu spike"])
+    vocabulary = Vocabulary(1, tuple(terms), idf.astype(np.float32))
+    cache = RowCache(vocabulary)
+    for chosen in ([texts[i % len(texts)] for i in picks], texts, list(reversed(texts)), []):
+        made, reused = vectors(chosen, vocabulary), vectors(chosen, vocabulary, cache)
+        assert made.shape == reused.shape
+        for field in ("indptr", "indices", "data"):
+            assert np.array_equal(getattr(made, field), getattr(reused, field))
+            assert getattr(made, field).dtype == getattr(reused, field).dtype
+    with pytest.raises(ValueError, match="another vocabulary"):
+        vectors(texts, Vocabulary(2, tuple(terms), idf.astype(np.float32)), cache)
+
+
+def test_a_full_row_cache_starts_afresh_and_stays_right() -> None:
+    terms, idf = fit_vocabulary(["spike gpu", "gpu fpga", "fpga spike"])
+    vocabulary = Vocabulary(1, tuple(terms), idf.astype(np.float32))
+    cache = RowCache(vocabulary)
+    cache.LIMIT = 2
+    texts = ["spike gpu", "gpu fpga", "fpga spike", "spike gpu"]
+    assert np.array_equal(vectors(texts, vocabulary, cache).toarray(), vectors(texts, vocabulary).toarray())
+    assert len(cache.rows) <= 2
 
 
 def test_fit_vocabulary_keeps_words_and_pairs_without_stop_words() -> None:
@@ -162,6 +189,33 @@ def test_models_are_trained_only_when_their_signals_change(
     remove(factory, "reader@example.org", purge=True, now=DAY1)
     with factory() as session:
         assert session.scalar(select(func.count()).select_from(TasteModel)) == 0
+
+
+def test_models_trained_together_are_the_models_trained_alone(
+    factory: sessionmaker[Session], settings: Settings, seed_files: list[Path]
+) -> None:
+    """A pass that trains many readers shares the entries' texts and rows between them:
+    each model is the same, byte for byte, as when its reader is trained alone."""
+    readers = [_subscribe(factory, settings, f"r{n}@example.org") for n in range(3)]
+    for path in seed_files:
+        ingest_file(factory, path, now=DAY1, rules=RULES)
+    for n, reader in enumerate(readers):
+        import_library(factory, reader, SNN_LIBRARY.encode() + f"\n2401.0000{n}\n".encode(), DAY1)
+
+    def models() -> dict[int, tuple[bytes, bytes, float]]:
+        with factory() as session:
+            return {m.subscriber_id: (m.indices, m.weights, m.intercept) for m in session.scalars(select(TasteModel))}
+
+    assert refresh_models(factory, DAY1).models == 3
+    together = models()
+    alone = {}
+    for reader in readers:
+        with factory() as session:
+            session.execute(TasteModel.__table__.delete())
+            session.commit()
+        assert refresh_models(factory, DAY1, only=[reader]).models == 1
+        alone[reader] = models()[reader]
+    assert together == alone
 
 
 def test_one_paper_is_not_a_model(factory: sessionmaker[Session], settings: Settings, seed_files: list[Path]) -> None:

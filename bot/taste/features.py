@@ -9,11 +9,13 @@ to the same numbers.  Pure: never reads the store.
 from __future__ import annotations
 
 import math
+import operator
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -55,9 +57,11 @@ class Vocabulary:
     terms: tuple[str, ...]
     idf: np.ndarray  # float32, one per term
     index: dict[str, int] = field(init=False, repr=False, compare=False)
+    idf_values: list[float] = field(init=False, repr=False, compare=False)  # the idf as Python floats, for rows
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "index", {term: i for i, term in enumerate(self.terms)})
+        object.__setattr__(self, "idf_values", self.idf.tolist())
 
 
 def vocabulary_of(stored: StoredVocabulary) -> Vocabulary:
@@ -79,22 +83,49 @@ def fit_vocabulary(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
     return [str(t) for t in fitted.get_feature_names_out()], fitted.idf_.astype(np.float32)
 
 
-def vectors(texts: Sequence[str], vocabulary: Vocabulary) -> csr_matrix:
-    """One unit-length TF-IDF row per text, as ``TfidfVectorizer.transform`` makes it."""
-    indptr = [0]
-    indices: list[int] = []
-    data: list[float] = []
-    index, idf = vocabulary.index, vocabulary.idf
-    for text in texts:
-        counts = Counter(j for w in words(text) if (j := index.get(w)) is not None)
-        row = sorted(counts.items())
-        weights = [(1.0 + math.log(n)) * float(idf[j]) for j, n in row]
-        norm = math.sqrt(sum(w * w for w in weights)) or 1.0
-        indices.extend(j for j, _ in row)
-        data.extend(w / norm for w in weights)
-        indptr.append(len(indices))
-    shape = (len(texts), len(vocabulary.terms))
-    return csr_matrix(
-        (np.asarray(data, dtype=np.float32), np.asarray(indices, dtype=np.int32), np.asarray(indptr, dtype=np.int64)),
-        shape=shape,
-    )
+Row = tuple[np.ndarray, np.ndarray]  # one text's term indices (int32) and unit-length weights (float32)
+
+
+def _row(text: str, index: dict[str, int], idf: list[float]) -> Row:
+    counts: Counter[int | None] = Counter(map(index.get, words(text)))  # in C; words not in the vocabulary: None
+    counts.pop(None, None)
+    row = cast(list[tuple[int, int]], sorted(counts.items()))
+    weights = [(1.0 + math.log(n)) * idf[j] for j, n in row]
+    norm = math.sqrt(sum(map(operator.mul, weights, weights))) or 1.0
+    terms = [j for j, _ in row]
+    return np.array(terms, np.int32), np.array([w / norm for w in weights], np.float32)
+
+
+class RowCache:
+    """Rows already made with one vocabulary, by text: a training pass makes the vectors of
+    the same store entries reader after reader (their samples overlap) and for each model of
+    a reader, and making a row (the words, their counts) is most of what training cost.
+    Holds at most ``LIMIT`` rows, then starts afresh."""
+
+    LIMIT = 20_000
+
+    def __init__(self, vocabulary: Vocabulary) -> None:
+        self.vocabulary = vocabulary
+        self.rows: dict[str, Row] = {}
+
+    def row(self, text: str) -> Row:
+        found = self.rows.get(text)
+        if found is None:
+            if len(self.rows) >= self.LIMIT:
+                self.rows.clear()
+            found = self.rows[text] = _row(text, self.vocabulary.index, self.vocabulary.idf_values)
+        return found
+
+
+def vectors(texts: Sequence[str], vocabulary: Vocabulary, cache: RowCache | None = None) -> csr_matrix:
+    """One unit-length TF-IDF row per text, as ``TfidfVectorizer.transform`` makes it
+    (*cache*: rows made before with this vocabulary, kept and reused)."""
+    if cache is not None and cache.vocabulary is not vocabulary:
+        raise ValueError("the row cache was made with another vocabulary")
+    index, idf = vocabulary.index, vocabulary.idf_values
+    rows = [cache.row(text) if cache is not None else _row(text, index, idf) for text in texts]
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(indices) for indices, _ in rows], out=indptr[1:])
+    indices = np.concatenate([i for i, _ in rows]) if rows else np.zeros(0, np.int32)
+    data = np.concatenate([d for _, d in rows]) if rows else np.zeros(0, np.float32)
+    return csr_matrix((data, indices, indptr), shape=(len(texts), len(vocabulary.terms)))

@@ -19,7 +19,7 @@ import numpy as np
 from scipy.sparse import csr_matrix, vstack
 
 from bot.domain import StoredModel
-from bot.taste.features import Vocabulary, vectors
+from bot.taste.features import RowCache, Vocabulary, vectors
 
 MAX_WEIGHTS = 2000
 NEAR_TERMS = 40  # of each library paper, kept to name the nearest one
@@ -54,14 +54,15 @@ def train(
     positives: Sequence[tuple[str, str]],
     negatives: Sequence[str],
     sample: Sequence[str],
+    rows: RowCache | None = None,
 ) -> Model:
     """A model from the reader's papers (title, text), the texts they marked less, and a
-    sample of the store."""
+    sample of the store (*rows*: the vectors made before in this pass, reused)."""
     from sklearn.svm import LinearSVC
 
-    good = vectors([text for _, text in positives], vocabulary)
-    bad = vectors(list(negatives), vocabulary)
-    pool = drawn = vectors(list(sample), vocabulary)
+    good = vectors([text for _, text in positives], vocabulary, rows)
+    bad = vectors(list(negatives), vocabulary, rows)
+    pool = drawn = vectors(list(sample), vocabulary, rows)
     if pool.shape[0] and good.shape[0]:
         closeness = (pool @ good.T).max(axis=1).toarray().ravel()
         nearest_tenth = np.sort(closeness)[-max(1, pool.shape[0] // 10)]
@@ -74,7 +75,9 @@ def train(
         intercept = 0.0
     else:
         said = np.r_[np.ones(good.shape[0]), np.full(bad.shape[0], SAID_LESS), np.ones(pool.shape[0])]
-        svm = LinearSVC(class_weight="balanced", C=0.1, max_iter=10_000, tol=1e-6)
+        # liblinear shuffles the examples with a seed; without one it draws it from numpy's
+        # global generator, and a model depended on how many were trained before it.
+        svm = LinearSVC(class_weight="balanced", C=0.1, max_iter=10_000, tol=1e-6, random_state=0)
         svm.fit(features, labels, sample_weight=said)
         weights, intercept = svm.coef_.ravel(), float(svm.intercept_[0])
     kept = np.argsort(-np.abs(weights))[:MAX_WEIGHTS]

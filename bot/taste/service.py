@@ -158,9 +158,11 @@ def set_taste_threshold(factory: sessionmaker[Session], subscriber_id: int, valu
 @dataclass
 class ModelsReport:
     vocabulary_fitted: bool = False
-    trained: int = 0
+    trained: int = 0  # readers whose models were trained
+    models: int = 0  # the models trained (a reader of several interests has several)
     removed: int = 0
     seconds: float = 0.0
+    training_seconds: float = 0.0  # of which training the models (the vocabulary's fit apart)
     extra_missing: bool = False  # someone has enough to learn from, but the taste extra is not installed
 
 
@@ -201,8 +203,16 @@ def refresh_models(
     stale = [sid for sid, sig in wanted.items() if trained.get(sid) != sig]
     if stale:
         judge = rules or TagRules(())
-        report.trained = _train(factory, stale, wanted, now, lambda sid: (interests[sid], judge))
-        log.info("trained %s in %.1f s", plural(report.trained, "taste model"), time.perf_counter() - started)
+        training = time.perf_counter()
+        report.models = _train(factory, stale, wanted, now, lambda sid: (interests[sid], judge))
+        report.trained = len(stale)
+        report.training_seconds = time.perf_counter() - training
+        log.info(
+            "trained %s of %s in %.1f s",
+            plural(report.models, "taste model"),
+            plural(report.trained, "reader"),
+            time.perf_counter() - started,
+        )
     report.seconds = time.perf_counter() - started
     return report
 
@@ -281,7 +291,7 @@ def _train(
     now: datetime,
     interests_of: Callable[[int], tuple[tuple[Section, ...], TagRules]],
 ) -> int:
-    from bot.taste.features import vocabulary_of
+    from bot.taste.features import RowCache, vocabulary_of
     from bot.taste.model import stored, train
 
     with factory() as session:
@@ -290,27 +300,52 @@ def _train(
     if found is None:
         return 0
     vocabulary = vocabulary_of(found)
+    rows = RowCache(vocabulary)  # the samples of readers overlap, and a reader's models share theirs
+    texts = EntryTexts()
+    models_trained = 0
     for subscriber_id in stale:
         with factory() as session:
-            examples = _examples(session, subscriber_id, ids)
+            examples = _examples(session, subscriber_id, ids, texts)
         sets = {"": examples, **by_interest(*interests_of(subscriber_id), examples)}
         models = {
             name: stored(
-                train(vocabulary, [(e.title, e.text) for e in s.positives], [e.text for e in s.negatives], s.sample)
+                train(
+                    vocabulary, [(e.title, e.text) for e in s.positives], [e.text for e in s.negatives], s.sample, rows
+                )
             )
             for name, s in sets.items()
         }
+        models_trained += len(models)
         try:
             with transaction(factory) as session:
                 save_models(session, subscriber_id, models, wanted[subscriber_id], now)
         except IntegrityError:  # another process (the scheduler, `library add`) saved them meanwhile
             log.info("models of subscriber %d saved by another process", subscriber_id)
-    return len(stale)
+    return models_trained
 
 
-def _examples(session: Session, subscriber_id: int, ids: list[int]) -> Examples:
+class EntryTexts:
+    """Entries' texts as the models see them, read once in a training pass: the samples of
+    readers overlap.  Holds at most ``LIMIT``, then starts afresh."""
+
+    LIMIT = 20_000
+
+    def __init__(self) -> None:
+        self.known: dict[int, str] = {}
+
+    def of(self, session: Session, ids: list[int]) -> dict[int, str]:
+        missing = [i for i in ids if i not in self.known]
+        if len(self.known) + len(missing) > self.LIMIT:
+            self.known.clear()
+            missing = ids
+        self.known.update(texts_of(session, missing))
+        return {i: self.known[i] for i in ids if i in self.known}
+
+
+def _examples(session: Session, subscriber_id: int, ids: list[int], known: EntryTexts | None = None) -> Examples:
     """What the subscriber's models learn from: their positives from the library and
-    "more like this", "less like this", and a sample of the store drawn without those."""
+    "more like this", "less like this", and a sample of the store drawn without those
+    (*known*: the texts read before in this pass)."""
     import random
 
     papers = library_rows(session, subscriber_id)
@@ -319,7 +354,7 @@ def _examples(session: Session, subscriber_id: int, ids: list[int]) -> Examples:
     mine = in_library | {i for i, _ in more} | {i for i, _ in less}
     drawn = random.Random(subscriber_id).sample(ids, min(len(ids), SAMPLE + len(mine)))
     pool = [i for i in drawn if i not in mine][:SAMPLE]
-    texts = texts_of(session, [*pool, *in_library])
+    texts = (known or EntryTexts()).of(session, [*pool, *in_library])
     titled = titled_texts_of(session, [i for i, _ in more if i not in in_library] + [i for i, _ in less])
     positives = [
         Example(*_positive(title, abstract, texts.get(entry_id or 0))) for _, title, abstract, entry_id in papers

@@ -106,6 +106,9 @@ def test_explain_agrees_with_matches(expr, d: Doc) -> None:
     result = explain(expr, d)
     assert result.matched == matches(expr, d)
     assert result.score >= 0 and (result.matched or result.score == 0)
+    # The planner passes the answer of ``matches`` it already has: the same explanation.
+    assert explain(expr, d, matched=result.matched) == result
+    assert explain(expr, d, {"gpu": ("title",)}, matched=result.matched) == explain(expr, d, {"gpu": ("title",)})
 
 
 # --- evaluation -----------------------------------------------------------------

@@ -106,6 +106,8 @@ def _atom_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]]) ->
     return []
 
 
+# A pass weighs hundreds of filters on each entry, and most name the same few tags.
+@lru_cache(maxsize=65_536)
 def _tag_hit(name: str, origins: frozenset[str], fields: tuple[str, ...]) -> Hit:
     """A tag found on the entry, saying where each of its origins put it."""
     parts = sorted(o for o in origins if o != "rule")
@@ -114,12 +116,16 @@ def _tag_hit(name: str, origins: frozenset[str], fields: tuple[str, ...]) -> Hit
     return Hit(name, "tag (" + "; ".join(parts) + ")", "title" in fields)
 
 
-def explain(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]] | None = None) -> Explanation:
+def explain(
+    expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]] | None = None, *, matched: bool | None = None
+) -> Explanation:
     """Whether *doc* matches, which atoms were found where, and its relevance score.
 
-    *rule_fields* says, per rule tag, in which fields its rule matched."""
+    *rule_fields* says, per rule tag, in which fields its rule matched; *matched*, when
+    the caller has just asked ``matches``, its answer (not worked out again)."""
     rule_fields = rule_fields or {}
-    matched = matches(expr, doc)
+    if matched is None:
+        matched = matches(expr, doc)
     hits: dict[tuple[str, str], Hit] = {}
     for hit in _positive_hits(expr, doc, rule_fields):
         hits.setdefault((hit.atom, hit.where if hit.atom == AUTHOR_HIT else ""), hit)

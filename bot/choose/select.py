@@ -249,7 +249,7 @@ class SelectionCache:
             if liked:
                 doc = replace(doc, liked=True)
             if matches(expr, doc):
-                explanation = explain(expr, doc, rule_fields)
+                explanation = explain(expr, doc, rule_fields, matched=True)
                 verdicts[entry.id] = self.explanations.setdefault(explanation, explanation)
             else:
                 verdicts[entry.id] = None

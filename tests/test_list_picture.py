@@ -33,6 +33,7 @@ from bot.reports.charts import (
 )
 from bot.reports.list_picture import OTHER_SOURCES, gather, page, source_label, source_series, window
 from bot.store.engine import make_engine, sessions
+from bot.text import one_line
 from tests.browser import audit, axe_missing, browser_missing, chromium, vnu_errors, vnu_missing
 from tests.helpers import Cli
 from tests.list_history import FEEDS, STATUSES, fill_history
@@ -103,7 +104,19 @@ def test_day_labels_stand_apart_and_name_the_days_they_stand_at(length: int, las
         assert text == f"{days[i].day} {days[i]:%b}"
 
 
-sources = st.tuples(st.sampled_from(["file", "url", ""]), st.text(max_size=30))
+def test_a_source_is_named_on_one_line_whatever_its_stored_path() -> None:
+    assert source_label("url", "https://export.arxiv.org/rss/cs.AR/") == "export.arxiv.org/rss/cs.AR"
+    assert source_label("url", "http://[::1/feed") == "http://[::1/feed"  # urllib cannot split it
+    assert source_label("url", "http://a.example/x\n\x00y") == "a.example/x y"
+    assert source_label("url", "\n\t") == "source gone"
+    assert source_label("file", "/dumps/../x\n.txt") == "dump folder"
+    assert len(source_label("url", "https://h.example/" + "p" * 100)) == 40
+
+
+sources = st.tuples(
+    st.sampled_from(["file", "url", ""]),
+    st.one_of(st.text(max_size=30), st.builds(lambda t: f"http://[{t}", st.text(max_size=10))),
+)
 
 
 @given(
@@ -120,6 +133,7 @@ def test_the_sources_chart_keeps_every_entry_in_six_lines_at_most(
     assert len(lines) <= SERIES_CLASSES
     assert sum(sum(s.values) for s in lines) == sum(sum(c.values()) for c in by_day.values())
     labels = {source_label(o, p) for c in by_day.values() for o, p in c}
+    assert all(one_line(label) == label for label in labels)  # one line, no control characters
     assert (OTHER_SOURCES in {s.name for s in lines}) == (len(labels) > SERIES_CLASSES)
 
 

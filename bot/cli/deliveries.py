@@ -31,6 +31,8 @@ def deliver_with_progress(c: Context, factory: Any) -> Any:
 
 # How long a command waits for a running worker to settle the digests it queued.
 SETTLE_SECONDS = 120.0
+# Up to this many queued digests are told one by one; more, as counts by state.
+TOLD_ONE_BY_ONE = 10
 
 
 def deliver_and_tell(c: Context, factory: Any, queued: list[int]) -> bool:
@@ -65,6 +67,3 @@ def deliver_and_tell(c: Context, factory: Any, queued: list[int]) -> bool:
         counts = Counter(row.state.value for row in rows)
         out.print("now: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())), markup=False)
     return failed or any(row.state is DigestState.FAILED for row in rows)
-
-
-TOLD_ONE_BY_ONE = 10

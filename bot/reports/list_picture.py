@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from bot.domain import ReturnKind, SubscriberStatus
 from bot.reports.charts import SERIES_CLASSES, Series, bar_chart, line_chart
 from bot.shipped import TEMPLATES, shipped
+from bot.text import one_line
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -73,8 +74,12 @@ def source_label(origin: str, path: str) -> str:
         return DUMP_FOLDER
     if not path:
         return UNKNOWN_SOURCE
-    parts = urlsplit(path)
-    label = f"{parts.hostname or ''}{parts.path}".rstrip("/") or path
+    try:
+        parts = urlsplit(path)
+        label = f"{parts.hostname or ''}{parts.path}".rstrip("/") or path
+    except ValueError:  # a stored URL urllib cannot split ("http://[::1"): shown as it is
+        label = path
+    label = one_line(label) or UNKNOWN_SOURCE
     return label if len(label) <= SOURCE_LABEL else label[: SOURCE_LABEL - 1] + "…"
 
 

@@ -34,9 +34,9 @@ from bot.store.digests import list_digests
 FEED_DAYS = 30
 FEED_ENTRIES = 200
 ATOM = "http://www.w3.org/2005/Atom"
-# What XML 1.0 cannot carry at all, even escaped (a dump may hold any of it).
 # What a feed entry's <summary> holds of the abstract: a feed program's preview of it.
 FEED_SUMMARY_CHARACTERS = 600
+# What XML 1.0 cannot carry at all, even escaped (a dump may hold any of it).
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -169,7 +169,6 @@ class PersonalFeeds:
                 ET.SubElement(entry, "summary", type="text").text = summary_of(item, FEED_SUMMARY_CHARACTERS).text
                 why = escape(reader_why(item.why, item.section))
                 ET.SubElement(entry, "content", type="html").text = f'{summary.html}<p class="why"><em>{why}</em></p>'
-
         for element in feed.iter():
             if element.text:
                 element.text = NOT_XML.sub("", element.text)

@@ -45,6 +45,11 @@ CHECKS = (
         r"ratio history/none: ([\d.]+)",
     ),
     Check(
+        "planning at the steady state / none, 5,000 subscribers",
+        ("bench/plan.py", "--subscribers", "5000", "--left-overs", "--warm", "--repeat", "3"),
+        r"ratio steady/none: ([\d.]+)",
+    ),
+    Check(
         "planning with left-overs, last days / days 26-30, 70 days",
         ("bench/years.py", "--subscribers", "300", "--entries", "100", "--days", "70", "--keep-days", "60"),
         r"last / days 26-30 ([\d.]+)",

@@ -1,7 +1,7 @@
 """Planning benchmark: does planning a day's digests grow with the history of what was sent?
 
 Usage: python bench/plan.py [--subscribers 100000] [--entries 300] [--days 30] [--repeat 3]
-                            [--left-overs] [--models PERCENT]
+                            [--left-overs] [--warm] [--database-url URL] [--models PERCENT]
 
 Two stores with the same --subscribers subscribers (filters drawn as in
 bench/send.py, all subscribed --days + 1 days ago) and the same --entries new
@@ -17,8 +17,14 @@ machine's noise between runs).
 subscribers were sent the best `digest.max_entries` of what matched since they were
 last sent everything (as `bot.choose.select` ranks and picks them), and the rest was
 left for later, for at most `digest.max_age_days`; the watermarks are what the planner
-leaves after such a day.  Prints the ratio steady/none (target <= 1.5) and the planning
+leaves after such a day, and each filter's standing ranking as that day's pass left it
+(``bot.plan.standing``).  Prints the ratio steady/none (target <= 1.5) and the planning
 time a subscriber (target <= 0.3 ms).
+
+Each timed pass is a new process's first (cold) unless --warm: then it keeps the caches
+of a pass three hours earlier on another copy of the store, as the daemon keeps its
+own.  --database-url postgresql+psycopg://... makes the stores as databases beside that
+one (dropped at the end) and copies them as templates; the default is SQLite files.
 
 --models PERCENT instead builds the store with history once, gives PERCENT of the
 subscribers a library of five stored papers, and prints: the time to train their
@@ -30,6 +36,7 @@ without and with the models (target: time <= 1.5 x, peak RSS <= 200 MB).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import shutil
 import sqlite3
@@ -46,22 +53,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import select  # noqa: E402
 
+from bench.places import Place  # noqa: E402
 from bench.send import DAY, RULES, add_subscribers, zipf_choices  # noqa: E402
 from bot.choose.select import Candidate, SelectionCache, pick, rank  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from bot.ingest.service import ingest_bytes  # noqa: E402
 from bot.plan import plan, planned_key  # noqa: E402
+from bot.plan.standing import Standings  # noqa: E402
 from bot.plan.windows import watermark  # noqa: E402
 from bot.store.bulk import allocate_ids, bulk_insert
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
 from bot.store.entry_reads import entries_first_seen_between  # noqa: E402
 from bot.store.schema import BodyItem, Digest  # noqa: E402
 from bot.store.subscribers import list_subscribers, set_watermarks  # noqa: E402
+from bot.unsubscribes import close_journal  # noqa: E402
 from tests.helpers import dump_text, filter_expressions  # noqa: E402
 
 
-def store(folder: Path, name: str, filters: list[str], days: int):
-    engine = make_engine(f"sqlite:///{folder / name}")
+def store(place: Place, name: str, filters: list[str], days: int):
+    engine = make_engine(place.create(name))
     upgrade(engine)
     factory = sessions(engine)
     add_subscribers(factory, filters, created=DAY - timedelta(days=days + 1))
@@ -95,6 +105,7 @@ def write_history(factory, filters: list[str], days: int, entries: int, settings
     with factory() as session:
         keys = {s.filter: planned_key(s, RULES) for s in list_subscribers(session)}
     rows = 0
+    kept = settings or Settings()
     carried: dict[str, list[Candidate]] = {}
     cache = SelectionCache()
     for back in range(days, 0, -1):
@@ -108,6 +119,11 @@ def write_history(factory, filters: list[str], days: int, entries: int, settings
         )
         with factory() as session:
             todays = entries_first_seen_between(session, day - timedelta(hours=3), day)
+            # What the day's real planning pass left in the store besides digests: each
+            # filter's standing ranking, brought up to the day (``bot.plan.standing``).
+            standings = Standings(cache, RULES, day, kept.digest.max_age_days, kept.digest.max_entries)
+            standings.prepare(session, list(by_filter))
+        standings.save(factory)
         sent = {f: sent_of_day(f, todays, cache, carried, day, settings) for f in by_filter}
         matched = {f: chosen for f, (chosen, _, _) in sent.items()}
         with transaction(factory) as session:
@@ -169,27 +185,35 @@ def write_history(factory, filters: list[str], days: int, entries: int, settings
     return rows
 
 
-def timed_plans(engine, factory, settings: Settings, entries: int, repeat: int) -> tuple[float, int]:
+def timed_plans(
+    place: Place, name: str, engine, factory, settings: Settings, entries: int, repeat: int, warm: bool = False
+) -> tuple[float, int]:
     """Today's dump ingested, then the median time of *repeat* planning passes, each on
-    a copy of the store as it is now; and the digests one pass queues."""
+    a copy of the store as it is now; and the digests one pass queues.  *warm*: each
+    timed pass keeps the caches of a pass three hours earlier (on another copy), as the
+    daemon keeps its own from pass to pass; else each is a new process's first."""
     ingest_bytes(factory, dump_text(entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2), rules=RULES)
     engine.dispose()
-    original = Path(engine.url.database)
-    with closing(sqlite3.connect(original)) as connection:  # the whole store in the one file copied
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     times, counts = [], set()
     for n in range(repeat):
-        copy = original.with_name(f"{original.stem}-pass{n}.sqlite3")
-        shutil.copyfile(original, copy)
-        os.sync()  # the copy's writeback is not left to compete with the pass
-        pass_engine = make_engine(f"sqlite:///{copy}")
+        cache = SelectionCache()
+        if warm:
+            earlier_url = place.copy(name, f"{name}_warm")
+            earlier = make_engine(earlier_url)
+            plan(sessions(earlier), settings, RULES, now=DAY - timedelta(hours=3), all_due=True, cache=cache)
+            close_journal(earlier_url)
+            earlier.dispose()
+            place.drop(f"{name}_warm")
+        pass_url = place.copy(name, f"{name}_pass{n}")
+        pass_engine = make_engine(pass_url)
+        gc.collect()  # what building the stores left is not collected during a timed pass
         started = time.perf_counter()
-        report = plan(sessions(pass_engine), settings, RULES, now=DAY, all_due=True)
+        report = plan(sessions(pass_engine), settings, RULES, now=DAY, all_due=True, cache=cache)
         times.append(time.perf_counter() - started)
         counts.add(len(report.planned))
+        close_journal(pass_url)
         pass_engine.dispose()
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{copy}{suffix}").unlink(missing_ok=True)
+        place.drop(f"{name}_pass{n}")
     assert len(counts) == 1, counts
     print(f"    passes: {', '.join(f'{t:.2f} s' for t in times)}", file=sys.stderr)
     return statistics.median(times), counts.pop()
@@ -274,7 +298,7 @@ def models_mode(args: argparse.Namespace, filters: list[str], folder: Path, sett
     from bot.store.taste_tables import TasteModel
     from bot.taste.service import refresh_models
 
-    engine, factory = store(folder, "models.sqlite3", filters, args.days)
+    engine, factory = store(Place(folder), "models", filters, args.days)
     write_history(factory, filters, args.days, args.entries)
     ingest_bytes(
         factory, dump_text(args.entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2), rules=RULES
@@ -323,6 +347,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="planning passes per store (the median is printed)")
     parser.add_argument("--models", type=float, default=0, help="percent of subscribers with a model (see above)")
     parser.add_argument("--left-overs", action="store_true", help="history at the steady state (see above)")
+    parser.add_argument("--warm", action="store_true", help="each timed pass keeps an earlier pass's caches")
+    parser.add_argument("--database-url", default="", help="a PostgreSQL database to make the stores beside")
     args = parser.parse_args()
     filters = list(zipf_choices(filter_expressions(), args.subscribers))
     with tempfile.TemporaryDirectory(prefix="digestbot-plan-") as tmp:
@@ -331,24 +357,35 @@ def main() -> None:
         if args.models:
             models_mode(args, filters, folder, settings)
             return
-        fresh_engine, fresh = store(folder, "fresh.sqlite3", filters, args.days)
-        fresh_s, fresh_n = timed_plans(fresh_engine, fresh, settings, args.entries, args.repeat)
-        print(f"{args.subscribers:,} subscribers, no history:      plan {fresh_s:7.2f} s ({fresh_n:,} digests)")
-        old_engine, old = store(folder, "history.sqlite3", filters, args.days)
-        rows = write_history(old, filters, args.days, args.entries, settings if args.left_overs else None)
-        old_s, old_n = timed_plans(old_engine, old, settings, args.entries, args.repeat)
-        kind = "at the steady state" if args.left_overs else "of history"
+        place = Place(folder, args.database_url)
+        try:
+            steady_state(args, filters, place, settings)
+        finally:
+            place.close()
+
+
+def steady_state(args: argparse.Namespace, filters: list[str], place: Place, settings: Settings) -> None:
+    """Plan today in a store without history and in one with *args.days* of it; print both and the ratio."""
+    fresh_engine, fresh = store(place, "fresh", filters, args.days)
+    fresh_s, fresh_n = timed_plans(place, "fresh", fresh_engine, fresh, settings, args.entries, args.repeat, args.warm)
+    print(f"{args.subscribers:,} subscribers, no history:      plan {fresh_s:7.2f} s ({fresh_n:,} digests)")
+    old_engine, old = store(place, "history", filters, args.days)
+    rows = write_history(old, filters, args.days, args.entries, settings if args.left_overs else None)
+    old_s, old_n = timed_plans(place, "history", old_engine, old, settings, args.entries, args.repeat, args.warm)
+    kind = "at the steady state" if args.left_overs else "of history"
+    print(
+        f"{args.subscribers:,} subscribers, {args.days} days {kind}: plan {old_s:7.2f} s ({old_n:,} digests; "
+        f"{rows:,} entries carried)"
+    )
+    passes = "passes keep the caches of one three hours earlier" if args.warm else "each pass a new process's first"
+    store_kind = "PostgreSQL" if place.postgres else "SQLite"
+    if args.left_overs:
         print(
-            f"{args.subscribers:,} subscribers, {args.days} days {kind}: plan {old_s:7.2f} s ({old_n:,} digests; "
-            f"{rows:,} entries carried)"
+            f"ratio steady/none: {old_s / fresh_s:.2f}  target <= 1.5; "
+            f"{1000 * old_s / args.subscribers:.3f} ms a subscriber, target <= 0.3 ({store_kind}; {passes})"
         )
-        if args.left_overs:
-            print(
-                f"ratio steady/none: {old_s / fresh_s:.2f}  target <= 1.5; "
-                f"{1000 * old_s / args.subscribers:.3f} ms a subscriber, target <= 0.3"
-            )
-        else:
-            print(f"ratio history/none: {old_s / fresh_s:.2f}  target <= 1.3")
+    else:
+        print(f"ratio history/none: {old_s / fresh_s:.2f}  target <= 1.3 ({store_kind}; {passes})")
 
 
 if __name__ == "__main__":

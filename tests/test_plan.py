@@ -203,8 +203,13 @@ def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
     """After this planner read what its readers had and before it writes, another one
     (a manual digest) gives a reader one of the day's entries: nothing in the schema refuses a
     second claim, so the write checks before it commits; that reader is left alone for
-    this pass, the others are written, and no entry is claimed twice for anyone."""
+    this pass, the others are written, and no entry is claimed twice for anyone.  (On
+    SQLite the batch writes in the transaction that read, and no rival gets in between:
+    ``test_on_sqlite_a_rival_waits_for_the_batch_and_then_refuses``.)"""
     from sqlalchemy import func
+
+    if factory.kw["bind"].dialect.name == "sqlite":
+        monkeypatch.setattr("bot.plan.planner.write_held", lambda *args, **kwargs: None)
 
     import bot.plan.planner as planner
     from bot.domain import DigestKind
@@ -216,7 +221,7 @@ def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
     with factory() as session:
         taken = session.scalar(select(SubscriberRow.id).where(SubscriberRow.email == "r2@example.org"))
         entry = session.scalar(select(func.min(Entry.id)))
-    write = planner._write
+    write = planner.write_batch
 
     def another_planner_writes_first(*args: Any, **kwargs: Any) -> Any:
         other = NewDigest(
@@ -226,7 +231,7 @@ def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
             insert_digests(session, [other], now=START, message_id=lambda n, d: "<other@planner>")
         return write(*args, **kwargs)
 
-    monkeypatch.setattr(planner, "_write", another_planner_writes_first)
+    monkeypatch.setattr(planner, "write_batch", another_planner_writes_first)
     report = plan(factory, cfg, RULES, now=START, all_due=True)
     assert len(report.planned) == 4
     claimed = claims()
@@ -237,6 +242,65 @@ def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
     assert owners == ["<other@planner>"]
 
 
+def test_on_sqlite_a_rival_waits_for_the_batch_and_then_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manual digest written while a batch is being planned waits for the batch's one
+    transaction (it read what the readers had and writes their digests), then finds the
+    entry taken and refuses: no reader is given an entry twice."""
+    import threading
+
+    from sqlalchemy import func
+
+    import bot.plan.planner as planner
+    from bot.domain import DigestKind
+    from bot.store.ledger import EntriesTaken, NewDigest, Planned, insert_digests
+    from bot.store.sent import refuse_double_claims
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
+    upgrade(engine)
+    factory = sessions(engine)
+    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(5)], START - timedelta(days=1))
+    ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
+    with factory() as session:
+        taken = session.scalar(select(SubscriberRow.id).where(SubscriberRow.email == "r2@example.org"))
+        entry = session.scalar(select(func.min(Entry.id)))
+    outcome: list[BaseException | None] = []
+
+    def rival() -> None:
+        other = NewDigest(
+            taken, START.date(), DigestKind.MANUAL, DigestState.QUEUED, [Planned(entry, None, "", (), "u")], 0
+        )
+        try:
+            with transaction(factory) as session:
+                ids = insert_digests(session, [other], now=START, message_id=lambda n, d: "<other@planner>")
+                refuse_double_claims(session, [(ids[0], taken, [entry])], ids[0])
+            outcome.append(None)
+        except EntriesTaken as refused:
+            outcome.append(refused)
+
+    choose = planner._choose
+    thread = threading.Thread(target=rival)
+
+    def choose_while_a_rival_tries(*args: Any) -> Any:
+        batch = choose(*args)
+        thread.start()
+        thread.join(timeout=1.0)
+        assert thread.is_alive(), "the rival wrote while the batch held what it had read"
+        return batch
+
+    monkeypatch.setattr(planner, "_choose", choose_while_a_rival_tries)
+    report = plan(factory, cfg, RULES, now=START, all_due=True)
+    thread.join(timeout=10)
+    assert len(report.planned) == 5 and isinstance(outcome[0], EntriesTaken)
+    claimed = claims()
+    with factory() as session:
+        pairs = session.execute(select(claimed.c.subscriber_id, claimed.c.entry_id)).all()
+    assert len(pairs) == len(set(pairs)) == 5 * 5
+    engine.dispose()
+
+
 def test_two_planners_writing_for_one_reader_take_turns(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """Two transactions give one reader the same entry at once: the second waits for
     the first (a row lock on PostgreSQL, the write lock on SQLite), then sees its claim
@@ -245,7 +309,7 @@ def test_two_planners_writing_for_one_reader_take_turns(factory: sessionmaker[Se
 
     from bot.domain import DigestKind
     from bot.store.ledger import EntriesTaken, NewDigest, Planned, insert_digests, lock_subscribers
-    from bot.store.ledger import refuse_double_claims as refuse
+    from bot.store.sent import refuse_double_claims as refuse
 
     cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
     save(factory, cfg, [clean_fields("ada@example.org")], START - timedelta(days=1))

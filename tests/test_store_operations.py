@@ -179,6 +179,22 @@ def test_a_backup_of_an_older_schema_is_restored_and_brought_up_to_date(tmp_path
     assert [r["email"] for r in readers(cli)] == ["old@example.org"]
 
 
+def test_a_restore_takes_no_kept_ranking_from_a_backup(cli: Cli) -> None:
+    """A kept ranking is derived data the planner trusts to order what it picks: a
+    backup's bytes for one are left behind, and the next pass makes it again."""
+    saved = backup(cli)
+    with sqlite3.connect(saved) as connection:
+        assert connection.execute("SELECT count(*) FROM filter_rankings").fetchone()[0] > 0
+    forged = tampered(saved, "UPDATE filter_rankings SET body = x'5352320100000000000000'")
+    cli("db", "restore", str(forged))
+    store = cli.folder / "cli.sqlite3"
+    with sqlite3.connect(store) as connection:
+        assert connection.execute("SELECT count(*) FROM filter_rankings").fetchone()[0] == 0
+    cli("send-now")  # plans again, from what the store holds
+    with sqlite3.connect(store) as connection:
+        assert connection.execute("SELECT count(*) FROM filter_rankings").fetchone()[0] > 0
+
+
 def test_a_restore_names_the_readers_it_loses_since_the_backup(cli: Cli) -> None:
     """Item 5: a reader added after the backup vanished from the store without a word."""
     saved = backup(cli)

@@ -182,6 +182,8 @@ class SelectionCache:
         # Per entry with verdicts, the content they were made from (``_content``).
         self.weighed: dict[int, int] = {}
         self.rules: TagRules | None = None
+        # What the plan stage keeps between passes besides verdicts (``bot.plan.standing``).
+        self.planning: object = None
 
     def entries(self, session: Session, start: datetime | None, as_of: datetime) -> list[EntryView]:
         """Entries first seen in [start, as_of], in id order."""
@@ -214,6 +216,17 @@ class SelectionCache:
         if len(self.explanations) > self.EXPLANATIONS:
             self.explanations.clear()
         self.weighed.update((entry_id, content) for entry_id, content in now.items() if entry_id not in self.weighed)
+
+    def refresh(self, entries: Iterable[EntryView]) -> None:
+        """Forget the verdicts on those of *entries* that changed since they were weighed
+        (entries read one by one, not through ``entries``)."""
+        for entry in entries:
+            content = _content(entry)
+            if self.weighed.get(entry.id) != content:
+                self.docs.pop(entry.id, None)
+                for verdicts in self.verdicts.values():
+                    verdicts.pop(entry.id, None)
+                self.weighed[entry.id] = content
 
     def _same_rules(self, rules: TagRules) -> None:
         """Verdicts made with other tag rules are forgotten."""

@@ -29,6 +29,7 @@ from bot.ingest.upsert import upsert_source_entries
 from bot.store.engine import transaction
 from bot.store.entries import refresh_statistics, set_rule_tags
 from bot.store.entry_reads import entry_texts
+from bot.store.facts import RETAGGED_AT, set_fact
 from bot.store.sources import add_source, ingested_with_sha, set_counts
 from bot.text import is_utf8_name, path_text
 
@@ -228,13 +229,18 @@ def retag_all(
     factory: sessionmaker[Session], rules: TagRules, *, batch: int = 5000, progress: Callable[[int], None] | None = None
 ) -> int:
     """Recompute the rule tags of every stored entry (after ``tags.toml`` changed),
-    one transaction per batch; returns the number of entries re-tagged."""
+    one transaction per batch; returns the number of entries re-tagged.  The store's
+    ``RETAGGED_AT`` fact changes before and after, so a filter's standing ranking made
+    from tags of before (or of halfway through) is made again (``bot.plan.standing``)."""
     done = 0
     after = 0
+    with transaction(factory) as session:
+        set_fact(session, RETAGGED_AT, datetime.now(UTC).isoformat())
     while True:
         with transaction(factory) as session:
             rows = entry_texts(session, after_id=after, limit=batch)
             if not rows:
+                set_fact(session, RETAGGED_AT, datetime.now(UTC).isoformat())
                 return done
             set_rule_tags(session, {entry_id: rules.match(title, text) for entry_id, title, text in rows})
         after = rows[-1][0]

@@ -18,39 +18,30 @@ from datetime import date, datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.filters import uses_liked
-from bot.choose.select import Candidate, SelectionCache, effective_start, local_send_time, pick
+from bot.choose.select import Candidate, Picked, SelectionCache, effective_start, local_send_time, pick
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.links import primary_url
 from bot.plan.cadence import mails, sends_on
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
-from bot.plan.message_ids import message_id_for
-from bot.plan.news import attach_news
 from bot.plan.retention import kept_since
 from bot.plan.sections import Sectioner
+from bot.plan.standing import Standings
 from bot.plan.windows import claimed_in_windows, watermark, window_starts
-from bot.store.engine import transaction
+from bot.plan.writes import Batch, message_ids, write_batch, write_held
 from bot.store.entry_reads import latest_entry_at
 from bot.store.ledger import (
-    DayTaken,
-    EntriesTaken,
     NewDigest,
     Planned,
-    fill_empty_days,
-    insert_digests,
     last_scheduled_at,
-    lock_subscribers,
-    mark_checked,
-    refuse_double_claims,
     scheduled_days,
 )
 from bot.store.sources import latest_dump_at
-from bot.store.subscribers import set_watermarks, subscribers_after
+from bot.store.subscribers import subscribers_after
 from bot.taste.explain import models_usable
 from bot.taste.service import refresh_models
 from bot.unsubscribes import journal_of
@@ -221,8 +212,16 @@ class _Pass:
     latest_dump_at: datetime | None  # when the newest source with new entries was ingested
     cache: SelectionCache = field(default_factory=SelectionCache)
     memo: dict[tuple[int, int], Planned] = field(default_factory=dict)
+    # Per shared pick (by id, with the pick itself kept so the id stays its own): its items.
+    planned: dict[int, tuple[Picked, list[Candidate], list[Planned], datetime]] = field(default_factory=dict)
     report: PlanReport = field(default_factory=PlanReport)
     taste: TastePass | None = None  # the subscribers' models, when any has one
+    standings: Standings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.standings = Standings(
+            self.cache, self.rules, self.now, self.settings.digest.max_age_days, self.settings.digest.max_entries
+        )
 
 
 def _cache_or_new(cache: SelectionCache | None) -> SelectionCache:
@@ -241,55 +240,102 @@ def _active_batches(factory: sessionmaker[Session]) -> Iterable[list[Subscriber]
 
 
 def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
-    now, settings = run.now, run.settings
+    make_id = message_ids(run.settings.sender)
     with run.factory() as session:
-        fills: dict[int, int] = {}
-        if run.kind is DigestKind.SCHEDULED:
-            due, fills = _days_to_plan(session, run, due)
-        keys = {s.id: planned_key(s, run.rules) for s, _ in due}
-        oldest = now - timedelta(days=settings.digest.max_age_days)
-        starts = window_starts(session, due, keys, oldest, kept_since(settings, now))
-        claimed = claimed_in_windows(session, due, starts, run.cache, now)
-        choices: list[NewDigest] = []
-        marks: list[tuple[int, datetime, str]] = []
-        still_empty: list[int] = []
-        sectioner = Sectioner(run.cache, run.rules)
-        models = _models(session, run, due)
-        _rank_widest_first(session, run, due, starts)
-        for subscriber, day in due:
-            taste = _reader_taste(session, run, subscriber, starts[subscriber.id], models.get(subscriber.id))
-            exclude: set[int] | frozenset[int] = claimed.get(subscriber.id, frozenset())
-            window_start = effective_start(subscriber, starts[subscriber.id])
-            liked = _liked(subscriber, taste)
-            ranked = run.cache.ranked(session, subscriber.filter, window_start, now, run.rules, liked)
-            if taste is not None:
-                placing = sectioner.interest_of(subscriber.filter, liked)
-                ranked = taste.rerank([c for c in ranked if c.entry.id not in exclude], placing)
-            picked = pick(ranked, exclude, settings.digest.max_entries)
-            chosen = picked.chosen
-            marks.append((subscriber.id, watermark(picked.oldest_left, now, oldest), keys[subscriber.id]))
-            state = digest_state(
-                len(chosen), send_empty=settings.digest.send_empty, kind=run.kind, mailed=mails(subscriber.cadence)
-            )
-            fill = fills.get(subscriber.id)
-            if state is None or (state is DigestState.EMPTY and fill is not None):
-                if fill is not None:
-                    still_empty.append(fill)
-                run.report.empty += 1
-                continue
-            entries = [_planned_entry(c, settings, run.memo) for c in chosen]
-            chosen, entries = sectioner.place(subscriber.filter, chosen, entries, liked)
-            if taste is not None:
-                entries = taste.planned(chosen, entries)
-            choices.append(
-                NewDigest(subscriber.id, day, run.kind, state, entries, picked.left, fill, subscriber.filter)
-            )
-    written = _write(run.factory, choices, marks, still_empty, now=now, make_id=_message_id(settings))
+        batch = _choose(session, run, due)
+        sqlite = session.get_bind().dialect.name == "sqlite"
+        written = write_held(session, batch, now=run.now, make_id=make_id, rankings=run.standings) if sqlite else None
+    if written is None:
+        run.standings.save(run.factory)
+        written = write_batch(run.factory, batch, now=run.now, make_id=make_id, bodies=run.standings.bodies)
     for digest_id, choice in written:
         if choice.state is DigestState.EMPTY:
             run.report.empty += 1
         else:
             run.report.planned.append(digest_id)
+
+
+def _choose(session: Session, run: _Pass, due: list[tuple[Subscriber, date]]) -> Batch:
+    """What each due subscriber of the batch gets: from their filter's standing ranking
+    when it serves them (``bot.plan.standing``), else from a ranking of their window."""
+    now, settings = run.now, run.settings
+    fills: dict[int, int] = {}
+    if run.kind is DigestKind.SCHEDULED:
+        due, fills = _days_to_plan(session, run, due)
+    keys = {s.id: planned_key(s, run.rules) for s, _ in due}
+    oldest = now - timedelta(days=settings.digest.max_age_days)
+    starts = window_starts(session, due, keys, oldest, kept_since(settings, now))
+    models = _models(session, run, due)
+    shared = [(s.id, s.filter, effective_start(s, starts[s.id])) for s, _ in due if s.id not in models]
+    run.standings.prepare(session, [text for _, text, _ in shared])
+    fast = run.standings.choose(session, shared)
+    slow = [(s, d) for s, d in due if s.id not in fast]
+    claimed = claimed_in_windows(session, slow, starts, run.cache, now)
+    _rank_widest_first(session, run, slow, starts)
+    batch = Batch()
+    sectioner = Sectioner(run.cache, run.rules)
+    for subscriber, day in due:
+        taste: ReaderTaste | None = None
+        liked: frozenset[int] | None = None
+        picked = fast.get(subscriber.id)
+        if picked is None:
+            taste = _reader_taste(session, run, subscriber, starts[subscriber.id], models.get(subscriber.id))
+            liked = _liked(subscriber, taste)
+            exclude: set[int] | frozenset[int] = claimed.get(subscriber.id, frozenset())
+            picked = _long_way(session, run, sectioner, subscriber, starts[subscriber.id], exclude, taste, liked)
+        batch.marks.append((subscriber.id, watermark(picked.oldest_left, now, oldest), keys[subscriber.id]))
+        state = digest_state(
+            len(picked.chosen), send_empty=settings.digest.send_empty, kind=run.kind, mailed=mails(subscriber.cadence)
+        )
+        fill = fills.get(subscriber.id)
+        if state is None or (state is DigestState.EMPTY and fill is not None):
+            if fill is not None:
+                batch.still_empty.append(fill)
+            run.report.empty += 1
+            continue
+        chosen, entries, first_seen = _planned_of(run, picked, shared=subscriber.id in fast)
+        batch.oldest.append(first_seen)
+        chosen, entries = sectioner.place(subscriber.filter, chosen, entries, liked)
+        if taste is not None:
+            entries = taste.planned(chosen, entries)
+        batch.choices.append(
+            NewDigest(subscriber.id, day, run.kind, state, entries, picked.left, fill, subscriber.filter)
+        )
+    return batch
+
+
+def _planned_of(run: _Pass, picked: Picked, *, shared: bool) -> tuple[list[Candidate], list[Planned], datetime]:
+    """The body items of what was *picked*, and when the oldest of them was first seen;
+    made once for the readers who share a pick (*shared*: a standing ranking's, the
+    same object for every reader of one filter with the same history)."""
+    if shared and (known := run.planned.get(id(picked))) is not None and known[0] is picked:
+        return known[1], known[2], known[3]
+    entries = [_planned_entry(c, run.settings, run.memo) for c in picked.chosen]
+    first_seen = min((c.entry.first_seen_at for c in picked.chosen), default=run.now)
+    if shared:
+        run.planned[id(picked)] = (picked, picked.chosen, entries, first_seen)
+    return picked.chosen, entries, first_seen
+
+
+def _long_way(
+    session: Session,
+    run: _Pass,
+    sectioner: Sectioner,
+    subscriber: Subscriber,
+    start: datetime | None,
+    exclude: set[int] | frozenset[int],
+    taste: ReaderTaste | None,
+    liked: frozenset[int] | None,
+) -> Picked:
+    """What a reader gets from a ranking of their whole window: theirs alone (their
+    model reorders it, or their filter names ``liked``), or one that no standing ranking
+    spans (``bot.plan.standing``)."""
+    window_start = effective_start(subscriber, start)
+    ranked = run.cache.ranked(session, subscriber.filter, window_start, run.now, run.rules, liked)
+    if taste is not None:
+        placing = sectioner.interest_of(subscriber.filter, liked)
+        ranked = taste.rerank([c for c in ranked if c.entry.id not in exclude], placing)
+    return pick(ranked, exclude, run.settings.digest.max_entries)
 
 
 def _rank_widest_first(
@@ -376,58 +422,6 @@ def digest_state(entries: int, *, send_empty: bool, kind: DigestKind, mailed: bo
     return DigestState.EMPTY if kind is DigestKind.SCHEDULED else None
 
 
-def _write(
-    factory: sessionmaker[Session],
-    choices: list[NewDigest],
-    marks: list[tuple[int, datetime, str]],
-    still_empty: list[int],
-    *,
-    now: datetime,
-    make_id: Callable[[int, NewDigest], str],
-) -> list[tuple[int, NewDigest]]:
-    """Write a batch's digests and watermarks in one transaction; the ids and digests written."""
-    try:
-        with transaction(factory) as session:
-            written = _write_digests(session, choices, now=now, make_id=make_id)
-            mark_checked(session, still_empty, now)
-            set_watermarks(session, marks)
-        return written
-    except (IntegrityError, DayTaken, EntriesTaken):
-        pass
-    # Another planner took some of these subscribers' days (or entries) first:
-    # write the others one by one and leave those alone.
-    written = []
-    for choice in choices:
-        try:
-            with transaction(factory) as session:
-                written += _write_digests(session, [choice], now=now, make_id=make_id)
-                set_watermarks(session, [m for m in marks if m[0] == choice.subscriber_id])
-        except (IntegrityError, DayTaken, EntriesTaken):
-            continue
-    with transaction(factory) as session:
-        mark_checked(session, still_empty, now)
-    return written
-
-
-def _write_digests(
-    session: Session, choices: list[NewDigest], *, now: datetime, make_id: Callable[[int, NewDigest], str]
-) -> list[tuple[int, NewDigest]]:
-    """New digests inserted, empty days filled; each with its id.  Raises
-    ``EntriesTaken`` when another planner gave one of these subscribers one of these
-    entries since this pass read what they had."""
-    lock_subscribers(session, [c.subscriber_id for c in choices if c.entries])
-    new = [c for c in choices if c.fills is None]
-    fills = [(c.fills, c) for c in choices if c.fills is not None]
-    fill_empty_days(session, fills, now=now, message_id=make_id)
-    ids = insert_digests(session, new, now=now, message_id=make_id) if new else []
-    written = [*zip(ids, new, strict=True), *fills]
-    claims = [(digest_id, c.subscriber_id, [p.entry_id for p in c.entries]) for digest_id, c in written]
-    refuse_double_claims(session, claims, ids[0] if ids else None)
-    mailed = [(digest_id, c.subscriber_id) for digest_id, c in written if c.entries and c.state is DigestState.QUEUED]
-    attach_news(session, mailed, now)  # a feed-only digest (sent once planned) lists no revisions
-    return written
-
-
 def _planned_entry(candidate: Candidate, settings: Settings, memo: dict[tuple[int, int], Planned]) -> Planned:
     """A body item's content; the same for every subscriber of one filter, so made once a pass."""
     key = (id(candidate.explanation), candidate.entry.id)  # explanations live as long as the pass's cache
@@ -441,10 +435,3 @@ def _planned_entry(candidate: Candidate, settings: Settings, memo: dict[tuple[in
             primary_url(entry, settings.digest.search_url),
         )
     return memo[key]
-
-
-def _message_id(settings: Settings) -> Callable[[int, NewDigest], str]:
-    def make(digest_id: int, digest: NewDigest) -> str:
-        return message_id_for(digest_id, digest.subscriber_id, digest.local_date, digest.kind.value, settings.sender)
-
-    return make

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.store.engine import transaction
+from bot.store.rankings import forget_rankings
 from bot.store.retention import (
     expired_digests,
     note_removed,
@@ -59,7 +60,8 @@ def remove_expired(
 ) -> RetentionReport:
     """Remove the settled digests planned before ``kept_since`` (with the bodies no
     kept digest shows, and the revision notices told before it) and the appearances
-    of sources ingested before it that nothing reads, a small transaction at a time."""
+    of sources ingested before it that nothing reads, a small transaction at a time; and
+    the standing rankings of filters no pass has used for a span."""
     before = kept_since(settings, now)
     digests = appearances = 0
     while not stopped():
@@ -74,6 +76,8 @@ def remove_expired(
         time.sleep(pause)
     with transaction(factory) as session:
         remove_notices(session, before)
+        # A ranking no pass has brought up to date for a span is a filter no reader has now.
+        forget_rankings(session, older_than=now - timedelta(days=settings.digest.max_age_days + 2))
     with factory() as session:
         sources = sources_with_unread_appearances(session, before)
     for source_id in sources:

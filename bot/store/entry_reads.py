@@ -6,13 +6,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Row, func, or_, select
 from sqlalchemy.orm import Session
 
 from bot.domain import EntryKind, EntryNews, EntryView, match_text
 from bot.store.bulk import chunks
 from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
+
+# Rows, not ORM objects: a planning pass reads thousands and keeps none of them.
+_ENTRIES = Entry.__table__
 
 
 @dataclass
@@ -38,7 +42,7 @@ def _tags_by_entry(session: Session, entry_ids: Sequence[int]) -> dict[int, _Ent
     return tags
 
 
-def _view(entry: Entry, tags: _EntryTags | None) -> EntryView:
+def _view(entry: Entry | Row[Any], tags: _EntryTags | None) -> EntryView:
     tags = tags or _EntryTags()
     return EntryView(
         id=entry.id,
@@ -63,12 +67,32 @@ def _view(entry: Entry, tags: _EntryTags | None) -> EntryView:
 
 def entries_first_seen_between(session: Session, start: datetime | None, end: datetime) -> list[EntryView]:
     """Entries first seen in [start, end] (start None: from the beginning), with tag origins."""
-    query = select(Entry).where(Entry.first_seen_at <= end)
+    query = select(_ENTRIES).where(Entry.first_seen_at <= end)
     if start is not None:
         query = query.where(Entry.first_seen_at >= start)
-    entries = list(session.scalars(query.order_by(Entry.id)))
+    entries = list(session.execute(query.order_by(Entry.id)))
     tags = _tags_by_entry(session, [e.id for e in entries])
     return [_view(e, tags.get(e.id)) for e in entries]
+
+
+def entries_by_ids(session: Session, entry_ids: Sequence[int]) -> list[EntryView]:
+    """The stored entries of *entry_ids*, with tag origins, in id order (missing ids left out)."""
+    entries: list[Row[Any]] = []
+    for part in chunks(sorted(set(entry_ids))):
+        entries += session.execute(select(_ENTRIES).where(Entry.id.in_(part)))
+    entries.sort(key=lambda e: e.id)
+    tags = _tags_by_entry(session, [e.id for e in entries])
+    return [_view(e, tags.get(e.id)) for e in entries]
+
+
+def entries_seen_or_touched_since(session: Session, since: datetime, end: datetime) -> list[int]:
+    """Ids of the entries first seen in [since, end], and of the entries any source
+    ingested since *since* listed (it may have changed their text or tags)."""
+    first_seen = select(Entry.id).where(Entry.first_seen_at >= since, Entry.first_seen_at <= end)
+    touched = (
+        select(Appearance.entry_id).join(Source, Source.id == Appearance.source_id).where(Source.ingested_at >= since)
+    )
+    return sorted(set(session.scalars(first_seen)) | set(session.scalars(touched)))
 
 
 def list_entries(

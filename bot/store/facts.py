@@ -11,6 +11,8 @@ from sqlalchemy.orm import Session
 from bot.store.bulk import insert_ignoring_conflicts
 from bot.store.schema import StoreFact
 
+RETAGGED_AT = "tags_retagged_at"  # when every entry's rule tags were last made again
+
 
 def fact(session: Session, name: str) -> str | None:
     return session.scalar(select(StoreFact.value).where(StoreFact.name == name))

@@ -138,29 +138,6 @@ def lock_subscribers(session: Session, subscriber_ids: Iterable[int]) -> None:
         )
 
 
-def refuse_double_claims(
-    session: Session, written: Sequence[tuple[int, int, Sequence[int]]], first_new: int | None
-) -> None:
-    """Raise ``EntriesTaken`` when an entry of one of the digests just *written*
-    (digest, subscriber, entry ids) is claimed by another digest of its subscriber:
-    what a primary key on (entry, subscriber) refused when the ledger had one.
-
-    The digests this write inserted have the newest ids, from *first_new* on (a rival
-    writer for one of these subscribers committed before they were given, or waits
-    for this one: ``lock_subscribers``), so only claims by older digests are read,
-    not this write's own; the empty days it filled are older and told apart here."""
-    ours = {digest_id for digest_id, _, _ in written}
-    wanted = {(subscriber_id, entry_id) for _, subscriber_id, entries in written for entry_id in entries}
-    if not wanted:
-        return
-    subscribers = [subscriber_id for subscriber_id, _ in wanted]
-    lowest, highest = min(subscribers), max(subscribers)
-    entries = sorted({entry_id for _, entry_id in wanted})
-    for digest_id, subscriber_id, entry_id in claims_on(session, entries, lowest, highest, first_new):
-        if digest_id not in ours and (subscriber_id, entry_id) in wanted:
-            raise EntriesTaken(f"entry #{entry_id} is already digest #{digest_id}'s for subscriber #{subscriber_id}")
-
-
 @dataclass(frozen=True, slots=True)
 class NewDigest:
     """A digest the planner decided on (``insert_digests`` writes it)."""

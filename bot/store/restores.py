@@ -25,6 +25,7 @@ from pathlib import Path
 
 from bot.domain import SubscriberStatus
 from bot.store.copies import JOURNAL_TABLE, checked, column_list, connect, read_only_uri, revision_of
+from bot.store.derived_tables import DERIVED_TABLES
 from bot.store.engine import HEAD_REVISION, make_engine, revisions, upgrade
 from bot.store.errors import StoreError
 
@@ -101,6 +102,8 @@ def rebuild(backup: Path, partial: Path, revision: str) -> None:
         tables = _same_schema(connection, backup, revision)
         with connection:
             for table, columns in tables.items():
+                if table in DERIVED_TABLES:
+                    continue  # made again from the rest by the next pass, never taken from a backup
                 names = ", ".join(f'"{name}"' for name in columns)
                 connection.execute(f'INSERT INTO main."{table}" ({names}) SELECT {names} FROM backup."{table}"')
         connection.execute("DETACH DATABASE backup")

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from bot.store import taste_tables  # noqa: F401  (registers the taste tables with Base.metadata)
+from bot.store import derived_tables, taste_tables  # noqa: F401  (registers their tables with Base.metadata)
 from bot.store.base import Base as Base  # imported from here, Base's metadata holds every table
 from bot.store.base import UTCDateTime
 
@@ -224,7 +224,7 @@ class Digest(Base):
     __tablename__ = "digests"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"), index=True)
+    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"))
     local_date: Mapped[date] = mapped_column(Date)
     kind: Mapped[str] = mapped_column(String(16))  # scheduled | manual | resend
     resend_of_id: Mapped[int | None] = mapped_column(ForeignKey("digests.id", ondelete="SET NULL"))
@@ -269,6 +269,10 @@ class Digest(Base):
             sqlite_where=text("resend_of_id IS NOT NULL"),
             postgresql_where=text("resend_of_id IS NOT NULL"),
         ),
+        # A subscriber's digests, and what a planning pass reads of those planned since
+        # their window starts without reading the rows: which bodies (``ledger.bodies_since``,
+        # migration 0026).
+        Index("ix_digests_subscriber_planned", "subscriber_id", "planned_at", "body_key"),
         # Who a body's entries were sent to (``bot.store.ledger``: the planner reads the
         # claims of a batch of subscribers, a range of ids, on a day's entries), and
         # whether a body is still shown by some digest (retention, purge); migration 0021.

@@ -102,6 +102,16 @@ def watermarks(session: Session, subscriber_ids: Iterable[int]) -> dict[int, tup
     return found
 
 
+def earliest_watermarks(session: Session) -> dict[str, datetime]:
+    """Per filter of an active subscriber, the earliest watermark its readers have."""
+    query = (
+        select(SubscriberRow.filter, func.min(SubscriberRow.planned_through))
+        .where(SubscriberRow.status == SubscriberStatus.ACTIVE.value, SubscriberRow.planned_through.is_not(None))
+        .group_by(SubscriberRow.filter)
+    )
+    return {text: earliest for text, earliest in session.execute(query) if earliest is not None}
+
+
 def set_watermarks(session: Session, marks: Sequence[tuple[int, datetime, str]]) -> None:
     if marks:
         session.connection().execute(

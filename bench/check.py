@@ -45,8 +45,8 @@ CHECKS = (
         r"ratio history/none: ([\d.]+)",
     ),
     Check(
-        "planning at the steady state / none, 5,000 subscribers",
-        ("bench/plan.py", "--subscribers", "5000", "--left-overs", "--warm", "--repeat", "3"),
+        "planning at the steady state / none, 10,000 subscribers",
+        ("bench/plan.py", "--subscribers", "10000", "--left-overs", "--warm", "--repeat", "3"),
         r"ratio steady/none: ([\d.]+)",
     ),
     Check(

@@ -129,6 +129,19 @@ def test_a_merged_ranking_is_the_ranking_made_afresh(
     assert _standing(old).merged(weighed, found, since_us) == afresh
 
 
+@settings(max_examples=200, deadline=None)
+@given(rows=match_rows, again=st.sets(st.integers(1, 45), max_size=10), same=st.booleans())
+def test_a_ranking_holds_what_was_weighed_again_exactly_when_merging_it_changes_nothing(
+    rows: list[tuple[int, int, int, int]], again: set[int], same: bool
+) -> None:
+    ranking = _standing(_candidates(rows))
+    found = [m for m in ranking.matches() if m.entry_id in again]
+    if not same and found:
+        found[0] = Match(found[0].entry_id, found[0].first_seen_us, found[0].weight + 1)
+    unchanged = ranking.merged(again, found, -(2**62)) == ranking
+    assert ranking.holds(found, again) is unchanged
+
+
 @given(rows=match_rows)
 def test_a_ranking_reads_back_as_written(rows: list[tuple[int, int, int, int]]) -> None:
     ranking = _standing(_candidates(rows))

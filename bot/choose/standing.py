@@ -181,10 +181,10 @@ class Standing:
         """Whether this ranking already says what *found* says of the entries *weighed*
         (a pass that weighs again the last hour's entries, unchanged, writes nothing)."""
         wanted = set(weighed)
-        position = {entry_id: n for n, entry_id in enumerate(self.ids) if entry_id in wanted}
         found = list(found)
-        if len(found) != len(position):
+        if sum(map(wanted.__contains__, self.ids)) != len(found):  # counted in C: most passes differ here
             return False
+        position = {entry_id: n for n, entry_id in enumerate(self.ids) if entry_id in wanted}
         return all(
             (n := position.get(m.entry_id)) is not None
             and (self.seen[n], self.weight[n]) == (m.first_seen_us, m.weight)

@@ -264,7 +264,7 @@ def _choose(session: Session, run: _Pass, due: list[tuple[Subscriber, date]]) ->
         due, fills = _days_to_plan(session, run, due)
     keys = {s.id: planned_key(s, run.rules) for s, _ in due}
     oldest = now - timedelta(days=settings.digest.max_age_days)
-    starts = window_starts(session, due, keys, oldest, kept_since(settings, now))
+    starts, marked = window_starts(session, due, keys, oldest, kept_since(settings, now))
     models = _models(session, run, due)
     shared = [(s.id, s.filter, effective_start(s, starts[s.id])) for s, _ in due if s.id not in models]
     run.standings.prepare(session, [text for _, text, _ in shared])
@@ -283,7 +283,7 @@ def _choose(session: Session, run: _Pass, due: list[tuple[Subscriber, date]]) ->
             liked = _liked(subscriber, taste)
             exclude: set[int] | frozenset[int] = claimed.get(subscriber.id, frozenset())
             picked = _long_way(session, run, sectioner, subscriber, starts[subscriber.id], exclude, taste, liked)
-        batch.marks.append((subscriber.id, watermark(picked.oldest_left, now, oldest), keys[subscriber.id]))
+        _mark(batch, subscriber.id, (watermark(picked.oldest_left, now, oldest), keys[subscriber.id]), marked)
         state = digest_state(
             len(picked.chosen), send_empty=settings.digest.send_empty, kind=run.kind, mailed=mails(subscriber.cadence)
         )
@@ -302,6 +302,15 @@ def _choose(session: Session, run: _Pass, due: list[tuple[Subscriber, date]]) ->
             NewDigest(subscriber.id, day, run.kind, state, entries, picked.left, fill, subscriber.filter)
         )
     return batch
+
+
+def _mark(
+    batch: Batch, subscriber_id: int, mark: tuple[datetime, str], marked: dict[int, tuple[datetime, str]]
+) -> None:
+    """Set the reader's watermark to *mark*, unless it is *marked* so already: a reader
+    whose left-overs wait as they did keeps their row as it is."""
+    if marked.get(subscriber_id) != mark:
+        batch.marks.append((subscriber_id, *mark))
 
 
 def _planned_of(run: _Pass, picked: Picked, *, shared: bool) -> tuple[list[Candidate], list[Planned], datetime]:

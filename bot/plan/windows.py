@@ -24,14 +24,15 @@ WATERMARK_MARGIN = timedelta(hours=1)
 
 def window_starts(
     session: Session, due: list[tuple[Subscriber, date]], keys: dict[int, str], oldest: datetime, kept: datetime
-) -> dict[int, datetime]:
+) -> tuple[dict[int, datetime], dict[int, tuple[datetime, str]]]:
     """Where each subscriber's window starts: their watermark less a margin when it is
     valid for their filter and the rules.  Without one, a subscriber planned before
     (their filter or the rules changed since, or their filter names ``liked``, whose
     verdicts change with their model) reads back to *oldest* (``digest.max_age_days``),
     and a subscriber never planned reads their whole backfill window: the window never
     grows with the history.  No window starts before *kept* (``plan.retention``): what
-    the ledger no longer remembers is never offered again."""
+    the ledger no longer remembers is never offered again.  Also each subscriber's
+    watermark as stored (those that have one)."""
     known = watermarks(session, [s.id for s, _ in due])
     starts: dict[int, datetime] = {}
     for subscriber, _ in due:
@@ -39,7 +40,7 @@ def window_starts(
         valid = mark and mark[1] == keys[subscriber.id] and not uses_liked(subscriber.filter)
         start = mark[0] - WATERMARK_MARGIN if mark and valid else oldest if mark else kept
         starts[subscriber.id] = max(start, kept)
-    return starts
+    return starts, known
 
 
 def watermark(oldest_left: datetime | None, now: datetime, oldest: datetime) -> datetime:

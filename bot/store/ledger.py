@@ -170,16 +170,21 @@ class _BodyKeys:
 
     def __init__(self) -> None:
         self.known: dict[tuple[int, ...], tuple[str, Sequence[Planned]]] = {}
+        # The very list object, when readers share one (kept in the value: its id stays its own).
+        self.lists: dict[int, tuple[Sequence[Planned], str]] = {}
 
     def body(self, entries: Sequence[Planned]) -> str | None:
         if not entries:
             return None
+        if (shared := self.lists.get(id(entries))) is not None and shared[0] is entries:
+            return shared[1]
         same = tuple(map(id, entries))
         if same not in self.known:  # the entries are kept in the value, so their ids stay theirs
             self.known[same] = (
                 body_key(_identity(p) for p in entries),
                 entries,
             )
+        self.lists[id(entries)] = (entries, self.known[same][0])
         return self.known[same][0]
 
     def bodies(self) -> dict[str, Sequence[Planned]]:

@@ -251,6 +251,11 @@ def test_kept_rankings_plan_what_whole_windows_plan_digest_for_digest(
     with factory() as session:
         assert session.scalar(select(func.count()).select_from(FilterRanking)) >= len(FILTERS) - 1
     assert sum(served) >= 14 * 18 * 0.8, served  # the kept rankings did the planning
+    # The daemon forgets verdicts and entries no ranking reaches: its memory stays a span's.
+    floor = standing_module.span_start(now - timedelta(days=1), cfg.digest.max_age_days)
+    memory = standing_module.memory_of(kept)
+    assert kept.seen_at and min(kept.seen_at.values()) >= floor
+    assert all(view.first_seen_at >= floor for view in memory.views.values())
 
 
 def _without_rule(folder: Path, name: str) -> Any:

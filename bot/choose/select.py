@@ -182,6 +182,8 @@ class SelectionCache:
         # Per entry with verdicts, the content they were made from (``_content``).
         self.weighed: dict[int, int] = {}
         self.rules: TagRules | None = None
+        # Per entry with verdicts or a doc, when it was first seen (``forget_before``).
+        self.seen_at: dict[int, datetime] = {}
         # What the plan stage keeps between passes besides verdicts (``bot.plan.standing``).
         self.planning: object = None
 
@@ -227,6 +229,22 @@ class SelectionCache:
                 for verdicts in self.verdicts.values():
                     verdicts.pop(entry.id, None)
                 self.weighed[entry.id] = content
+                self.seen_at[entry.id] = entry.first_seen_at
+
+    def forget_before(self, moment: datetime) -> None:
+        """Forget the verdicts on entries first seen before *moment*: a daemon that plans
+        from kept rankings weighs only new entries, and would otherwise keep a verdict
+        per filter on every entry it ever saw."""
+        old = [entry_id for entry_id, seen in self.seen_at.items() if seen < moment]
+        if not old:
+            return
+        for entry_id in old:
+            del self.seen_at[entry_id]
+            self.weighed.pop(entry_id, None)
+            self.docs.pop(entry_id, None)
+        for verdicts in self.verdicts.values():
+            for entry_id in old:
+                verdicts.pop(entry_id, None)
 
     def _same_rules(self, rules: TagRules) -> None:
         """Verdicts made with other tag rules are forgotten."""
@@ -256,6 +274,7 @@ class SelectionCache:
         verdicts = self.verdicts[name]
         if entry.id not in verdicts:
             if entry.id not in self.docs:
+                self.seen_at[entry.id] = entry.first_seen_at
                 doc = doc_of(entry)
                 self.docs[entry.id] = doc, rules.match(doc.title, doc.summary) if len(rules) else {}
             expr, (doc, rule_fields) = self.filters[name], self.docs[entry.id]

@@ -73,14 +73,19 @@ class StandingMemory:
     tagged: str | None = None
     last_pass: datetime | None = None
 
-    def begin(self, session: Session, now: datetime) -> str:
-        """Make what is kept current for a pass at *now*; the store's tags fact."""
+    def begin(self, session: Session, now: datetime, cache: SelectionCache, floor: datetime) -> str:
+        """Make what is kept current for a pass at *now*, and forget what no ranking of
+        it reaches (entries first seen before *floor*, and *cache*'s verdicts on them);
+        the store's tags fact."""
         tagged = fact(session, RETAGGED_AT) or ""
         if tagged != self.tagged or self.last_pass is None or self.last_pass > now:
             self.views.clear()
         else:
             for entry_id in entries_seen_or_touched_since(session, self.last_pass - WATERMARK_MARGIN, now):
                 self.views.pop(entry_id, None)
+        for entry_id in [i for i, view in self.views.items() if view.first_seen_at < floor]:
+            del self.views[entry_id]
+        cache.forget_before(floor)
         for part in (self.bodies, self.views, self.rankings):
             if len(part) > self.LIMIT:
                 part.clear()
@@ -125,7 +130,7 @@ class Standings:
         if not wanted:
             return
         if self.tagged is None:
-            self.tagged = self.memory.begin(session, self.now)
+            self.tagged = self.memory.begin(session, self.now, self.cache, span_start(self.now, self.max_age_days))
             self.earliest = earliest_watermarks(session)
         keys = {text: ranking_key(text, self.rules) for text in wanted}
         stamps = ranking_stamps(session, keys.values())
@@ -230,7 +235,8 @@ class Standings:
             if (x := self.cache.verdict(text, e, self.rules)) is not None
         ]
         ids = [e.id for e in weighed]
-        if covered_from == covers_from and standing.holds(found, ids):
+        fresh = self.now - weighed_to < timedelta(days=1)  # else written again, so retention sees it used
+        if fresh and covered_from == covers_from and standing.holds(found, ids):
             return standing, False
         return standing.merged(ids, found, micros(covers_from)), True
 

@@ -291,3 +291,28 @@ def test_a_pass_earlier_than_a_kept_ranking_plans_the_long_way(factory: sessionm
     assert len(earlier.planned) == 0  # nothing new for ada, and no crash
     with factory() as session:
         assert session.execute(select(FilterRanking.ranking_key, FilterRanking.weighed_to)).all() == made
+
+
+def test_retention_forgets_the_rankings_of_filters_no_reader_has(
+    factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """A ranking is written again at least once a day while a pass uses it; one no pass
+    has brought up to date for a span is a filter nobody reads, and retention drops it."""
+    from bot.plan.retention import remove_expired
+    from bot.subscribers.subscriptions import set_filter
+
+    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_age_days": 3}})
+    save(
+        factory, cfg, [clean_fields("ada@example.org", filter="llm"), clean_fields("bo@example.org", filter="*")], START
+    )
+    now = START + timedelta(hours=1)
+    for day in range(8):
+        ingest_bytes(factory, dump_text(5, seed=day, start=day * 10).encode(), name=f"d{day}", now=now, rules=RULES)
+        if day == 1:  # from now on nobody reads "llm"
+            set_filter(factory, cfg, _reader(factory, "ada@example.org"), "*", now)
+        plan(factory, cfg, RULES, now=now + timedelta(hours=1), all_due=True)
+        remove_expired(factory, cfg, now=now + timedelta(hours=1), pause=0)
+        now += timedelta(days=1)
+    with factory() as session:
+        kept = set(session.scalars(select(FilterRanking.ranking_key)))
+    assert kept == {standing_module.ranking_key("*", RULES)}

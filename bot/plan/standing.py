@@ -1,9 +1,9 @@
 """Plan stage: each filter's standing ranking, brought up to date once a pass, and what
 a reader gets of it.
 
-A reader with a month of left-overs used to cost a month: every entry of their window
+A reader with a month of left-overs would cost a month: every entry of their window
 weighed by their filter, read with its tags, and what they were sent of it read entry
-by entry.  Here a filter's matches over the days its readers' windows reach (at most
+by entry.  Instead a filter's matches over the days its readers' windows reach (at most
 ``digest.max_age_days`` and a day) are kept in ``filter_rankings``
 (``bot.choose.standing``): a pass weighs only the entries first
 seen or listed again since the ranking was made, and readers whose digests share the

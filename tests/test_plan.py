@@ -197,6 +197,21 @@ def test_a_day_another_planner_took_meanwhile_is_left_to_it(factory: sessionmake
     assert taken not in marked and len(marked) == 4
 
 
+def _five_readers_and_a_dump(factory: sessionmaker[Session], tmp_path: Path) -> tuple[Settings, int, int]:
+    """Five readers of everything and a dump of five entries; the settings, the third
+    reader (the one a rival writes for) and the first entry (what the rival gives)."""
+    from sqlalchemy import func
+
+    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(5)], START - timedelta(days=1))
+    ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
+    with factory() as session:
+        taken = session.scalar(select(SubscriberRow.id).where(SubscriberRow.email == "r2@example.org"))
+        entry = session.scalar(select(func.min(Entry.id)))
+    assert taken is not None and entry is not None
+    return cfg, taken, entry
+
+
 def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
     factory: sessionmaker[Session], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -206,7 +221,6 @@ def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
     this pass, the others are written, and no entry is claimed twice for anyone.  (On
     SQLite the batch writes in the transaction that read, and no rival gets in between:
     ``test_on_sqlite_a_rival_waits_for_the_batch_and_then_refuses``.)"""
-    from sqlalchemy import func
 
     if factory.kw["bind"].dialect.name == "sqlite":
         monkeypatch.setattr("bot.plan.planner.write_held", lambda *args, **kwargs: None)
@@ -215,12 +229,7 @@ def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
     from bot.domain import DigestKind
     from bot.store.ledger import NewDigest, Planned, insert_digests
 
-    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
-    save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(5)], START - timedelta(days=1))
-    ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
-    with factory() as session:
-        taken = session.scalar(select(SubscriberRow.id).where(SubscriberRow.email == "r2@example.org"))
-        entry = session.scalar(select(func.min(Entry.id)))
+    cfg, taken, entry = _five_readers_and_a_dump(factory, tmp_path)
     write = planner.write_batch
 
     def another_planner_writes_first(*args: Any, **kwargs: Any) -> Any:
@@ -250,8 +259,6 @@ def test_on_sqlite_a_rival_waits_for_the_batch_and_then_refuses(
     entry taken and refuses: no reader is given an entry twice."""
     import threading
 
-    from sqlalchemy import func
-
     import bot.plan.planner as planner
     from bot.domain import DigestKind
     from bot.store.ledger import EntriesTaken, NewDigest, Planned, insert_digests
@@ -260,12 +267,7 @@ def test_on_sqlite_a_rival_waits_for_the_batch_and_then_refuses(
     engine = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
     upgrade(engine)
     factory = sessions(engine)
-    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
-    save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(5)], START - timedelta(days=1))
-    ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
-    with factory() as session:
-        taken = session.scalar(select(SubscriberRow.id).where(SubscriberRow.email == "r2@example.org"))
-        entry = session.scalar(select(func.min(Entry.id)))
+    cfg, taken, entry = _five_readers_and_a_dump(factory, tmp_path)
     outcome: list[BaseException | None] = []
 
     def rival() -> None:

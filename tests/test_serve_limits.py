@@ -263,12 +263,14 @@ def test_a_client_that_leaves_mid_body_costs_no_traceback(tmp_path: Path) -> Non
 @pytest.mark.timing
 def test_one_click_answers_at_once_while_the_worst_upload_is_read(tmp_path: Path) -> None:
     """Bursts of one-click unsubscribes while a 4.9 MB upload of the slowest shape is
-    read, taking turns with bursts without it: p99 within 250 ms, or within half as much
-    again as without the upload in this run (on two busy cores a burst alone reaches 150
-    to 350 ms), and none waits a second.  Each side's p99 is over all its rounds' 1,000
-    answers, and each burst follows the same pause: with nothing else running, one
-    burst's p99 swung from 89 to 309 ms between bursts, more than the difference measured.
-    On 43d1e81 a 100 KB upload held /u/ for 32 s."""
+    read, taking turns with bursts without it: the median round's p99 within 250 ms, or
+    within half as much again as without the upload in this run (on two busy cores a burst
+    alone reaches 150 to 350 ms), and none waits a second.  Each burst follows the same
+    pause, and a small upload first warms what a process does once (the form parser's
+    import): with nothing else running, one burst's p99 swung from 89 to 309 ms between
+    bursts, and a single slow round (421 ms among 113 to 166) outweighed the rest when
+    the rounds' answers were pooled.  An upload read on the event loop holds every
+    round's answers for seconds (a 100 KB upload once held /u/ for 32 s)."""
     import asyncio
     import statistics
     import threading
@@ -322,15 +324,18 @@ def test_one_click_answers_at_once_while_the_worst_upload_is_read(tmp_path: Path
             return latencies
 
         asyncio.run(burst(next(readers)))  # warm: the first requests of a process compile its queries
+        small = {"library": ("small.bib", b"@article{k, title = {Warm}}", "text/plain")}
+        assert httpx.post(f"{manage}?form={form}", data={"form": form}, files=small, timeout=60).status_code == 200
         alone: list[list[float]] = []
         during: list[list[float]] = []
         for _ in range(rounds):
             alone.append(burst_after_a_pause(uploading=False))
             during.append(burst_after_a_pause(uploading=True))
-        usual, loaded = p99([t for each in alone for t in each]), p99([t for each in during for t in each])
+        usual = statistics.median(p99(each) for each in alone)
+        loaded = statistics.median(p99(each) for each in during)
         shown = ", ".join(f"{p99(a) * 1000:.0f}/{p99(d) * 1000:.0f}" for a, d in zip(alone, during, strict=True))
-        overall = f"{usual * 1000:.0f}/{loaded * 1000:.0f}"
-        print(f"\none-click bursts, p99 alone/during a 4.9 MB upload: {shown} ms; in all {overall} ms")
+        medians = f"{usual * 1000:.0f}/{loaded * 1000:.0f}"
+        print(f"\none-click bursts, p99 alone/during a 4.9 MB upload: {shown} ms; median rounds {medians} ms")
         assert loaded < max(0.25, usual * 1.5), f"p99 {loaded * 1000:.0f} ms ({usual * 1000:.0f} ms alone)"
         slowest = max(max(each) for each in during)
         assert slowest < 1.0, f"a one-click POST waited {slowest:.1f} s"

@@ -24,7 +24,8 @@ time a subscriber (target <= 0.3 ms).
 Each timed pass is a new process's first (cold) unless --warm: then it keeps the caches
 of a pass three hours earlier on another copy of the store, as the daemon keeps its
 own.  --database-url postgresql+psycopg://... makes the stores as databases beside that
-one (dropped at the end) and copies them as templates; the default is SQLite files.
+one (dropped at the end), vacuums and analyzes them as autovacuum would have over the
+days they stand for, and copies them as templates; the default is SQLite files.
 
 --models PERCENT instead builds the store with history once, gives PERCENT of the
 subscribers a library of five stored papers, and prints: the time to train their
@@ -194,6 +195,7 @@ def timed_plans(
     daemon keeps its own from pass to pass; else each is a new process's first."""
     ingest_bytes(factory, dump_text(entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2), rules=RULES)
     engine.dispose()
+    place.settle(name)
     times, counts = [], set()
     for n in range(repeat):
         cache = SelectionCache()

@@ -165,35 +165,44 @@ def postgres_schema(url: str) -> Iterator[str]:
 DUMP = "A Paper Everyone Gets\n\nA. Author 2026-06-14\n\nSparse attention on a GPU.\n\nPDF"
 
 
+def bulk_subscribers(
+    session: Session, count: int, *, now: datetime, first: int = 0, filters: tuple[str, ...] = ("*",)
+) -> list[int]:
+    """*count* active subscribers readerN@example.org, due from midnight UTC with every
+    entry they match (their filters taken in turn from *filters*), inserted in bulk."""
+    ids = list(allocate_ids(session, Subscriber.__table__, count))
+    bulk_insert(
+        session,
+        Subscriber.__table__,
+        [
+            {
+                "id": sid,
+                "email": f"reader{first + n}@example.org",
+                "email_key": f"reader{first + n}@example.org",
+                "name": f"Reader {first + n}",
+                "filter": filters[n % len(filters)],
+                "timezone": "UTC",
+                "send_hour": 0,
+                "status": "active",
+                "backfill": "all",
+                "unsubscribe_secret": f"s{sid:032d}"[:32],
+                "bounces": 0,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for n, sid in enumerate(ids)
+        ],
+    )
+    return ids
+
+
 def queue_digests(factory: sessionmaker[Session], count: int, *, first: int = 0) -> None:
     """*count* subscribers, each with one queued digest carrying one entry (set up in bulk)."""
     now = datetime.now(UTC)
     ingest_bytes(factory, DUMP.encode(), name=f"scale-{first}", now=now)
     with transaction(factory) as session:
         entry_id = session.execute(text("SELECT min(id) FROM entries")).scalar_one()
-        sub_ids = list(allocate_ids(session, Subscriber.__table__, count))
-        bulk_insert(
-            session,
-            Subscriber.__table__,
-            [
-                {
-                    "id": sid,
-                    "email": f"reader{first + n}@example.org",
-                    "email_key": f"reader{first + n}@example.org",
-                    "name": f"Reader {first + n}",
-                    "filter": "*",
-                    "timezone": "UTC",
-                    "send_hour": 0,
-                    "status": "active",
-                    "backfill": "all",
-                    "unsubscribe_secret": f"s{sid:032d}"[:32],
-                    "bounces": 0,
-                    "created_at": now,
-                    "updated_at": now,
-                }
-                for n, sid in enumerate(sub_ids)
-            ],
-        )
+        sub_ids = bulk_subscribers(session, count, now=now, first=first)
         digest_ids = list(allocate_ids(session, Digest.__table__, count))
         bulk_insert(
             session,

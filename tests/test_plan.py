@@ -218,12 +218,11 @@ def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
     """After this planner read what its readers had and before it writes, another one
     (a manual digest) gives a reader one of the day's entries: nothing in the schema refuses a
     second claim, so the write checks before it commits; that reader is left alone for
-    this pass, the others are written, and no entry is claimed twice for anyone.  (On
-    SQLite the batch writes in the transaction that read, and no rival gets in between:
-    ``test_on_sqlite_a_rival_waits_for_the_batch_and_then_refuses``.)"""
-
-    if factory.kw["bind"].dialect.name == "sqlite":
-        monkeypatch.setattr("bot.plan.planner.write_held", lambda *args, **kwargs: None)
+    this pass, the others are written, and no entry is claimed twice for anyone.  (A
+    batch writes in the transaction that read, holding its readers, and no rival gets in
+    between: ``test_a_rival_waits_for_the_batch_and_then_refuses``; this is the write
+    that follows when that one is refused.)"""
+    monkeypatch.setattr("bot.plan.planner.write_held", lambda *args, **kwargs: None)
 
     import bot.plan.planner as planner
     from bot.domain import DigestKind
@@ -251,22 +250,20 @@ def test_an_entry_another_planner_gave_a_reader_meanwhile_is_not_given_again(
     assert owners == ["<other@planner>"]
 
 
-def test_on_sqlite_a_rival_waits_for_the_batch_and_then_refuses(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_rival_waits_for_the_batch_and_then_refuses(
+    factory: sessionmaker[Session], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A manual digest written while a batch is being planned waits for the batch's one
-    transaction (it read what the readers had and writes their digests), then finds the
-    entry taken and refuses: no reader is given an entry twice."""
+    transaction (it holds its readers, on PostgreSQL their rows and on SQLite the
+    store's write lock, from before it read what they had until their digests are
+    written), then finds the entry taken and refuses: no reader is given an entry twice."""
     import threading
 
     import bot.plan.planner as planner
     from bot.domain import DigestKind
-    from bot.store.ledger import EntriesTaken, NewDigest, Planned, insert_digests
+    from bot.store.ledger import EntriesTaken, NewDigest, Planned, insert_digests, lock_subscribers
     from bot.store.sent import refuse_double_claims
 
-    engine = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
-    upgrade(engine)
-    factory = sessions(engine)
     cfg, taken, entry = _five_readers_and_a_dump(factory, tmp_path)
     outcome: list[BaseException | None] = []
 
@@ -276,6 +273,7 @@ def test_on_sqlite_a_rival_waits_for_the_batch_and_then_refuses(
         )
         try:
             with transaction(factory) as session:
+                lock_subscribers(session, [taken])  # as every writer of digests with entries does
                 ids = insert_digests(session, [other], now=START, message_id=lambda n, d: "<other@planner>")
                 refuse_double_claims(session, [(ids[0], taken, [entry])], ids[0])
             outcome.append(None)
@@ -300,7 +298,6 @@ def test_on_sqlite_a_rival_waits_for_the_batch_and_then_refuses(
     with factory() as session:
         pairs = session.execute(select(claimed.c.subscriber_id, claimed.c.entry_id)).all()
     assert len(pairs) == len(set(pairs)) == 5 * 5
-    engine.dispose()
 
 
 def test_two_planners_writing_for_one_reader_take_turns(factory: sessionmaker[Session], tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Several processes over PostgreSQL: workers claiming with SKIP LOCKED and
-leases, one elected scheduler.  Real processes (the console script), the local
+leases, one elected scheduler, a planning pass shared by all of them.  Real processes (the console script), the local
 PostgreSQL (a fresh schema per test) and an aiosmtpd sink on 127.0.0.1."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -20,10 +20,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.delivery.loop import RECORD_EVERY
 from bot.domain import DigestState
 from bot.sink import Sink
-from bot.store.engine import make_engine, sessions, upgrade
+from bot.store.derived_tables import PlanningSlice
+from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.schema import Digest, Subscriber
 from tests.conftest import PG_SKIP, PG_URL, ROOT
-from tests.helpers import DIGESTBOT, postgres_schema, queue_digests, render_dump
+from tests.helpers import (
+    DIGESTBOT,
+    bulk_subscribers,
+    dump_text,
+    filter_expressions,
+    postgres_schema,
+    queue_digests,
+    render_dump,
+)
 
 pytestmark = [PG_SKIP, pytest.mark.slow]
 
@@ -213,4 +222,66 @@ def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Pat
             .group_by(Digest.subscriber_id, Digest.local_date)
         ).all()
     assert len(per_day) == 8 and all(n == 1 for _, _, n in per_day)
+    engine.dispose()
+
+
+def test_planners_share_a_pass_and_one_killed_mid_pass_loses_nothing(pg_url: str, tmp_path: Path, sink: Sink) -> None:
+    """Three schedulers and two workers over one store, 10,000 readers due and a dump
+    waiting: the leader reads it and opens a pass, and every process plans slices of
+    it; the leader is SIGKILLed once the pass is under way (a slice done, others
+    waiting).  A standby leads, the slice the
+    leader held goes to another process, and every reader is planned one digest for the
+    day, each sent once."""
+    readers = 10_000
+    engine = make_engine(pg_url)
+    factory = sessions(engine)
+    with transaction(factory) as session:
+        bulk_subscribers(session, readers, now=datetime.now(UTC), filters=tuple(filter_expressions(12)))
+    (tmp_path / "dumps").mkdir()
+    (tmp_path / "dumps" / "000.txt").write_text(dump_text(60, seed=1))
+    env = _env(pg_url, tmp_path, sink, DIGESTBOT_WATCH__QUIET_SECONDS="0")
+    logs = {name: tmp_path / f"{name}.log" for name in ("s0", "s1", "s2", "w0", "w1")}
+    processes = {
+        name: subprocess.Popen(
+            [DIGESTBOT, "-v", "scheduler" if name.startswith("s") else "worker"],
+            cwd=tmp_path,
+            env=env,
+            stderr=open(log, "w"),  # noqa: SIM115 - open while the process runs
+            text=True,
+        )
+        for name, log in logs.items()
+    }
+
+    def slices() -> Counter[bool]:
+        with factory() as session:
+            return Counter(done is not None for done in session.scalars(select(PlanningSlice.done_at)))
+
+    def planned() -> int:
+        with factory() as session:
+            return session.scalar(select(func.count()).select_from(Digest).where(Digest.kind == "scheduled")) or 0
+
+    try:
+        assert wait_until(lambda: (seen := slices())[True] >= 1 and seen[False] >= 2, 120, every=0.02), slices()
+        leader = next(s for s in ("s0", "s1", "s2") if "became the scheduler" in logs[s].read_text())
+        processes[leader].send_signal(signal.SIGKILL)
+        processes[leader].wait()
+        at_kill = (planned(), slices())
+        assert wait_until(lambda: planned() >= readers and not slices()[False], 180, every=0.5), (planned(), slices())
+        with factory() as session:
+            per_day = session.execute(
+                select(Digest.subscriber_id, Digest.local_date, func.count())
+                .where(Digest.kind == "scheduled")
+                .group_by(Digest.subscriber_id, Digest.local_date)
+            ).all()
+        assert len(per_day) == readers and all(n == 1 for *_, n in per_day)
+        to_send = readers - count_states(factory)[DigestState.EMPTY.value]
+        assert to_send > readers // 2
+        assert wait_until(lambda: count_states(factory)[DigestState.SENT.value] == to_send, 300, every=1)
+    finally:
+        _stop(list(processes.values()))
+    ids = Counter(r.message["Message-ID"] for r in sink.received)
+    sharing = [name for name, log in logs.items() if "planned" in log.read_text()]
+    print(f"\nleader {leader} killed at {at_kill}; planned in {sharing}; {len(ids)} sent")
+    assert len(ids) == to_send and sum(ids.values()) == to_send
+    assert len(sharing) >= 3, {name: log.read_text()[-2000:] for name, log in logs.items()}
     engine.dispose()

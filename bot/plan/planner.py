@@ -11,8 +11,7 @@ filter of several interests (``bot.plan.sections``).  Never renders, never sends
 from __future__ import annotations
 
 import hashlib
-from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from functools import lru_cache
@@ -28,6 +27,7 @@ from bot.domain import DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.links import primary_url
 from bot.plan.cadence import mails, sends_on
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
+from bot.plan.report import PlanReport
 from bot.plan.retention import kept_since
 from bot.plan.sections import Sectioner
 from bot.plan.standing import Standings
@@ -38,6 +38,7 @@ from bot.store.ledger import (
     NewDigest,
     Planned,
     last_scheduled_at,
+    lock_subscribers,
     scheduled_days,
 )
 from bot.store.sources import latest_dump_at
@@ -51,52 +52,6 @@ if TYPE_CHECKING:
     from bot.taste.ranking import ReaderTaste, TastePass
 
 Clock = Callable[[], datetime]
-
-
-class IdRuns:
-    """Ids in the order they were added, kept as runs of consecutive numbers.
-
-    A planning pass may queue a million digests, and a batch's digests get
-    consecutive ids (only its empty digests break a run): runs hold them in a
-    fraction of a list's or an array's memory (bench/README.md, planning)."""
-
-    __slots__ = ("_starts", "_lengths", "_count")
-
-    def __init__(self, ids: Iterable[int] = ()) -> None:
-        self._starts = array("q")
-        self._lengths = array("q")
-        self._count = 0
-        for value in ids:
-            self.append(value)
-
-    def append(self, value: int) -> None:
-        if self._starts and self._starts[-1] + self._lengths[-1] == value:
-            self._lengths[-1] += 1
-        else:
-            self._starts.append(value)
-            self._lengths.append(1)
-        self._count += 1
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __iter__(self) -> Iterator[int]:
-        for start, length in zip(self._starts, self._lengths, strict=True):
-            yield from range(start, start + length)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, IdRuns) and list(self) == list(other)
-
-    def __repr__(self) -> str:
-        return f"IdRuns({list(self)!r})"
-
-
-@dataclass
-class PlanReport:
-    planned: IdRuns = field(default_factory=IdRuns)  # digest ids queued, in order
-    empty: int = 0  # due subscribers with nothing new
-    not_due: int = 0
-    waiting: int = 0  # due, but waiting for the day's dump (schedule.wait_for_dump_minutes)
 
 
 PLAN_BATCH = 1000  # subscribers read, selected for and written per transaction
@@ -166,40 +121,60 @@ def plan_without_journal(
 ) -> PlanReport:
     """``plan`` with the unsubscribe journal read (*leaving*: who asked to leave); writes
     only through *factory* (a preview rolls it back); *cache*: earlier passes' verdicts."""
-    with factory() as session:
-        latest_entry, latest_dump = latest_entry_at(session), latest_dump_at(session)
-    run = _Pass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump, _cache_or_new(cache))
-    with factory() as session:
-        if models_usable(session):  # only then are numpy and scipy loaded
-            from bot.taste.ranking import TastePass
-
-            run.taste = TastePass.open(session)
+    run = open_pass(factory, settings, rules, now=now, kind=kind, all_due=all_due, cache=cache)
     if subscribers is not None:
         chosen = [s for s in subscribers if s.status is SubscriberStatus.ACTIVE and s.id not in leaving]
         batches: Iterable[list[Subscriber]] = (chosen[i : i + PLAN_BATCH] for i in range(0, len(chosen), PLAN_BATCH))
     else:
         batches = _active_batches(factory)
     for batch in batches:
-        due: list[tuple[Subscriber, date]] = []
-        for subscriber in batch:
-            if subscriber.id in leaving:
-                continue
-            day = local_today(subscriber.timezone, now)
-            if (
-                kind is DigestKind.SCHEDULED
-                and not all_due
-                and (now < local_send_time(subscriber, day) or not sends_on(subscriber.cadence, day))
-            ):
-                run.report.not_due += 1
-                continue
-            due.append((subscriber, day))
-        if due:
-            _plan_batch(run, due)
+        plan_subscribers(run, batch, leaving)
     return run.report
 
 
+def open_pass(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    rules: TagRules,
+    *,
+    now: datetime,
+    kind: DigestKind = DigestKind.SCHEDULED,
+    all_due: bool = False,
+    cache: SelectionCache | None = None,
+) -> PlanningPass:
+    """A planning pass as of *now*, ready to plan batches of subscribers (``plan_subscribers``)."""
+    with factory() as session:
+        latest_entry, latest_dump = latest_entry_at(session), latest_dump_at(session)
+    run = PlanningPass(factory, settings, rules, now, kind, all_due, latest_entry, latest_dump, _cache_or_new(cache))
+    with factory() as session:
+        if models_usable(session):  # only then are numpy and scipy loaded
+            from bot.taste.ranking import TastePass
+
+            run.taste = TastePass.open(session)
+    return run
+
+
+def plan_subscribers(run: PlanningPass, batch: list[Subscriber], leaving: set[int] | frozenset[int]) -> None:
+    """Plan the due subscribers of *batch* (at most ``PLAN_BATCH``, by id) but those *leaving*."""
+    due: list[tuple[Subscriber, date]] = []
+    for subscriber in batch:
+        if subscriber.id in leaving:
+            continue
+        day = local_today(subscriber.timezone, run.now)
+        if (
+            run.kind is DigestKind.SCHEDULED
+            and not run.all_due
+            and (run.now < local_send_time(subscriber, day) or not sends_on(subscriber.cadence, day))
+        ):
+            run.report.not_due += 1
+            continue
+        due.append((subscriber, day))
+    if due:
+        _plan_batch(run, due)
+
+
 @dataclass
-class _Pass:
+class PlanningPass:
     """One planning pass: its inputs, caches and report."""
 
     factory: sessionmaker[Session]
@@ -239,12 +214,14 @@ def _active_batches(factory: sessionmaker[Session]) -> Iterable[list[Subscriber]
         after = batch[-1].id
 
 
-def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
+def _plan_batch(run: PlanningPass, due: list[tuple[Subscriber, date]]) -> None:
     make_id = message_ids(run.settings.sender)
     with run.factory() as session:
+        # What is read below stays true until this commits: on PostgreSQL a rival writer
+        # for these readers waits for their rows; on SQLite for the store's write lock.
+        lock_subscribers(session, [s.id for s, _ in due])
         batch = _choose(session, run, due)
-        sqlite = session.get_bind().dialect.name == "sqlite"
-        written = write_held(session, batch, now=run.now, make_id=make_id, rankings=run.standings) if sqlite else None
+        written = write_held(session, batch, now=run.now, make_id=make_id, rankings=run.standings)
     if written is None:
         run.standings.save(run.factory)
         written = write_batch(run.factory, batch, now=run.now, make_id=make_id, bodies=run.standings.bodies)
@@ -255,7 +232,7 @@ def _plan_batch(run: _Pass, due: list[tuple[Subscriber, date]]) -> None:
             run.report.planned.append(digest_id)
 
 
-def _choose(session: Session, run: _Pass, due: list[tuple[Subscriber, date]]) -> Batch:
+def _choose(session: Session, run: PlanningPass, due: list[tuple[Subscriber, date]]) -> Batch:
     """What each due subscriber of the batch gets: from their filter's standing ranking
     when it serves them (``bot.plan.standing``), else from a ranking of their window."""
     now, settings = run.now, run.settings
@@ -313,7 +290,7 @@ def _mark(
         batch.marks.append((subscriber_id, *mark))
 
 
-def _planned_of(run: _Pass, picked: Picked, *, shared: bool) -> tuple[list[Candidate], list[Planned], datetime]:
+def _planned_of(run: PlanningPass, picked: Picked, *, shared: bool) -> tuple[list[Candidate], list[Planned], datetime]:
     """The body items of what was *picked*, and when the oldest of them was first seen;
     made once for the readers who share a pick (*shared*: a standing ranking's, the
     same object for every reader of one filter with the same history)."""
@@ -328,7 +305,7 @@ def _planned_of(run: _Pass, picked: Picked, *, shared: bool) -> tuple[list[Candi
 
 def _long_way(
     session: Session,
-    run: _Pass,
+    run: PlanningPass,
     sectioner: Sectioner,
     subscriber: Subscriber,
     start: datetime | None,
@@ -348,7 +325,7 @@ def _long_way(
 
 
 def _rank_widest_first(
-    session: Session, run: _Pass, due: list[tuple[Subscriber, date]], starts: dict[int, datetime]
+    session: Session, run: PlanningPass, due: list[tuple[Subscriber, date]], starts: dict[int, datetime]
 ) -> None:
     """Rank each filter over the longest window its subscribers need first: the others
     are parts of it (``SelectionCache.ranked``), not rankings of their own."""
@@ -364,12 +341,12 @@ def _rank_widest_first(
             run.cache.ranked(session, text, start, run.now, run.rules)
 
 
-def _models(session: Session, run: _Pass, due: list[tuple[Subscriber, date]]) -> dict[int, Model]:
+def _models(session: Session, run: PlanningPass, due: list[tuple[Subscriber, date]]) -> dict[int, Model]:
     return run.taste.models(session, [s.id for s, _ in due]) if run.taste is not None else {}
 
 
 def _reader_taste(
-    session: Session, run: _Pass, subscriber: Subscriber, start: datetime | None, model: Model | None
+    session: Session, run: PlanningPass, subscriber: Subscriber, start: datetime | None, model: Model | None
 ) -> ReaderTaste | None:
     """What the subscriber's model says of their window (``bot.taste.ranking``); None without one."""
     if model is None or run.taste is None:
@@ -386,7 +363,7 @@ def _liked(subscriber: Subscriber, taste: ReaderTaste | None) -> frozenset[int] 
 
 
 def _days_to_plan(
-    session: Session, run: _Pass, due: list[tuple[Subscriber, date]]
+    session: Session, run: PlanningPass, due: list[tuple[Subscriber, date]]
 ) -> tuple[list[tuple[Subscriber, date]], dict[int, int]]:
     """The due subscribers whose day is planned now, and, per subscriber whose day is
     empty and open, the empty digest that a digest planned now fills."""

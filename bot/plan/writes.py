@@ -56,11 +56,11 @@ class Rankings(Protocol):
 def write_held(
     session: Session, batch: Batch, *, now: datetime, make_id: MakeId, rankings: Rankings
 ) -> list[tuple[int, NewDigest]] | None:
-    """Write *batch* in the session that read what its readers were sent.  On SQLite
-    that session has held the store's one write lock since its first read, so no rival
-    can have given these readers anything since: nothing is read again.  None (and
-    nothing written) when the write is refused; ``write_batch`` then takes it piece by
-    piece."""
+    """Write *batch* in the session that read what its readers were sent, having held
+    them since before it read (``lock_subscribers`` on PostgreSQL; on SQLite the store's
+    one write lock, taken by its first read), so no rival can have given these readers
+    anything since: nothing is read again.  None (and nothing written) when the write is
+    refused; ``write_batch`` then takes it piece by piece."""
     try:
         written = _write_digests(session, batch.choices, now=now, make_id=make_id, held=True)
         mark_checked(session, batch.still_empty, now)
@@ -121,19 +121,24 @@ def _write_digests(
     """New digests inserted, empty days filled; each with its id.  Raises
     ``EntriesTaken`` when another planner gave one of these subscribers one of these
     entries since this pass read what they had (*held*: the session that read it has
-    kept every other writer out since, so none can have)."""
-    lock_subscribers(session, [c.subscriber_id for c in choices if c.entries])
+    held these subscribers since, so none can have)."""
+    if not held:
+        lock_subscribers(session, [c.subscriber_id for c in choices if c.entries])
     new = [c for c in choices if c.fills is None]
     fills = [(c.fills, c) for c in choices if c.fills is not None]
     fill_empty_days(session, fills, now=now, message_id=make_id)
     ids = insert_digests(session, new, now=now, message_id=make_id) if new else []
     written = [*zip(ids, new, strict=True), *fills]
-    claims = [(digest_id, c.subscriber_id, [p.entry_id for p in c.entries]) for digest_id, c in written]
     if not held:
+        claims = [(digest_id, c.subscriber_id, _entry_ids(c)) for digest_id, c in written]
         refuse_double_claims(session, claims, ids[0] if ids else None, bodies, since=since)
     mailed = [(digest_id, c.subscriber_id) for digest_id, c in written if c.entries and c.state is DigestState.QUEUED]
     attach_news(session, mailed, now)  # a feed-only digest (sent once planned) lists no revisions
     return written
+
+
+def _entry_ids(digest: NewDigest) -> list[int]:
+    return [p.entry_id for p in digest.entries]
 
 
 def message_ids(sender: SenderConfig) -> MakeId:

@@ -5,7 +5,9 @@ the job store, says what is due): watch the dump folder and feeds every
 
 Roles: the scheduler role (watch + plan) runs only while this process is the
 elected leader (``roles.Leadership``; standbys retry every few seconds); the
-worker role (deliver) runs in as many processes as the database allows.
+worker role (deliver) runs in as many processes as the database allows.  On
+PostgreSQL every process, leader or not, plans slices of the leader's passes
+(``bot.plan.shared``).
 
 SIGTERM/SIGINT: stop planning and claiming, let the sends in flight finish and
 be recorded, exit 0.  Never holds business logic of its own.
@@ -37,11 +39,13 @@ from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
 from bot.metrics import Metrics
-from bot.plan import plan
+from bot.plan import PlanReport, plan
 from bot.plan.retention import remove_expired
+from bot.plan.shared import plan_shared, shares_planning
 from bot.returns.mailboxes import MailboxError
 from bot.returns.service import read_configured_inbox
 from bot.run.exporter import Exporter
+from bot.run.job_logs import delivery_done, log_ingest, log_planned
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import refresh_statistics, transaction
@@ -51,6 +55,7 @@ from bot.text import plural
 log = logging.getLogger(__name__)
 
 DELIVER_EVERY_SECONDS = 5
+HELP_EVERY_SECONDS = 2  # how soon a process joins a shared planning pass (PostgreSQL)
 STATISTICS_EVERY_HOURS = 6  # the store grows by a day's digests between two
 ELECTION_EVERY_SECONDS = 3
 RETENTION_EVERY_HOURS = 1  # a day's digests are removed within the hour they expire
@@ -59,29 +64,6 @@ JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _delivery_done(metrics: Metrics, started: float, task: asyncio.Task[DeliverReport]) -> None:
-    if task.cancelled():
-        return
-    if (exc := task.exception()) is not None:
-        log.error("delivery stopped by an unexpected error: %s: %s", type(exc).__name__, exc)
-        return
-    report = task.result()
-    metrics.delivery_done(report)
-    if not any(vars(report).values()):
-        return
-    seconds = max(time.monotonic() - started, 1e-3)
-    log.info(
-        "delivered: sent %d, retrying %d, failed %d, bounced %d, cancelled %d in %.1f s (%.1f messages/s)",
-        report.sent,
-        report.retrying,
-        report.failed,
-        report.bounced,
-        report.cancelled,
-        seconds,
-        report.sent / seconds,
-    )
 
 
 def _guarded(name: str, job: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
@@ -101,18 +83,6 @@ def _guarded(name: str, job: Callable[[], Awaitable[object]]) -> Callable[[], Aw
 
 def _said(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
-
-
-def _log_ingest(results: list[IngestResult]) -> None:
-    for result in results:
-        if result.status is SourceStatus.FAILED:
-            log.warning("ingest failed: %s", result.error)
-        elif result.status is SourceStatus.INGESTED:
-            log.info(
-                "ingested %s: %d entries, %d new, %d updated", result.path, result.entries, result.new, result.updated
-            )
-        else:
-            log.debug("%s: %s", result.path, result.status.value)
 
 
 class Daemon:
@@ -194,7 +164,7 @@ class Daemon:
                 log.error("watch failed: %s: %s; the next scan tries again", type(exc).__name__, _said(exc))
                 log.debug("watch failed", exc_info=exc)
                 return False
-        _log_ingest(results)
+        log_ingest(results)
         self.metrics.ingested(results)
         if not any(r.status is SourceStatus.INGESTED and r.new for r in results):
             return False
@@ -216,27 +186,48 @@ class Daemon:
         return results
 
     async def plan(self) -> None:
+        """Plan as the leader: on PostgreSQL open a pass that every process shares."""
         if self.stop.is_set() or not self.leadership.holds() or self._planning.locked():
             return
         async with self._planning:
-            report = await asyncio.to_thread(
-                plan, self.factory, self.settings, self.rules, now=self.clock(), cache=self.selection
-            )
+            if shares_planning(self.factory):
+                report = await asyncio.to_thread(self._plan_shared, opens=True)
+            else:
+                report = await asyncio.to_thread(
+                    plan, self.factory, self.settings, self.rules, now=self.clock(), cache=self.selection
+                )
             expired = await asyncio.to_thread(expire_signups, self.factory, self.settings, self.clock())
         if expired:
             log.info("deleted %d unconfirmed sign-ups whose link expired", expired)
-        self.metrics.plan_done(len(report.planned))
-        level = logging.INFO if report.planned or report.empty else logging.DEBUG
-        log.log(
-            level,
-            "planned %s (%d with nothing new, %d not due yet)",
-            plural(len(report.planned), "digest"),
-            report.empty,
-            report.not_due,
+        await self._planned(report)
+
+    async def help_plan(self) -> None:
+        """Plan the slices of a shared pass (PostgreSQL) that no other process holds.  The
+        leader plans its own passes (``plan``), which a help under way would make skip."""
+        if self.stop.is_set() or self.leadership.is_leader or self._planning.locked():
+            return
+        async with self._planning:
+            report = await asyncio.to_thread(self._plan_shared, opens=False)
+        if report.planned or report.empty or report.not_due:
+            await self._planned(report)
+
+    def _plan_shared(self, *, opens: bool) -> PlanReport:
+        return plan_shared(
+            self.factory,
+            self.settings,
+            self.rules,
+            now=self.clock(),
+            by=self.worker,
+            opens=opens,
+            cache=self.selection,
+            stop=self.stop.is_set,
         )
-        if report.planned:
-            if self.deliver_jobs:
-                await self.deliver()
+
+    async def _planned(self, report: PlanReport) -> None:
+        self.metrics.plan_done(len(report.planned))
+        log_planned(report)
+        if report.planned and self.deliver_jobs:
+            await self.deliver()
 
     async def refresh_statistics(self) -> None:
         """Give SQLite's query planner fresh statistics (``store.engine.refresh_statistics``)."""
@@ -308,7 +299,7 @@ class Daemon:
                 metrics=self.metrics,
             )
         )
-        self._delivering.add_done_callback(functools.partial(_delivery_done, self.metrics, time.monotonic()))
+        self._delivering.add_done_callback(functools.partial(delivery_done, self.metrics, time.monotonic()))
 
     def _scheduler(self, now: datetime) -> AsyncIOScheduler:
         """The jobs this process's roles run, not yet started."""
@@ -349,6 +340,13 @@ class Daemon:
                     IntervalTrigger(seconds=every.total_seconds()),
                     id="inbox",
                 )
+        if shares_planning(self.factory):
+            scheduler.add_job(
+                _guarded("planning", self.help_plan),
+                IntervalTrigger(seconds=HELP_EVERY_SECONDS),
+                id="help",
+                next_run_time=now,
+            )
         if self.deliver_jobs:
             scheduler.add_job(
                 _guarded("delivery", self.deliver),

@@ -1,5 +1,6 @@
 """Tables of data derived from the rest of the store, made again whenever they are
-missing or cannot be read: a filter's standing ranking (``bot.plan.standing``).
+missing or cannot be read: a filter's standing ranking (``bot.plan.standing``), the
+slices of the planning pass under way (``bot.plan.shared``).
 ``bot.store.schema`` imports this module, so that ``Base.metadata`` holds them; change
 them only with a new Alembic revision.  A restore leaves them empty rather than trust
 a backup's bytes for them (``DERIVED_TABLES``)."""
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import LargeBinary, String
+from sqlalchemy import Integer, LargeBinary, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from bot.store.base import Base, UTCDateTime
@@ -28,4 +29,18 @@ class FilterRanking(Base):
     body: Mapped[bytes] = mapped_column(LargeBinary)
 
 
-DERIVED_TABLES = frozenset({FilterRanking.__tablename__})
+class PlanningSlice(Base):
+    """A range of subscribers (ids *first_id* to *last_id*) of the planning pass that
+    started at *pass_at*, planned by whichever process holds its row (migration 0027)."""
+
+    __tablename__ = "planning_slices"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pass_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    first_id: Mapped[int] = mapped_column(Integer)
+    last_id: Mapped[int] = mapped_column(Integer)
+    done_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    done_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+
+DERIVED_TABLES = frozenset({FilterRanking.__tablename__, PlanningSlice.__tablename__})

@@ -233,7 +233,8 @@ def insert_digests(
 
 
 def _insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> None:
-    """The items of each body not stored yet (an earlier batch or day may have it)."""
+    """The items of each body not stored yet (an earlier batch or day may have it), in
+    key order: planners writing the same bodies at once wait for each other in turn."""
     stored: set[str] = set()
     for part in chunks(sorted(bodies)):
         stored.update(session.scalars(select(BodyItem.body_key).where(BodyItem.body_key.in_(part)).distinct()))
@@ -250,7 +251,7 @@ def _insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> No
             "taste": p.taste,
             "section": p.section,
         }
-        for key, entries in bodies.items()
+        for key, entries in sorted(bodies.items())  # in one order for every planner: no deadlock
         if key not in stored
         for n, p in enumerate(entries)
     ]

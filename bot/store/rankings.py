@@ -60,7 +60,8 @@ def ranking_bodies(session: Session, keys: Iterable[str]) -> dict[str, StoredRan
 
 def store_rankings(session: Session, rankings: Sequence[StoredRanking]) -> None:
     """Write *rankings*, each replacing the stored one of its key unless that one was
-    brought further (another planner's pass, later than this one)."""
+    brought further (another planner's pass, later than this one).  In key order, so
+    that planners writing the same filters' rankings at once never deadlock."""
     if not rankings:
         return
     build = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
@@ -84,7 +85,7 @@ def store_rankings(session: Session, rankings: Sequence[StoredRanking]) -> None:
                 "tagged": r.tagged,
                 "body": r.body,
             }
-            for r in rankings
+            for r in sorted(rankings, key=lambda r: r.ranking_key)
         ],
     )
 

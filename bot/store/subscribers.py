@@ -78,16 +78,15 @@ def subscriber_statuses(session: Session, subscriber_ids: Iterable[int]) -> dict
     return found
 
 
-def subscribers_after(session: Session, after_id: int, limit: int, *, status: SubscriberStatus) -> list[Subscriber]:
-    """Up to *limit* subscribers with that status and an id above *after_id*, by id
-    (the planner walks them in batches instead of holding them all)."""
-    query = (
-        select(SubscriberRow)
-        .where(SubscriberRow.id > after_id, SubscriberRow.status == status.value)
-        .order_by(SubscriberRow.id)
-        .limit(limit)
-    )
-    return [_view(row) for row in session.scalars(query)]
+def subscribers_after(
+    session: Session, after_id: int, limit: int, *, status: SubscriberStatus, through_id: int | None = None
+) -> list[Subscriber]:
+    """Up to *limit* subscribers with that status and an id above *after_id* (and at
+    most *through_id*), by id (the planner walks them in batches instead of holding them all)."""
+    query = select(SubscriberRow).where(SubscriberRow.id > after_id, SubscriberRow.status == status.value)
+    if through_id is not None:
+        query = query.where(SubscriberRow.id <= through_id)
+    return [_view(row) for row in session.scalars(query.order_by(SubscriberRow.id).limit(limit))]
 
 
 def watermarks(session: Session, subscriber_ids: Iterable[int]) -> dict[int, tuple[datetime, str]]:

@@ -1,0 +1,63 @@
+"""What the daemon's jobs say in its log, and the figures they hand to the metrics
+(``bot.run.scheduler``).  Never runs a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from bot.domain import DeliverReport, IngestResult, SourceStatus
+from bot.metrics import Metrics
+from bot.plan import PlanReport
+from bot.text import plural
+
+# The daemon's lines keep the scheduler's logger name, which operators filter by.
+log = logging.getLogger("bot.run.scheduler")
+
+
+def delivery_done(metrics: Metrics, started: float, task: asyncio.Task[DeliverReport]) -> None:
+    if task.cancelled():
+        return
+    if (exc := task.exception()) is not None:
+        log.error("delivery stopped by an unexpected error: %s: %s", type(exc).__name__, exc)
+        return
+    report = task.result()
+    metrics.delivery_done(report)
+    if not any(vars(report).values()):
+        return
+    seconds = max(time.monotonic() - started, 1e-3)
+    log.info(
+        "delivered: sent %d, retrying %d, failed %d, bounced %d, cancelled %d in %.1f s (%.1f messages/s)",
+        report.sent,
+        report.retrying,
+        report.failed,
+        report.bounced,
+        report.cancelled,
+        seconds,
+        report.sent / seconds,
+    )
+
+
+def log_ingest(results: list[IngestResult]) -> None:
+    for result in results:
+        if result.status is SourceStatus.FAILED:
+            log.warning("ingest failed: %s", result.error)
+        elif result.status is SourceStatus.INGESTED:
+            log.info(
+                "ingested %s: %d entries, %d new, %d updated", result.path, result.entries, result.new, result.updated
+            )
+        else:
+            log.debug("%s: %s", result.path, result.status.value)
+
+
+def log_planned(report: PlanReport) -> None:
+    level = logging.INFO if report.planned or report.empty else logging.DEBUG
+    log.log(
+        level,
+        "planned %s (%d with nothing new, %d not due yet)",
+        plural(len(report.planned), "digest"),
+        report.empty,
+        report.not_due,
+    )

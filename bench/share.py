@@ -85,8 +85,9 @@ def postgres_cpu_seconds() -> float:
     return total / tick
 
 
-def shared_pass(place: Place, processes: int, folder: Path) -> dict[str, object]:
-    """One pass over a fresh copy of the store, planned by *processes* new processes."""
+def shared_pass(place: Place, processes: int, folder: Path, *, keep: bool = False) -> dict[str, object]:
+    """One pass over a fresh copy of the store, planned by *processes* new processes
+    (the copy, ``pass<processes>``, kept with *keep*: ``bench/day.py`` sends from it)."""
     name = f"pass{processes}"
     url = place.copy("steady", name)
     engine = make_engine(url)
@@ -123,7 +124,8 @@ def shared_pass(place: Place, processes: int, folder: Path) -> dict[str, object]
             session.execute(select(PlanningSlice.done_by, func.count()).group_by(PlanningSlice.done_by)).all()
         )
     engine.dispose()
-    place.drop(name)
+    if not keep:
+        place.drop(name)
     for n, result in enumerate(results):
         result["slices"] = slices.get(f"p{n}", 0)
     return {"wall": wall, "database_cpu": database, "planners": results}

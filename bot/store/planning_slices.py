@@ -76,8 +76,3 @@ def finish_slice(connection: Connection, taken: SliceTaken, *, now: datetime, by
     statement = update(PlanningSlice).where(PlanningSlice.id == taken.slice_id).values(done_at=now, done_by=by[:200])
     connection.execute(statement)
     connection.commit()
-
-
-def slices_waiting(session: Session) -> int:
-    """How many slices of any pass are not planned yet."""
-    return session.scalar(select(func.count()).where(PlanningSlice.done_at.is_(None))) or 0

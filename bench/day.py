@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -38,15 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import func, select  # noqa: E402
 
 from bench.places import Place  # noqa: E402
-from bench.plan import store, write_history  # noqa: E402
-from bench.send import DAY, RULES, zipf_choices  # noqa: E402
-from bench.share import postgres_cpu_seconds, shared_pass, show  # noqa: E402
+from bench.send import zipf_choices  # noqa: E402
+from bench.share import postgres_cpu_seconds, shared_pass, show, steady_store  # noqa: E402
 from bot.config import Settings  # noqa: E402
-from bot.ingest.service import ingest_bytes  # noqa: E402
 from bot.sink import free_port  # noqa: E402
 from bot.store.engine import make_engine, sessions  # noqa: E402
 from bot.store.schema import Digest  # noqa: E402
-from tests.helpers import dump_text, filter_expressions  # noqa: E402
+from tests.helpers import filter_expressions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGESTBOT = str(Path(sys.executable).parent / "digestbot")
@@ -129,13 +126,7 @@ def main() -> None:
         place = Place(folder, args.database_url)
         try:
             built = time.perf_counter()
-            engine, factory = store(place, "steady", filters, args.days)
-            if args.days:
-                write_history(factory, filters, args.days, args.entries, settings)
-            today = dump_text(args.entries, seed=3).encode()
-            ingest_bytes(factory, today, name="today", now=DAY - timedelta(hours=2), rules=RULES)
-            engine.dispose()
-            place.settle("steady")
+            steady_store(place, filters, args.days, args.entries, settings)
             history = f"{args.days} days at the steady state" if args.days else "day one"
             print(f"{args.subscribers:,} subscribers, {history}: store built in {time.perf_counter() - built:.0f} s")
             for processes in (1, 2):

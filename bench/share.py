@@ -85,6 +85,18 @@ def postgres_cpu_seconds() -> float:
     return total / tick
 
 
+def steady_store(place: Place, filters: list[str], days: int, entries: int, settings: Settings) -> None:
+    """The store "steady": *days* days at the steady state (none: day one) and today's
+    dump, settled."""
+    engine, factory = store(place, "steady", filters, days)
+    if days:
+        write_history(factory, filters, days, entries, settings)
+    today = dump_text(entries, seed=3).encode()
+    ingest_bytes(factory, today, name="today", now=DAY - timedelta(hours=2), rules=RULES)
+    engine.dispose()
+    place.settle("steady")
+
+
 def shared_pass(place: Place, processes: int, folder: Path, *, keep: bool = False) -> dict[str, object]:
     """One pass over a fresh copy of the store, planned by *processes* new processes
     (the copy, ``pass<processes>``, kept with *keep*: ``bench/day.py`` sends from it)."""
@@ -156,13 +168,7 @@ def main() -> None:
         settings = Settings.model_validate({"paths": {"var_dir": str(folder / "var")}})
         place = Place(folder, args.database_url)
         try:
-            engine, factory = store(place, "steady", filters, args.days)
-            if not args.no_history:
-                write_history(factory, filters, args.days, args.entries, settings)
-            today = dump_text(args.entries, seed=3).encode()
-            ingest_bytes(factory, today, name="today", now=DAY - timedelta(hours=2), rules=RULES)
-            engine.dispose()
-            place.settle("steady")
+            steady_store(place, filters, 0 if args.no_history else args.days, args.entries, settings)
             one = shared_pass(place, 1, folder)
             show(1, one)
             several = shared_pass(place, args.processes, folder)

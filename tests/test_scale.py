@@ -68,6 +68,19 @@ def count_states(factory: sessionmaker[Session]) -> Counter[str]:
         return Counter(dict(session.execute(select(Digest.state, func.count()).group_by(Digest.state)).all()))
 
 
+def scheduled_per_day(factory: sessionmaker[Session]) -> list[int]:
+    """How many scheduled digests each (subscriber, local day) that has one has."""
+    with factory() as session:
+        return list(
+            session.scalars(
+                select(func.count())
+                .select_from(Digest)
+                .where(Digest.kind == "scheduled")
+                .group_by(Digest.subscriber_id, Digest.local_date)
+            )
+        )
+
+
 def wait_until(predicate, timeout: float, every: float = 0.5) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -215,13 +228,8 @@ def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Pat
         assert "became the scheduler" in logs[standby].read_text()
     finally:
         _stop(schedulers)
-    with factory() as session:
-        per_day = session.execute(
-            select(Digest.subscriber_id, Digest.local_date, func.count())
-            .where(Digest.kind == "scheduled")
-            .group_by(Digest.subscriber_id, Digest.local_date)
-        ).all()
-    assert len(per_day) == 8 and all(n == 1 for _, _, n in per_day)
+    per_day = scheduled_per_day(factory)
+    assert len(per_day) == 8 and all(n == 1 for n in per_day)
     engine.dispose()
 
 
@@ -267,13 +275,8 @@ def test_planners_share_a_pass_and_one_killed_mid_pass_loses_nothing(pg_url: str
         processes[leader].wait()
         at_kill = (planned(), slices())
         assert wait_until(lambda: planned() >= readers and not slices()[False], 180, every=0.5), (planned(), slices())
-        with factory() as session:
-            per_day = session.execute(
-                select(Digest.subscriber_id, Digest.local_date, func.count())
-                .where(Digest.kind == "scheduled")
-                .group_by(Digest.subscriber_id, Digest.local_date)
-            ).all()
-        assert len(per_day) == readers and all(n == 1 for *_, n in per_day)
+        per_day = scheduled_per_day(factory)
+        assert len(per_day) == readers and all(n == 1 for n in per_day)
         to_send = readers - count_states(factory)[DigestState.EMPTY.value]
         assert to_send > readers // 2
         assert wait_until(lambda: count_states(factory)[DigestState.SENT.value] == to_send, 300, every=1)

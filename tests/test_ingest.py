@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import date
 from pathlib import Path
 
@@ -185,7 +186,7 @@ def test_title_look_ups_search_their_index_after_a_large_first_ingest(
 
     @event.listens_for(engine, "before_cursor_execute")
     def explain(conn, cursor, statement, parameters, context, executemany) -> None:
-        if statement.startswith("SELECT") and "WHERE entries.title_hash IN" in statement:
+        if statement.startswith("SELECT") and re.search(r"WHERE entries\.title_hash (IN|= ANY)", statement):
             explained = cursor.connection.cursor()
             prefix = "EXPLAIN QUERY PLAN " if engine.dialect.name == "sqlite" else "EXPLAIN "
             explained.execute(prefix + statement, parameters)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import ColumnElement, any_, bindparam, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -18,6 +19,16 @@ CHUNK = 900
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def among(session: Session, column: Any, values: Sequence[Any]) -> ColumnElement[bool]:
+    """``column IN (values)``; on PostgreSQL ``column = ANY(array)``: one parameter
+    whatever the list's length, so the statement's text is the same from call to call
+    and neither SQLAlchemy nor the driver rewrites a placeholder per value, and the
+    server may keep its plan."""
+    if session.get_bind().dialect.name == "postgresql":
+        return cast(ColumnElement[bool], column == any_(bindparam(None, list(values), type_=ARRAY(column.type))))
+    return cast(ColumnElement[bool], column.in_(values))
 
 
 def bulk_insert(session: Session, table: Any, rows: list[dict[str, Any]], *, ignore_conflicts: bool = False) -> None:

@@ -18,7 +18,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from bot.domain import TagOrigin
-from bot.store.bulk import allocate_ids, bulk_insert, chunks, insert_ignoring_conflicts
+from bot.store.bulk import allocate_ids, among, bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.schema import Appearance, Entry, EntryTag, Tag
 
 
@@ -42,7 +42,7 @@ def entries_matching(
         (Entry.title_hash, title_hashes),
     ):
         for part in chunks(values):
-            for rec in session.execute(select(*columns).where(column.in_(part))):
+            for rec in session.execute(select(*columns).where(among(session, column, part))):
                 if rec.id not in seen:
                     seen.add(rec.id)
                     yield rec._asdict()

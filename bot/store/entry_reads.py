@@ -12,7 +12,7 @@ from sqlalchemy import Row, func, or_, select
 from sqlalchemy.orm import Session
 
 from bot.domain import EntryKind, EntryNews, EntryView, match_text
-from bot.store.bulk import chunks
+from bot.store.bulk import among, chunks
 from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
 
 # Rows, not ORM objects: a planning pass reads thousands and keeps none of them.
@@ -31,7 +31,7 @@ def _tags_by_entry(session: Session, entry_ids: Sequence[int]) -> dict[int, _Ent
         rows = session.execute(
             select(EntryTag.entry_id, Tag.name, Tag.label, EntryTag.origin)
             .join(Tag, Tag.id == EntryTag.tag_id)
-            .where(EntryTag.entry_id.in_(part))
+            .where(among(session, EntryTag.entry_id, part))
             .order_by(EntryTag.entry_id, Tag.name)
         )
         for entry_id, name, label, origin in rows:
@@ -79,7 +79,7 @@ def entries_by_ids(session: Session, entry_ids: Sequence[int]) -> list[EntryView
     """The stored entries of *entry_ids*, with tag origins, in id order (missing ids left out)."""
     entries: list[Row[Any]] = []
     for part in chunks(sorted(set(entry_ids))):
-        entries += session.execute(select(_ENTRIES).where(Entry.id.in_(part)))
+        entries += session.execute(select(_ENTRIES).where(among(session, Entry.id, part)))
     entries.sort(key=lambda e: e.id)
     tags = _tags_by_entry(session, [e.id for e in entries])
     return [_view(e, tags.get(e.id)) for e in entries]

@@ -20,7 +20,7 @@ from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestKind, DigestState, ScheduledDay
-from bot.store.bulk import CHUNK, allocate_ids, bulk_insert, chunks, insert_ignoring_conflicts
+from bot.store.bulk import CHUNK, allocate_ids, among, bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.retention import drop_unshown_bodies
 from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
@@ -134,7 +134,10 @@ def lock_subscribers(session: Session, subscriber_ids: Iterable[int]) -> None:
         return
     for part in chunks(sorted(set(subscriber_ids))):
         session.execute(
-            select(SubscriberRow.id).where(SubscriberRow.id.in_(part)).order_by(SubscriberRow.id).with_for_update()
+            select(SubscriberRow.id)
+            .where(among(session, SubscriberRow.id, part))
+            .order_by(SubscriberRow.id)
+            .with_for_update()
         )
 
 
@@ -237,7 +240,9 @@ def _insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> No
     key order: planners writing the same bodies at once wait for each other in turn."""
     stored: set[str] = set()
     for part in chunks(sorted(bodies)):
-        stored.update(session.scalars(select(BodyItem.body_key).where(BodyItem.body_key.in_(part)).distinct()))
+        stored.update(
+            session.scalars(select(BodyItem.body_key).where(among(session, BodyItem.body_key, part)).distinct())
+        )
     rows = [
         {
             "body_key": key,
@@ -270,7 +275,7 @@ def scheduled_days(
                 Digest.subscriber_id, Digest.local_date, Digest.id, Digest.state, Digest.nothing_at, Digest.checked_at
             ).where(
                 Digest.kind == DigestKind.SCHEDULED.value,
-                Digest.subscriber_id.in_(part),
+                among(session, Digest.subscriber_id, part),
                 Digest.local_date.in_(day_list),
             )
         )

@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from bot.store.bulk import chunks
+from bot.store.bulk import among, chunks
 from bot.store.derived_tables import FilterRanking
 
 
@@ -36,7 +36,7 @@ def ranking_stamps(session: Session, keys: Iterable[str]) -> dict[str, tuple[dat
     for part in chunks(sorted(set(keys))):
         query = select(
             FilterRanking.ranking_key, FilterRanking.weighed_to, FilterRanking.covers_from, FilterRanking.tagged
-        ).where(FilterRanking.ranking_key.in_(part))
+        ).where(among(session, FilterRanking.ranking_key, part))
         found.update(
             (key, (weighed_to, covers_from, tagged)) for key, weighed_to, covers_from, tagged in session.execute(query)
         )
@@ -52,7 +52,7 @@ def ranking_bodies(session: Session, keys: Iterable[str]) -> dict[str, StoredRan
             FilterRanking.covers_from,
             FilterRanking.tagged,
             FilterRanking.body,
-        ).where(FilterRanking.ranking_key.in_(part))
+        ).where(among(session, FilterRanking.ranking_key, part))
         for row in session.execute(query):
             found[row[0]] = StoredRanking(*row)
     return found

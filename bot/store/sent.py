@@ -16,7 +16,7 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.orm import Session
 
-from bot.store.bulk import chunks
+from bot.store.bulk import among, chunks
 from bot.store.ledger import EntriesTaken
 from bot.store.schema import BodyItem, Digest, Entry
 
@@ -57,13 +57,13 @@ def body_groups_since(
 
 
 def entries_of_bodies(session: Session, keys: Iterable[str]) -> dict[str, list[int]]:
-    """The entries each body of *keys* holds."""
+    """The entries each body of *keys* holds, in no order: a row a body, not an item."""
     found: dict[str, list[int]] = {}
+    entry_ids = func.aggregate_strings(sql_cast(BodyItem.entry_id, String), " ")
     for part in chunks(sorted(set(keys))):
-        for key, entry_id in session.execute(
-            select(BodyItem.body_key, BodyItem.entry_id).where(BodyItem.body_key.in_(part))
-        ):
-            found.setdefault(key, []).append(entry_id)
+        query = select(BodyItem.body_key, entry_ids).where(among(session, BodyItem.body_key, part))
+        for key, ids in session.execute(query.group_by(BodyItem.body_key)):
+            found[key] = list(map(int, ids.split()))
     return found
 
 

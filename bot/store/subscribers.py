@@ -11,7 +11,7 @@ from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
-from bot.store.bulk import bulk_insert, chunks
+from bot.store.bulk import among, bulk_insert, chunks
 from bot.store.retention import drop_unshown_bodies
 from bot.store.schema import Digest
 from bot.store.schema import Subscriber as SubscriberRow
@@ -94,7 +94,7 @@ def watermarks(session: Session, subscriber_ids: Iterable[int]) -> dict[int, tup
     found: dict[int, tuple[datetime, str]] = {}
     for part in chunks(sorted(set(subscriber_ids))):
         query = select(SubscriberRow.id, SubscriberRow.planned_through, SubscriberRow.planned_key).where(
-            SubscriberRow.id.in_(part), SubscriberRow.planned_through.is_not(None)
+            among(session, SubscriberRow.id, part), SubscriberRow.planned_through.is_not(None)
         )
         # planned_through is not NULL by the query, and planned_key is written with it.
         found.update((i, cast(tuple[datetime, str], (through, key))) for i, through, key in session.execute(query))

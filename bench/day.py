@@ -65,6 +65,8 @@ def send_day(url: str, workers: int, folder: Path) -> dict[str, object]:
     factory = sessions(engine)
     with factory() as session:
         queued = session.scalar(select(func.count()).select_from(Digest).where(Digest.state == "queued")) or 0
+        # Today's digests come after every digest of the history: count only those sent.
+        first = session.scalar(select(func.min(Digest.id)).where(Digest.state == "queued")) or 0
     port = free_port()
     sink = subprocess.Popen(
         ["smtp-sink", "-u", "nobody", f"127.0.0.1:{port}", "1000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -88,7 +90,8 @@ def send_day(url: str, workers: int, folder: Path) -> dict[str, object]:
     try:
         while True:
             with factory() as session:
-                sent = session.scalar(select(func.count()).select_from(Digest).where(Digest.state == "sent")) or 0
+                today = select(func.count()).select_from(Digest).where(Digest.id >= first, Digest.state == "sent")
+                sent = session.scalar(today) or 0
             if sent >= queued or any(p.poll() is not None for p in procs):
                 break
             time.sleep(1)

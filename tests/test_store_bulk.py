@@ -47,3 +47,13 @@ def test_among_takes_a_chunk_of_ids_in_one_statement_text(engine: Engine) -> Non
     assert sorted(found) == sorted([*range(2, 2001, 2), 7])
     if engine.dialect.name == "postgresql":
         assert len(texts) == 1 and "= ANY (" in texts.pop()
+
+
+def test_among_matches_no_stored_value_on_a_longer_one(engine: Engine) -> None:
+    """A value longer than the column (a tag name is 100 characters at most) finds
+    nothing, not the stored value it begins with."""
+    with transaction(sessions(engine)) as session:
+        session.execute(insert(Tag), [{"name": "x" * 100, "label": "x"}])
+        asked = ["x" * 100 + "y", "x" * 101]
+        assert list(session.scalars(select(Tag.name).where(among(session, Tag.name, asked)))) == []
+        assert list(session.scalars(select(Tag.name).where(among(session, Tag.name, ["x" * 100])))) == ["x" * 100]

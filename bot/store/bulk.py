@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, any_, bindparam, func, select
+from sqlalchemy import ColumnElement, String, any_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -25,9 +25,11 @@ def among(session: Session, column: Any, values: Sequence[Any]) -> ColumnElement
     """``column IN (values)``; on PostgreSQL ``column = ANY(array)``: one parameter
     whatever the list's length, so the statement's text is the same from call to call
     and neither SQLAlchemy nor the driver rewrites a placeholder per value, and the
-    server may keep its plan."""
+    server may keep its plan.  Strings go as ``VARCHAR[]`` without the column's length:
+    a cast to ``VARCHAR(100)[]`` would cut a longer value and match on its prefix."""
     if session.get_bind().dialect.name == "postgresql":
-        return cast(ColumnElement[bool], column == any_(bindparam(None, list(values), type_=ARRAY(column.type))))
+        element = String() if isinstance(column.type, String) else column.type
+        return cast(ColumnElement[bool], column == any_(bindparam(None, list(values), type_=ARRAY(element))))
     return cast(ColumnElement[bool], column.in_(values))
 
 

@@ -1,24 +1,37 @@
 # Two commands for a fresh machine (python3 and make present, nothing else):
-#   make demo   create .venv, install, run the bot's main job on embedded defaults
+#   make demo   create .venv, install the product, run the bot's main job on embedded defaults
 #   make test   create .venv, install with test extras, run the whole suite
-# and, for developers: make test-fast (slow tests deselected), make lint (what CI checks first)
+# and, for developers: make test-fast (slow tests deselected), make lint (what CI checks
+# first), make format (what make lint's formatting and fixable rules ask for).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The product with its optional ranking (what make demo needs), and with the test tools.
+PRODUCT := $(VENV)/.installed-product
 STAMP := $(VENV)/.installed
 # Every dependency's version as CI installs it; make constraints refreshes it.
 CONSTRAINTS := constraints.txt
 # axe-core (accessibility) and the Nu HTML Checker for the browser tests, from npm; without
-# npm those tests skip and say why.
-NODE_TOOLS := $(VENV)/node/.installed
+# npm those tests skip and say why.  The stamp names the versions: a new one installs again,
+# an edit elsewhere in this file does not.
+AXE_CORE := axe-core@4.14.1
+VNU_JAR := vnu-jar@26.9.27
+NODE_TOOLS := $(VENV)/node/.installed-$(AXE_CORE)-$(VNU_JAR)
 
-.PHONY: demo test test-fast lint install clean bench bench-check screens constraints docs
+.PHONY: demo test test-fast lint format install clean bench-input bench-check screens constraints docs
 
-$(STAMP): pyproject.toml $(CONSTRAINTS)
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(PRODUCT): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --constraint $(CONSTRAINTS) -e '.[taste]'
+	touch $(PRODUCT)
+
+# The test extra holds the product's (taste) too.
+$(STAMP): pyproject.toml $(CONSTRAINTS) | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --constraint $(CONSTRAINTS) -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(PRODUCT)
 
 # The newest versions pyproject.toml allows, resolved in a clean virtualenv and pinned
 # in constraints.txt (commit it once make test passes with them).
@@ -31,16 +44,16 @@ constraints:
 	  .constraints-venv/bin/python -m pip freeze --all --exclude-editable | grep -v -i -e '^digestbot' -e '^pip==' -e '^setuptools==' -e '^wheel=='; } > $(CONSTRAINTS)
 	rm -rf .constraints-venv build
 
-$(NODE_TOOLS): Makefile
+$(NODE_TOOLS): | $(BIN)/python
 	@if command -v npm >/dev/null 2>&1; then \
 		mkdir -p $(VENV)/node && npm install --silent --no-audit --no-fund --prefix $(VENV)/node \
-			axe-core@4.14.1 vnu-jar@26.9.27 && touch $@ \
+			$(AXE_CORE) $(VNU_JAR) && touch $@ \
 		|| echo "npm could not install axe-core and vnu-jar: the checks that need them will be skipped"; \
 	else echo "no npm here: the accessibility and HTML checks will be skipped"; fi
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(PRODUCT)
 	$(BIN)/digestbot demo
 
 # The whole suite on every core, then the few tests that time a latency (marked timing)
@@ -64,13 +77,18 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python .ci/complexity.py bot
 
+format: $(STAMP)
+	$(BIN)/ruff check --fix bot tests bench docs .ci setup.py
+	$(BIN)/ruff format bot tests bench docs .ci setup.py
+
 # The configuration and CLI reference pages from the code, then the site (site/); a
 # broken link or a page missing from mkdocs.yml fails it.
 docs: $(STAMP)
 	$(BIN)/python docs/reference.py
 	$(BIN)/mkdocs build --strict
 
-bench: $(STAMP)
+# The readers of outside input at full size: a dump's ingest and a CSV import (bench/README.md).
+bench-input: $(STAMP)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/import_csv.py
 
@@ -81,5 +99,7 @@ bench-check: $(STAMP)
 screens: demo
 	$(BIN)/python bench/screens.py
 
+# Never var/: it holds the default store and the signing key, whose loss breaks every
+# link already mailed.
 clean:
-	rm -rf $(VENV) var site .pytest_cache .hypothesis .mypy_cache .ruff_cache build dist
+	rm -rf $(VENV) site .pytest_cache .hypothesis .mypy_cache .ruff_cache build dist

@@ -1,6 +1,7 @@
-"""The docs: the README is a short front door, the two reference pages are what the code
-generates (docs/reference.py), and the site builds with MkDocs in strict mode, where a
-broken link, a missing anchor or a page left out of the navigation fails the build."""
+"""The docs: the README is a short front door, docs/architecture.md names every module,
+the two reference pages are what the code generates (docs/reference.py), and the site
+builds with MkDocs in strict mode, where a broken link, a missing anchor or a page left
+out of the navigation fails the build."""
 
 from __future__ import annotations
 
@@ -20,6 +21,34 @@ def test_the_readme_is_a_front_door() -> None:
     assert "make demo" in readme and "make test" in readme
     for page in (ROOT / "docs").glob("*.md"):
         assert f"docs/{page.name}" in readme, f"the README's map leaves out docs/{page.name}"
+
+
+def unnamed_modules(architecture: str, package: Path) -> list[str]:
+    """The modules of *package* (but packages' ``__init__``/``__main__`` and migrations)
+    that *architecture* names neither by path nor by file name on a line that names
+    their package."""
+    lines = architecture.splitlines()
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package.parent).as_posix()
+        if "/migrations/" in relative or path.name in ("__init__.py", "__main__.py"):
+            continue
+        folder = relative.rsplit("/", 1)[0] + "/"
+        if f"`{relative}`" in architecture or relative + "`" in architecture:
+            continue
+        if not any(f"`{folder}`" in line and f"`{path.name}`" in line for line in lines):
+            missing.append(relative)
+    return missing
+
+
+def test_the_architecture_names_every_module(tmp_path: Path) -> None:
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    assert unnamed_modules(architecture, ROOT / "bot") == []
+    # A new module nobody wrote down is found, at the top level and in a package.
+    shutil.copytree(ROOT / "bot", tmp_path / "bot", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "bot" / "newcomer.py").write_text('"""New."""\n')
+    (tmp_path / "bot" / "store" / "newcomers.py").write_text('"""New."""\n')
+    assert unnamed_modules(architecture, tmp_path / "bot") == ["bot/newcomer.py", "bot/store/newcomers.py"]
 
 
 def test_the_reference_pages_are_what_the_code_generates() -> None:

@@ -250,7 +250,7 @@ def db_copy(
     from sqlalchemy.exc import ArgumentError, DBAPIError
 
     from bot.store import engine as store_engine
-    from bot.store.copies import copy_tables
+    from bot.store.copies import copy_tables, empty_again, holds_tables
     from bot.store.errors import StoreError, meaning
     from bot.store.journal import journal_url
     from bot.unsubscribes import journal_of
@@ -269,7 +269,7 @@ def db_copy(
         journal_of(factory).apply_pending(factory)
         target = store_engine.make_engine(to)
         try:
-            if store_engine.current_revision(target) is not None or _has_tables(target):
+            if store_engine.current_revision(target) is not None or holds_tables(target):
                 fail(f"--to: {shown} is not empty; copy into a new database (createdb) or schema", EXIT_USAGE)
             store_engine.upgrade(target)
             journal_file = Path(make_url(journal_url(c.settings.database_url)).database or "")
@@ -280,7 +280,7 @@ def db_copy(
                 if journal is not None:
                     journal.dispose()
         except (StoreError, DBAPIError) as exc:
-            _empty_again(target)
+            empty_again(target)
             said = meaning(exc, shown) if isinstance(exc, DBAPIError) else None
             reason = " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
             fail(f"--to: copy stopped, nothing kept there: {said or reason}")
@@ -293,26 +293,6 @@ def db_copy(
         f"set database.url (or DIGESTBOT_DATABASE__URL) to it and start the scheduler and workers",
         markup=False,
     )
-
-
-def _has_tables(engine: Any) -> bool:
-    from sqlalchemy import inspect
-
-    return bool(inspect(engine).get_table_names())
-
-
-def _empty_again(engine: Any) -> None:
-    """Drop what a stopped copy created, so the database is empty as it was."""
-    from sqlalchemy import text
-
-    from bot.store.base import Base
-
-    try:
-        with engine.begin() as connection:
-            Base.metadata.drop_all(connection)
-            connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
-    except Exception:  # noqa: BLE001 - the copy's own error is the one to report
-        return
 
 
 @db_app.command("adopt-key")

@@ -19,8 +19,10 @@ import os
 from pathlib import Path
 from typing import IO
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
+
+from bot.store.session_locks import still_answers, try_session_lock
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +103,7 @@ class Leadership:
             return self._file is not None
         connection = self.engine.connect()
         try:
-            got = connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": SCHEDULER_LOCK_KEY}).scalar()
-            connection.commit()
+            got = try_session_lock(connection, SCHEDULER_LOCK_KEY)
         except Exception:
             connection.close()
             raise
@@ -119,8 +120,7 @@ class Leadership:
         if self._connection is None:
             return False
         try:
-            self._connection.execute(text("SELECT 1")).scalar()
-            self._connection.commit()
+            still_answers(self._connection)
             return True
         except Exception:
             log.warning("lost the scheduler lock's database connection; standing down")

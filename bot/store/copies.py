@@ -14,7 +14,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, Table, func, insert, select, text
+from sqlalchemy import Connection, Engine, Table, func, insert, inspect, select, text
 
 from bot.store.base import Base
 from bot.store.errors import StoreError
@@ -179,3 +179,19 @@ def _insert_all(connection: Connection, table: Table, parts: Iterator[list[dict[
             connection.execute(insert(table), rows)
             written += len(rows)
     return written
+
+
+def holds_tables(engine: Engine) -> bool:
+    """Whether the database at *engine* holds any table (a copy goes only into an empty one)."""
+    return bool(inspect(engine).get_table_names())
+
+
+def empty_again(engine: Engine) -> None:
+    """Drop what a stopped copy created, so the database is empty as it was; quietly, for
+    the copy's own error is the one to report."""
+    try:
+        with engine.begin() as connection:
+            Base.metadata.drop_all(connection)
+            connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
+    except Exception:  # noqa: BLE001 - see the docstring
+        return

@@ -257,3 +257,8 @@ def test_only_a_zone_of_a_place_is_a_time_zone(zone: str) -> None:
     with pytest.raises(SubscriberInputError, match="is not an IANA time zone"):
         clean_timezone(zone)
     assert clean_timezone(" Europe/Berlin ") == "Europe/Berlin" and clean_timezone("UTC") == "UTC"
+
+
+def test_subscribed_is_active_or_paused_and_nothing_else() -> None:
+    """The one rule every stage asks (sign-up, returned mail, the manage page, the CLI)."""
+    assert {s for s in SubscriberStatus if s.subscribed} == {SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED}

@@ -173,7 +173,7 @@ def _ask_to_confirm(c: Context, fields: Any) -> None:
 
     with c.sessions()() as session:
         existing = get_subscriber(session, fields.email)
-    if existing is not None and existing.status in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED):
+    if existing is not None and existing.status.subscribed:
         fail(f"{existing.email} is already subscribed (use 'subscribers edit' to change it)")
     origin = Origin("digestbot subscribers add --confirm", "", _operator("requested"))
     outgoing = request_signup(c.sessions(), c.settings, c.signing_key(), fields, origin=origin, now=now())

@@ -147,6 +147,12 @@ class SubscriberStatus(StrEnum):
     UNSUBSCRIBED = "unsubscribed"
     BOUNCED = "bounced"
 
+    @property
+    def subscribed(self) -> bool:
+        """On the list: receiving digests, or paused and free to resume (not pending,
+        unsubscribed or bounced)."""
+        return self in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED)
+
 
 # The yes/no settings a subscriber has (bot.subscribers.settings describes each): a field
 # of Subscriber and of SubscriberFields and a column of the subscribers table, each by

@@ -29,7 +29,7 @@ def status_after(kind: ReturnKind, status: SubscriberStatus, count: int, limits:
     they now have *count* that count (this one included); None when nothing changes."""
     if kind in (ReturnKind.COMPLAINT, ReturnKind.UNSUBSCRIBE):
         return None if status is SubscriberStatus.UNSUBSCRIBED else SubscriberStatus.UNSUBSCRIBED
-    if status not in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED):
+    if not status.subscribed:
         return None
     if kind is ReturnKind.HARD and count >= limits.hard_bounces:
         return SubscriberStatus.BOUNCED

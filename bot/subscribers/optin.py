@@ -64,7 +64,7 @@ def signup_step(
     if status is SubscriberStatus.UNSUBSCRIBED:
         recently = changed_at is not None and now - changed_at < RESUBSCRIBE_AFTER
         return SignupStep.QUIET if recently else SignupStep.CONFIRM
-    if status in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED):
+    if status is not None and status.subscribed:
         return SignupStep.REMIND
     return SignupStep.CONFIRM  # new, pending, or bounced (and maybe fixed since)
 
@@ -193,7 +193,7 @@ def check_confirmation(
 
 
 def _state(session: Session, subscriber: Subscriber, expires: datetime, now: datetime) -> Confirmation:
-    if subscriber.status in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED):
+    if subscriber.status.subscribed:
         return Confirmation.ALREADY
     if now >= expires:
         return Confirmation.EXPIRED

@@ -52,7 +52,7 @@ class Outlooks:
 
     async def next_digest(self, subscriber: Subscriber, now: datetime) -> NextDigest | None:
         """The preview for *subscriber*'s page; None unless they are active or paused."""
-        if subscriber.status not in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED):
+        if not subscriber.status.subscribed:
             return None
         known = self._known.get(subscriber.id)
         if known is not None and time.monotonic() - known[0] < FRESH_SECONDS:

@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from bot.choose.filters import shown_filter
 from bot.config import Settings, site_url
-from bot.domain import Subscriber, SubscriberStatus
+from bot.domain import Subscriber
 from bot.plan.cadence import describe
 from bot.store.entry_reads import tag_counts
 from bot.subscribers.optin import (
@@ -219,7 +219,7 @@ class SignupPages:
     def _confirm_page(self, state: Confirmation, subscriber: Subscriber, token: str) -> HTMLResponse:
         """The page behind a confirmation link: a button while there is something to
         confirm, else what happened, with the manage link once they are subscribed."""
-        done = subscriber.status in (SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED)
+        done = subscriber.status.subscribed
         return self.render(
             "confirm_signup",
             410 if state is Confirmation.EXPIRED else 200,

@@ -288,7 +288,8 @@ HUGE = "9" * 24
     ],
 )
 def test_numbers_dates_and_paths_out_of_range_are_one_line(cli: Cli, args: tuple[str, ...], said: str) -> None:
-    """On 43d1e81: OverflowError tracebacks, and `dumps ingest ''` scanned the current folder."""
+    """A number too big for its type is a one-line error, not an OverflowError's traceback,
+    and `dumps ingest ''` names no file rather than scanning the current folder."""
     cli("subscribers", "add", "a@example.org")
     (cli.folder / "stray.txt").write_text("a file in the current folder, not a dump")
     done = cli(*args, code=1 if args[0] == "entries" and args[1] == "show" else 2)

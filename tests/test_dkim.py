@@ -171,7 +171,7 @@ def test_the_cli_stops_on_a_bad_dkim_setting_with_one_line(tmp_path: Path) -> No
 
 
 def test_a_short_rsa_key_is_refused_and_a_weak_one_warned_of(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A 512-bit key was accepted silently on 43d1e81: receivers ignore its signatures."""
+    """A 512-bit key is refused (receivers ignore its signatures) and a 1024-bit one warned of."""
     if OPENSSL is None:
         pytest.skip("no openssl here to make an RSA key (Debian: apt-get install openssl)")
     for bits in (512, 1024):
@@ -186,7 +186,8 @@ def test_a_short_rsa_key_is_refused_and_a_weak_one_warned_of(tmp_path: Path, cap
 
 
 def test_a_fifo_as_the_key_file_is_refused_not_waited_on(tmp_path: Path) -> None:
-    """A FIFO hung every command on 43d1e81 (reading waits for a writer for ever)."""
+    """A FIFO where the key file should be is refused at once: reading it would wait for a
+    writer for ever and hang every command."""
     import os
     import time
 

@@ -291,9 +291,8 @@ def _timed(data: bytes) -> float:
 
 @pytest.mark.slow
 def test_every_library_reader_runs_in_linear_time() -> None:
-    """1 MB of each shape within ten times a normal 1 MB export (on 43d1e81: "x and
-    newlines" took 55 s at 80 KB, "RIS records" 36 s at 1 MB, a LaTeX abstract 456 s
-    at 5 MB)."""
+    """1 MB of each shape within ten times a normal 1 MB export: "x and newlines", RIS
+    records and a LaTeX abstract are the shapes a quadratic reader takes minutes on."""
     baseline = min(_timed(_normal_bibtex(MB)) for _ in range(3))
     slow = {}
     for shape, data in library_shapes(MB).items():

@@ -4,9 +4,9 @@ grow with the history.
 Work is counted in SQLite's virtual-machine instructions (its progress handler), which
 are the same on every run and every machine for the same store and queries, not in
 seconds.  Two stores hold the same subscribers and the same day's entries; one has a
-week of history behind it, planned and delivered by the real planner and worker.  On
-43d1e81 the planner looked for revised entries from every digest ever sent, and its
-instructions grew with each day of history.
+week of history behind it, planned and delivered by the real planner and worker.  A
+planner that looked for revised entries from every digest ever sent, not from its
+window's, would run more instructions with each day of history.
 """
 
 from __future__ import annotations

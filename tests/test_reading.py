@@ -474,8 +474,8 @@ def _read_by_two_parsers(text: str) -> tuple[list[str], list[str]]:
 @given(st.text(max_size=200), st.lists(st.text(max_size=60), max_size=5), st.text(max_size=40))
 def test_bibtex_is_bibtex_whatever_the_title(title: str, authors: list[str], doi: str) -> None:
     """Every braced value balanced as BibTeX counts braces (escaped ones too), and two
-    parsers read every entry back (on 43d1e81 pybtex read 5 of 8 entries of titles with
-    "}" and "@comment{", and made entries named "injected" and "x")."""
+    parsers read every entry back: a title with "}" or "@comment{" never ends its entry
+    early nor makes an entry of its own."""
     from bot.mail.bibtex import balanced
 
     item = _item("x", title=title or "t", authors=tuple(authors), doi=doi or None, arxiv_id="2606.01234")

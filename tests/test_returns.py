@@ -340,8 +340,8 @@ def test_a_message_for_a_person_is_classified_once(
     factory: sessionmaker[Session], maildir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A megabyte of newlines from MAILER-DAEMON, left for a person: read in well under
-    a second, and never classified again at the next readings (on 43d1e81: 23 s, at
-    every reading, every ten minutes)."""
+    a second, and never classified again at the next readings, which come every ten
+    minutes."""
     import time
 
     from bot.returns import service
@@ -363,7 +363,7 @@ def test_a_message_for_a_person_is_classified_once(
 
 def test_one_file_that_cannot_be_read_is_skipped() -> None:
     """A message file the process may not read, sorted before the others, is one warning;
-    the rest are read (on 43d1e81 every reading stopped at it with exit 1)."""
+    the rest are read; the reading does not stop at it."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:  # not under pytest's folder, which only root may enter
@@ -397,7 +397,7 @@ def _one_file_that_cannot_be_read_is_skipped(maildir: Path) -> None:
 
 def test_marking_a_message_done_never_replaces_another(factory: sessionmaker[Session], maildir: Path) -> None:
     """``new/012.collide`` marked Seen where ``cur/012.collide:2,S`` (a person's mail)
-    exists: both are kept (on 43d1e81 the rename replaced the person's mail)."""
+    exists: both are kept; the rename never replaces the person's mail."""
     add_people(factory)
     (maildir / "new" / "012.collide").write_bytes(
         (Path(__file__).parent / "fixtures/returns/postfix_hard.eml").read_bytes()

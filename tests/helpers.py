@@ -20,6 +20,7 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -196,6 +197,32 @@ def bulk_subscribers(
     return ids
 
 
+def digest_row(digest_id: int, subscriber_id: int, now: datetime, **changes: Any) -> dict[str, Any]:
+    """A row of the digests table for ``bulk_insert``: a scheduled digest sent at *now*
+    with nothing in it, but for *changes*."""
+    row: dict[str, Any] = {
+        "id": digest_id,
+        "subscriber_id": subscriber_id,
+        "local_date": now.date(),
+        "kind": "scheduled",
+        "resend_of_id": None,
+        "state": "sent",
+        "attempts": 1,
+        "next_attempt_at": now,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "message_id": f"<digest.{digest_id}@lab.example.org>",
+        "entry_count": 0,
+        "pending_count": 0,
+        "smtp_code": 250,
+        "last_error": None,
+        "planned_at": now,
+        "sent_at": now,
+        "body_key": None,
+    }
+    return row | changes
+
+
 def queue_digests(factory: sessionmaker[Session], count: int, *, first: int = 0) -> None:
     """*count* subscribers, each with one queued digest carrying one entry (set up in bulk)."""
     now = datetime.now(UTC)
@@ -204,33 +231,13 @@ def queue_digests(factory: sessionmaker[Session], count: int, *, first: int = 0)
         entry_id = session.execute(text("SELECT min(id) FROM entries")).scalar_one()
         sub_ids = bulk_subscribers(session, count, now=now, first=first)
         digest_ids = list(allocate_ids(session, Digest.__table__, count))
-        bulk_insert(
-            session,
-            Digest.__table__,
-            [
-                {
-                    "id": did,
-                    "subscriber_id": sid,
-                    "local_date": now.date(),
-                    "kind": "manual",
-                    "resend_of_id": None,
-                    "state": "queued",
-                    "attempts": 0,
-                    "next_attempt_at": now - timedelta(minutes=1),
-                    "lease_owner": None,
-                    "lease_expires_at": None,
-                    "message_id": f"<digest.{did}.scale@example.org>",
-                    "entry_count": 1,
-                    "pending_count": 0,
-                    "smtp_code": None,
-                    "last_error": None,
-                    "planned_at": now,
-                    "sent_at": None,
-                    "body_key": f"scale-{entry_id}",
-                }
-                for did, sid in zip(digest_ids, sub_ids, strict=True)
-            ],
-        )
+        queued = {"kind": "manual", "state": "queued", "attempts": 0, "smtp_code": None, "sent_at": None}
+        queued |= {"next_attempt_at": now - timedelta(minutes=1), "entry_count": 1, "body_key": f"scale-{entry_id}"}
+        rows = [
+            digest_row(did, sid, now, message_id=f"<digest.{did}.scale@example.org>", **queued)
+            for did, sid in zip(digest_ids, sub_ids, strict=True)
+        ]
+        bulk_insert(session, Digest.__table__, rows)
         item = {"body_key": f"scale-{entry_id}", "position": 0, "entry_id": entry_id, "summary_source_id": None}
         item |= {"why": "matches everything", "tags": [], "url": "https://example.org/paper", "taste": None}
         insert_ignoring_conflicts(session, BodyItem.__table__, [item])

@@ -15,6 +15,7 @@ from bot.domain import SubscriberStatus
 from bot.store.bulk import bulk_insert
 from bot.store.engine import transaction
 from bot.store.schema import Digest, Subscriber
+from tests.helpers import digest_row
 
 RETURNS = Path(__file__).resolve().parent / "fixtures" / "returns"
 KEY = b"fixture-signing-key-0123456789"
@@ -64,32 +65,8 @@ def add_people(factory: sessionmaker[Session]) -> None:
                 for sid, email in PEOPLE.items()
             ],
         )
-        bulk_insert(
-            session,
-            Digest.__table__,
-            [
-                {
-                    "id": did,
-                    "subscriber_id": sid,
-                    "local_date": now.date(),
-                    "kind": "scheduled",
-                    "resend_of_id": None,
-                    "state": "sent",
-                    "attempts": 1,
-                    "next_attempt_at": now,
-                    "lease_owner": None,
-                    "lease_expires_at": None,
-                    "message_id": f"<digest.{did}@lab.example.org>",
-                    "entry_count": 1,
-                    "pending_count": 0,
-                    "smtp_code": 250,
-                    "last_error": None,
-                    "planned_at": now,
-                    "sent_at": now,
-                }
-                for did, sid in ((42, 7), (43, 8))
-            ],
-        )
+        rows = [digest_row(did, sid, now, entry_count=1) for did, sid in ((42, 7), (43, 8))]
+        bulk_insert(session, Digest.__table__, rows)
 
 
 def statuses(factory: sessionmaker[Session]) -> dict[str, SubscriberStatus]:

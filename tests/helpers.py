@@ -28,6 +28,7 @@ from sqlalchemy import Subquery, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
+from bot.config import Settings
 from bot.ingest.service import ingest_bytes
 from bot.sink import free_port
 from bot.store.bulk import allocate_ids, bulk_insert, insert_ignoring_conflicts
@@ -84,6 +85,23 @@ TAGS = ["GPU", "LLM", "AI", "MoE", "FPGA", "SNN", "Compilers", "Security", "Serv
 
 def _sentence(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+def settings_for(folder: Path, *, smtp_port: int | None = None, **sections: dict[str, Any]) -> Settings:
+    """Settings as a test's store and pages need them: the var folder in *folder*, the
+    repository's templates, a public URL and a signing key, a sender, and with
+    *smtp_port* an SMTP server on 127.0.0.1; each of *sections* is merged into its
+    section, key by key."""
+    values: dict[str, dict[str, Any]] = {
+        "paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
+        "web": {"public_url": "http://digest.example.org", "signing_key": "s" * 32},
+        "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
+    }
+    if smtp_port is not None:
+        values["smtp"] = {"host": "127.0.0.1", "port": smtp_port}
+    for name, changes in sections.items():
+        values[name] = values.get(name, {}) | changes
+    return Settings.model_validate(values)
 
 
 def dump_text(n_entries: int, *, seed: int, start: int = 0, repos_every: int = 10) -> str:

@@ -32,26 +32,14 @@ from bot.tokens import confirm_token_parts
 from bot.web import create_app
 from bot.web.forms import csrf_ok, csrf_pair
 from tests.conftest import ROOT
-from tests.helpers import Clock, Server
+from tests.helpers import Clock, Server, settings_for
 
 START = datetime(2026, 11, 24, 9, tzinfo=UTC)
 
 
 @pytest.fixture
 def settings(tmp_path: Path, sink: Sink) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {
-                "public_url": "http://digest.example.org",
-                "signing_key": "s" * 32,
-                "signup": True,
-                "signups_per_hour": 50,
-            },
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-            "smtp": {"host": "127.0.0.1", "port": sink.port},
-        }
-    )
+    return settings_for(tmp_path, smtp_port=sink.port, web={"signup": True, "signups_per_hour": 50})
 
 
 @pytest.fixture

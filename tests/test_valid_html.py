@@ -29,7 +29,7 @@ from bot.tokens import make_token, signing_key
 from bot.web import create_app
 from tests.browser import vnu_errors, vnu_missing
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import Clock, Server, rich_digest
+from tests.helpers import Clock, Server, rich_digest, settings_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -41,20 +41,8 @@ NOW = datetime(2026, 6, 15, 12, tzinfo=UTC)
 
 @pytest.fixture
 def settings(tmp_path: Path, sink: Sink) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {
-                "public_url": "http://digest.example.org",
-                "signing_key": "v" * 32,
-                "signup": True,
-                "signups_per_hour": 3,
-            },
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-            "smtp": {"host": "127.0.0.1", "port": sink.port},
-            "digest": {"top_picks": 3},
-        }
-    )
+    web = {"signing_key": "v" * 32, "signup": True, "signups_per_hour": 3}
+    return settings_for(tmp_path, smtp_port=sink.port, web=web, digest={"top_picks": 3})
 
 
 def _form(page: httpx.Response, name: str) -> str:

@@ -33,7 +33,7 @@ from bot.tokens import make_token, signing_key
 from bot.unsubscribes import journal_of
 from bot.web import create_app
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT, Server, wait_until_serving
+from tests.helpers import DIGESTBOT, Server, settings_for, wait_until_serving
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -42,13 +42,7 @@ KEY = "k" * 32
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {"public_url": "https://digest.example.org", "signing_key": KEY},
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-        }
-    )
+    return settings_for(tmp_path, web={"public_url": "https://digest.example.org", "signing_key": KEY})
 
 
 @pytest.fixture

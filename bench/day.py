@@ -40,9 +40,9 @@ from bench.places import Place  # noqa: E402
 from bench.send import zipf_choices  # noqa: E402
 from bench.share import postgres_cpu_seconds, shared_pass, show, steady_store  # noqa: E402
 from bot.config import Settings  # noqa: E402
-from bot.sink import free_port  # noqa: E402
 from bot.store.engine import make_engine, sessions  # noqa: E402
 from bot.store.schema import Digest  # noqa: E402
+from bot.tools.sink import free_port  # noqa: E402
 from tests.helpers import filter_expressions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -63,11 +63,11 @@ from bot.ingest.service import ingest_bytes  # noqa: E402
 from bot.mail.mailer import Mailer
 from bot.mail.message import Prepared  # noqa: E402
 from bot.plan import plan  # noqa: E402
-from bot.sink import free_port  # noqa: E402
 from bot.store.bulk import allocate_ids, bulk_insert  # noqa: E402
 from bot.store.digests import get_digest, get_digests  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
 from bot.store.schema import Digest, Subscriber  # noqa: E402
+from bot.tools.sink import free_port  # noqa: E402
 from tests.helpers import dump_text, filter_expressions  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ Usage: python bench/unsubscribe.py [--requests 5000] [--concurrency 200] [--work
                                   [--no-delivery] [--forged N]
 
 Queues one digest for each of --requests subscribers, starts the worker (into Postfix's
-smtp-sink when installed, else the in-process sink of bot.sink) and the endpoint, waits
+smtp-sink when installed, else the in-process sink of bot.tools.sink) and the endpoint, waits
 until the delivery is under way, then POSTs one unsubscribe per subscriber at
 --concurrency.  With --forged N, another client (from 127.0.0.2) POSTs N forged tokens at
 concurrency 50 meanwhile.  Prints the rate, p50/p99 latency and status codes of the burst
@@ -36,10 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import func, select  # noqa: E402
 
-from bot.sink import Sink, SinkHandler, free_port  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.schema import Digest, Subscriber  # noqa: E402
 from bot.tokens import make_token  # noqa: E402
+from bot.tools.sink import Sink, SinkHandler, free_port  # noqa: E402
 from bot.unsubscribes import journal_of  # noqa: E402
 from tests.helpers import DIGESTBOT, postgres_schema, queue_digests  # noqa: E402
 

@@ -22,9 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import func, select  # noqa: E402
 
-from bot.sink import Sink, SinkHandler  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.schema import Digest  # noqa: E402
+from bot.tools.sink import Sink, SinkHandler  # noqa: E402
 from tests.helpers import postgres_schema, queue_digests  # noqa: E402
 
 DIGESTBOT = str(Path(sys.executable).parent / "digestbot")

@@ -101,7 +101,7 @@ def configuration_page() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "Generated from `bot/config.py` by `docs/reference.py` (`make docs`): every key of",
+        "Generated from `bot/config/__init__.py` by `docs/reference.py` (`make docs`): every key of",
         "`config/digestbot.toml`, its type, default and bounds, and the environment variable",
         "that overrides it (`DIGESTBOT_<SECTION>__<KEY>`). What the settings do together, and",
         "which belong together, is in [Configuration](../configuration.md).",

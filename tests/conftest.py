@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, settings
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, sessions, upgrade
+from bot.tools.sink import Sink, SinkHandler
 from bot.unsubscribes import close_journal
 from tests.helpers import postgres_schema
 

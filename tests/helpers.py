@@ -30,10 +30,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.ingest.service import ingest_bytes
-from bot.sink import free_port
 from bot.store.bulk import allocate_ids, bulk_insert, insert_ignoring_conflicts
 from bot.store.engine import transaction
 from bot.store.schema import BodyItem, Digest, Subscriber
+from bot.tools.sink import free_port
 
 _ENTRY = (
     "A study of kernel fusion number {i} for serving large language models on GPUs\n\n"

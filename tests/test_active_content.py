@@ -27,8 +27,8 @@ from bot.ingest.service import ingest_bytes
 from bot.mail import render
 from bot.mail.prose import ALLOWED_TAGS, sanitize_html
 from bot.plan import plan
-from bot.sink import Sink
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.tools.sink import Sink
 from tests.conftest import ROOT
 from tests.helpers import render_dump
 

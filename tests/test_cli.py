@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.sink import Fault
 from bot.subscribers.settings import SETTINGS
+from bot.tools.sink import Fault
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import DIGESTBOT, Cli
 from tests.seed_facts import MINIMAX

@@ -383,7 +383,7 @@ def test_the_words_say_what_is_there(cli: Cli, tmp_path: Path) -> None:
     import subprocess
     import time
 
-    from bot.sink import free_port
+    from bot.tools.sink import free_port
     from tests.helpers import DIGESTBOT
 
     assert "backup, restore" in " ".join(cli("db", "--help").stdout.split())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.sink import Sink
+from bot.tools.sink import Sink
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import Cli
 
@@ -18,7 +18,7 @@ from tests.helpers import Cli
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store as the demo leaves one: the seeds, the example readers and a digest each."""
-    from bot.sink import SinkHandler
+    from bot.tools.sink import SinkHandler
 
     folder = tmp_path_factory.mktemp("tables")
     (folder / "dumps").mkdir()

@@ -27,12 +27,12 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
-from bot.sink import Sink
 from bot.store.engine import HEAD_REVISION, make_engine, sessions, transaction, upgrade
 from bot.store.schema import BodyItem, Digest, Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, remove, save
+from bot.tools.sink import Sink
 from bot.unsubscribes import close_journal, journal_of
 from tests.conftest import PG_SKIP, PG_URL, ROOT
 from tests.helpers import DIGESTBOT, Cli, dump_text, postgres_schema

@@ -23,10 +23,10 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT
 

@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.run.scheduler import Daemon
-from bot.sink import free_port
 from bot.store.sources import list_sources
+from bot.tools.sink import free_port
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT, Cli, dump_of_size
 
@@ -169,8 +169,8 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
     from bot.delivery.loop import deliver_now
     from bot.ingest.service import ingest_bytes
     from bot.plan import plan
-    from bot.sink import Sink, SinkHandler
     from bot.subscribers.subscriptions import clean_fields, save
+    from bot.tools.sink import Sink, SinkHandler
 
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)
     with Sink(SinkHandler()) as sink:

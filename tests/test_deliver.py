@@ -15,8 +15,8 @@ from bot.config import SmtpConfig
 from bot.delivery.loop import RECORD_EVERY, RECORD_SECONDS, _Outcomes
 from bot.delivery.smtp import Outcome, SendResult, SmtpPool, _can_send_prepared, _unstuffed, transmit
 from bot.mail.message import Prepared, prepared
-from bot.sink import Fault, Sink, SinkHandler
 from bot.store.digests import DigestRow
+from bot.tools.sink import Fault, Sink, SinkHandler
 
 _lines = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"")), max_size=30)
 

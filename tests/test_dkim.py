@@ -23,9 +23,9 @@ from bot.ingest.service import ingest_file
 from bot.mail.dkim import SIGNED_HEADERS, signer_of
 from bot.mail.mailer import Mailer
 from bot.plan import plan
-from bot.sink import Sink
 from bot.store.digests import get_digest
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.tools.sink import Sink
 from tests.conftest import ROOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")

@@ -27,14 +27,14 @@ from bot.choose.tagging import load_rules
 from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
 from bot.domain import RenderedDigest
+from bot.domain.text import CONTROL_CHARACTERS, header_text
 from bot.ingest.service import ingest_bytes
 from bot.mail.lines import to_line
 from bot.mail.message import Headers, build_message, display_name
 from bot.plan import plan
-from bot.sink import Sink, SinkHandler
 from bot.store.entry_reads import list_entries
 from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, save
-from bot.text import CONTROL_CHARACTERS, header_text
+from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT
 
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)

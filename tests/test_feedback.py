@@ -35,7 +35,6 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.sink import Sink, SinkHandler
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
 from bot.store.entry_reads import find_entry
@@ -45,6 +44,7 @@ from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel
 from bot.subscribers.subscriptions import clean_fields, remove, save
 from bot.taste.library import csl_json, read_library
 from bot.taste.service import feedback, give_feedback, import_library, library, refresh_models, set_taste_threshold
+from bot.tools.sink import Sink, SinkHandler
 from bot.web import create_app
 from bot.web.uploads import READ_SECONDS
 from tests.conftest import ROOT

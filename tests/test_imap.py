@@ -22,7 +22,7 @@ from bot.config import Settings
 from bot.domain import ReturnKind, SubscriberStatus
 from bot.returns.mailboxes import ImapBox, MailboxError, open_mailbox
 from bot.returns.service import read_inbox, reading_of
-from bot.sink import free_port
+from bot.tools.sink import free_port
 from tests.helpers import Cli
 from tests.returned_mail import BOUNCES, KEY, PEOPLE, RETURNS, UNSUBSCRIBE, add_people, statuses
 

@@ -21,9 +21,9 @@ from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
-from bot.sink import Sink
 from bot.store.entry_reads import list_entries
 from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, save
+from bot.tools.sink import Sink
 from tests.conftest import ROOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")

@@ -19,7 +19,6 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes, ingest_file
 from bot.plan import plan
-from bot.sink import Sink
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
 from bot.store.schema import Entry
@@ -28,6 +27,7 @@ from bot.store.taste_tables import Feedback, TasteModel
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.taste.interests import Example, Examples, by_interest
 from bot.taste.service import give_feedback, import_library, refresh_models
+from bot.tools.sink import Sink
 from bot.web import create_app
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import Server, render_dump

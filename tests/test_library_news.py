@@ -29,11 +29,11 @@ from bot.ingest.resolve import gained_code
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
 from bot.plan.news import LIBRARY_PER_DIGEST, library_news, news_line
-from bot.sink import Sink
 from bot.store.library import library_of
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save, set_setting
 from bot.taste.service import import_library
+from bot.tools.sink import Sink
 from tests.conftest import FIXTURES, ROOT
 from tests.helpers import render_dump
 
@@ -279,8 +279,8 @@ URLS = st.sampled_from(
 
 @given(st.lists(URLS, max_size=5), st.lists(URLS, max_size=5))
 def test_a_paper_gains_code_only_by_a_code_link_it_did_not_have(before: list[str], added: list[str]) -> None:
+    from bot.domain.links import code_links
     from bot.ingest.resolve import merged_links
-    from bot.links import code_links
 
     after = merged_links(before, added)
     known = {u.lower() for u in code_links(before)}

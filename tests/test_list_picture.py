@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.domain.text import one_line
 from bot.reports.charts import (
     LABEL_GAP,
     LINE_HEIGHT,
@@ -33,7 +34,6 @@ from bot.reports.charts import (
 )
 from bot.reports.list_picture import OTHER_SOURCES, gather, page, source_label, source_series, window
 from bot.store.engine import make_engine, sessions
-from bot.text import one_line
 from tests.browser import audit, axe_missing, browser_missing, chromium, vnu_errors, vnu_missing
 from tests.helpers import Cli
 from tests.list_history import FEEDS, STATUSES, fill_history

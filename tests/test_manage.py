@@ -200,7 +200,7 @@ def test_after_a_send_now_the_page_promises_no_digest_it_will_not_send(
     from bot.delivery.loop import deliver_now
     from bot.domain import DigestKind
     from bot.plan import plan
-    from bot.sink import Sink, SinkHandler
+    from bot.tools.sink import Sink, SinkHandler
 
     for path in seed_files:
         ingest_file(factory, path, now=NOW, rules=RULES)

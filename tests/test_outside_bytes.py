@@ -4,7 +4,7 @@ surrogates and NULs as JSON escapes and as raw characters, noncharacters, contro
 line breaks, encoded words, LaTeX and markup, and values too big to be real.
 
 Each reader reads the input or says in one line what is wrong with it; what it returns
-holds nothing a store cannot keep (``bot.text.NOT_STORABLE``) and nothing past its
+holds nothing a store cannot keep (``bot.domain.text.NOT_STORABLE``) and nothing past its
 bounds; no library's exception ever leaves it; and what is read can be stored, on
 SQLite and on PostgreSQL."""
 
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import ParsedSource, SourceStatus, SubscriberStatus
+from bot.domain.text import NOT_STORABLE
 from bot.ingest.formats import SourceFormatError, parse_any
 from bot.ingest.formats import storable as bounds
 from bot.ingest.service import ingest_bytes
@@ -27,7 +28,6 @@ from bot.returns.classify import Addresses, classify
 from bot.subscribers.csv_io import read_csv
 from bot.subscribers.subscriptions import SubscriberInputError, clean_fields
 from bot.taste.library import LibraryFileError, read_library
-from bot.text import NOT_STORABLE
 from bot.web.forms import form_with_file, parse_form_lists
 
 REFERENCES = [

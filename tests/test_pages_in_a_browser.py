@@ -29,12 +29,12 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import Subscriber, SubscriberStatus
-from bot.sink import Sink, SinkHandler, free_port
 from bot.store.consents import consents_of
 from bot.store.engine import make_engine, sessions
 from bot.store.subscribers import get_subscriber
 from bot.store.taste_tables import Feedback, LibraryPaperRow
 from bot.tokens import make_token
+from bot.tools.sink import Sink, SinkHandler, free_port
 from tests.browser import audit, axe_missing, browser_missing, chromium
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import DIGESTBOT, Cli, rich_digest, wait_until_serving

@@ -23,10 +23,10 @@ from bot.delivery.loop import deliver_now
 from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.sink import Sink
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
+from bot.tools.sink import Sink
 from bot.web import create_app
 from bot.web.feeds import FeedDigest, PersonalFeeds, feed_entry_id, feed_title
 from tests.conftest import ROOT

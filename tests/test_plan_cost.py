@@ -26,9 +26,9 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
-from bot.sink import Sink, SinkHandler
 from bot.store.engine import make_engine, refresh_statistics, sessions, upgrade
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import dump_text, filter_expressions
 

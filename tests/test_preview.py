@@ -20,10 +20,10 @@ from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.plan.next_digest import day_table, next_day
 from bot.preview import next_message
-from bot.sink import Sink, SinkHandler
 from bot.store.schema import Base
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.tools.sink import Sink, SinkHandler
 from bot.unsubscribes import journal_of
 from tests.conftest import ROOT, SEEDS
 

@@ -23,19 +23,19 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings, WebConfig
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestItem, EntryKind
+from bot.domain.links import primary_url, side_links
 from bot.ingest.service import ingest_bytes, ingest_file
-from bot.links import primary_url, side_links
 from bot.mail.bibtex import bibtex_of
 from bot.mail.prose import cut_at_sentence, latex_to_text, marks_pattern, summary_of, title_text
 from bot.mail.render import HTML_BUDGET, filter_marks
 from bot.plan import plan, resend
 from bot.plan.next_digest import outlook, outlook_note
 from bot.plan.revisions import PER_DIGEST, to_tell
-from bot.sink import Sink
 from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save, set_setting
 from bot.tokens import make_token, signing_key
+from bot.tools.sink import Sink
 from bot.web import create_app
 from bot.web.forms import form_token
 from tests.conftest import ROOT, SEEDS

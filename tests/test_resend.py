@@ -17,9 +17,9 @@ from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind, DigestState
 from bot.ingest.service import ingest_file
 from bot.plan import ResendPending, plan, resend, resend_failed
-from bot.sink import Fault, Sink, SinkHandler
 from bot.store.digests import list_digests, stats_by_day
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.tools.sink import Fault, Sink, SinkHandler
 from tests.conftest import ROOT
 
 RULES = load_rules(ROOT / "config" / "tags.toml")

@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.delivery.loop import RECORD_EVERY
 from bot.domain import DigestState
-from bot.sink import Sink
 from bot.store.derived_tables import PlanningSlice
 from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.schema import Digest, Subscriber
+from bot.tools.sink import Sink
 from tests.conftest import PG_SKIP, PG_URL, ROOT
 from tests.helpers import (
     DIGESTBOT,

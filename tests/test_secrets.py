@@ -25,10 +25,10 @@ from bot.delivery.loop import deliver_now
 from bot.domain import DeliverReport
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.sink import Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import signing_key
+from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import DIGESTBOT
 

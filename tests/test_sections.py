@@ -28,13 +28,13 @@ from bot.ingest.service import ingest_bytes, ingest_file
 from bot.mail.render import Renderer, web_links
 from bot.plan import plan, resend
 from bot.plan.sections import Sectioner, best_section
-from bot.sink import Sink
 from bot.store.contents import digest_contents
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.ledger import Planned
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.tools.sink import Sink
 from tests.conftest import FIXTURES, ROOT, SEEDS
 from tests.helpers import render_dump
 from tests.seed_facts import LMCACHE, MINIMAX, NONPARAM, RESCOM, RESET, SUPRASNN

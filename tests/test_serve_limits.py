@@ -19,11 +19,11 @@ import httpx
 import pytest
 
 from bot.domain import SubscriberStatus
-from bot.sink import free_port
 from bot.store.consents import consents_of
 from bot.store.engine import make_engine, sessions
 from bot.store.subscribers import get_subscriber
 from bot.tokens import make_token
+from bot.tools.sink import free_port
 from tests.helpers import DIGESTBOT, Cli, wait_until_serving
 
 KEY = "serve-limits-signing-key-0123456789"

@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import SubscriberStatus
-from bot.sink import Sink
 from bot.store.consents import consents_of
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import get_subscriber
@@ -29,6 +28,7 @@ from bot.subscribers.optin import expire_signups
 from bot.subscribers.settings import SETTINGS
 from bot.subscribers.subscriptions import change_status, clean_fields, save
 from bot.tokens import confirm_token_parts
+from bot.tools.sink import Sink
 from bot.web import create_app
 from bot.web.forms import csrf_ok, csrf_pair
 from tests.conftest import ROOT

@@ -23,11 +23,11 @@ from bot.delivery.loop import deliver_now, due_count
 from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.sink import Fault, FaultRates, Sink, SinkHandler
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.tools.sink import Fault, FaultRates, Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bot.delivery.smtp import helo_name
-from bot.sink import Sink, SinkHandler, free_port
+from bot.tools.sink import Sink, SinkHandler, free_port
 from tests.helpers import Cli, CliResult
 
 OPENSSL = shutil.which("openssl")

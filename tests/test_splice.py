@@ -209,7 +209,7 @@ _local = st.text("abcXYZ019._+-&'", min_size=1, max_size=64).filter(
 def test_to_line_is_what_the_email_package_writes(name: str, local: str, domain: str) -> None:
     from email.headerregistry import Address
 
-    from bot.text import one_line
+    from bot.domain.text import one_line
 
     address = f"{local}@{domain}"
     assert to_line(name, address) == folded("To", Address(display_name=one_line(name), addr_spec=address))

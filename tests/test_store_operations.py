@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.sink import Sink, free_port
+from bot.tools.sink import Sink, free_port
 from tests.conftest import PG_SKIP, PG_URL, ROOT, SEEDS
 from tests.helpers import DIGESTBOT, Cli, postgres_schema, wait_until_serving
 

@@ -28,12 +28,12 @@ from bot.delivery.loop import deliver_now
 from bot.domain import DigestState, SubscriberStatus
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.sink import Sink, free_port
 from bot.store.engine import make_engine, sessions
 from bot.store.schema import AppliedUnsubscribe, Digest, UnsubscribeRequest
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
+from bot.tools.sink import Sink, free_port
 from bot.unsubscribes import close_journal, journal_of, reader_of
 from bot.web import create_app
 from bot.web.acks import APPLY_EVERY_SECONDS
@@ -224,7 +224,7 @@ def test_a_reader_who_leaves_while_their_batch_is_on_the_wire_is_not_sent_to(
     LEAVERS_FRESH_SECONDS old): one SMTP connection, a slow server, and the last ten
     readers of the batch leave after its first message went out."""
     from bot.delivery.loop import LEAVERS_FRESH_SECONDS
-    from bot.sink import Fault
+    from bot.tools.sink import Fault
     from tests.helpers import queue_digests
 
     queue_digests(factory, 20)

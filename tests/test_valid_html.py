@@ -22,10 +22,10 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.sink import Sink, write_index
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
+from bot.tools.sink import Sink, write_index
 from bot.web import create_app
 from tests.browser import vnu_errors, vnu_missing
 from tests.conftest import ROOT, SEEDS

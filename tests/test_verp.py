@@ -19,9 +19,9 @@ from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_file
 from bot.mail.verp import digest_of, return_path
 from bot.plan import plan
-from bot.sink import Sink
 from bot.store.schema import Digest
 from bot.subscribers.subscriptions import clean_fields, save
+from bot.tools.sink import Sink
 from tests.conftest import ROOT
 
 KEY = b"v" * 32

@@ -26,10 +26,10 @@ from bot.delivery.loop import deliver_now
 from bot.domain import SubscriberStatus
 from bot.ingest.service import ingest_file
 from bot.plan import plan
-from bot.sink import Sink, SinkHandler, free_port
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
+from bot.tools.sink import Sink, SinkHandler, free_port
 from bot.unsubscribes import journal_of
 from bot.web import create_app
 from tests.conftest import ROOT

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.sink import free_port
+from bot.tools.sink import free_port
 from tests.conftest import ROOT
 
 SEEDS = sorted((ROOT / "seeds").glob("*.txt"))

@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from bot.choose.names import fold_name
-from bot.text import NOT_TYPED
+from bot.domain.text import NOT_TYPED
 
 if TYPE_CHECKING:
     from lark import Lark, Token, Transformer

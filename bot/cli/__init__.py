@@ -19,7 +19,7 @@ from bot.cli.report_commands import bounces_app
 from bot.cli.shell import EXIT_USAGE, app, err
 from bot.cli.subscriber_commands import subscribers_app
 from bot.cli.tag_commands import tags_app
-from bot.text import is_utf8_name
+from bot.domain.text import is_utf8_name
 
 app.add_typer(dumps_app, name="dumps")
 app.add_typer(entries_app, name="entries")

@@ -102,7 +102,7 @@ def init_command(
     """Write an editable copy of the configuration, tag rules, example subscribers and
     templates into DIR.  Run digestbot from DIR afterwards (it reads
     config/digestbot.toml there), or pass --config DIR/config/digestbot.toml."""
-    from bot.starter import StarterExists, write_starter
+    from bot.tools.starter import StarterExists, write_starter
 
     try:
         written = write_starter(folder, overwrite=force)
@@ -132,7 +132,7 @@ def sink_command(
     import signal
     import threading
 
-    from bot.sink import Received, Sink, SinkHandler, last_number
+    from bot.tools.sink import Received, Sink, SinkHandler, last_number
 
     def announce(received: Received, saved: Path | None) -> None:
         subject = str(received.message["Subject"] or "")

@@ -406,7 +406,7 @@ def _resend_target(factory: Any, digest_id: int | None, subscriber: str | None, 
 @app.command("demo")
 def demo(ctx: typer.Context) -> None:
     """Replay seeds/ one day at a time into a local SMTP sink: var/inbox/*.eml + index.html."""
-    from bot.demo import DEMO_LIBRARY, run_demo
+    from bot.tools.demo import DEMO_LIBRARY, run_demo
 
     c = ctx_of(ctx)
     csv_path = Path("config/subscribers.example.csv")

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from bot.cli.troubles import opened, shown_store
 from bot.domain import IngestResult, SourceStatus
-from bot.text import plural as plural  # re-exported: every command module counts things
+from bot.domain.text import plural as plural  # re-exported: every command module counts things
 
 if TYPE_CHECKING:  # imported where used: every command pays for what it imports here
     from rich.table import Table

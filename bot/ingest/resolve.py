@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 from bot.domain import Announce, EntryKind, ParsedEntry, TagOrigin
 from bot.domain.identity import entry_key, key_for_title_hash, normalize_title, title_hash
-from bot.links import code_links
-from bot.text import urls_in
+from bot.domain.links import code_links
+from bot.domain.text import urls_in
 
 
 @dataclass(slots=True)

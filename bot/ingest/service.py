@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import TagRules
 from bot.config import WatchConfig
 from bot.domain import IngestResult, ParsedSource, SourceStatus
+from bot.domain.text import is_utf8_name, path_text
 from bot.ingest.formats import SourceFormatError, parse_any
 from bot.ingest.upsert import upsert_source_entries
 from bot.store.engine import transaction
@@ -31,7 +32,6 @@ from bot.store.entries import refresh_statistics, set_rule_tags
 from bot.store.entry_reads import entry_texts
 from bot.store.facts import RETAGGED_AT, set_fact
 from bot.store.sources import add_source, ingested_with_sha, set_counts
-from bot.text import is_utf8_name, path_text
 
 log = logging.getLogger(__name__)
 

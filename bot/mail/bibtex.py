@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pylatexenc.latexencode import unicode_to_latex
 
 from bot.domain import DigestItem, EntryKind
-from bot.links import primary_url
+from bot.domain.links import primary_url
+from bot.domain.text import CONTROL_CHARACTERS
 from bot.mail.prose import title_text
-from bot.text import CONTROL_CHARACTERS
 
 _KEY_WORD = re.compile(r"[A-Za-z0-9]+")
 _UNSAFE_IN_IDENTIFIERS = str.maketrans("", "", "{}\\")

@@ -23,8 +23,8 @@ from email_validator import EmailNotValidError, validate_email
 
 from bot.config import SenderConfig, feedback_id_of
 from bot.domain import RenderedDigest
+from bot.domain.text import header_text
 from bot.mail.qp import QP_LINE_LENGTH, text_part
-from bot.text import header_text
 
 # Python's folder drops the quotes of a display name it has to fold (a name of
 # "Bcc: x@y.z ..." near 998 characters became a group and an address): names are

@@ -20,9 +20,9 @@ from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 
 from bot.config import SenderConfig
+from bot.domain.text import domain_of, header_text
 from bot.mail.message import POLICY, display_name, envelope_address
 from bot.plan.cadence import describe
-from bot.text import domain_of, header_text
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from pylatexenc.latex2text import LatexNodes2Text
 
 from bot.choose.matching import phrase_pattern
 from bot.domain import DigestItem
-from bot.text import PROSE_URL
+from bot.domain.text import PROSE_URL
 
 _LATEX = LatexNodes2Text(math_mode="text", strict_latex_spaces=False)
 # Characters LaTeX treats specially that plain prose uses literally.

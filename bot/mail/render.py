@@ -22,12 +22,12 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter, shown_filter
 from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest, Update
-from bot.links import primary_url, side_links
+from bot.domain.links import primary_url, side_links
+from bot.domain.text import one_line
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
 from bot.mail.why import library_paper, reader_why
 from bot.plan.cadence import is_weekly
 from bot.taste import CLOSE_TO
-from bot.text import one_line
 
 MAX_AUTHORS = 6
 TEXT_FOOTER = "_footer.txt.j2"

@@ -70,7 +70,7 @@ def _joined(reasons: list[tuple[str, str]]) -> list[str]:
 
 
 # Where a reason's atoms go, and its verb's number ("is" or "are"): characters no filter
-# or pinned line holds (bot.text.NOT_TYPED).
+# or pinned line holds (bot.domain.text.NOT_TYPED).
 _ATOMS, _IS = "\x00", "\x01"
 
 

@@ -7,7 +7,7 @@ import hashlib
 from datetime import date
 
 from bot.config import SenderConfig
-from bot.text import domain_of
+from bot.domain.text import domain_of
 
 
 def message_id_for(digest_id: int, subscriber_id: int, local_date: date, kind: str, sender: SenderConfig) -> str:

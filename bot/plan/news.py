@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from bot.domain import EntryNews
-from bot.links import arxiv_page, code_links, is_model_link
+from bot.domain.links import arxiv_page, code_links, is_model_link
 from bot.plan.revisions import HORIZON, revision_updates
 from bot.store.entry_reads import entries_with_news
 from bot.store.library import any_matched, keepers_of, note_told

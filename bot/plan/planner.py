@@ -24,7 +24,7 @@ from bot.choose.select import Candidate, Picked, SelectionCache, effective_start
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import DigestKind, DigestState, Subscriber, SubscriberStatus
-from bot.links import primary_url
+from bot.domain.links import primary_url
 from bot.plan.cadence import mails, sends_on
 from bot.plan.days import DayStep, closes_at, day_step, local_today, waits_for_dump
 from bot.plan.report import PlanReport

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from bot.domain import ReturnKind, SubscriberStatus
+from bot.domain.text import one_line
 from bot.reports.charts import SERIES_CLASSES, Series, bar_chart, line_chart
 from bot.shipped import TEMPLATES, shipped
-from bot.text import one_line
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session

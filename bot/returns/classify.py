@@ -27,8 +27,8 @@ from email.utils import getaddresses
 from flufl.bounce import all_failures
 
 from bot.domain import Returned, ReturnKind
+from bot.domain.text import CONTROL_CHARACTERS, one_line
 from bot.mail.verp import digest_of
-from bot.text import CONTROL_CHARACTERS, one_line
 
 _TOKEN = r"(\d{1,18}\.[A-Za-z0-9_-]{24})(?![A-Za-z0-9_-])"
 # "unsubscribe <token>": the subject our mailto sets, as typed, URL-encoded or form-encoded.

@@ -9,9 +9,9 @@ import logging
 import time
 
 from bot.domain import DeliverReport, IngestResult, SourceStatus
+from bot.domain.text import plural
 from bot.metrics import Metrics
 from bot.plan import PlanReport
-from bot.text import plural
 
 # The daemon's lines keep the scheduler's logger name, which operators filter by.
 log = logging.getLogger("bot.run.scheduler")

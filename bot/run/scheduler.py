@@ -36,6 +36,7 @@ from bot.delivery.batches import Builders
 from bot.delivery.loop import deliver, worker_name
 from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport, IngestResult, SourceStatus
+from bot.domain.text import plural
 from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
 from bot.metrics import Metrics
@@ -50,7 +51,6 @@ from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import refresh_statistics, transaction
 from bot.subscribers.optin import expire_signups
-from bot.text import plural
 
 log = logging.getLogger(__name__)
 

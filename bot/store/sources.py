@@ -10,9 +10,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from bot.domain import FileStamp, SourceStatus
+from bot.domain.text import path_text
 from bot.store.bulk import chunks
 from bot.store.schema import Entry, Feed, Source
-from bot.text import path_text
 
 
 @dataclass(frozen=True, slots=True)

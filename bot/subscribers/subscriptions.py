@@ -24,6 +24,7 @@ from bot.choose.tagging import TagRules
 from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
 from bot.domain import ConsentEvent, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
+from bot.domain.text import NOT_TYPED, header_text, hides_control_characters
 from bot.plan.cadence import DAILY, CadenceError, clean_cadence
 from bot.store.consents import known_addresses, record_consent, record_operator_adds
 from bot.store.engine import transaction
@@ -43,7 +44,6 @@ from bot.store.subscribers import (
 from bot.subscribers.settings import SETTINGS, SettingError, parse
 from bot.subscribers.statuses import consent_change
 from bot.subscribers.zones import canonical
-from bot.text import NOT_TYPED, header_text, hides_control_characters
 from bot.tokens import token_is_valid, token_subscriber_id
 
 _BACKFILL = re.compile(r"^(?:all|none|\d{1,4}d)$")

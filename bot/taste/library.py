@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from bot.domain import LibraryPaper, RatedEntry
 from bot.domain.identity import arxiv_id_in, doi_in, normalize_title, title_key
-from bot.text import one_line, storable
+from bot.domain.text import one_line, storable
 
 MAX_BYTES = 20_000_000  # a library of 20,000 papers with abstracts is about 30 MB of BibTeX
 MAX_PAPERS = 20_000

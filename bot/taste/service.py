@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.filters import FilterError, Section, sections_of
 from bot.choose.tagging import TagRules
 from bot.domain import REQUEST_WINDOW, LibraryPaper, RatedEntry, Subscriber
+from bot.domain.text import plural
 from bot.store.consents import count_request
 from bot.store.engine import transaction
 from bot.store.feedback import feedback_of, remove_feedback, set_feedback, set_threshold
@@ -47,7 +48,6 @@ from bot.store.taste import (
 from bot.taste import ranking_installed, say_extra_missing
 from bot.taste.interests import MIN_POSITIVES, Example, Examples, by_interest
 from bot.taste.library import LibraryRead, read_library
-from bot.text import plural
 
 log = logging.getLogger(__name__)
 # Taste scores run about from 0 (a typical entry) to 1 (a typical library paper): a

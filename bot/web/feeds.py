@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import DigestContent, DigestKind, DigestState, Subscriber
-from bot.links import primary_url
+from bot.domain.links import primary_url
 from bot.mail.prose import summary_of, title_text
 from bot.mail.why import reader_why
 from bot.store.contents import digest_contents

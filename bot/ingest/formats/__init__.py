@@ -10,6 +10,7 @@ for bad input, with a one-line message naming the file and line.
 from __future__ import annotations
 
 from bot.domain import ParsedSource
+from bot.domain.text import one_line
 from bot.ingest.formats.detect import looks_like_feed, looks_like_json
 from bot.ingest.formats.dumps import DumpFormatError, parse_dump
 from bot.ingest.formats.errors import SourceFormatError
@@ -17,7 +18,6 @@ from bot.ingest.formats.feed_items import FeedFormatError
 from bot.ingest.formats.jsonfeed import parse_json_feed
 from bot.ingest.formats.storable import storable_source
 from bot.ingest.formats.xmlfeed import parse_xml_feed
-from bot.text import one_line
 
 __all__ = [
     "DumpFormatError",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import httpx
 
 from bot import __version__
-from bot.text import shown_url
+from bot.domain.text import shown_url
 
 USER_AGENT = f"digestbot/{__version__} (+https://github.com/digestbot)"
 

@@ -11,6 +11,7 @@ from datetime import date, datetime
 from typing import Any
 
 from bot.domain import ParsedEntry, ParsedSource
+from bot.domain.text import one_line, tag_label
 from bot.ingest.formats.detect import wide_encoding
 from bot.ingest.formats.feed_items import (
     FeedFormatError,
@@ -21,7 +22,6 @@ from bot.ingest.formats.feed_items import (
     quoted_id,
     title_from,
 )
-from bot.text import one_line, tag_label
 
 _JSONFEED_VERSION = "https://jsonfeed.org/version/1"
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from bot.domain import ParsedEntry, ParsedSource
 from bot.domain.identity import MAX_DOI
-from bot.text import NOT_STORABLE, storable
+from bot.domain.text import NOT_STORABLE, storable
 
 TITLE_CHARACTERS = 500
 SUMMARY_CHARACTERS = 10_000

@@ -14,6 +14,7 @@ from typing import Any
 import feedparser
 
 from bot.domain import ParsedEntry, ParsedSource
+from bot.domain.text import html_text, one_line, tag_label
 from bot.ingest.formats.detect import wide_encoding
 from bot.ingest.formats.feed_items import (
     FeedFormatError,
@@ -24,7 +25,6 @@ from bot.ingest.formats.feed_items import (
     quoted_id,
     title_from,
 )
-from bot.text import html_text, one_line, tag_label
 
 # feedparser's time grows with the elements (twice when the strict parse fails and
 # its loose parser retries): beyond this a document would hold the watcher for

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
 from bot.domain import DigestItem, EntryKind, EntryView
-from bot.text import is_web_url, urls_in
+from bot.domain.text import is_web_url, urls_in
 
 # Links a reader of a paper wants by name: its code, its model or data.
 _CODE_HOSTS = re.compile(r"^https?://(?:www\.)?(?:github\.com|gitlab\.com|codeberg\.org)/[^/\s]+/[^/\s]+", re.I)

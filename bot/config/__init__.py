@@ -21,12 +21,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from bot.config_errors import ENV_PREFIX
-from bot.config_errors import ConfigError as ConfigError  # where the rest of bot imports them from
-from bot.config_errors import read_secret_file as read_secret_file
-from bot.config_values import address_or_network, dns_name, greeting_name
+from bot.config.errors import ENV_PREFIX
+from bot.config.errors import ConfigError as ConfigError  # where the rest of bot imports them from
+from bot.config.errors import read_secret_file as read_secret_file
+from bot.config.values import address_or_network, dns_name, greeting_name
+from bot.domain.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url, shown_url
 from bot.shipped import TAG_RULES, TEMPLATES, shipped
-from bot.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url, shown_url
 
 DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
 
@@ -423,7 +423,7 @@ def load_settings(path: Path | None = None) -> Settings:
     when present, or embedded defaults) with environment overrides on top."""
     from pydantic import ValidationError
 
-    from bot.config_errors import explain, unparsable_variable
+    from bot.config.errors import explain, unparsable_variable
 
     if path is None and os.environ.get(f"{ENV_PREFIX}CONFIG"):
         path = Path(os.environ[f"{ENV_PREFIX}CONFIG"])

@@ -87,6 +87,25 @@ def _sentence(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
 
 
+def daemon_env(folder: Path, store: str, dumps: Path, smtp_port: int, **more: str) -> dict[str, str]:
+    """The environment of a ``digestbot`` process a test starts: none of the caller's
+    DIGESTBOT_ variables; a SQLite store named *store* and ``var/`` in *folder*; dumps
+    read from *dumps* as soon as they land; the repository's tag rules and templates;
+    SMTP to 127.0.0.1:*smtp_port*.  *more* adds variables, named without the prefix
+    (``watch__interval_seconds="1"``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env |= {
+        "DIGESTBOT_DATABASE__URL": f"sqlite:///{folder / store}",
+        "DIGESTBOT_PATHS__DUMP_DIR": str(dumps),
+        "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
+        "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
+        "DIGESTBOT_PATHS__VAR_DIR": str(folder / "var"),
+        "DIGESTBOT_SMTP__PORT": str(smtp_port),
+        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
+    }
+    return env | {f"DIGESTBOT_{name.upper()}": value for name, value in more.items()}
+
+
 def settings_for(folder: Path, *, smtp_port: int | None = None, **sections: dict[str, Any]) -> Settings:
     """Settings as a test's store and pages need them: the var folder in *folder*, the
     repository's templates, a public URL and a signing key, a sender, and with

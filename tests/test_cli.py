@@ -16,7 +16,7 @@ import pytest
 from bot.subscribers.settings import SETTINGS
 from bot.tools.sink import Fault
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import DIGESTBOT, Cli
+from tests.helpers import DIGESTBOT, Cli, daemon_env
 from tests.seed_facts import MINIMAX
 
 
@@ -321,18 +321,7 @@ def test_daemon_sends_then_stops_cleanly_on_sigterm(tmp_path: Path, sink) -> Non
     import signal
     import time
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-    env.update(
-        {
-            "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'd.sqlite3'}",
-            "DIGESTBOT_PATHS__DUMP_DIR": str(SEEDS),
-            "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
-            "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
-            "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
-            "DIGESTBOT_SMTP__PORT": str(sink.port),
-            "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
-        }
-    )
+    env = daemon_env(tmp_path, "d.sqlite3", SEEDS, sink.port)
     subprocess.run(
         [DIGESTBOT, "subscribers", "add", "ada@example.org", "--tz", "UTC", "--hour", "0"],
         cwd=tmp_path,
@@ -390,16 +379,7 @@ def test_build_processes_work_with_settings_as_the_program_loads_them(
     import signal
     import time
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-    env |= {
-        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'b.sqlite3'}",
-        "DIGESTBOT_PATHS__DUMP_DIR": str(SEEDS),
-        "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
-        "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
-        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
-        "DIGESTBOT_SMTP__PORT": str(sink.port),
-        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
-    }
+    env = daemon_env(tmp_path, "b.sqlite3", SEEDS, sink.port)
     if source == "file":
         (tmp_path / "digestbot.toml").write_text("[digest]\nbuild_processes = 1\n")
         env["DIGESTBOT_CONFIG"] = str(tmp_path / "digestbot.toml")

@@ -27,7 +27,7 @@ from bot.run.scheduler import Daemon
 from bot.store.sources import list_sources
 from bot.tools.sink import free_port
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT, Cli, dump_of_size
+from tests.helpers import DIGESTBOT, Cli, daemon_env, dump_of_size
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 MB = 1_000_000
@@ -209,19 +209,9 @@ def test_a_dump_that_lands_after_the_send_hour_goes_out_that_day(tmp_path: Path,
     zone, hour = _zone_in_mid_hour()
     folder = tmp_path / "dumps"
     folder.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-    env.update(
-        {
-            "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'd.sqlite3'}",
-            "DIGESTBOT_PATHS__DUMP_DIR": str(folder),
-            "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
-            "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
-            "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
-            "DIGESTBOT_SMTP__PORT": str(sink.port),
-            "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
-            "DIGESTBOT_WATCH__INTERVAL_SECONDS": "1",
-            "DIGESTBOT_METRICS__LISTEN_PORT": str(metrics_port := free_port()),
-        }
+    metrics_port = free_port()
+    env = daemon_env(
+        tmp_path, "d.sqlite3", folder, sink.port, watch__interval_seconds="1", metrics__listen_port=str(metrics_port)
     )
 
     def cli(*args: str) -> str:
@@ -386,20 +376,8 @@ def test_a_hostile_feed_and_file_beside_good_ones_change_nothing_for_the_good_on
     for n, reference in enumerate(HOSTILE_REFERENCES):
         (folder / f"a-{n}.rss").write_bytes(_hostile_feed(n + 10, reference))
     (folder / "b-good.txt").write_bytes(sorted((ROOT / "seeds").glob("*.txt"))[0].read_bytes())
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
-    env |= {
-        "DIGESTBOT_DATABASE__URL": f"sqlite:///{tmp_path / 'd.sqlite3'}",
-        "DIGESTBOT_PATHS__DUMP_DIR": str(folder),
-        "DIGESTBOT_PATHS__TAGS_FILE": str(ROOT / "config" / "tags.toml"),
-        "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
-        "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
-        "DIGESTBOT_SMTP__PORT": str(sink.port),
-        "DIGESTBOT_WATCH__QUIET_SECONDS": "0",
-        "DIGESTBOT_WATCH__INTERVAL_SECONDS": "1",
-        "DIGESTBOT_FEEDS__URLS": json.dumps(
-            [f"{base}/{n}" for n in range(len(HOSTILE_REFERENCES))] + [f"{base}/good.rss"]
-        ),
-    }
+    urls = json.dumps([f"{base}/{n}" for n in range(len(HOSTILE_REFERENCES))] + [f"{base}/good.rss"])
+    env = daemon_env(tmp_path, "d.sqlite3", folder, sink.port, watch__interval_seconds="1", feeds__urls=urls)
     Cli(tmp_path, env, placed=False)("subscribers", "add", "ada@example.org", "--tz", zone, "--hour", str(hour))
     daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     try:

@@ -240,9 +240,11 @@ PLAIN_HTTP = (
 def _daemon(c: Context, factory: Any, *, plan_jobs: bool, deliver_jobs: bool) -> None:
     import asyncio
 
+    from bot.run.arenas import share_one_arena
     from bot.run.roles import RoleTaken
     from bot.run.scheduler import Daemon
 
+    share_one_arena()  # before the daemon's threads start
     c.log_as_daemon()
     c.signing_key()  # the key the links already mailed were signed with, or a refusal
     if deliver_jobs and c.settings.web.public_url.startswith("http://"):

@@ -18,8 +18,8 @@ import stat
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import TagRules
@@ -30,6 +30,9 @@ from bot.ingest.formats.fetch import FetchError, fetch
 from bot.ingest.service import DEFAULT_MAX_FILE_BYTES, ingest_bytes, ingest_file, utcnow
 from bot.store.engine import transaction
 from bot.store.sources import feed_state, save_feed_state, seen_stamps
+
+if TYPE_CHECKING:
+    import httpx  # imported where a feed is fetched: a worker never loads it
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,9 @@ import base64
 import hashlib
 import logging
 import time
+from functools import cache
 from pathlib import Path
 from typing import Any
-
-import dkim
-from dkim.canonicalization import CanonicalizationPolicy
 
 from bot.config import ConfigError, DkimConfig, read_secret_file
 
@@ -80,13 +78,16 @@ class Signer:
     def signature(self, message: bytes, body_hash: bytes | None = None) -> bytes:
         """The ``DKIM-Signature`` header line(s) for *message* (CRLF line ends), to put
         before its first header; *body_hash*: ``body_hash(message)``, when known."""
+        import dkim  # here: dkimpy and the DNS library it loads cost every process that never signs
+
+        policy = _policy()
         head, body = _split(message)
         headers, _ = dkim.rfc822_parse(head + b"\r\n")
         include = tuple(name.lower() for name in SIGNED_HEADERS)
         fields = [
             (b"v", b"1"),
             (b"a", self.algorithm),
-            (b"c", _POLICY.to_c_value()),
+            (b"c", policy.to_c_value()),
             (b"d", self.domain),
             (b"i", b"@" + self.domain),
             (b"q", b"dns/txt"),
@@ -100,7 +101,7 @@ class Signer:
         value = dkim.fold(b"; ".join(b"=".join(f) for f in fields), namelen=len(name), linesep=b"\r\n")
         hasher = hashlib.sha256()
         unsigned = (name, b" " + dkim.RE_BTAG.sub(b"\\1", value))
-        dkim.hash_headers(hasher, _POLICY, _POLICY.canonicalize_headers(headers), include, unsigned, dict(fields))
+        dkim.hash_headers(hasher, policy, policy.canonicalize_headers(headers), include, unsigned, dict(fields))
         fields[-1] = (b"b", base64.b64encode(self._sign_digest(hasher.digest())))
         signed: bytes = dkim.fold(
             b"; ".join(b"=".join(f) for f in fields) + b"\r\n", namelen=len(name), linesep=b"\r\n"
@@ -108,7 +109,11 @@ class Signer:
         return name + b": " + signed
 
 
-_POLICY = CanonicalizationPolicy.from_c_value(b"/".join(CANONICALIZATION))
+@cache
+def _policy() -> Any:
+    from dkim.canonicalization import CanonicalizationPolicy
+
+    return CanonicalizationPolicy.from_c_value(b"/".join(CANONICALIZATION))
 
 
 def _split(message: bytes) -> tuple[bytes, bytes]:
@@ -118,7 +123,7 @@ def _split(message: bytes) -> tuple[bytes, bytes]:
 
 def _body_hash(body: bytes) -> bytes:
     """The ``bh=`` value: the same for every signature of one message."""
-    return base64.b64encode(hashlib.sha256(_POLICY.canonicalize_body(body)).digest())
+    return base64.b64encode(hashlib.sha256(_policy().canonicalize_body(body)).digest())
 
 
 def _private_key(algorithm: bytes, key: bytes) -> Any:

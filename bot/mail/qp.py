@@ -24,8 +24,8 @@ def _qp_line(line: bytes) -> bytes:
     return body_encode(line.decode("latin-1"), QP_LINE_LENGTH, "\r\n").encode("ascii") + b"\r\n"
 
 
-# Bounded: about 15 MB at most.
-_qp_line_cached = lru_cache(maxsize=32768)(_qp_line)
+# Bounded: a day's bodies share their lines with the few built just before them (bench/README.md).
+_qp_line_cached = lru_cache(maxsize=8192)(_qp_line)
 
 
 def qp_lines(data: bytes, *, cached: bool = False) -> bytes:

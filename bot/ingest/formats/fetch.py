@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 from bot import __version__
 from bot.domain.text import shown_url
+
+if TYPE_CHECKING:
+    import httpx
 
 USER_AGENT = f"digestbot/{__version__} (+https://github.com/digestbot)"
 
@@ -47,6 +49,8 @@ def fetch(
         headers["If-None-Match"] = etag
     if last_modified:
         headers["If-Modified-Since"] = last_modified
+    import httpx  # here, not at the top: httpx and what it imports cost every process that never fetches
+
     own_client = client is None
     client = client or httpx.Client(timeout=timeout, follow_redirects=True, max_redirects=5)
     shown = shown_url(url)

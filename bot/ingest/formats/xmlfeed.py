@@ -11,8 +11,6 @@ import time
 from datetime import date
 from typing import Any
 
-import feedparser
-
 from bot.domain import ParsedEntry, ParsedSource
 from bot.domain.text import html_text, one_line, tag_label
 from bot.ingest.formats.detect import wide_encoding
@@ -70,6 +68,8 @@ def xml_characters_only(data: bytes) -> bytes:
 def parse_xml_feed(data: bytes, name: str) -> ParsedSource:
     if data.count(b"<") > MAX_XML_ELEMENTS:
         raise FeedFormatError(name, 0, f"more than {MAX_XML_ELEMENTS:,} XML elements; too big to be read as a feed")
+    import feedparser  # here: a process that reads no feed (a worker) never loads it
+
     parsed = feedparser.parse(xml_characters_only(data), sanitize_html=False, resolve_relative_uris=False)
     if not parsed.version:
         raise _not_a_feed(parsed, name)

@@ -3,6 +3,7 @@ and its threads share one malloc arena (bench/README.md, "Memory of a worker")."
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -30,7 +31,7 @@ def test_a_worker_loads_no_library_of_another_role() -> None:
 
 # Threads that allocate large blocks, then glibc's own count of its arenas.
 _ARENAS = """
-import ctypes, ctypes.util, sys, threading
+import ctypes, sys, threading
 from bot.run.arenas import share_one_arena
 if sys.argv[1] == "shared":
     assert share_one_arena()
@@ -41,12 +42,13 @@ def churn():
 threads = [threading.Thread(target=churn) for _ in range(6)]
 for t in threads: t.start()
 for t in threads: t.join()
-ctypes.CDLL(ctypes.util.find_library("c")).malloc_stats()
+ctypes.CDLL(None).malloc_stats()
 """
 
 
 def _arenas(mode: str) -> int:
-    out = subprocess.run([sys.executable, "-c", _ARENAS, mode], capture_output=True, text=True, check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}  # glibc's defaults, as a daemon has
+    out = subprocess.run([sys.executable, "-c", _ARENAS, mode], capture_output=True, text=True, check=True, env=env)
     return out.stderr.count("Arena ")
 
 

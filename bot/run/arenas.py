@@ -13,7 +13,6 @@ raises: a process that cannot set it runs as before.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 log = logging.getLogger(__name__)
@@ -24,12 +23,8 @@ M_ARENA_MAX = -8  # glibc's <malloc.h>
 def share_one_arena() -> bool:
     """Ask glibc to keep one malloc arena for every thread of this process; call it
     before the process starts threads.  True when glibc took it."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the C library the interpreter runs on
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to set
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int

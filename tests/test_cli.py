@@ -196,6 +196,10 @@ def test_subscriber_workflow(run, tmp_path: Path) -> None:
     run("subscribers", "resume", "zoe@example.org")
     run("subscribers", "remove", "zoe@example.org")
     assert json_lines(run("subscribers", "show", "zoe@example.org", "--json").stdout)[0]["status"] == "unsubscribed"
+    # Paused, a later resume would subscribe them again with no consent event: refused.
+    refused = run("subscribers", "pause", "zoe@example.org", code=1)
+    assert refused.stderr.count("\n") == 1 and "unsubscribed" in refused.stderr
+    assert json_lines(run("subscribers", "show", "zoe@example.org", "--json").stdout)[0]["status"] == "unsubscribed"
     run("subscribers", "remove", "zoe@example.org", "--purge")
     run("subscribers", "show", "zoe@example.org", code=1)
 

@@ -162,9 +162,8 @@ def test_the_pages_of_a_server_error_and_a_busy_store_are_valid_html(tmp_path: P
     pages = Environment(
         loader=FileSystemLoader(str(ROOT / "templates" / "web")), autoescape=select_autoescape(["html.j2"])
     )
-    template = pages.get_template("page.html.j2")
     rendered = {
-        view: template.render(view=view, list_name="Research Digest", token="", signup=False).encode()
-        for view in ("error", "busy")
+        page: pages.get_template(f"{page}.html.j2").render(list_name="Research Digest", token="", signup=False).encode()
+        for page in ("error", "busy")
     }
     assert vnu_errors(rendered, tmp_path / "checked") == []

@@ -136,6 +136,26 @@ def test_forged_altered_and_unknown_tokens_get_the_same_404(
     assert status_of(factory, "bob@example.org") is SubscriberStatus.ACTIVE
 
 
+def test_every_page_under_a_token_answers_a_forged_one_with_the_same_404(
+    web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session], settings: Settings
+) -> None:
+    """Each route with a token in its path, read from the app itself, so a page added
+    later is checked with no edit here."""
+    values = {"day": "2026-06-14", "ref": "1", "verdict": "more"}
+    paths = [
+        route.path.replace("{token}", "TOKEN").format(**values)
+        for route in create_app(settings, factory).routes
+        if "{token}" in getattr(route, "path", "")
+    ]
+    assert len(paths) >= 7
+    reference = web.get(f"/u/999999.{'B' * 24}")
+    forged = people["ada@example.org"][:-2] + "AA"
+    for path in paths:
+        for method in ("GET", "POST"):
+            response = web.request(method, path.replace("TOKEN", forged), content=b"x=1", headers=ONE_CLICK)
+            assert (response.status_code, response.text) == (404, reference.text), (method, path)
+
+
 def test_a_token_from_another_key_is_refused(
     web: httpx.Client, people: dict[str, str], factory: sessionmaker[Session]
 ) -> None:

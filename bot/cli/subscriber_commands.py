@@ -223,37 +223,34 @@ def subscribers_edit(
     _warn_about_filter(c, fields.filter)
 
 
-def _set_status(ctx: typer.Context, email: str, status: Any, verb: str, command: str) -> None:
-    from bot.subscribers.subscriptions import SubscriberInputError, SubscriberNotFound, change_status, clean_email
+def _set_status(ctx: typer.Context, email: str, command: str) -> None:
+    from bot.subscribers import subscriptions as service
 
-    c = ctx_of(ctx)
     try:
-        subscriber = change_status(
-            c.sessions(), clean_email(email), status, now(), page=f"digestbot subscribers {command}", detail=_by()
-        )
-    except SubscriberInputError as exc:
-        fail(str(exc), EXIT_USAGE)
-        return
-    except SubscriberNotFound as exc:
+        subscriber, said = service.operator_change(ctx_of(ctx).sessions(), email, command, now(), detail=_by())
+    except service.SubscriberInputError as exc:
+        fail(str(exc), EXIT_INPUT_FAILED if isinstance(exc, service.StatusChangeRefused) else EXIT_USAGE)
+    except service.SubscriberNotFound as exc:
         fail(str(exc))
-        return
-    out.print(f"{verb} {subscriber.email}", markup=False)
+    out.print(f"{said} {subscriber.email}", markup=False)
 
 
 @subscribers_app.command("pause")
 def subscribers_pause(
     ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]
 ) -> None:
-    """Stop sending digests to EMAIL until resumed (nothing is lost meanwhile)."""
-    _set_status(ctx, email, SubscriberStatus.PAUSED, "paused", "pause")
+    """Stop sending digests to EMAIL until resumed (nothing is lost meanwhile); only an
+    active subscriber can be paused."""
+    _set_status(ctx, email, "pause")
 
 
 @subscribers_app.command("resume")
 def subscribers_resume(
     ctx: typer.Context, email: Annotated[str, typer.Argument(help="The subscriber's address.")]
 ) -> None:
-    """Send digests to EMAIL again (also clears a bounce once the address is fixed)."""
-    _set_status(ctx, email, SubscriberStatus.ACTIVE, "resumed", "resume")
+    """Send digests to EMAIL again (also clears a bounce once the address is fixed); a
+    pending address confirms its link, or is vouched for by 'subscribers add'."""
+    _set_status(ctx, email, "resume")
 
 
 @subscribers_app.command("remove")

@@ -1,5 +1,6 @@
 """Subscriber service: the rules of a reader's status, pure: which changes a reader may
-make on their manage page, and which changes are consent events.  Never reads or
+make on their manage page, which an operator may make with ``subscribers pause`` and
+``resume``, and which changes are consent events.  Never reads or
 writes anything (``subscriptions`` applies them).
 """
 
@@ -12,22 +13,32 @@ from bot.domain import SubscriberStatus
 
 @dataclass(frozen=True, slots=True)
 class StatusAction:
-    """A status change a reader may make themselves: from which status, to which, and
-    what their page then says."""
+    """A status change: from which statuses, to which, and what is then said of it."""
 
-    before: SubscriberStatus
+    before: frozenset[SubscriberStatus]
     after: SubscriberStatus
     said: str
 
 
+_ACTIVE, _PAUSED = SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED
+
+# What a reader may change themselves, and what their manage page then says.
 READER_ACTIONS = {
-    "pause": StatusAction(SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED, "Paused: no digests until you resume."),
-    "resume": StatusAction(
-        SubscriberStatus.PAUSED, SubscriberStatus.ACTIVE, "Resumed: your next digest comes as usual."
-    ),
+    "pause": StatusAction(frozenset({_ACTIVE}), _PAUSED, "Paused: no digests until you resume."),
+    "resume": StatusAction(frozenset({_PAUSED}), _ACTIVE, "Resumed: your next digest comes as usual."),
     "resubscribe": StatusAction(
-        SubscriberStatus.UNSUBSCRIBED, SubscriberStatus.ACTIVE, "Subscribed again: your next digest comes as usual."
+        frozenset({SubscriberStatus.UNSUBSCRIBED}), _ACTIVE, "Subscribed again: your next digest comes as usual."
     ),
+}
+
+# What an operator may change.  Resume also clears a bounce and subscribes an
+# unsubscribed reader again (which the consent record shows); a pending one is
+# confirmed by their link or vouched for by ``subscribers add``.  Pause only stops
+# someone who receives digests: pausing an unsubscribed reader would let a later resume
+# subscribe them again with no consent event.
+OPERATOR_ACTIONS = {
+    "pause": StatusAction(frozenset({_ACTIVE, _PAUSED}), _PAUSED, "paused"),
+    "resume": StatusAction(frozenset(SubscriberStatus) - {SubscriberStatus.PENDING}, _ACTIVE, "resumed"),
 }
 
 
@@ -35,7 +46,7 @@ def reader_action(action: str, status: SubscriberStatus) -> StatusAction | None:
     """The change a reader of *status* asks for with *action*; None when it is none a
     reader may make now."""
     found = READER_ACTIONS.get(action)
-    return found if found is not None and found.before is status else None
+    return found if found is not None and status in found.before else None
 
 
 def consent_change(before: SubscriberStatus, after: SubscriberStatus) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 import zoneinfo
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
@@ -42,7 +42,7 @@ from bot.store.subscribers import (
     set_setting as store_setting,
 )
 from bot.subscribers.settings import SETTINGS, SettingError, parse
-from bot.subscribers.statuses import consent_change
+from bot.subscribers.statuses import OPERATOR_ACTIONS, consent_change
 from bot.subscribers.zones import canonical
 from bot.tokens import token_is_valid, token_subscriber_id
 
@@ -51,6 +51,10 @@ _BACKFILL = re.compile(r"^(?:all|none|\d{1,4}d)$")
 
 class SubscriberInputError(ValueError):
     """One bad field; ``str()`` names it: ``email: ...``."""
+
+
+class StatusChangeRefused(SubscriberInputError):
+    """The subscriber's status does not allow the change asked for."""
 
 
 def clean_email(raw: str) -> str:
@@ -264,13 +268,17 @@ def change_status(
     page: str = "",
     client: str = "",
     detail: str = "",
+    only_from: Collection[SubscriberStatus] = frozenset(SubscriberStatus),
 ) -> Subscriber:
     """Set *email*'s status, recording an unsubscribe or resubscribe in the consent record
     (*page*: where it was asked, *client*: from which address).  Resuming a bounced
     address clears its bounce: the hard bounces read from the inbox before now no
-    longer count (``bot.returns``)."""
+    longer count (``bot.returns``).  Raises ``StatusChangeRefused`` when their status
+    (read in the same transaction) is not one of *only_from*."""
     with transaction(factory) as session:
         found = _require(session, email)
+        if found.status not in only_from:
+            raise StatusChangeRefused(f"{found.email} is {found.status.value}, so this change is not possible")
         set_status(session, found.id, status, now)
         if found.status is SubscriberStatus.BOUNCED and status is SubscriberStatus.ACTIVE:
             record_cleared(session, found.id, now)
@@ -278,6 +286,19 @@ def change_status(
         if event is not None:
             record_consent(session, found.id, ConsentEvent(event, now, found.email, page, client, detail))
         return _require(session, email)
+
+
+def operator_change(
+    factory: sessionmaker[Session], email: str, command: str, now: datetime, *, detail: str = ""
+) -> tuple[Subscriber, str]:
+    """``subscribers pause`` or ``resume`` (*command*, ``statuses.OPERATOR_ACTIONS``) on
+    *email*: the subscriber as changed, and what the command says of it."""
+    action = OPERATOR_ACTIONS[command]
+    page = f"digestbot subscribers {command}"
+    changed = change_status(
+        factory, clean_email(email), action.after, now, page=page, detail=detail, only_from=action.before
+    )
+    return changed, action.said
 
 
 def set_setting(factory: sessionmaker[Session], email: str, name: str, value: bool, now: datetime) -> Subscriber:

@@ -147,3 +147,34 @@ def zone_groups() -> list[tuple[str, tuple[str, ...]]]:
 def cadences() -> list[tuple[str, str]]:
     """(value, label) of each cadence."""
     return [(value, describe(value)) for value in CHOICES]
+
+
+@dataclass(frozen=True, slots=True)
+class ChoicesForm:
+    """The digest-choices form as a page shows it: the tag menu, the filter, and the
+    cadence, zone and hour chosen."""
+
+    tags: list[MenuTag]
+    filter_text: str
+    cadence: str
+    timezone: str
+    send_hour: int
+    zone_chosen: bool = False  # chosen by the person: the browser's own zone is not put first
+
+    @property
+    def cadences(self) -> list[tuple[str, str]]:
+        return cadences()
+
+    @property
+    def zone_groups(self) -> list[tuple[str, tuple[str, ...]]]:
+        return zone_groups()
+
+    @property
+    def zone_extra(self) -> list[str]:
+        """The zone chosen when the menu no longer offers it, offered as it is."""
+        return [] if self.timezone in zones() else [self.timezone]
+
+
+def hour_or(raw: str, default: int) -> int:
+    """The send hour a form sent, or *default* when it is not one (0 to 23)."""
+    return int(raw) if raw.isascii() and raw.isdigit() and 0 <= int(raw) <= 23 else default

@@ -13,21 +13,21 @@ next planning pass does).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import date, datetime
+from dataclasses import dataclass, replace
+from datetime import date
 
-from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.responses import Response
+from starlette.routing import Route
 
-from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
 from bot.mail.prose import title_text
 from bot.store.feedback import VERDICTS, entry_ids_of, verdicts_on
 from bot.taste.service import give_feedback
-from bot.web.forms import SECURITY_HEADERS, form_of, form_token_ok, same_origin
+from bot.web.forms import form_of, form_token_ok, same_origin
+from bot.web.pages import too_large
+from bot.web.site import Site, with_reader
 from bot.web.versions import WebVersions
 
 _REF = re.compile(r"[1-9]\d{0,3}")
@@ -55,52 +55,45 @@ def rated(day: str, ref: str, verdict: str) -> Rated | None:
         return None
 
 
-Render = Callable[..., HTMLResponse]
-
-
 class FeedbackPages:
-    def __init__(
-        self,
-        settings: Settings,
-        factory: sessionmaker[Session],
-        versions: WebVersions,
-        key: bytes,
-        render: Render,
-        now: Callable[[], datetime],
-    ) -> None:
-        self.settings, self.factory, self.versions = settings, factory, versions
-        self.key, self.render, self.now = key, render, now
+    def __init__(self, site: Site, versions: WebVersions) -> None:
+        self.site, self.versions = site, versions
 
+    def routes(self) -> list[Route]:
+        return [Route("/d/{token}/{day}/{ref}/{verdict}", self.rate, methods=["GET", "POST"])]
+
+    @with_reader
     async def rate(self, request: Request, subscriber: Subscriber) -> Response:
         """The confirmation page (GET), or the verdict recorded (POST)."""
         params = request.path_params
         asked = rated(params["day"], params["ref"], params["verdict"])
         found = await run_in_threadpool(self._entry, subscriber, asked) if asked is not None else None
+        site, render = self.site, self.site.pages.render
         if asked is None or found is None:
-            return self.render("not_found", 404)
+            return site.pages.not_found()
         entry_id, title, section = found
         token = params["token"]
-        page = {"title": title, "day": asked.day.isoformat(), "ref": asked.ref, "verdict": asked.verdict}
         left = subscriber.status is SubscriberStatus.UNSUBSCRIBED
         if request.method in ("GET", "HEAD"):
             said = await run_in_threadpool(self._said, subscriber, entry_id)
-            return self.render("rate", token=token, said=said, left=left, done=None, more=page)
-        if not same_origin(request, self.settings.web.public_url):
-            return self.render("forbidden", 403)
+            return render("rate", token=token, said=said, left=left, done=None, title=title, asked=asked)
+        if not same_origin(request, site.settings.web.public_url):
+            return site.pages.forbidden()
         fields = await form_of(request)
         if fields is None:
-            return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
+            return too_large()
         form = {name: values[0] for name, values in fields.items()}
-        if not form_token_ok(self.key, token, form.get("form", "")):
-            return self.render("forbidden", 403)
+        if not form_token_ok(site.key, token, form.get("form", "")):
+            return site.pages.forbidden()
         action = form.get("action", "")
         if left or action not in ACTIONS:
             said = await run_in_threadpool(self._said, subscriber, entry_id)
-            return self.render("rate", 409 if left else 400, token=token, said=said, left=left, done=None, more=page)
+            status = 409 if left else 400
+            return render("rate", status, token=token, said=said, left=left, done=None, title=title, asked=asked)
         verdict = None if action == "undo" else action
-        await run_in_threadpool(give_feedback, self.factory, subscriber.id, entry_id, verdict, self.now(), section)
-        page["verdict"] = verdict or asked.verdict
-        return self.render("rate", token=token, said=verdict, left=False, done=_SAID[action], more=page)
+        await run_in_threadpool(give_feedback, site.factory, subscriber.id, entry_id, verdict, site.now(), section)
+        asked = replace(asked, verdict=verdict or asked.verdict)
+        return render("rate", token=token, said=verdict, left=False, done=_SAID[action], title=title, asked=asked)
 
     def _entry(self, subscriber: Subscriber, asked: Rated) -> tuple[int, str, str] | None:
         """The stored entry the number names in the digest sent that day, its title, and

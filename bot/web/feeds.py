@@ -7,7 +7,7 @@ one long item), newest digest first, for the last ``FEED_DAYS`` days and at most
 reader's feed program never shows a paper twice.  The answer carries an ETag and
 Last-Modified from the digests it lists, so a feed program polling every few
 minutes costs a 304.  Reads only; never sends, never decides who may see what
-(``app`` checks the token first).
+(``bot.web.site.with_reader`` checks the token first).
 """
 
 from __future__ import annotations
@@ -22,14 +22,20 @@ from html import escape
 from xml.etree import ElementTree as ET  # noqa: N817 - the name the standard library's own docs use
 
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
 
 from bot.config import Settings
-from bot.domain import DigestContent, DigestKind, DigestState, Subscriber
+from bot.domain import DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.domain.links import primary_url
 from bot.mail.prose import summary_of, title_text
 from bot.mail.why import reader_why
 from bot.store.contents import digest_contents
 from bot.store.digests import list_digests
+from bot.web.forms import SECURITY_HEADERS
+from bot.web.site import Site, with_reader
 
 FEED_DAYS = 30
 FEED_ENTRIES = 200
@@ -37,6 +43,7 @@ ATOM = "http://www.w3.org/2005/Atom"
 # What a feed entry's <summary> holds of the abstract: a feed program's preview of it.
 FEED_SUMMARY_CHARACTERS = 600
 # What XML 1.0 cannot carry at all, even escaped (a dump may hold any of it).
+UNSUBSCRIBED_FEED = "You unsubscribed: this feed ends here. Your manage page can subscribe you again.\n"
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -180,3 +187,28 @@ class PersonalFeeds:
 def _stamp(moment: datetime) -> str:
     """RFC 3339, as Atom's date constructs want it."""
     return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+class FeedPage:
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.feeds = PersonalFeeds(site.settings, site.reader)
+
+    def routes(self) -> list[Route]:
+        return [Route("/f/{token}.atom", self.feed, methods=["GET"])]
+
+    @with_reader
+    async def feed(self, request: Request, subscriber: Subscriber) -> Response:
+        if subscriber.status is SubscriberStatus.UNSUBSCRIBED:
+            # Gone on purpose: feed programs stop polling a 410, and what they were sent
+            # stays out of anyone's reach who has the address.  Subscribing again from
+            # the manage page brings the feed back.
+            return PlainTextResponse(UNSUBSCRIBED_FEED, 410, headers={**SECURITY_HEADERS, "Cache-Control": "no-store"})
+        feeds = self.feeds
+        digests = await run_in_threadpool(feeds.recent, subscriber, self.site.now())
+        validators = feeds.validators(digests)
+        headers = {**SECURITY_HEADERS, **validators.headers(), "Cache-Control": "private, max-age=300"}
+        if validators.unchanged_for(request.headers.get("if-none-match"), request.headers.get("if-modified-since")):
+            return Response(status_code=304, headers=headers)
+        body = await run_in_threadpool(feeds.atom, subscriber, request.path_params["token"], digests)
+        return Response(body, media_type="application/atom+xml; charset=utf-8", headers=headers)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import secrets
 from urllib.parse import parse_qs, urlsplit
 
@@ -252,3 +253,13 @@ async def form_of(request: Request, limit: int = MAX_FORM_BYTES, max_fields: int
     return (
         None if body is None else parse_form_lists(request.headers.get("content-type", ""), body, max_fields=max_fields)
     )
+
+
+def address_of(request: Request) -> str:
+    """The client's IP address as uvicorn saw it (a trusted proxy's X-Forwarded-For
+    included); "" when it is not an address, so no header text reaches the consent record."""
+    host = request.client.host if request.client else ""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return ""

@@ -1,59 +1,177 @@
-"""Subscriber endpoint: what the manage page shows (``GET|POST /m/{token}``).
+"""Subscriber endpoint: the manage page, ``GET|POST /m/{token}``.
 
-The digest choices as the form shows them (ticked tags or the advanced filter,
-cadence, time zone, send hour), filled from the subscriber or, after an error,
-from what they sent.  Pure: ``app`` reads the store and decides what a POST does.
+The reader changes their tags or filter, cadence, zone and hour, their yes/no
+settings, pauses, resumes or subscribes again, and sees their next digest; a
+``multipart/form-data`` POST adds to their library (``bot.web.uploads``).  Every
+POST must come from the page itself (its origin and form token).  A thin shell
+over ``bot.subscribers``: never writes SQL itself, never logs tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import logging
+from functools import partial
 
-from bot.choose.filters import shown_filter
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from bot.config import site_url
 from bot.domain import Subscriber
-from bot.subscribers.settings import SETTINGS
-from bot.web.choices import cadences, menu, ticked_tags, zone_groups, zones
-from bot.web.outlooks import NextDigest
+from bot.subscribers.settings import by_action
+from bot.subscribers.statuses import StatusAction, reader_action
+from bot.subscribers.subscriptions import (
+    StatusChangeRefused,
+    SubscriberInputError,
+    change_status,
+    edit,
+    filter_warning,
+    set_filter,
+    set_setting,
+)
+from bot.taste.service import taste_summary
+from bot.web.choices import read_choices
+from bot.web.forms import (
+    MAX_CHOICES_FIELDS,
+    MAX_CHOICES_FORM_BYTES,
+    address_of,
+    form_of,
+    form_token_ok,
+    is_multipart,
+    same_origin,
+)
+from bot.web.manage_view import Told, manage_choices, toggles
+from bot.web.outlooks import Outlooks, rules_or_none
+from bot.web.pages import too_large
+from bot.web.site import Site, with_reader
+from bot.web.uploads import LibraryUploads
 
-if TYPE_CHECKING:
-    from bot.taste.service import TasteSummary
+log = logging.getLogger(__name__)
+
+BUSY = Told(503, error="Busy: please try again in a moment.")
 
 
-def manage_context(
-    subscriber: Subscriber,
-    tags: list[tuple[str, int]],
-    *,
-    values: Mapping[str, list[str]] | None = None,
-    next_digest: NextDigest | None = None,
-    taste: TasteSummary | None = None,
-) -> dict[str, object]:
-    """The template's values for *subscriber*'s page; *values* (a submitted form that
-    failed) win over the stored ones, so the person sees what they sent."""
-    if values is not None:
-        ticked = list(values.get("tag", []))
-        advanced = (values.get("filter") or [""])[0]
-        cadence = (values.get("cadence") or [subscriber.cadence])[0]
-        timezone = (values.get("timezone") or [subscriber.timezone])[0]
-        hour = (values.get("send_hour") or [str(subscriber.send_hour)])[0]
-    else:
-        found = ticked_tags(subscriber.filter)
-        ticked, advanced = (found, "") if found is not None else ([], shown_filter(subscriber.filter))
-        cadence, timezone, hour = subscriber.cadence, subscriber.timezone, str(subscriber.send_hour)
-    return {
-        "tags": menu(tags, ticked),
-        "filter_text": advanced,
-        "cadence": cadence,
-        "cadences": cadences(),
-        "timezone": timezone,
-        "zone_groups": zone_groups(),
-        "zone_extra": [] if timezone in zones() else [timezone],  # a zone no longer offered, as stored
-        "send_hour": int(hour) if hour.isascii() and hour.isdigit() and int(hour) < 24 else subscriber.send_hour,
-        "next_digest": next_digest,
-        "taste": taste,
-        # Each yes/no setting's button: the action it posts and its words.
-        "toggles": [
-            (f"{s.flag}_off", s.turn_off) if getattr(subscriber, s.name) else (f"{s.flag}_on", s.turn_on)
-            for s in SETTINGS
-        ],
-    }
+class ManagePage:
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.rules = rules_or_none(site.settings.paths.tags_file)
+        self.outlooks = Outlooks(site.reader, self.rules, send_empty=site.settings.digest.send_empty)
+        self.uploads = LibraryUploads(site)
+
+    def routes(self) -> list[Route]:
+        return [Route("/m/{token}", self.manage, methods=["GET", "POST"])]
+
+    async def page(
+        self,
+        request: Request,
+        subscriber: Subscriber,
+        told: Told | None = None,
+        values: dict[str, list[str]] | None = None,
+    ) -> HTMLResponse:
+        """The page as *subscriber* sees it now, saying *told*; *values* (a form that
+        failed) fill the form instead of what is stored."""
+        told = told or Told()
+        site = self.site
+        return site.pages.render(
+            "manage",
+            told.status_code,
+            token=request.path_params["token"],
+            subscriber=subscriber,
+            told=told,
+            form=manage_choices(subscriber, await site.tag_menu.tags(), values),
+            next_digest=await self.outlooks.next_digest(subscriber, site.now()),
+            taste=await run_in_threadpool(taste_summary, site.reader, subscriber),
+            toggles=toggles(subscriber),
+        )
+
+    @with_reader
+    async def manage(self, request: Request, subscriber: Subscriber) -> Response:
+        site = self.site
+        if request.method in ("GET", "HEAD"):
+            return await self.page(request, subscriber)
+        if not same_origin(request, site.settings.web.public_url):
+            return site.pages.forbidden()
+        if is_multipart(request.headers.get("content-type", "")):
+            # The library upload: every form of the page posts to the page's own address,
+            # so the page a POST answers with is at the address its relative links expect.
+            told = await self.uploads.upload(request, subscriber)
+            return told if isinstance(told, Response) else await self.page(request, subscriber, told)
+        lists = await form_of(request, MAX_CHOICES_FORM_BYTES, MAX_CHOICES_FIELDS)
+        if lists is None:
+            return too_large()
+        if not form_token_ok(site.key, request.path_params["token"], (lists.get("form") or [""])[0]):
+            return site.pages.forbidden()
+        if not await run_in_threadpool(site.readers.settle, subscriber):
+            return await self.page(request, subscriber, BUSY)
+        return await self.act(request, subscriber, lists)
+
+    async def act(self, request: Request, subscriber: Subscriber, lists: dict[str, list[str]]) -> Response:
+        """What the manage form's ``action`` asks for (the token and origin are checked)."""
+        action = (lists.get("action") or [""])[0]
+        if action == "settings":
+            return await self.change_settings(request, subscriber, lists)
+        if action == "filter":
+            return await self.change_filter(request, subscriber, (lists.get("filter") or [""])[0])
+        if action == "threshold":
+            changed, told = await self.uploads.threshold(subscriber, (lists.get("threshold") or [""])[0])
+            return await self.page(request, changed, told)
+        toggled = by_action(action)
+        if toggled is not None:
+            setting, on = toggled
+            site = self.site
+            subscriber = await run_in_threadpool(
+                set_setting, site.factory, subscriber.email, setting.name, on, site.now()
+            )
+            return await self.page(request, subscriber, Told(message=setting.turned_on if on else setting.turned_off))
+        change = reader_action(action, subscriber.status)
+        after = await self.set_status(request, subscriber, change) if change is not None else None
+        if change is None or after is None:
+            return await self.page(request, subscriber, Told(400, error="That change is not possible now."))
+        self.outlooks.forget(after.id)
+        if action == "resubscribe":
+            log.info("subscriber %d subscribed again through their manage page", after.id)
+        return await self.page(request, after, Told(message=change.said))
+
+    async def set_status(self, request: Request, subscriber: Subscriber, change: StatusAction) -> Subscriber | None:
+        """*change* applied, if their status (read again as it is changed) still allows it;
+        an unsubscribe or resubscribe goes in the consent record with the page (never
+        its token) and the client's address."""
+        site = self.site
+        page = f"{site_url(site.settings.web)}/m/ (their manage page)"
+        try:
+            changed = await run_in_threadpool(
+                partial(change_status, page=page, client=address_of(request), only_from=change.before),
+                site.factory,
+                subscriber.email,
+                change.after,
+                site.now(),
+            )
+        except StatusChangeRefused:
+            return None
+        site.readers.settled(subscriber)
+        return changed
+
+    async def change_settings(self, request: Request, subscriber: Subscriber, values: dict[str, list[str]]) -> Response:
+        """Tags or filter, cadence, time zone and send hour at once: all valid, or nothing changes."""
+        site = self.site
+        try:
+            fields = read_choices(values, email=subscriber.email)
+            subscriber = await run_in_threadpool(edit, site.factory, site.settings, fields, site.now())
+        except SubscriberInputError as exc:
+            return await self.page(request, subscriber, Told(400, error=str(exc)), values)
+        return await self.saved(request, subscriber, "Saved.")
+
+    async def change_filter(self, request: Request, subscriber: Subscriber, raw: str) -> Response:
+        site = self.site
+        try:
+            subscriber = await run_in_threadpool(set_filter, site.factory, site.settings, subscriber, raw, site.now())
+        except SubscriberInputError as exc:
+            return await self.page(request, subscriber, Told(400, error=str(exc)), {"filter": [raw]})
+        return await self.saved(request, subscriber, "Filter saved.")
+
+    async def saved(self, request: Request, subscriber: Subscriber, said: str) -> HTMLResponse:
+        """The page after new digest choices, warning of a filter that matches nothing."""
+        self.outlooks.forget(subscriber.id)
+        warning = await run_in_threadpool(filter_warning, self.site.reader, self.rules, subscriber.filter)
+        return await self.page(request, subscriber, Told(message=said, warning=warning))

@@ -13,23 +13,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import time
-from collections.abc import Callable
-from datetime import datetime
-from typing import Protocol
 
-from sqlalchemy.orm import Session, sessionmaker
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
 
 from bot.choose.filters import shown_filter
-from bot.config import Settings, site_url
+from bot.config import site_url
 from bot.domain import Subscriber
 from bot.plan.cadence import describe
-from bot.store.entry_reads import tag_counts
 from bot.subscribers.optin import (
     Confirmation,
     Origin,
@@ -43,11 +38,12 @@ from bot.subscribers.optin import (
 )
 from bot.subscribers.subscriptions import SubscriberInputError
 from bot.tokens import make_token
-from bot.web.choices import cadences, menu, read_signup, zone_groups, zones
+from bot.web.choices import ChoicesForm, hour_or, menu, read_signup
 from bot.web.forms import (
     MAX_CHOICES_FIELDS,
     MAX_CHOICES_FORM_BYTES,
     MAX_FORM_BYTES,
+    address_of,
     csrf_ok,
     csrf_pair,
     form_token,
@@ -56,10 +52,11 @@ from bot.web.forms import (
     read_body,
     same_origin,
 )
-from bot.web.limits import MissBudget, client_key
+from bot.web.limits import client_key
+from bot.web.pages import too_large
+from bot.web.site import Site
 
 CSRF_COOKIE = "digestbot_signup"
-TAG_MENU_SECONDS = 300.0
 
 # Puts the browser's own zone first in the time zone menu, chosen (an alias it reports
 # is stored as the zone it names); without script the default stays.
@@ -72,57 +69,22 @@ ZONE_SCRIPT = (
 ZONE_SCRIPT_HASH = base64.b64encode(hashlib.sha256(ZONE_SCRIPT.encode()).digest()).decode()
 
 
-class Render(Protocol):
-    def __call__(
-        self,
-        view: str,
-        status_code: int = 200,
-        *,
-        token: str = "",
-        headers: dict[str, str] | None = None,
-        background: BackgroundTask | None = None,
-        more: dict[str, object] | None = None,
-        **context: object,
-    ) -> HTMLResponse: ...
-
-
-class TagMenu:
-    """The store's tags with their counts, read at most every few minutes: the sign-up
-    page is public, and counting every entry's tags on each view would let anyone
-    load the store."""
-
-    def __init__(self, reader: sessionmaker[Session]) -> None:
-        self.reader = reader
-        self._read_at = -TAG_MENU_SECONDS
-        self._tags: list[tuple[str, int]] = []
-
-    async def tags(self) -> list[tuple[str, int]]:
-        if time.monotonic() - self._read_at >= TAG_MENU_SECONDS:
-            self._tags = await run_in_threadpool(self._read)
-            self._read_at = time.monotonic()
-        return self._tags
-
-    def _read(self) -> list[tuple[str, int]]:
-        with self.reader() as session:
-            return [(label, count) for label, count, _ in tag_counts(session)]
-
-
 class SignupPages:
-    def __init__(
-        self,
-        settings: Settings,
-        factory: sessionmaker[Session],
-        key: bytes,
-        tag_menu: TagMenu,
-        render: Render,
-        now: Callable[[], datetime],
-        misses: MissBudget,
-    ) -> None:
-        self.settings, self.factory, self.key, self.tag_menu = settings, factory, key, tag_menu
-        self.render, self.now, self.misses = render, now, misses
-        public = site_url(settings.web)
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.settings, self.factory, self.key, self.now = site.settings, site.factory, site.key, site.now
+        self.render = site.pages.render
+        public = site_url(site.settings.web)
         self.page_url = f"{public}/subscribe"
         self.secure_cookie = public.startswith("https://")
+
+    def routes(self) -> list[Route]:
+        """The confirmation link always (a link already mailed keeps working when sign-up
+        is turned off); the sign-up form only with ``web.signup``."""
+        confirmation = Route("/c/{token}", self.confirmation, methods=["GET", "POST"])
+        if not self.settings.web.signup:
+            return [confirmation]
+        return [confirmation, Route("/subscribe", self.subscribe, methods=["GET", "POST"])]
 
     async def form_page(
         self, status_code: int = 200, *, values: dict[str, list[str]] | None = None, error: str | None = None
@@ -130,6 +92,15 @@ class SignupPages:
         field, cookie = csrf_pair(self.key, time.time())
         values = values or {}
         chosen_zone = (values.get("timezone") or [""])[0]
+        schedule = self.settings.schedule
+        form = ChoicesForm(
+            menu(await self.site.tag_menu.tags(), values.get("tag", [])),
+            (values.get("filter") or [""])[0],
+            (values.get("cadence") or ["daily"])[0],
+            chosen_zone or schedule.default_timezone,
+            hour_or((values.get("send_hour") or [""])[0], schedule.default_send_hour),
+            zone_chosen=bool(chosen_zone),
+        )
         response = self.render(
             "signup",
             status_code,
@@ -138,15 +109,7 @@ class SignupPages:
             error=error,
             email=(values.get("email") or [""])[0],
             name=(values.get("name") or [""])[0],
-            filter_text=(values.get("filter") or [""])[0],
-            tags=menu(await self.tag_menu.tags(), values.get("tag", [])),
-            cadence=(values.get("cadence") or ["daily"])[0],
-            cadences=cadences(),
-            timezone=(zone := chosen_zone or self.settings.schedule.default_timezone),
-            zone_chosen=bool(chosen_zone),
-            zone_groups=zone_groups(),
-            zone_extra=[] if zone in zones() else [zone],
-            send_hour=_hour_or((values.get("send_hour") or [""])[0], self.settings.schedule.default_send_hour),
+            form=form,
             zone_script=ZONE_SCRIPT,
         )
         response.set_cookie(
@@ -164,10 +127,10 @@ class SignupPages:
         if request.method in ("GET", "HEAD"):
             return await self.form_page()
         if not same_origin(request, self.settings.web.public_url):
-            return self.render("forbidden", 403, refused="signup")
+            return self.site.pages.forbidden(refused="signup")
         body = await read_body(request, MAX_CHOICES_FORM_BYTES)
         if body is None:
-            return PlainTextResponse("request body too large", 413)
+            return too_large()
         form = parse_form_lists(request.headers.get("content-type", ""), body, max_fields=MAX_CHOICES_FIELDS)
         csrf = (form.get("csrf") or [""])[0]
         if not csrf_ok(self.key, csrf, request.cookies.get(CSRF_COOKIE, ""), time.time()):
@@ -200,20 +163,20 @@ class SignupPages:
         state, subscriber = await run_in_threadpool(check_confirmation, self.factory, self.key, token, now)
         if state is Confirmation.UNKNOWN or subscriber is None:
             # Forged confirmation tokens spend the budget forged link tokens spend.
-            self.misses.miss(client_key(client), time.monotonic())
-            return self.render("not_found", 404)
+            self.site.readers.miss(request)
+            return self.site.pages.not_found()
         if request.method in ("GET", "HEAD") or state is not Confirmation.CONFIRMED:
             return self._confirm_page(state, subscriber, token)
         if not same_origin(request, self.settings.web.public_url):
-            return self.render("forbidden", 403, refused="confirm")
+            return self.site.pages.forbidden(refused="confirm")
         body = await read_body(request, MAX_FORM_BYTES)
         form = parse_form_lists(request.headers.get("content-type", ""), body or b"", max_fields=20)
         if not form_token_ok(self.key, "confirm:" + token, (form.get("form") or [""])[0]):
-            return self.render("forbidden", 403, refused="confirm")
+            return self.site.pages.forbidden(refused="confirm")
         origin = Origin(f"{site_url(self.settings.web)}/c/", client, "confirmation link")
         state, subscriber = await run_in_threadpool(confirm, self.factory, self.key, token, origin=origin, now=now)
         if subscriber is None:
-            return self.render("not_found", 404)
+            return self.site.pages.not_found()
         return self._confirm_page(state, subscriber, token)
 
     def _confirm_page(self, state: Confirmation, subscriber: Subscriber, token: str) -> HTMLResponse:
@@ -232,22 +195,8 @@ class SignupPages:
         )
 
 
-def address_of(request: Request) -> str:
-    """The client's IP address as uvicorn saw it (a trusted proxy's X-Forwarded-For
-    included); "" when it is not an address, so no header text reaches the consent record."""
-    host = request.client.host if request.client else ""
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        return ""
-
-
 def _csp_with_script() -> str:
     return (
         "default-src 'none'; style-src 'unsafe-inline'; "
         f"script-src 'sha256-{ZONE_SCRIPT_HASH}'; form-action 'self'; frame-ancestors 'none'"
     )
-
-
-def _hour_or(raw: str, default: int) -> int:
-    return int(raw) if raw.isascii() and raw.isdigit() and 0 <= int(raw) <= 23 else default

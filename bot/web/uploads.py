@@ -17,24 +17,21 @@ loads scikit-learn, which the endpoint never does).  A thin shell over
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime
 
-from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
 from bot.taste import ranking_installed
 from bot.taste.library import LibraryFileError
 from bot.taste.service import LibraryImport, add_library, set_taste_threshold, upload_allowed
 from bot.web.forms import MAX_UPLOAD_BYTES, form_token_ok, form_with_file, read_body, same_origin
+from bot.web.manage_view import Told
+from bot.web.site import Site
 from bot.web.upload_reader import read_upload
 
-ManagePage = Callable[..., Awaitable[Response]]
 PROBLEMS_SHOWN = 5
 READ_SECONDS = 60.0  # a 5 MB export of the worst shape reads in about 20 s
 # Upload bytes the server holds at once, whatever the number of uploads sent together.
@@ -42,21 +39,12 @@ UPLOAD_BYTES_IN_FLIGHT = 4 * MAX_UPLOAD_BYTES
 
 
 class LibraryUploads:
-    def __init__(
-        self,
-        settings: Settings,
-        factory: sessionmaker[Session],
-        key: bytes,
-        manage_page: ManagePage,
-        forbidden: Callable[[], Response],
-        now: Callable[[], datetime],
-    ) -> None:
-        self.settings, self.factory, self.key = settings, factory, key
-        self.manage_page, self.forbidden, self.now = manage_page, forbidden, now
+    def __init__(self, site: Site) -> None:
+        self.site = site
         self.reading = asyncio.Semaphore(1)  # uploads take turns: at most one core goes to reading them
         self.in_flight = 0  # bytes of upload bodies being received now
 
-    async def upload(self, request: Request, subscriber: Subscriber) -> Response:
+    async def upload(self, request: Request, subscriber: Subscriber) -> Told | Response:
         """Everything that can refuse an upload is asked before a byte of its body is read
         (the page's form token travels in the form's address for that); the bytes read
         at once are bounded for the whole server."""
@@ -66,59 +54,60 @@ class LibraryUploads:
         size = int(request.headers["content-length"])
         if self.in_flight + size > UPLOAD_BYTES_IN_FLIGHT:
             error = "Other files are being added right now: please try again in a minute."
-            return await self.manage_page(request, subscriber, 503, error=error)
+            return Told(503, error=error)
         self.in_flight += size
         try:
             body = await read_body(request, size)
         finally:
             self.in_flight -= size
         if body is None:
-            return await self.manage_page(request, subscriber, 400, error="That file did not arrive whole.")
+            return Told(400, error="That file did not arrive whole.")
         # Taking the form apart is milliseconds for 5 MB of any bytes (python-multipart);
         # reading the file is not, and happens in a process of its own below.
         _fields, data = form_with_file(request.headers.get("content-type", ""), body, "library")
         if not data:
-            return await self.manage_page(request, subscriber, 400, error="Choose a file to add.")
+            return Told(400, error="Choose a file to add.")
         try:
             async with self.reading:
                 read = await read_upload(data, READ_SECONDS)
         except LibraryFileError as exc:
-            return await self.manage_page(request, subscriber, 400, error=f"That file cannot be read: {exc}.")
-        most = self.settings.subscribers.library_max_papers
-        found = await run_in_threadpool(add_library, self.factory, subscriber.id, read, self.now(), most=most)
-        return await self.manage_page(request, subscriber, message=said(found), warning=problems(found, most))
+            return Told(400, error=f"That file cannot be read: {exc}.")
+        most = self.site.settings.subscribers.library_max_papers
+        found = await run_in_threadpool(add_library, self.site.factory, subscriber.id, read, self.site.now(), most=most)
+        return Told(message=said(found), warning=problems(found, most))
 
-    async def _refusal(self, request: Request, subscriber: Subscriber) -> Response | None:
+    async def _refusal(self, request: Request, subscriber: Subscriber) -> Told | Response | None:
         """Why this upload is refused, from its headers and the store alone; None when it is not."""
-        if not same_origin(request, self.settings.web.public_url):
-            return self.forbidden()
-        if not form_token_ok(self.key, request.path_params["token"], request.query_params.get("form", "")):
-            return self.forbidden()
+        if not same_origin(request, self.site.settings.web.public_url):
+            return self.site.pages.forbidden()
+        if not form_token_ok(self.site.key, request.path_params["token"], request.query_params.get("form", "")):
+            return self.site.pages.forbidden()
         declared = request.headers.get("content-length", "")
         if not declared.isascii() or not declared.isdigit():
-            return await self.manage_page(request, subscriber, 411, error="Your browser did not say the file's size.")
+            return Told(411, error="Your browser did not say the file's size.")
         if int(declared) > MAX_UPLOAD_BYTES:
             limit = f"{MAX_UPLOAD_BYTES // 1_000_000} MB"
-            return await self.manage_page(request, subscriber, 413, error=f"That file is larger than {limit}.")
+            return Told(413, error=f"That file is larger than {limit}.")
         if subscriber.status is SubscriberStatus.UNSUBSCRIBED:
-            return await self.manage_page(request, subscriber, 409, error="You are unsubscribed: nothing was added.")
-        per_hour = self.settings.subscribers.library_uploads_per_hour
-        if not await run_in_threadpool(upload_allowed, self.factory, subscriber.id, per_hour, self.now()):
+            return Told(409, error="You are unsubscribed: nothing was added.")
+        per_hour = self.site.settings.subscribers.library_uploads_per_hour
+        if not await run_in_threadpool(upload_allowed, self.site.factory, subscriber.id, per_hour, self.site.now()):
             error = f"You uploaded {per_hour} files in the last hour: please try again later."
-            return await self.manage_page(request, subscriber, 429, error=error)
+            return Told(429, error=error)
         return None
 
-    async def threshold(self, request: Request, subscriber: Subscriber, raw: str) -> Response:
+    async def threshold(self, subscriber: Subscriber, raw: str) -> tuple[Subscriber, Told]:
         """Set the taste score above which their entries are ``liked`` (the manage page
-        has checked the form token and the origin); a bad value changes nothing."""
+        has checked the form token and the origin); a bad value changes nothing.  The
+        reader as changed, and what the page says."""
         try:
             value = float(raw)
-            await run_in_threadpool(set_taste_threshold, self.factory, subscriber.id, value, self.now())
+            await run_in_threadpool(set_taste_threshold, self.site.factory, subscriber.id, value, self.site.now())
         except ValueError:
             error = "The threshold must be a number from -5 to 5 (0.1 unless you changed it)."
-            return await self.manage_page(request, subscriber, 400, error=error)
+            return subscriber, Told(400, error=error)
         changed = replace(subscriber, taste_threshold=value)
-        return await self.manage_page(request, changed, message=f"Saved: liked means a taste score above {value:.2f}.")
+        return changed, Told(message=f"Saved: liked means a taste score above {value:.2f}.")
 
 
 def said(found: LibraryImport) -> str:

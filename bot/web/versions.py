@@ -4,7 +4,7 @@
 sent) with every summary whole and "more like this" / "less like this" buttons
 (``bot.web.feedback`` takes what they post); ``/d/TOKEN/DATE.bib`` is the BibTeX
 of all its entries, ``/d/TOKEN/DATE/N.bib`` of entry N.  Reads only; never sends, never
-decides who may see what (``app`` checks the token first).
+decides who may see what (``bot.web.site.with_reader`` checks the token first).
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from datetime import date
 
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
 
 from bot.config import Settings
 from bot.domain import DigestContent, DigestState, Subscriber
@@ -24,6 +28,8 @@ from bot.store.contents import digest_content
 from bot.store.digests import list_digests
 from bot.store.feedback import entry_ids_of, verdicts_on
 from bot.store.retention import removed
+from bot.web.forms import SECURITY_HEADERS, form_token
+from bot.web.site import Site, with_reader
 
 _DAY = re.compile(r"(\d{4}-\d{2}-\d{2})(\.bib)?")
 _REF = re.compile(r"([1-9]\d{0,3})\.bib")
@@ -101,3 +107,41 @@ class WebVersions:
         if ref > len(content.items):
             return None
         return bibtex_entry(content.items[ref - 1], search)
+
+
+class WebVersionPages:
+    def __init__(self, site: Site, versions: WebVersions) -> None:
+        self.site, self.versions = site, versions
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/d/{token}/{day}", self.web_version, methods=["GET"]),
+            Route("/d/{token}/{day}/{ref}", self.web_version, methods=["GET"]),
+        ]
+
+    @with_reader
+    async def web_version(self, request: Request, subscriber: Subscriber) -> Response:
+        """A sent digest with every summary whole, or its BibTeX."""
+        site, versions = self.site, self.versions
+        asked = wanted(request.path_params["day"], request.path_params.get("ref"))
+        if asked is None:
+            return site.pages.not_found()
+        content = await run_in_threadpool(versions.content, subscriber, asked.day)
+        if content is None:
+            if await run_in_threadpool(versions.removed, asked.day):
+                keep_days = site.settings.database.keep_days
+                return site.pages.render("not_kept", 404, keep_days=keep_days, day=asked.day.isoformat())
+            return site.pages.not_found()
+        if not asked.bibtex:
+            token = request.path_params["token"]
+            verdicts = await run_in_threadpool(versions.verdicts, subscriber, content)
+            page = await run_in_threadpool(versions.page, content, token, form_token(site.key, token), verdicts)
+            return HTMLResponse(page, headers=SECURITY_HEADERS)
+        text = versions.bibtex(content, asked.ref)
+        if text is None:
+            return site.pages.not_found()
+        name = f"digest-{asked.day.isoformat()}" + (f"-{asked.ref}" if asked.ref else "")
+        download = {"Content-Disposition": f'attachment; filename="{name}.bib"'}
+        return Response(
+            text, media_type="application/x-bibtex; charset=utf-8", headers={**SECURITY_HEADERS, **download}
+        )

@@ -1,0 +1,81 @@
+"""Subscriber endpoint: what every page shares, and the one way a page gets its reader.
+
+``Site`` holds the settings, the store (a writer and a reader that never waits for
+the write lock), the signing key, the clock, the page templates (``bot.web.pages``),
+the readers by token (``bot.web.readers``) and the tag menu.  A page module is a class
+made from a ``Site`` that lists its own routes; a handler under a token is wrapped
+by ``with_reader``, which looks the token up, spends the client's miss budget and
+answers 404 for a token that names nobody, and hands the handler the reader.
+Never renders and never decides what a request may do.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, TypeVar
+
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.requests import Request
+from starlette.responses import Response
+
+from bot.config import Settings
+from bot.domain import Subscriber
+from bot.tokens import signing_key
+from bot.unsubscribes import journal_of, reader_of
+from bot.web.acks import Acknowledger
+from bot.web.limits import MissBudget
+from bot.web.lookups import TokenLookups
+from bot.web.pages import Pages
+from bot.web.readers import Readers
+from bot.web.tag_menu import TagMenu
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    settings: Settings
+    factory: sessionmaker[Session]
+    # Look-ups read without the store's write lock (SQLite), so a long delivery or
+    # ingest never holds a page or an unsubscribe back.
+    reader: sessionmaker[Session]
+    key: bytes
+    now: Callable[[], datetime]
+    pages: Pages
+    readers: Readers
+    tag_menu: TagMenu
+
+
+def open_site(settings: Settings, factory: sessionmaker[Session], now: Callable[[], datetime]) -> Site:
+    key = signing_key(settings)
+    reader = reader_of(factory)
+    web = settings.web
+    readers = Readers(
+        TokenLookups(reader, key),
+        MissBudget(web.misses_per_second, web.misses_burst),
+        Acknowledger(journal_of(factory), factory, now),
+    )
+    return Site(settings, factory, reader, key, now, Pages(settings, key), readers, TagMenu(reader))
+
+
+class OnSite(Protocol):
+    site: Site
+
+
+PageT = TypeVar("PageT", bound=OnSite)
+ReaderHandler = Callable[[PageT, Request, Subscriber], Awaitable[Response]]
+
+
+def with_reader(handler: ReaderHandler[PageT]) -> Callable[[PageT, Request], Awaitable[Response]]:
+    """The request handler that answers *handler* with the reader of the path's token,
+    and 404 (the same for an unknown, forged or altered token) when it names nobody."""
+
+    @functools.wraps(handler)
+    async def answered(page: PageT, request: Request) -> Response:
+        subscriber = await page.site.readers.of(request)
+        if subscriber is None:
+            return page.site.pages.not_found()
+        return await handler(page, request, subscriber)
+
+    return answered

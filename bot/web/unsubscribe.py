@@ -1,0 +1,48 @@
+"""Subscriber endpoint: the unsubscribe page, ``/u/{token}``.
+
+``POST`` unsubscribes (RFC 8058 one-click: mail providers POST
+``List-Unsubscribe=One-Click``; the page's button posts the same); ``GET`` only
+shows a page with that button, because link scanners and prefetchers GET every
+URL in a message.  The answer waits for the unsubscribe to be durable in the
+journal (``bot.web.acks``), which applies it to the store in the background.
+Never writes the store itself and never logs tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from bot.domain import Subscriber, SubscriberStatus
+from bot.web.forms import form_of
+from bot.web.pages import too_large
+from bot.web.site import Site, with_reader
+
+
+class UnsubscribePage:
+    def __init__(self, site: Site) -> None:
+        self.site = site
+
+    def routes(self) -> list[Route]:
+        return [Route("/u/{token}", self.unsubscribe, methods=["GET", "POST"])]
+
+    @with_reader
+    async def unsubscribe(self, request: Request, subscriber: Subscriber) -> Response:
+        render, token = self.site.pages.render, request.path_params["token"]
+        if request.method in ("GET", "HEAD"):
+            done = subscriber.status is SubscriberStatus.UNSUBSCRIBED
+            return render("unsubscribe", token=token, subscriber=subscriber, done=done)
+        lists = await form_of(request)
+        if lists is None:
+            return too_large()
+        # RFC 8058 asks for exactly this field; our own button posts it too.
+        if (lists.get("List-Unsubscribe") or [""])[0] != "One-Click":
+            return render("unsubscribe", 400, token=token, subscriber=subscriber, done=False)
+        if subscriber.status is not SubscriberStatus.UNSUBSCRIBED:
+            # Answered once durable in the journal; applied to the store in the background.
+            await self.site.readers.acks.acknowledge(subscriber.id)
+            subscriber = replace(subscriber, status=SubscriberStatus.UNSUBSCRIBED)
+        return render("unsubscribe", token=token, subscriber=subscriber, done=True)

@@ -106,16 +106,19 @@ def daemon_env(folder: Path, store: str, dumps: Path, smtp_port: int, **more: st
     return env | {f"DIGESTBOT_{name.upper()}": value for name, value in more.items()}
 
 
-def settings_for(folder: Path, *, smtp_port: int | None = None, **sections: dict[str, Any]) -> Settings:
-    """Settings as a test's store and pages need them: the var folder in *folder*, the
-    repository's templates, a public URL and a signing key, a sender, and with
-    *smtp_port* an SMTP server on 127.0.0.1; each of *sections* is merged into its
-    section, key by key."""
+def settings_for(
+    folder: Path, *, smtp_port: int | None = None, site: bool = False, **sections: dict[str, Any]
+) -> Settings:
+    """The one way a test makes its settings: the var folder (store, key, lock) in
+    *folder* and the repository's templates, the rest as shipped; with *site* a public
+    URL, a signing key and a sender, as the pages need; with *smtp_port* an SMTP server on
+    127.0.0.1.  Each of *sections* is merged into its section, key by key."""
     values: dict[str, dict[str, Any]] = {
-        "paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
-        "web": {"public_url": "http://digest.example.org", "signing_key": "s" * 32},
-        "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
+        "paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")}
     }
+    if site:
+        values["web"] = {"public_url": "http://digest.example.org", "signing_key": "s" * 32}
+        values["sender"] = {"from_address": "digest@bot.example", "from_name": "Research Digest"}
     if smtp_port is not None:
         values["smtp"] = {"host": "127.0.0.1", "port": smtp_port}
     for name, changes in sections.items():

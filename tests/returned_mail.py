@@ -27,7 +27,7 @@ ADA_SECRET = "fixture-secret"  # Ada's token in the fixtures: 7.eIestZEUXT7FklUC
 _numbers = itertools.count()
 
 
-def settings_for(maildir: Path, **inbox: object) -> Settings:
+def inbox_settings(maildir: Path, **inbox: object) -> Settings:
     return Settings.model_validate(
         {
             "sender": {

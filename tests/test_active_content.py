@@ -21,7 +21,6 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
-from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.mail import render
@@ -30,7 +29,7 @@ from bot.plan import plan
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tools.sink import Sink
 from tests.conftest import ROOT
-from tests.helpers import render_dump
+from tests.helpers import render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -252,12 +251,10 @@ def dump(payloads: list[str]) -> bytes:
 def deliver_everything(
     factory: sessionmaker[Session], tmp_path: Path, sink: Sink, *, remote_images: bool, summary_chars: int = 400
 ) -> str:
-    settings = Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": sink.port, "timeout_seconds": 10},
-            "digest": {"max_entries": 1000, "remote_images": remote_images, "summary_chars": summary_chars},
-        }
+    settings = settings_for(
+        tmp_path,
+        smtp={"port": sink.port, "timeout_seconds": 10},
+        digest={"max_entries": 1000, "remote_images": remote_images, "summary_chars": summary_chars},
     )
     save(factory, settings, [clean_fields("reader@example.org", name="Reader")], DAY - timedelta(days=1))
     for name, data in (

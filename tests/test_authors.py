@@ -23,12 +23,11 @@ from bot.choose.matching import Doc, explain, matches
 from bot.choose.names import fold_name, same_person
 from bot.choose.select import select_for
 from bot.choose.tagging import load_rules
-from bot.config import Settings
 from bot.ingest.service import ingest_bytes
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import ROOT
-from tests.helpers import render_dump
+from tests.helpers import render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -99,7 +98,7 @@ def test_the_atom_parses_prints_and_explains() -> None:
 def test_followed_authors_come_first_and_repository_owners_count(
     factory: sessionmaker[Session], tmp_path: Path
 ) -> None:
-    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    settings = settings_for(tmp_path)
     papers = [
         ("Plain paper", ["Grace Hopper"], date(2026, 6, 14), "About compilers."),
         ("Her paper", ["Ada Lovelace", "Charles Babbage"], date(2026, 6, 13), "About engines."),

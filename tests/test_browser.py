@@ -16,7 +16,7 @@ import pytest
 from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.mail.render import Renderer, web_links
 from tests.conftest import ROOT
-from tests.helpers import reader
+from tests.helpers import reader, settings_for
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = pytest.mark.skipif(
@@ -189,7 +189,6 @@ def test_the_inbox_index_fits_a_phone(tmp_path: Path, width: int) -> None:
 def _subscriber_pages(folder: Path) -> dict[str, str]:
     """The sign-up page and a manage page at their worst (long tags, address, filter and
     titles), as the real endpoint serves them."""
-    from bot.config import Settings
     from bot.ingest.service import ingest_bytes
     from bot.store.engine import make_engine, sessions, upgrade
     from bot.store.subscribers import get_subscriber
@@ -201,11 +200,8 @@ def _subscriber_pages(folder: Path) -> dict[str, str]:
     engine = make_engine(f"sqlite:///{folder / 'store.sqlite3'}")
     upgrade(engine)
     factory = sessions(engine)
-    settings = Settings.model_validate(
-        {
-            "paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {"public_url": "https://digest.example.org", "signing_key": "b" * 32, "signup": True},
-        }
+    settings = settings_for(
+        folder, web={"public_url": "https://digest.example.org", "signing_key": "b" * 32, "signup": True}
     )
     tags = [f"tag{n}-{LONG_WORD[:40]}" for n in range(70)]
     papers = [(f"Paper {n}: {LONG_WORD}", ["Ada"], date(2026, 6, 14), f"About {LONG_WORD}.") for n in range(12)]

@@ -11,7 +11,6 @@ changes, zones at both ends of the day and cadence changes, against the definiti
 
 from __future__ import annotations
 
-import itertools
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -44,10 +43,9 @@ from bot.store.schema import Digest
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import SubscriberFields, clean_fields, edit, save
 from tests.conftest import ROOT
-from tests.helpers import claims, digest_entry_ids, render_dump
+from tests.helpers import claims, digest_entry_ids, render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
-_runs = itertools.count()
 
 
 # --- the pure rules ------------------------------------------------------------------
@@ -110,7 +108,7 @@ def _run(folder: Path, case: dict) -> None:
     factory = sessions(engine)
     # Left-overs roll over until they arrive (the drain below takes up to 40 days at one a day).
     digest = {"max_entries": case["max_entries"], "max_age_days": 3650}
-    cfg = Settings.model_validate({"paths": {"var_dir": str(folder / "var")}, "digest": digest})
+    cfg = settings_for(folder, digest=digest)
     start: datetime = case["start"]
     people = [
         clean_fields(f"r{i}@example.org", timezone=zone, send_hour=hour, cadence=cadence, filter="*", backfill="0d")
@@ -192,7 +190,7 @@ def _check_pass(
 @given(case=cadence_cases)
 @pytest.mark.slow
 def test_the_planner_keeps_each_cadence_over_dst_and_changes(tmp_path_factory, case: dict) -> None:
-    _run(tmp_path_factory.mktemp(f"cadence{next(_runs)}"), case)
+    _run(tmp_path_factory.mktemp("cadence"), case)
 
 
 def test_weekly_weekdays_and_daily_readers_across_the_berlin_spring_change(tmp_path: Path) -> None:

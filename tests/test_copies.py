@@ -23,7 +23,6 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
-from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
@@ -35,7 +34,7 @@ from bot.subscribers.subscriptions import clean_fields, remove, save
 from bot.tools.sink import Sink
 from bot.unsubscribes import close_journal, journal_of
 from tests.conftest import PG_SKIP, PG_URL, ROOT
-from tests.helpers import DIGESTBOT, Cli, dump_text, postgres_schema
+from tests.helpers import DIGESTBOT, Cli, dump_text, postgres_schema, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -48,12 +47,8 @@ class Place:
     def __init__(self, folder: Path, sink: Sink) -> None:
         self.folder, self.sink = folder, sink
         self.url = f"sqlite:///{folder / 'cli.sqlite3'}"
-        self.settings = Settings.model_validate(
-            {
-                "paths": {"var_dir": str(folder / "var"), "templates_dir": str(ROOT / "templates")},
-                "smtp": {"port": sink.port, "timeout_seconds": 10},
-                "database": {"url": self.url},
-            }
+        self.settings = settings_for(
+            folder, smtp={"port": sink.port, "timeout_seconds": 10}, database={"url": self.url}
         )
         self.cli = Cli(folder, {"DIGESTBOT_SMTP__PORT": str(sink.port)})
         self.open()

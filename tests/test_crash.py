@@ -20,7 +20,6 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.choose.tagging import load_rules
-from bot.config import Settings
 from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.store.engine import make_engine, sessions, upgrade
@@ -28,7 +27,7 @@ from bot.store.schema import Digest
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT
+from tests.helpers import DIGESTBOT, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DIGESTS = 10_000
@@ -56,7 +55,7 @@ def test_sigkill_twenty_times_while_sending_ten_thousand(tmp_path: Path, seed_fi
     upgrade(engine)
     factory = sessions(engine)
     now = datetime.now(UTC)
-    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    settings = settings_for(tmp_path)
     save(
         factory, settings, [clean_fields(f"reader{i:05d}@example.org") for i in range(DIGESTS)], now - timedelta(days=1)
     )

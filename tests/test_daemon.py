@@ -22,12 +22,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
-from bot.config import Settings
 from bot.run.scheduler import Daemon
 from bot.store.sources import list_sources
 from bot.tools.sink import free_port
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT, Cli, daemon_env, dump_of_size
+from tests.helpers import DIGESTBOT, Cli, daemon_env, dump_of_size, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 MB = 1_000_000
@@ -68,16 +67,7 @@ def test_the_loop_keeps_beating_while_a_big_dump_is_ingested(
     engine: Engine, factory: sessionmaker[Session], tmp_path: Path
 ) -> None:
     big_dumps(tmp_path / "dumps", 1, 8 * MB)
-    settings = Settings.model_validate(
-        {
-            "paths": {
-                "var_dir": str(tmp_path / "var"),
-                "dump_dir": str(tmp_path / "dumps"),
-                "templates_dir": str(ROOT / "templates"),
-            },
-            "watch": {"quiet_seconds": 0},
-        }
-    )
+    settings = settings_for(tmp_path, paths={"dump_dir": str(tmp_path / "dumps")}, watch={"quiet_seconds": 0})
 
     async def work() -> None:
         daemon = Daemon(factory, settings, RULES, engine=engine, deliver_jobs=False)
@@ -174,12 +164,7 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
 
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)
     with Sink(SinkHandler()) as sink:
-        settings = Settings.model_validate(
-            {
-                "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-                "smtp": {"port": sink.port, "timeout_seconds": 10, "pool_size": 4},
-            }
-        )
+        settings = settings_for(tmp_path, smtp={"port": sink.port, "timeout_seconds": 10, "pool_size": 4})
         people = [clean_fields(f"reader{i}@example.org", filter=f'"fusion number {i}" or gpu') for i in range(400)]
         save(factory, settings, people, day - timedelta(days=1))
         ingest_bytes(factory, dump_of_size(MB // 4), name="d.txt", now=day, rules=RULES)

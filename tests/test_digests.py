@@ -30,7 +30,7 @@ from bot.subscribers.subscriptions import clean_fields, save
 from bot.taste.service import import_library
 from bot.tools.sink import Fault, Received, Sink, SinkHandler
 from tests.conftest import ROOT
-from tests.helpers import claims, queue_digests, render_dump
+from tests.helpers import claims, queue_digests, render_dump, settings_for
 from tests.seed_facts import EXPECTED, MINIMAX
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
@@ -40,12 +40,10 @@ HEADERS = ("From", "To", "Subject", "Date", "Message-ID", "List-Id", "List-Unsub
 
 @pytest.fixture
 def settings(tmp_path: Path, sink: Sink) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": sink.port, "timeout_seconds": 2, "retry_base_seconds": 60, "max_attempts": 4},
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-        }
+    return settings_for(
+        tmp_path,
+        smtp={"port": sink.port, "timeout_seconds": 2, "retry_base_seconds": 60, "max_attempts": 4},
+        sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
     )
 
 

@@ -27,6 +27,7 @@ from bot.store.digests import get_digest
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tools.sink import Sink
 from tests.conftest import ROOT
+from tests.helpers import settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -57,14 +58,12 @@ KEYS = {"rsa-sha256": rsa_key, "ed25519-sha256": ed25519_key}
 
 
 def dkim_settings(tmp_path: Path, algorithm: str, key: Path, port: int = 1025) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-            "web": {"public_url": "https://digest.example.org", "signing_key": "d" * 32},
-            "smtp": {"port": port},
-            "dkim": {"domain": "bot.example", "selector": "s2026", "key_file": str(key), "algorithm": algorithm},
-        }
+    return settings_for(
+        tmp_path,
+        sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
+        web={"public_url": "https://digest.example.org", "signing_key": "d" * 32},
+        smtp={"port": port},
+        dkim={"domain": "bot.example", "selector": "s2026", "key_file": str(key), "algorithm": algorithm},
     )
 
 

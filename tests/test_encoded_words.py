@@ -36,6 +36,7 @@ from bot.store.entry_reads import list_entries
 from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, save
 from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT
+from tests.helpers import settings_for
 
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
 SENDER = Settings().sender
@@ -207,12 +208,7 @@ def test_tags_from_dumps_and_feeds_reach_the_subject_decoded(
     factory: sessionmaker[Session], tmp_path: Path, source: bytes
 ) -> None:
     with Sink(SinkHandler()) as sink:
-        settings = Settings.model_validate(
-            {
-                "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-                "smtp": {"port": sink.port, "timeout_seconds": 10},
-            }
-        )
+        settings = settings_for(tmp_path, smtp={"port": sink.port, "timeout_seconds": 10})
         save(factory, settings, [clean_fields("ada@example.org", filter="*")], DAY - timedelta(days=1))
         assert ingest_bytes(factory, source, name="evil", now=DAY).new == 1
         with factory() as session:

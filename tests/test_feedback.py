@@ -48,7 +48,7 @@ from bot.tools.sink import Sink, SinkHandler
 from bot.web import create_app
 from bot.web.uploads import READ_SECONDS
 from tests.conftest import ROOT
-from tests.helpers import Cli, CliResult, Server
+from tests.helpers import Cli, CliResult, Server, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -58,14 +58,12 @@ SNN_LIBRARY = (Path(__file__).parent / "fixtures" / "library" / "snn.bib").read_
 
 
 def _settings(tmp_path: Path, port: int = 25, **digest: object) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {"public_url": PUBLIC, "signing_key": "k" * 32},
-            "smtp": {"port": port, "timeout_seconds": 5},
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-            "digest": {"max_entries": 30, **digest},
-        }
+    return settings_for(
+        tmp_path,
+        web={"public_url": PUBLIC, "signing_key": "k" * 32},
+        smtp={"port": port, "timeout_seconds": 5},
+        sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
+        digest={"max_entries": 30, **digest},
     )
 
 

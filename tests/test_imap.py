@@ -168,7 +168,7 @@ def _start(folder: Path) -> Dovecot:
             time.sleep(0.2)
 
 
-def settings_for(server: Dovecot, **inbox: object) -> Settings:
+def inbox_settings(server: Dovecot, **inbox: object) -> Settings:
     secret = server.folder / "imap.password"
     secret.write_text(PASSWORD + "\n")
     return Settings.model_validate(
@@ -189,7 +189,7 @@ def test_returned_mail_is_read_over_imap_and_marked_seen_after_commit(
 ) -> None:
     add_people(factory)
     dovecot.append("sendmail_hard.eml", "arf_abuse.eml", "out_of_office.eml", "person_question.eml")
-    settings = settings_for(dovecot)
+    settings = inbox_settings(dovecot)
     report = read_inbox(factory, open_mailbox(settings.inbox), reading_of(settings, KEY))
     assert (report.read, report.left, report.kinds) == (4, 2, {ReturnKind.HARD: 1, ReturnKind.COMPLAINT: 1})
     assert statuses(factory)[PEOPLE[8]] is SubscriberStatus.BOUNCED
@@ -207,28 +207,28 @@ def test_returned_mail_is_read_over_imap_and_marked_seen_after_commit(
 def test_other_mail_is_moved_unread_to_the_named_folder(dovecot: Dovecot, factory: sessionmaker[Session]) -> None:
     add_people(factory)
     dovecot.append("person_question.eml", "ses_hard.eml")
-    settings = settings_for(dovecot, other_folder="For people")
+    settings = inbox_settings(dovecot, other_folder="For people")
     read_inbox(factory, open_mailbox(settings.inbox), reading_of(settings, KEY))
     assert dovecot.flags() == {"Delivery Status Notification (Failure)": "Seen"}
     assert dovecot.flags("For people") == {"how do I change my filter?": "unseen"}
 
 
 def test_a_wrong_password_or_folder_is_one_line_without_the_password(dovecot: Dovecot) -> None:
-    settings = settings_for(dovecot)
+    settings = inbox_settings(dovecot)
     (dovecot.folder / "imap.password").write_text("not-the-password")
     with pytest.raises(MailboxError) as refused:
         ImapBox(settings.inbox)
     message = str(refused.value)
     assert message.startswith(f"inbox.url: localhost:{dovecot.port}: ") and "\n" not in message
     assert "not-the-password" not in message and PASSWORD not in message
-    settings = settings_for(dovecot)
+    settings = inbox_settings(dovecot)
     wrong = settings.inbox.model_copy(update={"url": f"imaps://{USER}@localhost:{dovecot.port}/Nope"})
     with pytest.raises(MailboxError, match="has no folder 'Nope'"):
         ImapBox(wrong)
 
 
 def test_certificates_are_verified_unless_told_not_to(dovecot: Dovecot) -> None:
-    settings = settings_for(dovecot)
+    settings = inbox_settings(dovecot)
     verified = settings.inbox.model_copy(update={"verify_certificates": True})
     with pytest.raises(MailboxError, match="cannot connect.*certificate verify failed: self.signed certificate"):
         ImapBox(verified)

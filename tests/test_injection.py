@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
-from bot.config import ConfigError, Settings, load_settings
+from bot.config import ConfigError, load_settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
@@ -25,6 +25,7 @@ from bot.store.entry_reads import list_entries
 from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, save
 from bot.tools.sink import Sink
 from tests.conftest import ROOT
+from tests.helpers import settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -104,12 +105,10 @@ def test_hostile_feed_fields_become_one_line_text(factory: sessionmaker[Session]
 def test_received_headers_are_exactly_ours_and_encoded(
     factory: sessionmaker[Session], tmp_path: Path, sink: Sink
 ) -> None:
-    settings = Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": sink.port, "timeout_seconds": 10},
-            "sender": {"from_address": "digest@bot.example", "from_name": "Résumé “Digest”, Lab"},
-        }
+    settings = settings_for(
+        tmp_path,
+        smtp={"port": sink.port, "timeout_seconds": 10},
+        sender={"from_address": "digest@bot.example", "from_name": "Résumé “Digest”, Lab"},
     )
     save(factory, settings, [clean_fields("zoe@exämple.org", name="Zoë O'Brien, “PhD” <ok>")], DAY - timedelta(days=1))
     ingest_bytes(factory, hostile_feed(), name="evil.json", now=DAY, rules=RULES)

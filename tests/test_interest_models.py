@@ -30,7 +30,7 @@ from bot.taste.service import give_feedback, import_library, refresh_models
 from bot.tools.sink import Sink
 from bot.web import create_app
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import Server, render_dump
+from tests.helpers import Server, render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -124,12 +124,7 @@ def _serving_order(factory: sessionmaker[Session], email: str) -> list[str]:
 
 
 def test_each_interest_is_ordered_by_its_own_model(factory: sessionmaker[Session], tmp_path: Path) -> None:
-    settings = Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {"public_url": PUBLIC, "signing_key": "k" * 32},
-        }
-    )
+    settings = settings_for(tmp_path, web={"public_url": PUBLIC, "signing_key": "k" * 32})
     readers = {"two@example.org": TWO, "one@example.org": '"chip" or "serving"'}
     save(factory, settings, [clean_fields(e, filter=f, backfill="none") for e, f in readers.items()], DAY)
     ingest_file(factory, sorted(SEEDS.glob("*.txt"))[0], now=DAY, rules=RULES)
@@ -179,13 +174,11 @@ def test_each_interest_is_ordered_by_its_own_model(factory: sessionmaker[Session
 def test_a_rating_from_the_mail_records_the_interest_it_was_shown_under(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path], sink: Sink
 ) -> None:
-    settings = Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {"public_url": PUBLIC, "signing_key": "k" * 32},
-            "smtp": {"port": sink.port, "timeout_seconds": 5},
-            "sender": {"from_address": "digest@bot.example"},
-        }
+    settings = settings_for(
+        tmp_path,
+        web={"public_url": PUBLIC, "signing_key": "k" * 32},
+        smtp={"port": sink.port, "timeout_seconds": 5},
+        sender={"from_address": "digest@bot.example"},
     )
     filter_text = 'Spiking: snn or fpga; Long context: "sparse attention" or "kv cache" or serving'
     save(factory, settings, [clean_fields("two@example.org", filter=filter_text, backfill="none")], DAY)

@@ -35,7 +35,7 @@ from bot.subscribers.subscriptions import clean_fields, save, set_setting
 from bot.taste.service import import_library
 from bot.tools.sink import Sink
 from tests.conftest import FIXTURES, ROOT
-from tests.helpers import render_dump
+from tests.helpers import render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 15, 12, tzinfo=UTC)
@@ -44,12 +44,10 @@ CODE = "https://github.com/example/sparse-attention"
 
 
 def _settings(tmp_path: Path, sink: Sink) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": sink.port, "timeout_seconds": 5},
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-        }
+    return settings_for(
+        tmp_path,
+        smtp={"port": sink.port, "timeout_seconds": 5},
+        sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
     )
 
 

@@ -24,7 +24,7 @@ from bot.tokens import make_token, signing_key
 from bot.unsubscribes import journal_of
 from bot.web import create_app
 from tests.conftest import ROOT
-from tests.helpers import Server
+from tests.helpers import Server, settings_for
 
 NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
 RULES = load_rules(ROOT / "config" / "tags.toml")
@@ -32,12 +32,7 @@ RULES = load_rules(ROOT / "config" / "tags.toml")
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {"public_url": "https://digest.example.org", "signing_key": "m" * 32},
-        }
-    )
+    return settings_for(tmp_path, web={"public_url": "https://digest.example.org", "signing_key": "m" * 32})
 
 
 @pytest.fixture

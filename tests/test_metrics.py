@@ -14,8 +14,7 @@ from bot.config import Settings
 from bot.domain import DigestState
 from bot.metrics import Metrics, health, reply_class
 from bot.web import create_app
-from tests.conftest import ROOT
-from tests.helpers import Server, queue_digests
+from tests.helpers import Server, queue_digests, settings_for
 
 
 def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -71,13 +70,7 @@ def test_health_is_503_worthy_when_a_job_is_stale() -> None:
 
 def test_serve_shows_metrics_to_the_allowed_networks_only(factory: sessionmaker[Session], tmp_path: Path) -> None:
     def settings(allow: list[str]) -> Settings:
-        return Settings.model_validate(
-            {
-                "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-                "web": {"signing_key": "k" * 32},
-                "metrics": {"allow_from": allow},
-            }
-        )
+        return settings_for(tmp_path, web={"signing_key": "k" * 32}, metrics={"allow_from": allow})
 
     queue_digests(factory, 3)
     with Server(create_app(settings(["127.0.0.0/8"]), factory)) as client:

@@ -22,7 +22,7 @@ from bot.store.engine import HEAD_REVISION, current_revision, downgrade, head_re
 from bot.store.schema import Base, Digest, Entry
 from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import FIXTURES, ROOT
-from tests.helpers import claims
+from tests.helpers import claims, settings_for
 
 
 def test_upgraded_database_matches_models(engine: Engine) -> None:
@@ -95,7 +95,7 @@ def test_body_items_migration_round_trips_what_every_digest_shows(
     manual, a resend) shows the same items before and after, down and up again."""
     factory = sessionmaker(engine, expire_on_commit=False)
     rules = load_rules(ROOT / "config" / "tags.toml")
-    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    settings = settings_for(tmp_path)
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)
     people = [clean_fields(f"{n}@example.org") for n in ("ada", "bob", "cy")]
     people.append(clean_fields("dee@example.org", filter="not snn"))
@@ -137,7 +137,7 @@ def test_the_ledger_becomes_the_bodies_and_keeps_every_claim_and_told_revision(
     ``revision_notices``; down and up again gives the same."""
     factory = sessionmaker(engine, expire_on_commit=False)
     rules = load_rules(ROOT / "config" / "tags.toml")
-    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    settings = settings_for(tmp_path)
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)
     save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob", "cy")], day - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=day, rules=rules)
@@ -191,7 +191,7 @@ def test_a_downgrade_that_drops_a_subscriber_column_keeps_their_digests(
     (the downgrades of 0017, 0013 and 0012 drop subscriber columns in a batch)."""
     factory = sessionmaker(engine, expire_on_commit=False)
     rules = load_rules(ROOT / "config" / "tags.toml")
-    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    settings = settings_for(tmp_path)
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)
     save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob")], day - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=day, rules=rules)
@@ -259,7 +259,7 @@ def test_a_store_at_every_shipped_revision_upgrades_and_sends_nothing_twice(
 
     factory = sessionmaker(engine, expire_on_commit=False)
     rules = load_rules(ROOT / "config" / "tags.toml")
-    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 4}})
+    settings = settings_for(tmp_path, digest={"max_entries": 4})
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)
     people = [clean_fields(f"r{n}@example.org", filter=f, backfill="all") for n, f in enumerate(["*", "gpu", "*"])]
     save(factory, settings, people, day - timedelta(days=2))

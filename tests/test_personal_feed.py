@@ -30,7 +30,7 @@ from bot.tools.sink import Sink
 from bot.web import create_app
 from bot.web.feeds import FeedDigest, PersonalFeeds, feed_entry_id, feed_title
 from tests.conftest import ROOT
-from tests.helpers import Server
+from tests.helpers import Server, settings_for
 from tests.helpers import reader as one_reader
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
@@ -40,13 +40,11 @@ SITE = "https://digest.example.org"
 
 @pytest.fixture
 def web_settings(tmp_path: Path, sink: Sink) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": sink.port, "timeout_seconds": 5},
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-            "web": {"public_url": SITE, "signing_key": "f" * 32},
-        }
+    return settings_for(
+        tmp_path,
+        smtp={"port": sink.port, "timeout_seconds": 5},
+        sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
+        web={"public_url": SITE, "signing_key": "f" * 32},
     )
 
 

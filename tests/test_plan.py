@@ -12,7 +12,6 @@ same order.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,12 +38,11 @@ from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save, set_filter
 from tests.conftest import ROOT
-from tests.helpers import claims, digest_entry_ids, dump_text, filter_expressions, render_dump
+from tests.helpers import claims, digest_entry_ids, dump_text, filter_expressions, render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 6, 1, 12, tzinfo=UTC)
 FILTERS = filter_expressions(40)
-_runs = itertools.count()
 
 
 def _expected(factory: sessionmaker[Session], cfg: Settings, now: datetime) -> dict[int, list[int]]:
@@ -92,11 +90,11 @@ day_events = st.fixed_dictionaries(
 @given(days=st.lists(day_events, min_size=2, max_size=6), max_entries=st.integers(1, 4))
 @pytest.mark.slow
 def test_planner_chooses_what_the_whole_window_would(tmp_path_factory, days, max_entries: int) -> None:
-    folder: Path = tmp_path_factory.mktemp(f"plan{next(_runs)}")
+    folder: Path = tmp_path_factory.mktemp("plan")
     engine = make_engine(f"sqlite:///{folder / 'store.sqlite3'}")
     upgrade(engine)
     factory = sessions(engine)
-    cfg = Settings.model_validate({"paths": {"var_dir": str(folder / "var")}, "digest": {"max_entries": max_entries}})
+    cfg = settings_for(folder, digest={"max_entries": max_entries})
     now = START
     number = 0
     last_pass = None
@@ -158,7 +156,7 @@ def test_a_day_another_planner_took_meanwhile_is_left_to_it(factory: sessionmake
     set for them."""
     from sqlalchemy import event, insert
 
-    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    cfg = settings_for(tmp_path)
     save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(5)], START - timedelta(days=1))
     ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
     with factory() as session:
@@ -202,7 +200,7 @@ def _five_readers_and_a_dump(factory: sessionmaker[Session], tmp_path: Path) -> 
     reader (the one a rival writes for) and the first entry (what the rival gives)."""
     from sqlalchemy import func
 
-    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    cfg = settings_for(tmp_path)
     save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(5)], START - timedelta(days=1))
     ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
     with factory() as session:
@@ -310,7 +308,7 @@ def test_two_planners_writing_for_one_reader_take_turns(factory: sessionmaker[Se
     from bot.store.ledger import EntriesTaken, NewDigest, Planned, insert_digests, lock_subscribers
     from bot.store.sent import refuse_double_claims as refuse
 
-    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    cfg = settings_for(tmp_path)
     save(factory, cfg, [clean_fields("ada@example.org")], START - timedelta(days=1))
     ingest_bytes(factory, dump_text(1, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
     with factory() as session:
@@ -353,7 +351,7 @@ def test_purging_a_subscriber_removes_their_claims_and_no_one_elses(
     body the others share stays theirs."""
     from bot.subscribers.subscriptions import remove
 
-    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    cfg = settings_for(tmp_path)
     save(factory, cfg, [clean_fields(f"r{i}@example.org") for i in range(3)], START - timedelta(days=1))
     ingest_bytes(factory, dump_text(5, seed=1).encode(), name="d", now=START - timedelta(hours=1), rules=RULES)
     assert len(plan(factory, cfg, RULES, now=START, all_due=True).planned) == 3
@@ -372,7 +370,7 @@ def test_purging_a_subscriber_removes_their_claims_and_no_one_elses(
 def test_claimed_rows_read_per_entry_or_through_digests_agree(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """``claimed_from`` reads a short window per entry and a long one through the
     subscribers' digests; both must find what the digests' bodies claim in the window."""
-    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 3}})
+    cfg = settings_for(tmp_path, digest={"max_entries": 3})
     save(
         factory,
         cfg,
@@ -412,9 +410,7 @@ def test_left_overs_roll_over_for_max_age_days_and_then_the_window_stops_growing
     planning reads that many days of entries, not their whole history."""
     from bot.store.subscribers import watermarks
 
-    cfg = Settings.model_validate(
-        {"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 2, "max_age_days": 3}}
-    )
+    cfg = settings_for(tmp_path, digest={"max_entries": 2, "max_age_days": 3})
     save(factory, cfg, [clean_fields("heavy@example.org", filter="*", backfill="0d")], START - timedelta(hours=2))
     for day in range(8):
         now = START + timedelta(days=day)
@@ -471,13 +467,7 @@ def _open_day_run(folder: Path, case: dict) -> None:
     engine = make_engine(f"sqlite:///{folder / 'store.sqlite3'}")
     upgrade(engine)
     factory = sessions(engine)
-    cfg = Settings.model_validate(
-        {
-            "paths": {"var_dir": str(folder / "var")},
-            "digest": {"max_entries": 100},
-            "schedule": {"day_closes_hour": case["close_hour"]},
-        }
-    )
+    cfg = settings_for(folder, digest={"max_entries": 100}, schedule={"day_closes_hour": case["close_hour"]})
     start: datetime = case["start"]
     people = [
         clean_fields(f"r{i}@example.org", timezone=zone, send_hour=hour, filter=text)
@@ -552,7 +542,7 @@ def _utc(value: datetime) -> datetime:
 @given(case=open_day_cases)
 @pytest.mark.slow
 def test_a_day_stays_open_until_it_has_carried_something(tmp_path_factory, case: dict) -> None:
-    _open_day_run(tmp_path_factory.mktemp(f"open{next(_runs)}"), case)
+    _open_day_run(tmp_path_factory.mktemp("open"), case)
 
 
 def test_a_dump_after_the_send_hour_goes_out_that_day(tmp_path: Path) -> None:
@@ -572,13 +562,7 @@ def test_the_send_time_waits_for_the_days_dump(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'store.sqlite3'}")
     upgrade(engine)
     factory = sessions(engine)
-    cfg = Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var")},
-            "schedule": {"wait_for_dump_minutes": 30},
-            "digest": {"max_entries": 2},
-        }
-    )
+    cfg = settings_for(tmp_path, schedule={"wait_for_dump_minutes": 30}, digest={"max_entries": 2})
     day1 = datetime(2026, 11, 23, 8, tzinfo=UTC)
     save(factory, cfg, [clean_fields("ada@example.org", timezone="UTC", send_hour=8)], day1 - timedelta(days=1))
 

@@ -26,6 +26,7 @@ from bot.subscribers.subscriptions import clean_fields, save
 from bot.tools.sink import Sink, SinkHandler
 from bot.unsubscribes import journal_of
 from tests.conftest import ROOT, SEEDS
+from tests.helpers import settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 6, 14, 6, tzinfo=UTC)
@@ -45,12 +46,7 @@ def _without_date_and_id(message: bytes) -> bytes:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {"public_url": "https://digest.example.org", "signing_key": "k" * 32},
-        }
-    )
+    return settings_for(tmp_path, web={"public_url": "https://digest.example.org", "signing_key": "k" * 32})
 
 
 def test_the_preview_is_the_message_that_is_then_sent(factory: sessionmaker[Session], settings: Settings) -> None:

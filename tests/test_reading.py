@@ -39,7 +39,7 @@ from bot.tools.sink import Sink
 from bot.web import create_app
 from bot.web.forms import form_token
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import Server, render_dump
+from tests.helpers import Server, render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 15, 12, tzinfo=UTC)
@@ -48,13 +48,11 @@ SEARCH = "https://arxiv.org/search/?query={title}&searchtype=title"
 
 
 def _settings(tmp_path: Path, sink: Sink, **digest: object) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": sink.port, "timeout_seconds": 5},
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-            "digest": digest,
-        }
+    return settings_for(
+        tmp_path,
+        smtp={"port": sink.port, "timeout_seconds": 5},
+        sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
+        digest=digest,
     )
 
 

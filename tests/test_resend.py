@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
-from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind, DigestState
 from bot.ingest.service import ingest_file
@@ -21,6 +20,7 @@ from bot.store.digests import list_digests, stats_by_day
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tools.sink import Fault, Sink, SinkHandler
 from tests.conftest import ROOT
+from tests.helpers import settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -33,12 +33,7 @@ def test_resend_failed_twice_sends_each_failed_digest_once(
     refuse = {"on": True}
     handler.faults = lambda rcpt, attempt: Fault("data", "554 5.6.0 rejected") if refuse["on"] else None
     with Sink(handler) as sink:
-        settings = Settings.model_validate(
-            {
-                "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-                "smtp": {"port": sink.port, "timeout_seconds": 5, "max_attempts": 1},
-            }
-        )
+        settings = settings_for(tmp_path, smtp={"port": sink.port, "timeout_seconds": 5, "max_attempts": 1})
         save(
             factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob", "cy")], DAY - timedelta(days=1)
         )
@@ -83,7 +78,7 @@ def test_resend_failed_twice_sends_each_failed_digest_once(
 def test_a_resend_on_its_way_is_not_doubled(
     factory: sessionmaker[Session], tmp_path: Path, seed_files: list[Path]
 ) -> None:
-    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    settings = settings_for(tmp_path)
     save(factory, settings, [clean_fields("ada@example.org")], DAY - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
     (digest,) = plan(factory, settings, RULES, now=DAY, all_due=True).planned

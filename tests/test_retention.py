@@ -31,7 +31,7 @@ from bot.store.schema import Appearance, BodyItem, Digest, Entry, Source
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import clean_fields, remove, save, set_filter
 from tests.conftest import ROOT
-from tests.helpers import Cli, claims, digest_entry_ids, dump_text, filter_expressions
+from tests.helpers import Cli, claims, digest_entry_ids, dump_text, filter_expressions, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 1, 5, 12, tzinfo=UTC)
@@ -39,9 +39,7 @@ KEEP = 60
 
 
 def _settings(tmp_path: Path, **digest: object) -> Settings:
-    return Settings.model_validate(
-        {"paths": {"var_dir": str(tmp_path / "var")}, "database": {"keep_days": KEEP}, "digest": digest}
-    )
+    return settings_for(tmp_path, database={"keep_days": KEEP}, digest=digest)
 
 
 def _deliver(factory: sessionmaker[Session], now: datetime) -> None:

@@ -27,7 +27,7 @@ from bot.returns.service import read_inbox, reading_of
 from bot.store.schema import ReturnEvent
 from bot.subscribers.subscriptions import change_status, remove
 from tests.helpers import Cli, CliResult
-from tests.returned_mail import KEY, PEOPLE, add_people, deliver, new_maildir, seen, settings_for, statuses
+from tests.returned_mail import KEY, PEOPLE, add_people, deliver, inbox_settings, new_maildir, seen, statuses
 
 NOW = datetime(2026, 11, 24, 9, tzinfo=UTC)
 ADA, GRACE, CAROL, BOB = PEOPLE[7], PEOPLE[8], PEOPLE[9], PEOPLE[10]
@@ -39,7 +39,7 @@ def maildir(tmp_path: Path) -> Path:
 
 
 def read(factory: sessionmaker[Session], maildir: Path, now: datetime = NOW, **inbox: object):  # type: ignore[no-untyped-def]
-    settings = settings_for(maildir, **inbox)
+    settings = inbox_settings(maildir, **inbox)
     mailbox = open_mailbox(settings.inbox)
     return read_inbox(factory, mailbox, reading_of(settings, KEY), now)
 
@@ -118,7 +118,7 @@ def test_hard_bounces_count_toward_the_threshold_until_resume(factory: sessionma
 
 
 def _read_with_threshold(factory: sessionmaker[Session], maildir: Path, threshold: int):  # type: ignore[no-untyped-def]
-    base = settings_for(maildir)
+    base = inbox_settings(maildir)
     settings = base.model_copy(update={"smtp": base.smtp.model_copy(update={"bounce_threshold": threshold})})
     return read_inbox(factory, open_mailbox(settings.inbox), reading_of(settings, KEY), NOW)
 
@@ -191,7 +191,7 @@ class KilledBox(MaildirBox):
 def test_a_fetcher_killed_between_commit_and_mark_applies_once(factory: sessionmaker[Session], maildir: Path) -> None:
     add_people(factory)
     deliver(maildir, "gmail_hard.eml")
-    settings = settings_for(maildir)
+    settings = inbox_settings(maildir)
     child = os.fork()
     if child == 0:  # the fetcher
         try:
@@ -277,7 +277,7 @@ def test_the_daemon_reads_the_inbox_on_its_own_job(
     add_people(factory)
     (tmp_path / "var").mkdir()
     (tmp_path / "var" / "signing.key").write_text(KEY.decode())
-    settings = settings_for(maildir, interval_minutes=5).model_copy(
+    settings = inbox_settings(maildir, interval_minutes=5).model_copy(
         update={"paths": Settings().paths.model_copy(update={"var_dir": tmp_path / "var"})}
     )
     deliver(maildir, "gmail_hard.eml")

@@ -30,7 +30,7 @@ from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import signing_key
 from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import DIGESTBOT
+from tests.helpers import DIGESTBOT, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -55,12 +55,10 @@ def assert_absent(text: str, *secrets: str) -> None:
 
 
 def _settings(tmp_path: Path, port: int, password: str) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": port, "timeout_seconds": 5, "username": "bot", "password": SecretStr(password)},
-            "web": {"signing_key": SecretStr(SIGNING_KEY), "public_url": "https://digest.example.org"},
-        }
+    return settings_for(
+        tmp_path,
+        smtp={"port": port, "timeout_seconds": 5, "username": "bot", "password": SecretStr(password)},
+        web={"signing_key": SecretStr(SIGNING_KEY), "public_url": "https://digest.example.org"},
     )
 
 

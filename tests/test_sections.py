@@ -36,7 +36,7 @@ from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tools.sink import Sink
 from tests.conftest import FIXTURES, ROOT, SEEDS
-from tests.helpers import render_dump
+from tests.helpers import render_dump, settings_for
 from tests.seed_facts import LMCACHE, MINIMAX, NONPARAM, RESCOM, RESET, SUPRASNN
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
@@ -172,12 +172,8 @@ def _text(data: bytes) -> str:
 def test_a_reader_of_two_interests_gets_sections_each_entry_once(
     factory: sessionmaker[Session], tmp_path: Path, sink: Sink
 ) -> None:
-    settings = Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {"port": sink.port, "timeout_seconds": 5},
-            "sender": {"from_address": "digest@bot.example"},
-        }
+    settings = settings_for(
+        tmp_path, smtp={"port": sink.port, "timeout_seconds": 5}, sender={"from_address": "digest@bot.example"}
     )
     save(factory, settings, [clean_fields("two@example.org", filter=TWO)], DAY1 - timedelta(days=1))
     for day, path in enumerate(sorted(SEEDS.glob("*.txt"))[:3]):
@@ -226,7 +222,7 @@ def one_interest_digests(tmp_path: Path) -> dict[str, str]:
     engine = make_engine(f"sqlite:///{tmp_path / 'golden.sqlite3'}")
     upgrade(engine)
     factory = sessions(engine)
-    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    settings = settings_for(tmp_path)
     readers = [clean_fields(f"{n}@example.org", filter=f) for n, f in (("one", "gpu and llm"), ("all", "*"))]
     save(factory, settings, readers, DAY1 - timedelta(days=1))
     for day, path in enumerate(sorted(SEEDS.glob("*.txt"))[:3]):

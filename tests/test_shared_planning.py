@@ -31,7 +31,7 @@ from bot.store.planning_slices import finish_slice, open_slices, take_slice
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import PG_SKIP, PG_URL
-from tests.helpers import dump_text, postgres_schema
+from tests.helpers import dump_text, postgres_schema, settings_for
 from tests.test_standing import FILTERS, RULES, START, _planned, _sqlite_store
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -47,9 +47,7 @@ def pg() -> Iterator[Engine]:
 
 
 def _settings(tmp_path: Path) -> Settings:
-    return Settings.model_validate(
-        {"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 4, "max_age_days": 8}}
-    )
+    return settings_for(tmp_path, digest={"max_entries": 4, "max_age_days": 8})
 
 
 def _readers(factory: sessionmaker[Session], cfg: Settings, count: int) -> None:

@@ -39,7 +39,7 @@ START = datetime(2026, 11, 24, 9, tzinfo=UTC)
 
 @pytest.fixture
 def settings(tmp_path: Path, sink: Sink) -> Settings:
-    return settings_for(tmp_path, smtp_port=sink.port, web={"signup": True, "signups_per_hour": 50})
+    return settings_for(tmp_path, site=True, smtp_port=sink.port, web={"signup": True, "signups_per_hour": 50})
 
 
 @pytest.fixture

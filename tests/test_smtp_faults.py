@@ -29,7 +29,7 @@ from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tools.sink import Fault, FaultRates, Sink, SinkHandler
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT
+from tests.helpers import DIGESTBOT, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -41,19 +41,17 @@ MAX_ATTEMPTS = 10
 
 
 def _settings(tmp_path: Path, port: int) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "smtp": {
-                "port": port,
-                "timeout_seconds": 5,  # far above a loaded machine's slowest answer, far below a stall
-                "pool_size": 8,
-                "max_attempts": MAX_ATTEMPTS,
-                "retry_base_seconds": 60,
-                "retry_max_seconds": 600,
-            },
-            "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-        }
+    return settings_for(
+        tmp_path,
+        smtp={
+            "port": port,
+            "timeout_seconds": 5,  # far above a loaded machine's slowest answer, far below a stall
+            "pool_size": 8,
+            "max_attempts": MAX_ATTEMPTS,
+            "retry_base_seconds": 60,
+            "retry_max_seconds": 600,
+        },
+        sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
     )
 
 

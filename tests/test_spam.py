@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.config import Settings
 from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.mail.mailer import Mailer
 from bot.mail.message import Headers, build_message
 from bot.plan.message_ids import message_id_for
 from bot.tokens import make_token
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT, reader
+from tests.helpers import DIGESTBOT, reader, settings_for
 
 SPAMASSASSIN = shutil.which("spamassassin")
 pytestmark = [
@@ -56,12 +55,10 @@ def _worst_case(tmp_path: Path) -> bytes:
     """30 entries of long LaTeX titles, many authors and tags, long abstracts full of
     links and quotes, for a subscriber with a phrase filter, with https unsubscribe links."""
     mailer = Mailer(
-        Settings.model_validate(
-            {
-                "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-                "sender": {"from_address": "digest@bot.example", "from_name": "Research Digest"},
-                "web": {"public_url": "https://digest.example.org", "signing_key": "spam-test-key-0123456789"},
-            }
+        settings_for(
+            tmp_path,
+            sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
+            web={"public_url": "https://digest.example.org", "signing_key": "spam-test-key-0123456789"},
         )
     )
     items = tuple(

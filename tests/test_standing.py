@@ -24,7 +24,6 @@ from bot.choose.matching import Explanation, Hit
 from bot.choose.select import Candidate, SelectionCache, pick, rank
 from bot.choose.standing import Match, Standing
 from bot.choose.tagging import load_rules
-from bot.config import Settings
 from bot.domain import EntryKind, EntryView
 from bot.ingest.service import ingest_bytes, retag_all
 from bot.plan import plan
@@ -35,7 +34,7 @@ from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save, set_filter
 from tests.conftest import ROOT
-from tests.helpers import dump_text, filter_expressions, render_dump
+from tests.helpers import dump_text, filter_expressions, render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -206,9 +205,7 @@ def test_kept_rankings_plan_what_whole_windows_plan_digest_for_digest(
     pass both hold the same digests, items and watermarks, and most readers were
     planned from kept rankings."""
     reference = sessions(_sqlite_store(tmp_path / "reference.sqlite3"))
-    cfg = Settings.model_validate(
-        {"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 4, "max_age_days": 8}}
-    )
+    cfg = settings_for(tmp_path, digest={"max_entries": 4, "max_age_days": 8})
     kept_way = standing_module.Standings.choose
     served: list[int] = []
 
@@ -280,7 +277,7 @@ def _reader(factory: sessionmaker[Session], email: str) -> Any:
 def test_a_pass_earlier_than_a_kept_ranking_plans_the_long_way(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """A preview or a replayed clock before the last pass: the kept ranking holds entries
     that pass cannot see, so it is neither used nor overwritten."""
-    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}})
+    cfg = settings_for(tmp_path)
     save(factory, cfg, [clean_fields("ada@example.org", filter="*")], START - timedelta(days=3))
     ingest_bytes(factory, dump_text(10, seed=1).encode(), name="a", now=START - timedelta(hours=1), rules=RULES)
     plan(factory, cfg, RULES, now=START, all_due=True)
@@ -301,7 +298,7 @@ def test_retention_forgets_the_rankings_of_filters_no_reader_has(
     from bot.plan.retention import remove_expired
     from bot.subscribers.subscriptions import set_filter
 
-    cfg = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_age_days": 3}})
+    cfg = settings_for(tmp_path, digest={"max_age_days": 3})
     save(
         factory, cfg, [clean_fields("ada@example.org", filter="llm"), clean_fields("bo@example.org", filter="*")], START
     )

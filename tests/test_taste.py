@@ -28,6 +28,7 @@ from bot.subscribers.subscriptions import clean_fields, remove, save
 from bot.taste.features import RowCache, Vocabulary, fit_vocabulary, vectors, words
 from bot.taste.service import import_library, refresh_models
 from tests.conftest import ROOT
+from tests.helpers import settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY1 = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -118,7 +119,7 @@ def _replay(
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "digest": {"max_entries": 30}})
+    return settings_for(tmp_path, digest={"max_entries": 30})
 
 
 def test_a_library_of_snn_papers_puts_day_3s_snn_accelerators_first(

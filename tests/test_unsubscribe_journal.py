@@ -40,7 +40,7 @@ from bot.web.acks import APPLY_EVERY_SECONDS
 from bot.web.forms import form_token
 from bot.web.limits import MissBudget
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import DIGESTBOT, Server, wait_until_serving
+from tests.helpers import DIGESTBOT, Server, settings_for, wait_until_serving
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 KEY = "k" * 32
@@ -50,12 +50,7 @@ NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {"public_url": "https://digest.example.org", "signing_key": KEY},
-        }
-    )
+    return settings_for(tmp_path, web={"public_url": "https://digest.example.org", "signing_key": KEY})
 
 
 def _people(factory: sessionmaker[Session], settings: Settings, count: int) -> dict[int, str]:
@@ -269,7 +264,7 @@ def test_kill_9_in_a_burst_loses_no_acknowledged_unsubscribe(tmp_path: Path) -> 
 
     engine = make_engine(f"sqlite:///{database}")
     factory = sessions(engine)
-    settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "web": {"signing_key": KEY}})
+    settings = settings_for(tmp_path, web={"signing_key": KEY})
     tokens = _people(factory, settings, 2000)
 
     def serve() -> subprocess.Popen[str]:
@@ -385,7 +380,7 @@ def test_serve_with_several_workers(tmp_path: Path, backend: str) -> None:
         engine = make_engine(url)
         stack.callback(engine.dispose)
         factory = sessions(engine)
-        settings = Settings.model_validate({"paths": {"var_dir": str(tmp_path / "var")}, "web": {"signing_key": KEY}})
+        settings = settings_for(tmp_path, web={"signing_key": KEY})
         tokens = _people(factory, settings, 200)
         proc = subprocess.Popen(
             [DIGESTBOT, "serve", "--port", str(port), "--workers", "2"],

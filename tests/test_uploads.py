@@ -22,19 +22,17 @@ from bot.subscribers.subscriptions import clean_fields, save
 from bot.tokens import make_token, signing_key
 from bot.web import create_app
 from tests.conftest import ROOT
-from tests.helpers import Server
+from tests.helpers import Server, settings_for
 
 NOW = datetime(2026, 11, 25, 12, tzinfo=UTC)
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings.model_validate(
-        {
-            "paths": {"var_dir": str(tmp_path / "var"), "templates_dir": str(ROOT / "templates")},
-            "web": {"public_url": "https://digest.example.org", "signing_key": "u" * 32},
-            "subscribers": {"library_max_papers": 5, "library_uploads_per_hour": 3},
-        }
+    return settings_for(
+        tmp_path,
+        web={"public_url": "https://digest.example.org", "signing_key": "u" * 32},
+        subscribers={"library_max_papers": 5, "library_uploads_per_hour": 3},
     )
 
 

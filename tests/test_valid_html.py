@@ -42,7 +42,7 @@ NOW = datetime(2026, 6, 15, 12, tzinfo=UTC)
 @pytest.fixture
 def settings(tmp_path: Path, sink: Sink) -> Settings:
     web = {"signing_key": "v" * 32, "signup": True, "signups_per_hour": 3}
-    return settings_for(tmp_path, smtp_port=sink.port, web=web, digest={"top_picks": 3})
+    return settings_for(tmp_path, site=True, smtp_port=sink.port, web=web, digest={"top_picks": 3})
 
 
 def _form(page: httpx.Response, name: str) -> str:

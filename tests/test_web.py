@@ -42,7 +42,7 @@ KEY = "k" * 32
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return settings_for(tmp_path, web={"public_url": "https://digest.example.org", "signing_key": KEY})
+    return settings_for(tmp_path, site=True, web={"public_url": "https://digest.example.org", "signing_key": KEY})
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from bot.cli.choice_options import with_choice_options
 from bot.cli.digest_views import digest_json, digest_story, digest_table
-from bot.cli.setting_flags import with_setting_flags
 from bot.cli.shell import (
     EXIT_INPUT_FAILED,
     EXIT_USAGE,
@@ -38,37 +38,6 @@ from bot.domain import SubscriberStatus
 from bot.subscribers.settings import SETTINGS, shown
 
 subscribers_app = command_group("Manage subscribers: add, import, edit, pause, remove.")
-
-
-NameOption = Annotated[str | None, typer.Option("--name", help="Display name.")]
-
-
-FilterOption = Annotated[
-    str | None,
-    typer.Option("--filter", help="Filter, e.g. 'gpu and (llm or moe) and not snn', '\"sparse attention\"', '*'."),
-]
-
-
-TzOption = Annotated[str | None, typer.Option("--tz", help="IANA time zone, e.g. Europe/Berlin.")]
-
-
-HourOption = Annotated[int | None, typer.Option("--hour", help="Local hour (0-23) to send the daily digest.")]
-
-
-CadenceOption = Annotated[
-    str | None,
-    typer.Option(
-        "--cadence", help="How often: 'daily' (default), 'weekdays' (Monday to Friday), 'weekly:mon', 'feed' (no mail)."
-    ),
-]
-
-
-BackfillOption = Annotated[
-    str | None,
-    typer.Option(
-        "--backfill", help="What a new subscriber gets first: '7d' (entries of the last 7 days), 'all', 'none'."
-    ),
-]
 
 
 def _subscriber_json(s: Any) -> dict[str, Any]:
@@ -103,37 +72,24 @@ def _subscriber_table(subscribers: list[Any], title: str) -> Table:
     return fitted(columns, rows, width=out.width, title=title)
 
 
-def _named_fields(
-    name: str | None, filter: str | None, tz: str | None, hour: int | None, backfill: str | None, cadence: str | None
-) -> dict[str, Any]:
-    """The options ``add`` and ``edit`` share, by the names the subscriber service takes."""
-    return {"name": name, "filter": filter, "timezone": tz, "send_hour": hour, "backfill": backfill, "cadence": cadence}
-
-
 @subscribers_app.command("add")
-@with_setting_flags
+@with_choice_options
 def subscribers_add(
     ctx: typer.Context,
     email: Annotated[str, typer.Argument(help="Email address (IDN domains accepted).")],
-    name: NameOption = None,
-    filter: FilterOption = None,
-    tz: TzOption = None,
-    hour: HourOption = None,
-    backfill: BackfillOption = None,
-    cadence: CadenceOption = None,
     confirm: Annotated[
         bool,
         typer.Option(
             "--confirm", help="Mail EMAIL a link to confirm (double opt-in) instead of subscribing them at once."
         ),
     ] = False,
-    settings: dict[str, bool] | None = None,
+    choices: dict[str, Any] | None = None,
 ) -> None:
     """Subscribe EMAIL (an unsubscribed address is re-activated; what it was sent stays sent)."""
     from bot.subscribers.subscriptions import AlreadySubscribed, add
 
     c = ctx_of(ctx)
-    fields = clean_or_exit(email, **_named_fields(name, filter, tz, hour, backfill, cadence), **(settings or {}))
+    fields = clean_or_exit(email, **(choices or {}))
     if confirm:
         _ask_to_confirm(c, fields)
         return
@@ -197,23 +153,17 @@ def _warn_about_filter(c: Context, filter_text: str | None) -> None:
 
 
 @subscribers_app.command("edit")
-@with_setting_flags
+@with_choice_options
 def subscribers_edit(
     ctx: typer.Context,
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
-    name: NameOption = None,
-    filter: FilterOption = None,
-    tz: TzOption = None,
-    hour: HourOption = None,
-    backfill: BackfillOption = None,
-    cadence: CadenceOption = None,
-    settings: dict[str, bool] | None = None,
+    choices: dict[str, Any] | None = None,
 ) -> None:
     """Change the given fields of a subscriber."""
     from bot.subscribers.subscriptions import SubscriberNotFound, edit
 
     c = ctx_of(ctx)
-    fields = clean_or_exit(email, **_named_fields(name, filter, tz, hour, backfill, cadence), **(settings or {}))
+    fields = clean_or_exit(email, **(choices or {}))
     try:
         subscriber = edit(c.sessions(), c.settings, fields, now())
     except SubscriberNotFound as exc:

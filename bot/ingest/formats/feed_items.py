@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 
 import nh3
 
-from bot.domain import Announce, EntryKind, ParsedEntry
+from bot.domain import Announce, EntryKind, ParsedEntry, ParsedSource
 from bot.domain.identity import arxiv_id_in, doi_in
 from bot.domain.text import is_web_url, one_line
 from bot.ingest.formats.errors import SourceFormatError, quoted
@@ -71,6 +72,19 @@ def feed_entry(item: FeedItem) -> ParsedEntry:
         repo=repo,
         announce=item.announce,
     )
+
+
+def feed_source(format: str, title: object, items: Iterable[FeedItem | str]) -> ParsedSource:
+    """A feed document's source from its items as the format's reader read them, each
+    a ``FeedItem`` or the line that says why it was left out."""
+    entries: list[ParsedEntry] = []
+    skipped: list[str] = []
+    for read in items:
+        if isinstance(read, str):
+            skipped.append(read)
+        else:
+            entries.append(feed_entry(read))
+    return ParsedSource(format, tuple(entries), title=one_line(str(title or "")), skipped=tuple(skipped))
 
 
 def _github_repo(link: str) -> str | None:

@@ -1,7 +1,9 @@
-"""Sources: JSON Feed 1.x, mapped by hand from the parsed JSON.
+"""Sources: JSON Feed 1.x, mapped by hand from the parsed JSON (1.0's ``author``
+and 1.1's ``authors``; an arXiv feed's ``_arxiv.announce_type``).  An item that is not
+an object, or has no title and no text, is left out with a line that says which.
 
-Pure: never touches the store, the network or the clock, and raises only
-``FeedFormatError`` for a document it cannot read.
+Pure: never touches the store, the network or the clock; raises only
+``FeedFormatError``, naming the line, for a document that is not a JSON Feed.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 from datetime import date, datetime
 from typing import Any
 
-from bot.domain import ParsedEntry, ParsedSource
+from bot.domain import ParsedSource
 from bot.domain.text import one_line, tag_label
 from bot.ingest.formats.detect import wide_encoding
 from bot.ingest.formats.feed_items import (
@@ -18,7 +20,7 @@ from bot.ingest.formats.feed_items import (
     FeedItem,
     announce,
     authors,
-    feed_entry,
+    feed_source,
     quoted_id,
     title_from,
 )
@@ -33,19 +35,15 @@ def parse_json_feed(data: bytes, name: str) -> ParsedSource:
     items = doc.get("items")
     if not isinstance(items, list):
         raise FeedFormatError(name, 0, 'JSON Feed has no "items" list')
-    entries: list[ParsedEntry] = []
-    skipped: list[str] = []
-    for index, item in enumerate(items):
-        read = _item(item) if isinstance(item, dict) else None
-        if read is not None:
-            entries.append(feed_entry(read))
-        elif isinstance(item, dict):
-            skipped.append(f"{name}: items[{index}] {quoted_id(item.get('id'))} has no title and no text; left out")
-        else:
-            skipped.append(f"{name}: items[{index}] is not an object; left out")
-    return ParsedSource(
-        format="jsonfeed", entries=tuple(entries), title=one_line(str(doc.get("title") or "")), skipped=tuple(skipped)
+    return feed_source(
+        "jsonfeed", doc.get("title"), (_read(item, f"{name}: items[{n}]") for n, item in enumerate(items))
     )
+
+
+def _read(item: Any, where: str) -> FeedItem | str:
+    if not isinstance(item, dict):
+        return f"{where} is not an object; left out"
+    return _item(item) or f"{where} {quoted_id(item.get('id'))} has no title and no text; left out"
 
 
 def _load(data: bytes, name: str) -> Any:

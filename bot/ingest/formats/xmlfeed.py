@@ -11,7 +11,7 @@ import time
 from datetime import date
 from typing import Any
 
-from bot.domain import ParsedEntry, ParsedSource
+from bot.domain import ParsedSource
 from bot.domain.text import html_text, one_line, tag_label
 from bot.ingest.formats.detect import wide_encoding
 from bot.ingest.formats.feed_items import (
@@ -19,7 +19,7 @@ from bot.ingest.formats.feed_items import (
     FeedItem,
     announce,
     authors,
-    feed_entry,
+    feed_source,
     quoted_id,
     title_from,
 )
@@ -73,18 +73,12 @@ def parse_xml_feed(data: bytes, name: str) -> ParsedSource:
     parsed = feedparser.parse(xml_characters_only(data), sanitize_html=False, resolve_relative_uris=False)
     if not parsed.version:
         raise _not_a_feed(parsed, name)
-    entries: list[ParsedEntry] = []
-    skipped: list[str] = []
-    for index, item in enumerate(parsed.entries, start=1):
-        read = _item(item)
-        if read is None:
-            skipped.append(f"{name}: entry {index} {quoted_id(item.get('id'))} has no title and no text; left out")
-        else:
-            entries.append(feed_entry(read))
     fmt = "atom" if parsed.version.startswith("atom") else "rss"
-    return ParsedSource(
-        format=fmt, entries=tuple(entries), title=one_line(parsed.feed.get("title")), skipped=tuple(skipped)
+    read = (
+        _item(item) or f"{name}: entry {n} {quoted_id(item.get('id'))} has no title and no text; left out"
+        for n, item in enumerate(parsed.entries, start=1)
     )
+    return feed_source(fmt, parsed.feed.get("title"), read)
 
 
 def _not_a_feed(parsed: Any, name: str) -> FeedFormatError:

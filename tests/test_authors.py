@@ -129,9 +129,9 @@ def test_followed_authors_come_first_and_repository_owners_count(
         reader = get_subscriber(session, "r@example.org")
         assert reader is not None
         found = select_for(session, reader, RULES, as_of=NOW)
-    whys = {c.entry.title: c.explanation.why() for c in found}
+    whys = {c.entry.content.title: c.explanation.why() for c in found}
     assert whys["Her paper"] == "author: Ada Lovelace"
-    assert [c.entry.title for c in found][-1] == "Plain paper"  # a followed author outweighs a summary phrase
+    assert [c.entry.content.title for c in found][-1] == "Plain paper"  # a followed author outweighs a summary phrase
     owner = [why for title, why in whys.items() if "nanogpt" in title.casefold()]
     assert owner == ["author: karpathy"], whys
 

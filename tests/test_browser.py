@@ -16,7 +16,7 @@ import pytest
 from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.mail.render import Renderer, web_links
 from tests.conftest import ROOT
-from tests.helpers import reader, settings_for
+from tests.helpers import digest_item, reader, settings_for
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
 pytestmark = pytest.mark.skipif(
@@ -86,7 +86,7 @@ def _item(n: int, summary: str, summary_type: str = "text/plain", **fields: obje
         "links": (),
     }
     values.update(fields)
-    return DigestItem(**values)  # type: ignore[arg-type]
+    return digest_item(**values)
 
 
 def _worst_cases() -> list[DigestContent]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.helpers import Cli, CliResult
+from tests.helpers import Cli, CliResult, wait_until_serving
 
 DEEP = "not " * 499 + "gpu"
 
@@ -381,7 +381,6 @@ def test_the_words_say_what_is_there(cli: Cli, tmp_path: Path) -> None:
     public URL's missing one-click said nowhere, alembic's lines in serve's log."""
     import signal
     import subprocess
-    import time
 
     from bot.tools.sink import free_port
     from tests.helpers import DIGESTBOT
@@ -395,7 +394,7 @@ def test_the_words_say_what_is_there(cli: Cli, tmp_path: Path) -> None:
     env = cli.env | {"DIGESTBOT_WEB__PUBLIC_URL": f"http://127.0.0.1:{port}", "DIGESTBOT_WEB__LISTEN_PORT": str(port)}
     env |= {"DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var")}
     serve = subprocess.Popen([DIGESTBOT, "serve"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+    wait_until_serving(serve, port)  # the warnings come before it answers; a fixed sleep was short under load
     serve.send_signal(signal.SIGTERM)
     logged = serve.communicate(timeout=30)[1]
     assert "no List-Unsubscribe-Post" in logged and "RFC 8058 needs https" in logged, logged

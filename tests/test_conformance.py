@@ -26,7 +26,7 @@ from bot.mail.splice import MessageTemplate, Personal
 from bot.plan.message_ids import message_id_for
 from bot.tokens import make_token
 from tests.conftest import ROOT
-from tests.helpers import reader
+from tests.helpers import digest_item, reader
 
 WHEN = datetime(2026, 6, 15, 7, 3, tzinfo=UTC)
 _LONG_WORD = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=300, max_size=300)
@@ -50,7 +50,7 @@ _NAME = st.text(
 
 
 def _item(n: int, title: str, summary: str, kind: str) -> DigestItem:
-    return DigestItem(
+    return digest_item(
         key=f"k{n}",
         kind=EntryKind.PAPER,
         title=title or "untitled",

@@ -465,7 +465,7 @@ def _entries_by_email(factory: sessionmaker[Session]) -> dict[str, list[tuple[st
         for email, subscriber_id in session.execute(select(SubscriberRow.email, SubscriberRow.id)).all():
             for digest in list_digests(session, subscriber_id=subscriber_id):
                 items = digest_content(session, digest.id).items if digest.entry_count else ()
-                found.setdefault(email, []).extend((i.title, i.taste, i.why) for i in items)
+                found.setdefault(email, []).extend((i.content.title, i.taste, i.why) for i in items)
     return found
 
 

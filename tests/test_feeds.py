@@ -53,9 +53,9 @@ def test_replace_of_a_known_id_updates_and_is_not_new(factory: sessionmaker[Sess
         revised = find_entry(s, "arXiv:2606.01234v2")
         assert revised is not None
         assert revised.key == "arxiv:2606.01234"
-        assert revised.title == "Elastic KV-Cache Offloading for Multi-Tenant LLM Serving Systems"
-        assert revised.authors == ("Grace Hopper", "Edsger Dijkstra", "Ada Lovelace")
-        assert revised.summary == "Revised: the elastic KV cache now also offloads to NVMe."
+        assert revised.content.title == "Elastic KV-Cache Offloading for Multi-Tenant LLM Serving Systems"
+        assert revised.content.authors == ("Grace Hopper", "Edsger Dijkstra", "Ada Lovelace")
+        assert revised.content.summary == "Revised: the elastic KV cache now also offloads to NVMe."
         assert len(appearances_of(s, revised.id)) == 2
         assert revised.tags == ("cs.DC", "cs.LG")
 
@@ -66,11 +66,11 @@ def test_paper_from_a_dump_then_a_feed_is_one_entry(factory: sessionmaker[Sessio
     assert result.new == 2  # MiniMax matched by normalized title
     with factory() as s:
         minimax = find_entry(s, "2606.04321")
-        assert minimax is not None and minimax.title == MINIMAX
+        assert minimax is not None and minimax.content.title == MINIMAX
         assert minimax.key.startswith("paper:")  # keys are stable once given
-        assert minimax.arxiv_id == "2606.04321"
-        assert "https://arxiv.org/abs/2606.04321" in minimax.links
-        assert len([e for e in list_entries(s) if e.title == MINIMAX]) == 1
+        assert minimax.content.arxiv_id == "2606.04321"
+        assert "https://arxiv.org/abs/2606.04321" in minimax.content.links
+        assert len([e for e in list_entries(s) if e.content.title == MINIMAX]) == 1
 
 
 def test_atom_feed_categories_become_tags_and_doi_keys(factory: sessionmaker[Session]) -> None:
@@ -104,7 +104,7 @@ def test_json_feed(factory: sessionmaker[Session]) -> None:
     result = ingest_bytes(factory, fixture("picks.json"), name="json")
     assert (result.status, result.new) == (SourceStatus.INGESTED, 2)
     with factory() as s:
-        assert [e.title for e in list_entries(s, tag="gpu")] == ["Compilers for Sparse Tensor Cores"]
+        assert [e.content.title for e in list_entries(s, tag="gpu")] == ["Compilers for Sparse Tensor Cores"]
 
 
 def test_a_dump_whose_first_title_starts_with_a_bracket_is_not_a_feed() -> None:

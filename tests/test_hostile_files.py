@@ -27,7 +27,7 @@ from bot.ingest.watcher import expand, scan_folder
 from bot.mail.prose import html_to_text, marks_pattern, summary_of
 from bot.store.sources import list_sources
 from tests.conftest import ROOT, copy_aged
-from tests.helpers import INGEST_MEMORY_PROBE, dump_of_size
+from tests.helpers import INGEST_MEMORY_PROBE, digest_item, dump_of_size
 
 SEEDS = sorted((ROOT / "seeds").glob("*.txt"))
 SEED = SEEDS[0]
@@ -158,7 +158,7 @@ def test_html_to_text_is_linear_on_unclosed_tags() -> None:
 def test_summaries_and_marks_are_linear_on_hostile_html_and_latex() -> None:
     marks = marks_pattern(("kv cache", "gpu"))
     normal = "<p>" + "kv cache word " * (LONG // 14) + "</p>"
-    baseline = timed(lambda: summary_of(_html_item(normal), 400, marks))
+    baseline = timed(lambda: summary_of(_html_item(normal).content, 400, marks))
     for shape in (
         "<a href='" * (LONG // 9),
         '<"' * (LONG // 2),
@@ -170,12 +170,12 @@ def test_summaries_and_marks_are_linear_on_hostile_html_and_latex() -> None:
         "<p>" + "kv-" * (LONG // 3),
     ):
         for kind in ("text/html", "text/plain"):
-            spent = timed(lambda shape=shape, kind=kind: summary_of(_html_item(shape, kind), 400, marks))
+            spent = timed(lambda shape=shape, kind=kind: summary_of(_html_item(shape, kind).content, 400, marks))
             assert spent < 10 * baseline + 0.5, (shape[:20], kind, spent)
 
 
 def _html_item(summary: str, kind: str = "text/html") -> DigestItem:
-    return DigestItem(
+    return digest_item(
         key="k", kind=EntryKind.PAPER, title="t", authors=(), published=None, summary=summary,
         summary_type=kind, tags=(), why="", arxiv_id=None, doi=None, links=(),
     )  # fmt: skip

@@ -35,7 +35,7 @@ def test_seed_dumps_in_order_yield_16_entries_and_5_2_9_0_new(
     with factory() as s:
         entries = list_entries(s)
     assert len(entries) == 16
-    assert {e.title for e in entries} == ALL_TITLES
+    assert {e.content.title for e in entries} == ALL_TITLES
 
 
 def test_minimax_is_one_entry_with_both_summary_variants(
@@ -44,7 +44,7 @@ def test_minimax_is_one_entry_with_both_summary_variants(
     for p in seed_files:
         ingest_file(factory, p)
     with factory() as s:
-        (minimax,) = [e for e in list_entries(s) if e.title == MINIMAX]
+        (minimax,) = [e for e in list_entries(s) if e.content.title == MINIMAX]
         variants = [a.summary for a in appearances_of(s, minimax.id)]
     assert len(variants) == 3  # dumps 000, 002, 003
     assert variants[0].startswith("The problem is that quadratic-cost softmax attention")
@@ -114,7 +114,7 @@ def test_repositories_match_case_insensitively(factory: sessionmaker[Session]) -
     assert ingest_bytes(factory, repo.format(name="lmcache/LMCACHE").encode(), name="2").new == 0
     with factory() as s:
         entry = find_entry(s, "repo:lmcache/lmcache")
-    assert entry is not None and entry.links == ("https://github.com/LMCache/LMCache",)
+    assert entry is not None and entry.content.links == ("https://github.com/LMCache/LMCache",)
 
 
 # --- property: ingesting any sequence twice equals ingesting it once ---------

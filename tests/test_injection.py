@@ -97,9 +97,9 @@ def test_hostile_feed_fields_become_one_line_text(factory: sessionmaker[Session]
     with factory() as session:
         entries = list_entries(session)
     for entry in entries:
-        for text in (entry.title, *entry.authors, *entry.tags):
+        for text in (entry.content.title, *entry.content.authors, *entry.tags):
             assert not any(brk in text for brk in BREAKS), repr(text)
-        assert entry.title.endswith("Bcc: victim@example.org")  # kept as text, on one line
+        assert entry.content.title.endswith("Bcc: victim@example.org")  # kept as text, on one line
 
 
 def test_received_headers_are_exactly_ours_and_encoded(

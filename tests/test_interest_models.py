@@ -120,7 +120,7 @@ def _serving_order(factory: sessionmaker[Session], email: str) -> list[str]:
         sid = session.scalar(select(SubscriberRow.id).where(SubscriberRow.email == email))
         (digest,) = [d for d in list_digests(session, subscriber_id=sid) if d.local_date == date(2026, 6, 15)]
         items = digest_content(session, digest.id).items
-    return [i.title for i in items if i.title in {t for t, *_ in TODAY}]
+    return [i.content.title for i in items if i.content.title in {t for t, *_ in TODAY}]
 
 
 def test_each_interest_is_ordered_by_its_own_model(factory: sessionmaker[Session], tmp_path: Path) -> None:

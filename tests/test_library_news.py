@@ -218,7 +218,7 @@ def test_a_summary_naming_thousands_of_repositories_keeps_a_few(factory: session
     with factory() as session:
         entry = find_entry(session, title_key(normalize_title("Many repositories")))
     assert entry is not None
-    assert entry.links == (
+    assert entry.content.links == (
         "https://example.org/p",
         *(f"https://github.com/o/r{n}" for n in range(MAX_NAMED_CODE_LINKS)),
     )

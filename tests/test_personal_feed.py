@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
-from bot.domain import DigestContent, DigestItem, EntryKind
+from bot.domain import DigestContent, EntryKind
 from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.store.subscribers import get_subscriber
@@ -30,7 +30,7 @@ from bot.tools.sink import Sink
 from bot.web import create_app
 from bot.web.feeds import FeedDigest, PersonalFeeds, feed_entry_id, feed_title
 from tests.conftest import ROOT
-from tests.helpers import Server, settings_for
+from tests.helpers import Server, digest_item, settings_for
 from tests.helpers import reader as one_reader
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
@@ -201,7 +201,7 @@ def test_any_text_in_a_paper_makes_a_feed_both_readers_accept(
     title: str, why: str, summary: str, author: str, tag: str, key: str
 ) -> None:
     settings_ = Settings.model_validate({"web": {"public_url": SITE}})
-    item = DigestItem(
+    item = digest_item(
         key=key,
         kind=EntryKind.PAPER,
         title=title,

@@ -39,7 +39,7 @@ from bot.tools.sink import Sink
 from bot.web import create_app
 from bot.web.forms import form_token
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import Server, render_dump, settings_for
+from tests.helpers import Server, digest_item, render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 DAY = datetime(2026, 6, 15, 12, tzinfo=UTC)
@@ -89,7 +89,7 @@ def _item(summary: str, *, title: str = "A paper", summary_type: str = "text/pla
         "links": (),
     }
     values.update(fields)
-    return DigestItem(**values)  # type: ignore[arg-type]
+    return digest_item(**values)
 
 
 # --- LaTeX and HTML, wherever they occur -------------------------------------------
@@ -116,7 +116,7 @@ def test_latex_in_an_html_summary_is_converted_between_tags_only() -> None:
         '<p>Cuts memory by $2.5\\times$ at <a href="https://x.example/$2.5\\times$">the $\\mu$ site</a>'
         " in $150~\\mu s$.</p>"
     )
-    shown = summary_of(_item(summary, summary_type="text/html"), 0)
+    shown = summary_of(_item(summary, summary_type="text/html").content, 0)
     assert "2.5×" in shown.html and "150 μs" in shown.html and "the μ site" in shown.html
     assert 'href="https://x.example/$2.5\\times$"' in shown.html  # attributes untouched
     assert "2.5×" in shown.text and "150 μs" in shown.text and "\\times" not in shown.text
@@ -166,18 +166,18 @@ def test_a_paper_title_links_to_the_paper_and_its_code_gets_its_own_link() -> No
         "We release models at https://huggingface.co/collections/org/models and code at https://github.com/org/repo."
     )
     paper = _item(summary, title="A Model", links=("https://huggingface.co/collections/org/models",))
-    assert primary_url(paper, SEARCH) == SEARCH.format(title="A+Model")  # not the model collection
-    assert side_links(paper) == (
+    assert primary_url(paper.content, SEARCH) == SEARCH.format(title="A+Model")  # not the model collection
+    assert side_links(paper.content) == (
         ("Code", "https://github.com/org/repo"),
         ("Model", "https://huggingface.co/collections/org/models"),
     )
     arxiv = _item("x", arxiv_id="2606.01234", links=("https://arxiv.org/abs/2606.01234",))
-    assert primary_url(arxiv, SEARCH) == "https://arxiv.org/abs/2606.01234"
-    assert side_links(arxiv) == (("PDF", "https://arxiv.org/pdf/2606.01234"),)
+    assert primary_url(arxiv.content, SEARCH) == "https://arxiv.org/abs/2606.01234"
+    assert side_links(arxiv.content) == (("PDF", "https://arxiv.org/pdf/2606.01234"),)
     # A feed's own link for a paper with no id, named as a "Read more" in its HTML: the title's.
     feed = _item('<p>x <a href="https://blog.example/post">Read more</a></p>', summary_type="text/html")
-    feed = _item(feed.summary, summary_type="text/html", links=("https://blog.example/post",))
-    assert primary_url(feed, SEARCH) == "https://blog.example/post"
+    feed = _item(feed.content.summary, summary_type="text/html", links=("https://blog.example/post",))
+    assert primary_url(feed.content, SEARCH) == "https://blog.example/post"
 
 
 def test_seed_repositories_show_their_description_and_papers_their_code(
@@ -205,7 +205,7 @@ def test_a_long_abstract_is_cut_at_a_sentence_and_links_to_the_rest() -> None:
     one_long = "word " * 400
     cut = cut_at_sentence(one_long, 400)
     assert cut is not None and cut.endswith(" …") and len(cut) <= 402
-    shown = summary_of(_item(abstract), 400)
+    shown = summary_of(_item(abstract).content, 400)
     assert shown.cut and shown.text == short
 
 
@@ -228,7 +228,7 @@ def test_the_filters_words_are_marked_in_html_only_never_inside_a_tag() -> None:
     marks = filter_marks('"kv cache" or (gpu and not fpga)')
     assert marks is not None
     summary = '<p>A KV-cache for GPUs on an FPGA, see <a href="https://x.example/kv-cache">kv cache docs</a>.</p>'
-    shown = summary_of(_item(summary, summary_type="text/html"), 0, marks)
+    shown = summary_of(_item(summary, summary_type="text/html").content, 0, marks)
     assert "<mark>KV-cache</mark>" in shown.html and "<mark>kv cache</mark> docs" in shown.html
     assert 'href="https://x.example/kv-cache"' in shown.html
     assert "FPGA" in shown.html and "<mark>FPGA</mark>" not in shown.html  # under a "not"
@@ -239,7 +239,7 @@ def test_the_filters_words_are_marked_in_html_only_never_inside_a_tag() -> None:
     keywords = (("gpu", ("CUDA", "tensor core")), ("fpga", ("Verilog",)))
     with_rules = filter_marks("gpu and not fpga", keywords)
     assert with_rules is not None
-    shown = summary_of(_item("CUDA tensor-cores and tensor core kernels in Verilog on a GPU."), 0, with_rules)
+    shown = summary_of(_item("CUDA tensor-cores and tensor core kernels in Verilog on a GPU.").content, 0, with_rules)
     assert "<mark>CUDA</mark>" in shown.html and "<mark>tensor core</mark>" in shown.html
     assert "<mark>GPU</mark>" in shown.html and "<mark>Verilog</mark>" not in shown.html
 

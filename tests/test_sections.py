@@ -23,7 +23,7 @@ from bot.choose.select import Candidate, SelectionCache
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
-from bot.domain import EntryKind, EntryView
+from bot.domain import EntryKind
 from bot.ingest.service import ingest_bytes, ingest_file
 from bot.mail.render import Renderer, web_links
 from bot.plan import plan, resend
@@ -36,7 +36,7 @@ from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.tools.sink import Sink
 from tests.conftest import FIXTURES, ROOT, SEEDS
-from tests.helpers import render_dump, settings_for
+from tests.helpers import entry_view, render_dump, settings_for
 from tests.seed_facts import LMCACHE, MINIMAX, NONPARAM, RESCOM, RESET, SUPRASNN
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
@@ -135,9 +135,10 @@ def test_an_entry_goes_in_the_interest_it_matches_best_and_names_the_others() ->
 
 
 def _candidate(n: int, title: str, tags: tuple[str, ...]) -> Candidate:
-    entry = EntryView(
-        n, f"k{n}", EntryKind.PAPER, title, ("A",), None, "", "text/plain", (), tags, None, None, None, DAY1,
-        tag_origins={t: frozenset({"header"}) for t in tags},
+    entry = entry_view(
+        id=n, key=f"k{n}", kind=EntryKind.PAPER, title=title, authors=("A",), published=None, summary="",
+        summary_type="text/plain", links=(), tags=tags, arxiv_id=None, doi=None, first_seen_source_id=None,
+        first_seen_at=DAY1, tag_origins={t: frozenset({"header"}) for t in tags},
     )  # fmt: skip
     return Candidate(entry, Explanation(True, (), 1))
 

@@ -58,7 +58,7 @@ def test_each_example_subscriber_gets_exactly_the_expected_entries_per_day(
                 subscriber = get_subscriber(session, email)
                 assert subscriber is not None
                 got = select_for(session, subscriber, RULES, as_of=datetime.now(UTC), exclude=sent[email])
-                assert {c.entry.title for c in got} == per_day[day], (email, day + 1)
+                assert {c.entry.content.title for c in got} == per_day[day], (email, day + 1)
                 sent[email] |= {c.entry.id for c in got}
     with subscribed() as session:
         statuses = {s.email: s.status for s in list_subscribers(session)}
@@ -75,7 +75,7 @@ def test_digest_order_is_by_relevance_then_newer(subscribed: sessionmaker[Sessio
     scores = [c.explanation.score for c in ranked]
     assert scores == sorted(scores, reverse=True)
     # "GPU-Based LLM" in its title: both atoms hit the title, so it leads.
-    assert ranked[0].entry.title == AGING
+    assert ranked[0].entry.content.title == AGING
     assert ranked[0].explanation.why().startswith("gpu: tag (header; rule: title, summary)")
 
 
@@ -129,4 +129,4 @@ def test_verdicts_kept_between_passes_follow_changed_entries(factory: sessionmak
         session.execute(update(Entry).values(summary="A neuromorphic chip."))
     with factory() as session:
         found = kept.ranked(session, '"neuromorphic chip"', None, first + timedelta(hours=2), RULES)
-        assert [c.entry.title for c in found] == ["Plain title"]
+        assert [c.entry.content.title for c in found] == ["Plain title"]

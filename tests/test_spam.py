@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.domain import DigestContent, DigestItem, EntryKind
+from bot.domain import DigestContent, EntryKind
 from bot.mail.mailer import Mailer
 from bot.mail.message import Headers, build_message
 from bot.plan.message_ids import message_id_for
 from bot.tokens import make_token
 from tests.conftest import ROOT
-from tests.helpers import DIGESTBOT, reader, settings_for
+from tests.helpers import DIGESTBOT, digest_item, reader, settings_for
 
 SPAMASSASSIN = shutil.which("spamassassin")
 pytestmark = [
@@ -62,7 +62,7 @@ def _worst_case(tmp_path: Path) -> bytes:
         )
     )
     items = tuple(
-        DigestItem(
+        digest_item(
             key=f"k{n}",
             kind=EntryKind.PAPER,
             title=f'Scaling $O(n \\log n)$ "sparse attention" kernels, part {n}: ' + "a study of GPUs " * 6,

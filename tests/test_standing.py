@@ -34,7 +34,7 @@ from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save, set_filter
 from tests.conftest import ROOT
-from tests.helpers import dump_text, filter_expressions, render_dump, settings_for
+from tests.helpers import dump_text, entry_view, filter_expressions, render_dump, settings_for
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -52,7 +52,7 @@ match_rows = st.lists(
 
 
 def _view(entry_id: int, hours: int, published: int) -> EntryView:
-    return EntryView(
+    return entry_view(
         id=entry_id,
         key=f"k{entry_id}",
         kind=EntryKind.PAPER,
@@ -81,7 +81,9 @@ def _candidates(rows: list[tuple[int, int, int, int]]) -> list[Candidate]:
 
 
 def _standing(candidates: list[Candidate]) -> Standing:
-    return Standing(Match.of(c.entry.id, c.entry.first_seen_at, c.entry.published, c.explanation) for c in candidates)
+    return Standing(
+        Match.of(c.entry.id, c.entry.first_seen_at, c.entry.content.published, c.explanation) for c in candidates
+    )
 
 
 @settings(max_examples=300, deadline=None)

@@ -182,7 +182,7 @@ def test_rule_header_and_category_tags_are_one_tag(factory: sessionmaker[Session
         (entry,) = list_entries(s)
         assert entry.tags == ("GPU",)
         assert tag_origins_of(s, entry.id) == [("GPU", "header"), ("GPU", "rule")]
-        assert [e.title for e in list_entries(s, tag="gpu")] == ["A GPU paper"]
+        assert [e.content.title for e in list_entries(s, tag="gpu")] == ["A GPU paper"]
 
 
 def test_retag_after_rules_change(factory: sessionmaker[Session], seed_files: list[Path], tmp_path: Path) -> None:
@@ -194,11 +194,11 @@ def test_retag_after_rules_change(factory: sessionmaker[Session], seed_files: li
     path.write_text('[snn]\nkeywords = ["spiking neural network"]\n')
     assert retag_all(factory, load_rules(path), batch=5) == 16
     with factory() as s:
-        assert {e.title.split(":")[0] for e in list_entries(s, tag="SNN")} == {"ReSCom", "SupraSNN"}
+        assert {e.content.title.split(":")[0] for e in list_entries(s, tag="SNN")} == {"ReSCom", "SupraSNN"}
     path.write_text('[snn]\nkeywords = ["neuromorphic"]\n')
     retag_all(factory, load_rules(path))
     with factory() as s:
-        assert [e.title.split(":")[0] for e in list_entries(s, tag="snn")] == [
+        assert [e.content.title.split(":")[0] for e in list_entries(s, tag="snn")] == [
             "Non-Parametric Dual-Manifold Mapping via 8-Bit Bounded Transformation Matrices"
         ]
 

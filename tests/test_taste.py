@@ -113,7 +113,7 @@ def _replay(
         with factory() as session:
             for digest_id in planned:
                 content = digest_content(session, digest_id)
-                days.setdefault(content.subscriber.email, []).append([(i.title, i.why) for i in content.items])
+                days.setdefault(content.subscriber.email, []).append([(i.content.title, i.why) for i in content.items])
     return days
 
 
@@ -148,12 +148,12 @@ def test_a_reader_of_two_interests_keeps_the_models_note_under_each_section(
     with factory() as session:
         items = digest_content(session, list(planned)[-1]).items
     spiking = [i for i in items if i.section == "Spiking"]
-    assert {i.title.split(":")[0] for i in spiking} >= {"SupraSNN", "ReSCom"}
+    assert {i.content.title.split(":")[0] for i in spiking} >= {"SupraSNN", "ReSCom"}
     assert items[: len(spiking)] == tuple(spiking)  # the first section first
     for item in spiking:
         assert item.why.startswith("Spiking · snn: ") and "; also in Everything else" in item.why
         assert item.taste is not None
-    close = [i.title.split(":")[0] for i in spiking if "; also in Everything else; close to: '" in i.why]
+    close = [i.content.title.split(":")[0] for i in spiking if "; also in Everything else; close to: '" in i.why]
     assert {"SupraSNN", "ReSCom"} <= set(close)  # the model's note stays, after the interests
 
 

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.mail.why import EVERY_PAPER, library_paper, reader_why
+from tests.helpers import digest_item
 
 CASES = [
     ("gpu: tag (header; rule: title, summary)", "Matches your filter: its title and summary mention gpu"),
@@ -60,14 +61,14 @@ def test_a_summary_is_not_continued_in_a_search_for_its_title() -> None:
     from datetime import date
     from urllib.parse import quote_plus
 
-    from bot.domain import DigestContent, DigestItem, EntryKind
+    from bot.domain import DigestContent, EntryKind
     from bot.mail.render import Links, Renderer, web_links
     from tests.conftest import ROOT
     from tests.helpers import reader
 
     search = "https://arxiv.org/a/{title}"
     title = "A paper a dump lists without a link"
-    item = DigestItem(
+    item = digest_item(
         key="k1",
         kind=EntryKind.PAPER,
         title=title,

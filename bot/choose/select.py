@@ -61,20 +61,20 @@ def local_send_time(subscriber: Subscriber, day: date) -> datetime:
 def doc_of(entry: EntryView) -> Doc:
     return Doc(
         tags=entry.tag_origins,
-        title=nfkc(entry.title),
-        summary=nfkc(match_text(entry.summary, entry.extra)),
+        title=nfkc(entry.content.title),
+        summary=nfkc(match_text(entry.content.summary, entry.content.extra)),
         authors=authors_of(entry),
     )
 
 
 def authors_of(entry: EntryView) -> tuple[str, ...]:
     """The names ``author:`` atoms look at: the entry's authors, and a repository's owner."""
-    if entry.kind is EntryKind.REPO and entry.key.startswith("repo:"):
-        owner_name = entry.title if is_repo_name(entry.title) else entry.key.removeprefix("repo:")
+    if entry.content.kind is EntryKind.REPO and entry.key.startswith("repo:"):
+        owner_name = entry.content.title if is_repo_name(entry.content.title) else entry.key.removeprefix("repo:")
         owner = owner_name.partition("/")[0]
-        if owner and owner.casefold() not in (a.casefold() for a in entry.authors):
-            return (*entry.authors, owner)
-    return entry.authors
+        if owner and owner.casefold() not in (a.casefold() for a in entry.content.authors):
+            return (*entry.content.authors, owner)
+    return entry.content.authors
 
 
 def explain_entry(expr: Expr, entry: EntryView, rules: TagRules, liked: bool = False) -> Explanation:
@@ -86,7 +86,7 @@ def explain_entry(expr: Expr, entry: EntryView, rules: TagRules, liked: bool = F
 
 def _order_key(candidate: Candidate) -> tuple[int, int, int, float]:
     entry = candidate.entry
-    published = entry.published.toordinal() if entry.published else 0
+    published = entry.content.published.toordinal() if entry.content.published else 0
     return (
         -candidate.explanation.score,
         -len(candidate.explanation.hits),
@@ -336,7 +336,8 @@ class SelectionCache:
 def _content(entry: EntryView) -> int:
     """What a filter's verdict on the entry depends on (``doc_of``), hashed."""
     origins = tuple(sorted((tag, tuple(sorted(how))) for tag, how in entry.tag_origins.items()))
-    return hash((entry.title, entry.summary, entry.authors, origins, tuple(sorted(entry.extra.items()))))
+    content = entry.content
+    return hash((content.title, content.summary, content.authors, origins, content.extra))
 
 
 def _first_seen_order(entry: EntryView) -> tuple[datetime, int]:

@@ -21,7 +21,7 @@ def print_candidates(found: list[Any], title: str, as_json: bool) -> None:
             [
                 {
                     "key": f.entry.key,
-                    "title": f.entry.title,
+                    "title": f.entry.content.title,
                     "score": f.explanation.score,
                     **({"taste": round(taste, 4) if taste is not None else None} if with_model else {}),
                     "why": why,
@@ -41,7 +41,7 @@ def print_candidates(found: list[Any], title: str, as_json: bool) -> None:
             str(f.explanation.score),
             *([f"{taste:+.2f}" if taste is not None else ""] if with_model else []),
             f.entry.key,
-            f.entry.title,
+            f.entry.content.title,
             why,
         ]
         for f, taste, why in rows

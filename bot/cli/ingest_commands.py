@@ -3,6 +3,7 @@ A thin shell over the ingest service and the store; never parses or stores itsel
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -149,21 +150,16 @@ def feeds_fetch(
 
 
 def _entry_json(e: Any) -> dict[str, Any]:
+    """An entry as ``--json`` shows it: every field of its content (``extra`` as an
+    object), its key, tags and first sighting."""
+    content = {f.name: getattr(e.content, f.name) for f in fields(e.content)}
     return {
         "key": e.key,
-        "kind": e.kind,
-        "title": e.title,
-        "authors": e.authors,
-        "published": e.published,
+        **content,
+        "extra": dict(e.content.extra),
         "tags": e.tags,
         "first_seen_at": e.first_seen_at,
         "first_seen_source_id": e.first_seen_source_id,
-        "arxiv_id": e.arxiv_id,
-        "doi": e.doi,
-        "links": e.links,
-        "summary": e.summary,
-        "summary_type": e.summary_type,
-        "extra": e.extra,
     }
 
 
@@ -195,7 +191,13 @@ def entries_list(
         Column("tags"),
     ]
     rows = [
-        [e.key, e.kind.value, e.title, e.published.isoformat() if e.published else "", ", ".join(e.tags)]
+        [
+            e.key,
+            e.content.kind.value,
+            e.content.title,
+            e.content.published.isoformat() if e.content.published else "",
+            ", ".join(e.tags),
+        ]
         for e in entries
     ]
     out.print(fitted(columns, rows, width=out.width, title=f"Entries ({len(entries)})"))
@@ -232,21 +234,21 @@ def entries_show(
         ]
         print_json_lines([data])
         return
-    table = new_table(show_header=False, box=None, title=f"{entry.kind.value} {entry.key}")
+    table = new_table(show_header=False, box=None, title=f"{entry.content.kind.value} {entry.key}")
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    table.add_row("title", entry.title)
-    table.add_row("authors", ", ".join(entry.authors))
-    table.add_row("published", entry.published.isoformat() if entry.published else "")
+    table.add_row("title", entry.content.title)
+    table.add_row("authors", ", ".join(entry.content.authors))
+    table.add_row("published", entry.content.published.isoformat() if entry.content.published else "")
     table.add_row("first seen", f"{entry.first_seen_at:%Y-%m-%d %H:%M} UTC (source #{entry.first_seen_source_id})")
     table.add_row("tags", ", ".join(f"{t} ({o})" for t, o in origins))
-    for name, value in (("arXiv", entry.arxiv_id), ("DOI", entry.doi)):
+    for name, value in (("arXiv", entry.content.arxiv_id), ("DOI", entry.content.doi)):
         if value:
             table.add_row(name, value)
-    for k, v in sorted(entry.extra.items()):
+    for k, v in entry.content.extra:
         table.add_row(k, v)
-    table.add_row("links", "\n".join(entry.links))
-    table.add_row("summary", entry.summary)
+    table.add_row("links", "\n".join(entry.content.links))
+    table.add_row("summary", entry.content.summary)
     out.print(table)
     rows = [
         [str(a.source_id), display_path(a.path), a.summary if len(a.summary) <= 160 else a.summary[:157] + "..."]

@@ -3,6 +3,7 @@ beyond what their fields imply.  Must never import the store or do I/O."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from enum import StrEnum
@@ -56,10 +57,11 @@ class Announce(StrEnum):
     REPLACE_CROSS = "replace-cross"
 
 
-def match_text(summary: str, extra: dict[str, str]) -> str:
+def match_text(summary: str, extra: Mapping[str, str] | Iterable[tuple[str, str]]) -> str:
     """The text that filters' phrases and tag rules look at besides the title:
     the summary, preceded by a repository's one-line description."""
-    description = extra.get("description")
+    pairs = extra.items() if isinstance(extra, Mapping) else extra
+    description = next((value for name, value in pairs if name == "description"), None)
     return f"{description}\n{summary}" if description else summary
 
 
@@ -118,11 +120,12 @@ class FileStamp:
 
 
 @dataclass(frozen=True, slots=True)
-class EntryView:
-    """An entry as the store returns it to the CLI and later stages."""
+class EntryContent:
+    """What a paper or repository says of itself, as the store holds it and every later
+    stage carries it: each entry type below has one, by composition.  A field here is a
+    column of ``entries`` by the same name (``bot.store.entry_content`` maps both ways
+    from these fields)."""
 
-    id: int
-    key: str
     kind: EntryKind
     title: str
     authors: tuple[str, ...]
@@ -130,12 +133,24 @@ class EntryView:
     summary: str
     summary_type: str
     links: tuple[str, ...]
-    tags: tuple[str, ...]
     arxiv_id: str | None
     doi: str | None
+    extra: tuple[tuple[str, str], ...] = ()  # e.g. stars, forks, language; sorted by name
+
+    def extra_value(self, name: str) -> str | None:
+        return next((value for key, value in self.extra if key == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class EntryView:
+    """An entry as the store returns it to the CLI and later stages."""
+
+    id: int
+    key: str
+    content: EntryContent
+    tags: tuple[str, ...]
     first_seen_source_id: int | None
     first_seen_at: datetime
-    extra: dict[str, str] = field(default_factory=dict)
     tag_origins: dict[str, frozenset[str]] = field(default_factory=dict)  # case-folded name -> origins
     summary_source_id: int | None = None  # whose appearance carries the current summary
 
@@ -285,19 +300,10 @@ class DigestItem:
     """One entry as a digest carries it (summary pinned when the digest was planned)."""
 
     key: str
-    kind: EntryKind
-    title: str
-    authors: tuple[str, ...]
-    published: date | None
-    summary: str
-    summary_type: str
+    content: EntryContent
     tags: tuple[str, ...]
     why: str
-    arxiv_id: str | None
-    doi: str | None
-    links: tuple[str, ...]
-    extra: tuple[tuple[str, str], ...] = ()
-    url: str = ""  # where the title links; empty: work it out from the fields above
+    url: str = ""  # where the title links; empty: work it out from the content
     taste: float | None = None  # the reader's taste score when planned (bot.taste.model); None: no model
     section: str = ""  # the reader's interest it is shown under; "" for a filter of one interest
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
-from bot.domain import DigestItem, EntryKind, EntryView
+from bot.domain import EntryContent, EntryKind
 from bot.domain.text import is_web_url, urls_in
 
 # Links a reader of a paper wants by name: its code, its model or data.
@@ -18,7 +18,7 @@ _CODE_HOSTS = re.compile(r"^https?://(?:www\.)?(?:github\.com|gitlab\.com|codebe
 _MODEL_HOSTS = re.compile(r"^https?://(?:www\.)?huggingface\.co/", re.I)
 
 
-def _points_elsewhere(url: str, item: DigestItem | EntryView) -> bool:
+def _points_elsewhere(url: str, item: EntryContent) -> bool:
     """Whether *url* is something a paper points to (its code, a model, a URL its plain
     summary names) rather than the paper's own page.  An HTML summary's links stay
     candidates: feeds link their own page from it ("Read more")."""
@@ -27,11 +27,12 @@ def _points_elsewhere(url: str, item: DigestItem | EntryView) -> bool:
     return item.summary_type != "text/html" and url in item.summary
 
 
-def primary_url(item: DigestItem | EntryView, search_url: str) -> str:
-    """Where the title links: GitHub for repositories; for papers the arXiv or DOI page,
-    else the page the source gave for it, else a search for its title."""
-    if isinstance(item, DigestItem) and is_web_url(item.url):
-        return item.url
+def primary_url(item: EntryContent, search_url: str, pinned: str = "") -> str:
+    """Where the title links: *pinned* (what the planner chose for a digest) when it is
+    a web address; GitHub for repositories; for papers the arXiv or DOI page, else the
+    page the source gave for it, else a search for its title."""
+    if is_web_url(pinned):
+        return pinned
     if item.kind is EntryKind.REPO and item.links and is_web_url(item.links[0]):
         return item.links[0]
     if item.arxiv_id:
@@ -48,7 +49,7 @@ def arxiv_page(arxiv_id: str) -> str:
     return f"https://arxiv.org/abs/{quote(arxiv_id, safe='./')}"
 
 
-def side_links(item: DigestItem) -> tuple[tuple[str, str], ...]:
+def side_links(item: EntryContent) -> tuple[tuple[str, str], ...]:
     """The small labelled links after a paper's byline: its PDF on arXiv, and the first
     code and model URLs its summary names (from the summary the digest carries, so a
     resend shows what the original showed; repositories have their title link only)."""

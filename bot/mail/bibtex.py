@@ -32,28 +32,30 @@ def _ascii_words(text: str) -> list[str]:
 
 def _key(item: DigestItem) -> str:
     """``lamport2026scheduling``: the first author's last name, the year, the title's first word."""
-    first_author = (item.authors[0] if item.authors else dict(item.extra).get("owner", "")).split()
+    first_author = (
+        item.content.authors[0] if item.content.authors else (item.content.extra_value("owner") or "")
+    ).split()
     surname = (_ascii_words(first_author[-1]) or ["anon"])[0] if first_author else "anon"
-    year = str(item.published.year) if item.published else ""
-    word = next((w for w in _ascii_words(title_text(item.title)) if len(w) > 3), "entry")
+    year = str(item.content.published.year) if item.content.published else ""
+    word = next((w for w in _ascii_words(title_text(item.content.title)) if len(w) > 3), "entry")
     return f"{surname}{year}{word}".lower()
 
 
 def bibtex_entry(item: DigestItem, search_url: str, key: str | None = None) -> str:
     """One ``@misc``/``@article``/``@software`` entry for *item*."""
-    fields: list[tuple[str, str]] = [("title", title_text(item.title))]
-    if item.authors:
-        fields.append(("author", " and ".join(item.authors)))
-    if item.published:
-        fields.append(("year", str(item.published.year)))
+    fields: list[tuple[str, str]] = [("title", title_text(item.content.title))]
+    if item.content.authors:
+        fields.append(("author", " and ".join(item.content.authors)))
+    if item.content.published:
+        fields.append(("year", str(item.content.published.year)))
     kind = "misc"
-    if item.kind is EntryKind.REPO:
+    if item.content.kind is EntryKind.REPO:
         kind = "software"
-    elif item.doi:
+    elif item.content.doi:
         kind = "article"
-        fields.append(("doi", item.doi))
-    if item.arxiv_id:
-        fields += [("eprint", item.arxiv_id), ("archiveprefix", "arXiv")]
+        fields.append(("doi", item.content.doi))
+    if item.content.arxiv_id:
+        fields += [("eprint", item.content.arxiv_id), ("archiveprefix", "arXiv")]
     url = paper_url(item, search_url)
     if url:
         fields.append(("url", url))
@@ -72,7 +74,7 @@ def bibtex_entry(item: DigestItem, search_url: str, key: str | None = None) -> s
 def paper_url(item: DigestItem, search_url: str) -> str:
     """The paper's own page (arXiv, DOI, the page its source gave); "" when all we have
     is a search for its title."""
-    url = primary_url(item, search_url)
+    url = primary_url(item.content, search_url, item.url)
     search = search_url.split("{", 1)[0]
     return "" if search and url.startswith(search) else url
 

@@ -19,7 +19,7 @@ from markupsafe import Markup, escape
 from pylatexenc.latex2text import LatexNodes2Text
 
 from bot.choose.matching import phrase_pattern
-from bot.domain import DigestItem
+from bot.domain import EntryContent
 from bot.domain.text import PROSE_URL
 
 _LATEX = LatexNodes2Text(math_mode="text", strict_latex_spaces=False)
@@ -206,7 +206,7 @@ def cut_at_sentence(text: str, limit: int) -> str | None:
     return text[: space if space > limit // 2 else limit].rstrip(" ,;:") + " …"
 
 
-def plain_summary(item: DigestItem) -> str:
+def plain_summary(item: EntryContent) -> str:
     if item.summary_type == "text/html":
         # Sanitized first: the tag splitter relies on well-formed HTML.
         return html_to_text(_between_tags(sanitize_html(item.summary), None))
@@ -224,7 +224,7 @@ class Summary:
 
 @lru_cache(maxsize=8192)
 def summary_of(
-    item: DigestItem, limit: int, marks: re.Pattern[str] | None = None, *, remote_images: bool = False
+    item: EntryContent, limit: int, marks: re.Pattern[str] | None = None, *, remote_images: bool = False
 ) -> Summary:
     """*item*'s summary, cut near *limit* characters (0: whole) at a sentence, with the
     words of *marks* marked in the HTML part."""

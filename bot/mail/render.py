@@ -21,7 +21,7 @@ import css_inline
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter, shown_filter
-from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest, Update
+from bot.domain import DigestContent, DigestItem, EntryContent, EntryKind, RenderedDigest, Update
 from bot.domain.links import primary_url, side_links
 from bot.domain.text import one_line
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
@@ -43,7 +43,7 @@ CONTENTS_FROM = 3  # entries; a shorter digest is its own contents
 _LONGEST_TOKEN = "9" * 10 + "." + "x" * 24
 
 
-def byline(item: DigestItem) -> str:
+def byline(item: EntryContent) -> str:
     if item.kind is EntryKind.REPO:
         extra = dict(item.extra)
         parts = [extra.get("owner", ", ".join(item.authors))]
@@ -324,17 +324,19 @@ class Renderer:
 
     def _shown_item(self, item: DigestItem, marks: re.Pattern[str] | None) -> dict[str, object]:
         """What the templates show of *item*, but its number in the digest."""
-        url = primary_url(item, self.search_url)
-        summary = summary_of(item, self.summary_chars, marks, remote_images=self.remote_images)
-        description = dict(item.extra).get("description", "") if item.kind is EntryKind.REPO else ""
+        content = item.content
+        url = primary_url(content, self.search_url, item.url)
+        summary = summary_of(content, self.summary_chars, marks, remote_images=self.remote_images)
+        description = (content.extra_value("description") or "") if content.kind is EntryKind.REPO else ""
         return {
-            "title": title_text(item.title),
-            "title_html": title_html(item.title, marks),
+            "content": content,  # what the entry says of itself, for a template to show a field as it is
+            "title": title_text(content.title),
+            "title_html": title_html(content.title, marks),
             "url": url,
             # A search for the title (no page of its own) is no place to read the rest.
-            "searched": url == self.search_url.format(title=quote_plus(item.title)),
-            "byline": byline(item),
-            "side_links": side_links(item),
+            "searched": url == self.search_url.format(title=quote_plus(content.title)),
+            "byline": byline(content),
+            "side_links": side_links(content),
             "description": title_text(description),
             "description_html": title_html(description, marks),
             "summary_text": summary.text,

@@ -72,7 +72,11 @@ def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of:
     tally = Counter(tag for entry in unseen for tag in entry.tags)
     ranked = sorted(tally.items(), key=lambda item: (-item[1], item[0].casefold()))
     placing = Sectioner(cache, rules).interest_of(subscriber.filter, liked)
-    best = tuple((s.candidate.entry.title, s.why) for s in scored(taste, matching, placing)[:first]) if first else ()
+    best = (
+        tuple((s.candidate.entry.content.title, s.why) for s in scored(taste, matching, placing)[:first])
+        if first
+        else ()
+    )
     return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]), best)
 
 

@@ -418,6 +418,6 @@ def _planned_entry(candidate: Candidate, settings: Settings, memo: dict[tuple[in
             entry.summary_source_id,
             candidate.explanation.why(),
             entry.tags,
-            primary_url(entry, settings.digest.search_url),
+            primary_url(entry.content, settings.digest.search_url),
         )
     return memo[key]

@@ -209,7 +209,7 @@ class Standings:
         """The filter's ranking of the whole span, every entry weighed (or its verdict kept)."""
         entries = self.cache.entries(session, covers_from, self.now)
         return Standing(
-            Match.of(e.id, e.first_seen_at, e.published, x)
+            Match.of(e.id, e.first_seen_at, e.content.published, x)
             for e in entries
             if (x := self.cache.verdict(text, e, self.rules)) is not None
         )
@@ -230,7 +230,7 @@ class Standings:
             return None
         weighed = self._weigh_again(session, weighed_to - WATERMARK_MARGIN, covers_from)
         found = [
-            Match.of(e.id, e.first_seen_at, e.published, x)
+            Match.of(e.id, e.first_seen_at, e.content.published, x)
             for e in weighed
             if (x := self.cache.verdict(text, e, self.rules)) is not None
         ]

@@ -13,28 +13,15 @@ from typing import Any
 from sqlalchemy import Text, func, select, type_coerce
 from sqlalchemy.orm import Session, aliased
 
-from bot.domain import DigestContent, DigestItem, EntryKind, Subscriber, Update
+from bot.domain import DigestContent, DigestItem, Subscriber, Update
 from bot.store.bulk import chunks
+from bot.store.entry_content import CONTENT_COLUMNS, content_of
 from bot.store.ledger import ItemRow
 from bot.store.schema import Appearance, BodyItem, Digest, Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import _view as subscriber_view
 
-_ENTRY_COLUMNS = (
-    Entry.id,
-    Entry.updated_at,
-    Entry.key,
-    Entry.kind,
-    Entry.title,
-    Entry.authors,
-    Entry.published,
-    Entry.summary,
-    Entry.summary_type,
-    Entry.arxiv_id,
-    Entry.doi,
-    Entry.links,
-    Entry.extra,
-)
+_ENTRY_COLUMNS = (Entry.id, Entry.updated_at, Entry.key, *CONTENT_COLUMNS)
 
 
 class ContentCache:
@@ -95,22 +82,7 @@ class ContentCache:
             # The summary variant pinned at planning time (COALESCE(appearance, entry) as elsewhere).
             summary = self.pinned.get((entry_id, source_id), entry.summary) if source_id is not None else entry.summary
             found = self.items[key] = DigestItem(
-                key=entry.key,
-                kind=EntryKind(entry.kind),
-                title=entry.title,
-                authors=tuple(entry.authors),
-                published=entry.published,
-                summary=summary,
-                summary_type=entry.summary_type,
-                tags=tags,
-                url=url,
-                why=why,
-                taste=taste,
-                section=section or "",
-                arxiv_id=entry.arxiv_id,
-                doi=entry.doi,
-                links=tuple(entry.links),
-                extra=tuple(sorted(entry.extra.items())),
+                entry.key, content_of(entry, summary), tags, why, url=url, taste=taste, section=section or ""
             )
         return found
 

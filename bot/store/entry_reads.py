@@ -11,8 +11,9 @@ from typing import Any
 from sqlalchemy import Row, func, or_, select
 from sqlalchemy.orm import Session
 
-from bot.domain import EntryKind, EntryNews, EntryView, match_text
+from bot.domain import EntryNews, EntryView, match_text
 from bot.store.bulk import among, chunks
+from bot.store.entry_content import content_of
 from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
 
 # Rows, not ORM objects: a planning pass reads thousands and keeps none of them.
@@ -47,19 +48,10 @@ def _view(entry: Entry | Row[Any], tags: _EntryTags | None) -> EntryView:
     return EntryView(
         id=entry.id,
         key=entry.key,
-        kind=EntryKind(entry.kind),
-        title=entry.title,
-        authors=tuple(entry.authors),
-        published=entry.published,
-        summary=entry.summary,
-        summary_type=entry.summary_type,
-        links=tuple(entry.links),
+        content=content_of(entry),
         tags=tuple(tags.labels),
-        arxiv_id=entry.arxiv_id,
-        doi=entry.doi,
         first_seen_source_id=entry.first_seen_source_id,
         first_seen_at=entry.first_seen_at,
-        extra=dict(entry.extra),
         tag_origins={name: frozenset(o) for name, o in tags.origins.items()},
         summary_source_id=entry.summary_source_id,
     )

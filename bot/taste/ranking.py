@@ -66,7 +66,7 @@ class TastePass:
     def _rows(self, start: datetime | None, window: list[EntryView]) -> tuple[csr_matrix, dict[int, int]]:
         cached = self.windows.get(start)
         if cached is None or cached[0] is not window:
-            texts = [text_of(e.title, match_text(e.summary, e.extra)) for e in window]
+            texts = [text_of(e.content.title, match_text(e.content.summary, e.content.extra)) for e in window]
             cached = (window, vectors(texts, self.vocabulary), {e.id: i for i, e in enumerate(window)})
             self.windows[start] = cached
         return cached[1], cached[2]

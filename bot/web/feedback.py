@@ -104,7 +104,7 @@ class FeedbackPages:
         item = content.items[asked.ref - 1]
         with self.versions.reader() as session:
             entry_id = entry_ids_of(session, [item.key]).get(item.key)
-        return (entry_id, title_text(item.title), item.section or "") if entry_id is not None else None
+        return (entry_id, title_text(item.content.title), item.section or "") if entry_id is not None else None
 
     def _said(self, subscriber: Subscriber, entry_id: int) -> str | None:
         with self.versions.reader() as session:

@@ -160,11 +160,13 @@ class PersonalFeeds:
             for ref, item in enumerate(digest.content.items, start=1):
                 entry = ET.SubElement(feed, "entry")
                 ET.SubElement(entry, "id").text = feed_entry_id(item.key)
-                ET.SubElement(entry, "title").text = feed_title(item.title, item.key)
+                ET.SubElement(entry, "title").text = feed_title(item.content.title, item.key)
                 ET.SubElement(entry, "updated").text = _stamp(digest.sent_at)
-                ET.SubElement(entry, "link", rel="alternate", type="text/html", href=primary_url(item, search))
+                ET.SubElement(
+                    entry, "link", rel="alternate", type="text/html", href=primary_url(item.content, search, item.url)
+                )
                 ET.SubElement(entry, "link", rel="via", type="text/html", href=f"{public}/d/{token}/{day}#e{ref}")
-                for author in item.authors[:20]:
+                for author in item.content.authors[:20]:
                     ET.SubElement(ET.SubElement(entry, "author"), "name").text = author
                 if item.section:  # the reader's interest it was shown under, first
                     ET.SubElement(entry, "category", term=item.section, label=f"Your interest: {item.section}")
@@ -172,8 +174,10 @@ class PersonalFeeds:
                     ET.SubElement(entry, "category", term=tag)
                 # A feed program's preview shows the summary: the paper's abstract, and the
                 # why line in the content, after it.
-                summary = summary_of(item, 0)
-                ET.SubElement(entry, "summary", type="text").text = summary_of(item, FEED_SUMMARY_CHARACTERS).text
+                summary = summary_of(item.content, 0)
+                ET.SubElement(entry, "summary", type="text").text = summary_of(
+                    item.content, FEED_SUMMARY_CHARACTERS
+                ).text
                 why = escape(reader_why(item.why, item.section))
                 ET.SubElement(entry, "content", type="html").text = f'{summary.html}<p class="why"><em>{why}</em></p>'
         for element in feed.iter():

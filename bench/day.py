@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -141,7 +142,8 @@ def main() -> None:
                 print("send: not run (--no-send)")
                 return
             day = send_day(place.url("pass2"), args.workers, folder)
-            workers = "; ".join(f"w{n}: {cpu:.0f} CPU s, {mb:.0f} MB" for n, (cpu, mb) in enumerate(day["workers"]))  # type: ignore[arg-type]
+            shares = cast(list[tuple[float, float]], day["workers"])
+            workers = "; ".join(f"w{n}: {cpu:.0f} CPU s, {mb:.0f} MB" for n, (cpu, mb) in enumerate(shares))
             print(
                 f"build and send: {day['seconds']:.1f} s for {day['sent']:,} digests "
                 f"({day['sent'] / day['seconds']:,.0f} digests/s; smtp-sink on 127.0.0.1); "  # type: ignore[operator]

@@ -192,7 +192,7 @@ def rank_day(factory, readers, interests, topic_of, likes, now, rng) -> tuple[fl
                     likes[key] = rng.random() < odds
                 return likes[key]
 
-            by_filter = [liked(c.entry.title) for c in found]
+            by_filter = [liked(c.entry.content.title) for c in found]
             model = models.get(reader.id)
             ordered = found
             if model is not None and taste is not None:
@@ -201,16 +201,18 @@ def rank_day(factory, readers, interests, topic_of, likes, now, rng) -> tuple[fl
                 ordered = reader_taste.rerank(found)
                 for threshold in THRESHOLDS:
                     chosen = reader_taste.liked(threshold)
-                    hits = sum(liked(c.entry.title) for c in found if c.entry.id in chosen)
-                    wanted = sum(liked(c.entry.title) for c in found)
+                    hits = sum(liked(c.entry.content.title) for c in found if c.entry.id in chosen)
+                    wanted = sum(liked(c.entry.content.title) for c in found)
                     LIKED[threshold].append((hits / len(chosen) if chosen else 1.0, hits / wanted if wanted else 1.0))
-            by_model = [liked(c.entry.title) for c in ordered]
+            by_model = [liked(c.entry.content.title) for c in ordered]
             scores.append(
                 (precision_at(by_filter, 5), precision_at(by_model, 5), ndcg_at(by_filter, 10), ndcg_at(by_model, 10))
             )
             for candidate in ordered[:10]:
                 if rng.random() < 0.5:
-                    pressed.append((reader.id, candidate.entry.id, "more" if liked(candidate.entry.title) else "less"))
+                    pressed.append(
+                        (reader.id, candidate.entry.id, "more" if liked(candidate.entry.content.title) else "less")
+                    )
     for reader_id, entry_id, verdict in pressed:  # after the read: SQLite has one writer
         give_feedback(factory, reader_id, entry_id, verdict, now)
     return tuple(statistics.mean(s[i] for s in scores) for i in range(4))  # type: ignore[return-value]
@@ -329,12 +331,12 @@ def rank_sections(factory, readers, wanted, topic_of, likes, now, rng) -> tuple[
             blended = taste.reader(model, start, window).rerank(found)
             by_interest = taste.reader(model, start, window, reader.id).rerank(found, placing)
             for name in names:
-                one.append(precision_at([liked(c.entry.title) for c in blended if placing(c) == name], 5))
+                one.append(precision_at([liked(c.entry.content.title) for c in blended if placing(c) == name], 5))
                 mine = [c for c in by_interest if placing(c) == name]
-                each.append(precision_at([liked(c.entry.title) for c in mine], 5))
+                each.append(precision_at([liked(c.entry.content.title) for c in mine], 5))
                 for candidate in mine[:5]:
                     if rng.random() < 0.5:
-                        verdict = "more" if liked(candidate.entry.title) else "less"
+                        verdict = "more" if liked(candidate.entry.content.title) else "less"
                         pressed.append((reader.id, candidate.entry.id, verdict, name))
     for reader_id, entry_id, verdict, name in pressed:  # after the read: SQLite has one writer
         give_feedback(factory, reader_id, entry_id, verdict, now, name)

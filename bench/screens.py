@@ -33,9 +33,10 @@ from bot.store.digests import list_digests  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.subscribers import get_subscriber  # noqa: E402
 from bot.tokens import make_token, signing_key  # noqa: E402
+from bot.tools.sink import free_port  # noqa: E402
 from bot.web import create_app  # noqa: E402
 from tests.browser import MODES, browser_missing, chromium, screenshot  # noqa: E402
-from tests.helpers import Server, free_port  # noqa: E402
+from tests.helpers import Server  # noqa: E402
 from tests.list_history import fill_history  # noqa: E402
 
 READER = "ada@example.org"

@@ -227,7 +227,7 @@ def wire_rate(port: int, count: int, size: int, sessions_: int) -> float:
             sends = (pool.send("bench@bench.example", f"r{n}@bench.example", message) for n in range(count))
             results = await asyncio.gather(*sends)
             elapsed = time.perf_counter() - started
-        assert all(r.outcome == "sent" for r in results), results[0]
+        assert all(r is not None and r.outcome == "sent" for r in results), results[0]
         return count / elapsed
 
     return asyncio.run(run())

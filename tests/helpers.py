@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.domain import DigestItem, EntryContent, EntryView
+from bot.domain import DigestItem, EntryContent, EntryView, ParsedEntry
 from bot.ingest.service import ingest_bytes
 from bot.store.bulk import allocate_ids, bulk_insert, insert_ignoring_conflicts
 from bot.store.engine import transaction
@@ -118,6 +118,12 @@ def entry_view(**values: Any) -> EntryView:
     """An ``EntryView`` from flat values, as ``digest_item``."""
     content, rest = _content_of(values)
     return EntryView(content=content, **rest)
+
+
+def parsed_entry(**values: Any) -> ParsedEntry:
+    """A ``ParsedEntry`` from flat values, as ``digest_item``."""
+    content, rest = _content_of(values)
+    return ParsedEntry(content=content, **rest)
 
 
 def _content_of(values: dict[str, Any]) -> tuple[EntryContent, dict[str, Any]]:

@@ -40,29 +40,29 @@ def test_seed_dumps_parse_to_the_listed_titles() -> None:
     assert len(SEED_FILES) == 4
     for path, titles, header in zip(SEED_FILES, DUMP_TITLES, HEADER_TAGS, strict=True):
         parsed = parse_dump(path.read_bytes(), path.name)
-        assert [e.title for e in parsed.entries] == titles
+        assert [e.content.title for e in parsed.entries] == titles
         assert parsed.header_tags == header
 
 
 def test_seed_paper_fields_are_kept_verbatim() -> None:
     parsed = parse_dump(SEED_FILES[2].read_bytes(), "002")
-    minimax = next(e for e in parsed.entries if e.title == MINIMAX)
-    assert minimax.kind is EntryKind.PAPER
-    assert minimax.authors == ("Xunhao Lai", "Weiqi Xu", "Yufeng Yang", "Qiaorui Chen")
-    assert minimax.published == date(2026, 6, 14)
-    assert minimax.summary.startswith("Ultra-long-context capability")
-    assert minimax.links == ("https://github.com/MiniMax-AI/MSA", "https://huggingface.co/MiniMaxAI/MiniMax-M3")
-    rescom = next(e for e in parsed.entries if e.title.startswith("ReSCom"))
-    assert r"$0.05~\mathrm{mJ}$" in rescom.summary  # LaTeX is converted at render time, not here
+    minimax = next(e for e in parsed.entries if e.content.title == MINIMAX)
+    assert minimax.content.kind is EntryKind.PAPER
+    assert minimax.content.authors == ("Xunhao Lai", "Weiqi Xu", "Yufeng Yang", "Qiaorui Chen")
+    assert minimax.content.published == date(2026, 6, 14)
+    assert minimax.content.summary.startswith("Ultra-long-context capability")
+    assert minimax.content.links == ("https://github.com/MiniMax-AI/MSA", "https://huggingface.co/MiniMaxAI/MiniMax-M3")
+    rescom = next(e for e in parsed.entries if e.content.title.startswith("ReSCom"))
+    assert r"$0.05~\mathrm{mJ}$" in rescom.content.summary  # LaTeX is converted at render time, not here
 
 
 def test_seed_repository_fields() -> None:
     parsed = parse_dump(SEED_FILES[2].read_bytes(), "002")
-    repo = next(e for e in parsed.entries if e.title == LMCACHE)
-    assert repo.kind is EntryKind.REPO
+    repo = next(e for e in parsed.entries if e.content.title == LMCACHE)
+    assert repo.content.kind is EntryKind.REPO
     assert repo.repo == "LMCache/LMCache"
-    assert repo.links == ("https://github.com/LMCache/LMCache",)
-    assert dict(repo.extra) == {
+    assert repo.content.links == ("https://github.com/LMCache/LMCache",)
+    assert dict(repo.content.extra) == {
         "owner": "LMCache",
         "stars": "8985",
         "forks": "1311",
@@ -91,8 +91,8 @@ def test_harmless_variations_parse_identically(name: str, transform) -> None:
     text = PAPER + "\n\n" + REPO
     expected = parse_dump(text.encode(), "x").entries
     got = parse_dump(transform(text).encode("utf-8"), "x").entries
-    assert [(e.title, e.authors, e.summary, e.extra, e.links) for e in got] == [
-        (e.title, e.authors, e.summary, e.extra, e.links) for e in expected
+    assert [(e.content.title, e.content.authors, e.content.summary, e.content.extra, e.content.links) for e in got] == [
+        (e.content.title, e.content.authors, e.content.summary, e.content.extra, e.content.links) for e in expected
     ]
 
 
@@ -109,7 +109,7 @@ for all $n$.
 
 PDF"""
     (entry,) = parse_dump(text.encode(), "latex").entries
-    assert entry.summary == (
+    assert entry.content.summary == (
         "We prove\n\\begin{equation}\n  \\mathcal{O}(n \\log n) \\leq 2.5\\!\\times T\n\\end{equation}\nfor all $n$."
     )
 
@@ -117,7 +117,7 @@ PDF"""
 def test_summary_of_several_paragraphs_is_joined() -> None:
     text = PAPER.replace("We study sparse things.", "Para one.\n\nPara two.")
     (entry,) = parse_dump(text.encode(), "p").entries
-    assert entry.summary.startswith("Para one.\n\nPara two.")
+    assert entry.content.summary.startswith("Para one.\n\nPara two.")
 
 
 BAD = [
@@ -192,9 +192,9 @@ _paper = st.tuples(_title, _authors, st.dates(date(1990, 1, 1), date(2100, 1, 1)
 @given(st.lists(_paper, min_size=1, max_size=8))
 def test_generated_dumps_round_trip(papers: list[tuple[str, list[str], date, str]]) -> None:
     parsed = parse_dump(render_dump(papers).encode(), "gen")
-    assert [(e.title, list(e.authors), e.published, e.summary) for e in parsed.entries] == [
-        (t, a, d, s) for t, a, d, s in papers
-    ]
+    assert [
+        (e.content.title, list(e.content.authors), e.content.published, e.content.summary) for e in parsed.entries
+    ] == [(t, a, d, s) for t, a, d, s in papers]
 
 
 @given(st.binary(max_size=2000))

@@ -65,7 +65,7 @@ def test_wide_encodings_and_untitled_items(codec: str, caplog: pytest.LogCapture
     data = RSS.format(encoding=declared, pad="A" * 400).encode(codec)
     assert looks_like_feed(data)
     parsed = parse_any(data, "wide.xml")
-    titles = [e.title for e in parsed.entries]
+    titles = [e.content.title for e in parsed.entries]
     assert titles[0] == "Kernel fusion for LLM serving"
     assert titles[1].startswith("A description-only item about sparse attention on GPUs") and titles[1].endswith("…")
     assert len(titles[1]) <= 80 and len(titles) == 2
@@ -83,7 +83,7 @@ def test_a_json_feed_item_without_a_title_or_text_is_left_out() -> None:
         ],
     }
     parsed = parse_any(json.dumps(feed).encode("utf-16"), "f.json")
-    assert [e.title for e in parsed.entries] == ["Only text here"]
+    assert [e.content.title for e in parsed.entries] == ["Only text here"]
     assert len(parsed.skipped) == 2 and all("\n" not in s and len(s) < 160 for s in parsed.skipped)
 
 

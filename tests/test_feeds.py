@@ -31,16 +31,16 @@ def test_arxiv_rss_items_are_keyed_by_id_without_version() -> None:
     parsed = parse_feed(fixture("arxiv_day1.rss"), "day1")
     assert parsed.format == "rss"
     first, cross, replace = parsed.entries
-    assert (first.arxiv_id, first.announce) == ("2606.01234", Announce.NEW)
-    assert first.authors == ("Grace Hopper", "Edsger Dijkstra")
+    assert (first.content.arxiv_id, first.announce) == ("2606.01234", Announce.NEW)
+    assert first.content.authors == ("Grace Hopper", "Edsger Dijkstra")
     assert first.tags == ("cs.DC", "cs.LG")
-    assert first.published == date(2026, 6, 15)
+    assert first.content.published == date(2026, 6, 15)
     assert (
-        first.summary
+        first.content.summary
         == r"We present an elastic KV cache that offloads to host memory, cutting GPU memory by $2.5\times$."
     )
-    assert (cross.arxiv_id, cross.announce) == ("2606.04321", Announce.CROSS)
-    assert (replace.arxiv_id, replace.announce) == ("2511.00042", Announce.REPLACE)
+    assert (cross.content.arxiv_id, cross.announce) == ("2606.04321", Announce.CROSS)
+    assert (replace.content.arxiv_id, replace.announce) == ("2511.00042", Announce.REPLACE)
 
 
 def test_replace_of_a_known_id_updates_and_is_not_new(factory: sessionmaker[Session]) -> None:
@@ -77,11 +77,11 @@ def test_atom_feed_categories_become_tags_and_doi_keys(factory: sessionmaker[Ses
     parsed = parse_feed(fixture("journal.atom"), "atom")
     assert parsed.format == "atom"
     article, repo = parsed.entries
-    assert article.doi == "10.5555/jsr.2026.17"
+    assert article.content.doi == "10.5555/jsr.2026.17"
     assert article.tags == ("moe", "Scheduling")
-    assert article.authors == ("Leslie Lamport", "Nancy Lynch")
-    assert article.summary_type == "text/html"
-    assert (repo.kind, repo.repo) == (EntryKind.REPO, "vllm-project/vllm")
+    assert article.content.authors == ("Leslie Lamport", "Nancy Lynch")
+    assert article.content.summary_type == "text/html"
+    assert (repo.content.kind, repo.repo) == (EntryKind.REPO, "vllm-project/vllm")
     ingest_bytes(factory, fixture("journal.atom"), name="atom")
     with factory() as s:
         stored = find_entry(s, "doi:10.5555/jsr.2026.17")
@@ -93,14 +93,14 @@ def test_json_feed(factory: sessionmaker[Session]) -> None:
     parsed = parse_feed(fixture("picks.json"), "json")
     assert parsed.format == "jsonfeed"
     compilers, notes = parsed.entries
-    assert (compilers.arxiv_id, compilers.tags, compilers.authors) == (
+    assert (compilers.content.arxiv_id, compilers.tags, compilers.content.authors) == (
         "2606.09999",
         ("compilers", "GPU"),
         ("Frances Allen",),
     )
-    assert compilers.summary == "A compiler that targets 2:4 sparsity, reaching 149 μs per layer."
-    assert compilers.published == date(2026, 6, 15)
-    assert (notes.summary_type, notes.authors) == ("text/html", ("Butler Lampson",))
+    assert compilers.content.summary == "A compiler that targets 2:4 sparsity, reaching 149 μs per layer."
+    assert compilers.content.published == date(2026, 6, 15)
+    assert (notes.content.summary_type, notes.content.authors) == ("text/html", ("Butler Lampson",))
     result = ingest_bytes(factory, fixture("picks.json"), name="json")
     assert (result.status, result.new) == (SourceStatus.INGESTED, 2)
     with factory() as s:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from bot.domain import EntryKind, ParsedEntry
 from bot.domain.identity import arxiv_id_in, doi_in, entry_key, normalize_title
+from tests.helpers import parsed_entry
 
 
 def test_titles_differing_in_case_whitespace_punctuation_are_equal() -> None:
@@ -55,7 +56,7 @@ def test_doi_extraction_lowercases() -> None:
 
 def _paper(**kw) -> ParsedEntry:
     base = {"kind": EntryKind.PAPER, "title": "A Title", "authors": (), "published": None, "summary": ""}
-    return ParsedEntry(**{**base, **kw})
+    return parsed_entry(**{**base, **kw})
 
 
 def test_entry_keys_prefer_ids_then_repo_then_title() -> None:

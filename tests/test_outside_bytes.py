@@ -11,6 +11,7 @@ SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from xml.sax.saxutils import escape
 
@@ -19,7 +20,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.domain import ParsedSource, SourceStatus, SubscriberStatus
+from bot.domain import EntryContent, EntryKind, ParsedEntry, ParsedSource, SourceStatus, SubscriberStatus
 from bot.domain.text import NOT_STORABLE
 from bot.ingest.formats import SourceFormatError, parse_any
 from bot.ingest.formats import storable as bounds
@@ -105,15 +106,20 @@ def assert_storable(value: object, where: str) -> None:
 def assert_read(source: ParsedSource) -> None:
     assert_storable(source.title, "source title")
     for entry in source.entries:
-        for name in entry.__slots__:
-            assert_storable(getattr(entry, name), name)
-        assert len(entry.title) <= bounds.TITLE_CHARACTERS
-        assert len(entry.summary) <= bounds.SUMMARY_CHARACTERS
-        assert len(entry.authors) <= bounds.AUTHORS and all(len(a) <= bounds.AUTHOR_CHARACTERS for a in entry.authors)
-        assert len(entry.links) <= bounds.LINKS and all(len(link) <= bounds.LINK_CHARACTERS for link in entry.links)
+        content = entry.content
+        for part in (entry, content):
+            for name in part.__slots__:
+                if name != "content":
+                    assert_storable(getattr(part, name), name)
+        assert len(content.title) <= bounds.TITLE_CHARACTERS
+        assert len(content.summary) <= bounds.SUMMARY_CHARACTERS
+        assert len(content.authors) <= bounds.AUTHORS
+        assert all(len(a) <= bounds.AUTHOR_CHARACTERS for a in content.authors)
+        assert len(content.links) <= bounds.LINKS
+        assert all(len(link) <= bounds.LINK_CHARACTERS for link in content.links)
         assert len(entry.tags) <= bounds.TAGS
-        assert entry.summary_type in ("text/plain", "text/html")
-        assert entry.doi is None or len(entry.doi) <= bounds.DOI_CHARACTERS
+        assert content.summary_type in ("text/plain", "text/html")
+        assert content.doi is None or len(content.doi) <= bounds.DOI_CHARACTERS
 
 
 def read_or_refuse(data: bytes, name: str) -> ParsedSource | None:
@@ -198,7 +204,7 @@ def test_feeds_with_any_character_references_are_read_or_refused_in_one_line(
         source = read_or_refuse(data, name)
         if source is not None and not raw and name != "d.txt":
             # Escaped text is always a well-formed feed: its good item is always read.
-            assert "A good paper beside it" in [e.title for e in source.entries], name
+            assert "A good paper beside it" in [e.content.title for e in source.entries], name
 
 
 @given(huge, huge, st.integers(0, 3_000), st.integers(0, 200))
@@ -219,6 +225,25 @@ def test_every_field_is_bounded_whatever_its_size(title: str, summary: str, auth
     }
     source = read_or_refuse(json.dumps(doc).encode(), "big.json")
     assert source is not None and len(source.entries) == 1
+
+
+@dataclass(frozen=True, slots=True)
+class _WithMore(EntryContent):
+    """The content with fields the bounds do not name, as fields added later are."""
+
+    venue: str | None = None
+    keywords: tuple[str, ...] = ()
+
+
+@given(st.one_of(hostile_text, huge), st.lists(st.one_of(hostile_text, huge), max_size=40))
+def test_a_content_field_the_bounds_do_not_name_is_bounded_by_its_value(venue: str, keywords: list[str]) -> None:
+    content = _WithMore(EntryKind.PAPER, "t", (), None, "", venue=venue, keywords=tuple(keywords))
+    entry = bounds.storable_entry(ParsedEntry(content))
+    assert isinstance(entry.content, _WithMore)
+    assert_storable([entry.content.venue, *entry.content.keywords], "a field added later")
+    assert len(entry.content.venue or "") <= bounds.AUTHOR_CHARACTERS
+    assert len(entry.content.keywords) <= bounds.LINKS
+    assert all(len(word) <= bounds.AUTHOR_CHARACTERS for word in entry.content.keywords)
 
 
 def test_a_json_number_too_long_to_read_is_the_feeds_own_failure() -> None:

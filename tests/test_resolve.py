@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import date
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.domain import Announce, EntryKind, ParsedEntry, TagOrigin
+from bot.domain import Announce, EntryContent, EntryKind, ParsedEntry, TagOrigin
 from bot.ingest.resolve import (
     EntryRecord,
     IdentityIndex,
@@ -18,11 +19,12 @@ from bot.ingest.resolve import (
     resolve,
     title_hashes,
 )
+from tests.helpers import parsed_entry
 
 
 def _paper(**kw) -> ParsedEntry:
     base = {"kind": EntryKind.PAPER, "title": "A Title", "authors": ("Ada",), "published": None, "summary": "s"}
-    return ParsedEntry(**{**base, **kw})
+    return parsed_entry(**{**base, **kw})
 
 
 def _known(item: ParsedEntry, entry_id: int) -> EntryRecord:
@@ -91,11 +93,11 @@ def test_only_a_replacement_changes_title_authors_and_date() -> None:
     known = _known(_paper(), 1)
     revised = _paper(title="A Better Title", authors=("Ada", "Bob"), published=date(2026, 1, 2))
     assert merge_changes(known, revised, "a better title") == {}
-    replaced = merge_changes(known, ParsedEntry(**{**_fields(revised), "announce": Announce.REPLACE}), "a better title")
+    replaced = merge_changes(known, replace(revised, announce=Announce.REPLACE), "a better title")
     assert replaced == {
         "title": "A Better Title",
         "title_norm": "a better title",
-        "authors": ["Ada", "Bob"],
+        "authors": ("Ada", "Bob"),
         "published": date(2026, 1, 2),
     }
 
@@ -103,11 +105,11 @@ def test_only_a_replacement_changes_title_authors_and_date() -> None:
 def test_links_are_the_union_and_github_links_compare_without_case() -> None:
     assert merged_links(
         ["https://github.com/A/B", "https://x.org/P"], ["https://github.com/a/b", "https://x.org/p"]
-    ) == [
+    ) == (
         "https://github.com/A/B",
         "https://x.org/P",
         "https://x.org/p",
-    ]
+    )
 
 
 def test_an_entry_twice_in_one_source_is_one_entry_with_both_tags() -> None:
@@ -115,7 +117,7 @@ def test_an_entry_twice_in_one_source_is_one_entry_with_both_tags() -> None:
     resolution = resolve(items, IdentityIndex(), source_id=5)
     (record,) = resolution.records
     assert [a.position for a in resolution.appearances] == [0]
-    assert record.created and record.summary == "second" and record.summary_source_id == 5
+    assert record.created and record.content.summary == "second" and record.summary_source_id == 5
     assert record.replaced_summary is None  # nothing stored to keep
     assert list(record.tags) == [("cs.lg", TagOrigin.CATEGORY), ("cs.cl", TagOrigin.CATEGORY)]
 
@@ -124,7 +126,7 @@ def test_a_known_entry_keeps_the_summary_it_had_before_this_source() -> None:
     known = _known(_paper(summary="stored"), 1)
     resolution = resolve(keyed([_paper(summary="one"), _paper(summary="two")]), _index(known), source_id=9)
     assert resolution.records == [known]
-    assert known.dirty and known.summary == "two" and known.replaced_summary == "stored"
+    assert known.dirty and known.content.summary == "two" and known.replaced_summary == "stored"
 
 
 _texts = st.text(max_size=8)
@@ -151,10 +153,25 @@ def test_merging_is_idempotent_and_every_item_lands_on_one_record(items: list[Pa
     for record in resolution.records:
         for entry in keyed(items):
             once = merge_changes(record, entry.item, entry.title_norm)
-            for name, value in once.items():
-                setattr(record, name, value)
+            record.title_norm = once.pop("title_norm", record.title_norm)
+            record.content = replace(record.content, **once)
             assert merge_changes(record, entry.item, entry.title_norm) == {}
 
 
-def _fields(item: ParsedEntry) -> dict:
-    return {name: getattr(item, name) for name in item.__slots__}
+@dataclass(frozen=True, slots=True)
+class _WithVenue(EntryContent):
+    """The content with a field the merge rule does not name, as one added later is."""
+
+    venue: str | None = None
+
+
+def _with_venue(venue: str | None) -> ParsedEntry:
+    return ParsedEntry(_WithVenue(EntryKind.PAPER, "A Title", ("Ada",), None, "s", venue=venue))
+
+
+def test_a_field_the_rule_does_not_name_takes_the_later_listings_value() -> None:
+    known = _known(_with_venue("SOSP"), 1)
+    assert merge_changes(known, _with_venue("OSDI"), "a title") == {"venue": "OSDI"}
+    assert merge_changes(known, _with_venue(None), "a title") == {}
+    assert merge_changes(known, _with_venue(""), "a title") == {}
+    assert merge_changes(known, _with_venue("SOSP"), "a title") == {}

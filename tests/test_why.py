@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bot.mail.why import EVERY_PAPER, library_paper, reader_why
@@ -40,9 +40,11 @@ def test_a_pinned_line_reads_as_a_sentence(pinned: str, said: str) -> None:
 
 
 @given(st.text(max_size=200))
+@example("\x850\n0")
+@example("gpu: tag (header); close to: 'A\u2028title' from your library")
 def test_any_pinned_line_reads_as_one_line(pinned: str) -> None:
     said = reader_why(pinned)
-    assert isinstance(said, str) and "\n" not in said.replace(pinned, "") and "\x00" not in said.replace(pinned, "")
+    assert isinstance(said, str) and len(said.splitlines()) <= 1 and "\x00" not in said
 
 
 def test_a_top_pick_names_the_library_paper_it_is_close_to() -> None:

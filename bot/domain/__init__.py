@@ -4,7 +4,7 @@ beyond what their fields imply.  Must never import the store or do I/O."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import date, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -66,23 +66,50 @@ def match_text(summary: str, extra: Mapping[str, str] | Iterable[tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class ParsedEntry:
-    """One paper or repository as a source presented it, before identity is resolved."""
+class EntryContent:
+    """What a paper or repository says of itself, from the parser that read it to the
+    template that shows it: every entry type below carries one, by composition.  A field
+    here is a column of ``entries`` by the same name (``bot.store.entry_content`` maps
+    both ways from these fields); ``bot.ingest.resolve`` says what a later listing does
+    to each (a field it does not name: the later listing's value, when it has one)."""
 
     kind: EntryKind
     title: str
     authors: tuple[str, ...]
     published: date | None
     summary: str
-    line: int = 0  # 1-based line of the entry's first block in its source
     summary_type: str = "text/plain"  # or "text/html" for feed content
     links: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()  # categories the source gave this entry
     arxiv_id: str | None = None  # without version suffix
     doi: str | None = None  # lower-cased
+    extra: tuple[tuple[str, str], ...] = ()  # e.g. stars, forks, language; stored sorted by name
+
+    def extra_value(self, name: str) -> str | None:
+        return next((value for key, value in self.extra if key == name), None)
+
+    def fields_besides(self, named: frozenset[str]) -> tuple[str, ...]:
+        """This content's field names that *named* does not hold: what a stage's rule
+        for each field leaves to its rule for any other (a field added later, or one a
+        subclass in a test adds).  Worked out once per type and set of names."""
+        known = _FIELDS_BESIDES.get((type(self), named))
+        if known is None:
+            known = _FIELDS_BESIDES[type(self), named] = tuple(f.name for f in fields(self) if f.name not in named)
+        return known
+
+
+_FIELDS_BESIDES: dict[tuple[type, frozenset[str]], tuple[str, ...]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedEntry:
+    """One paper or repository as a source presented it, before identity is resolved:
+    its content, and where and how the source listed it."""
+
+    content: EntryContent
+    line: int = 0  # 1-based line of the entry's first block in its source
+    tags: tuple[str, ...] = ()  # categories the source gave this entry
     repo: str | None = None  # "owner/name" as written
     announce: Announce = Announce.NEW
-    extra: tuple[tuple[str, str], ...] = ()  # e.g. stars, forks, language
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,28 +144,6 @@ class FileStamp:
     path: Path
     size: int
     mtime_ns: int
-
-
-@dataclass(frozen=True, slots=True)
-class EntryContent:
-    """What a paper or repository says of itself, as the store holds it and every later
-    stage carries it: each entry type below has one, by composition.  A field here is a
-    column of ``entries`` by the same name (``bot.store.entry_content`` maps both ways
-    from these fields)."""
-
-    kind: EntryKind
-    title: str
-    authors: tuple[str, ...]
-    published: date | None
-    summary: str
-    summary_type: str
-    links: tuple[str, ...]
-    arxiv_id: str | None
-    doi: str | None
-    extra: tuple[tuple[str, str], ...] = ()  # e.g. stars, forks, language; sorted by name
-
-    def extra_value(self, name: str) -> str | None:
-        return next((value for key, value in self.extra if key == name), None)
 
 
 @dataclass(frozen=True, slots=True)

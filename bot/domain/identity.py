@@ -76,10 +76,11 @@ def key_for_title_hash(hashed: int) -> str:
 def entry_key(entry: ParsedEntry, title_norm: str | None = None) -> str:
     """The stable key a *new* entry is stored under.  It never changes later,
     even when an arXiv id is learned for an entry first keyed by title."""
-    if entry.kind is EntryKind.REPO and entry.repo:
+    content = entry.content
+    if content.kind is EntryKind.REPO and entry.repo:
         return repo_key(entry.repo)
-    if entry.arxiv_id:
-        return f"arxiv:{entry.arxiv_id}"
-    if entry.doi:
-        return f"doi:{entry.doi}"
-    return title_key(title_norm if title_norm is not None else normalize_title(entry.title))
+    if content.arxiv_id:
+        return f"arxiv:{content.arxiv_id}"
+    if content.doi:
+        return f"doi:{content.doi}"
+    return title_key(title_norm if title_norm is not None else normalize_title(content.title))

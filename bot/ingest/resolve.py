@@ -9,11 +9,10 @@ loads the candidates and writes the outcome.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import date
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from bot.domain import Announce, EntryKind, ParsedEntry, TagOrigin
+from bot.domain import Announce, EntryContent, EntryKind, ParsedEntry, TagOrigin
 from bot.domain.identity import entry_key, key_for_title_hash, normalize_title, title_hash
 from bot.domain.links import code_links
 from bot.domain.text import urls_in
@@ -21,23 +20,14 @@ from bot.domain.text import urls_in
 
 @dataclass(slots=True)
 class EntryRecord:
-    """One entry as this ingest sees it: its stored columns plus what this source
-    changes (mutable scratch state, never outlives one ingest)."""
+    """One entry as this ingest sees it: what the store holds of it plus what this
+    source changes (mutable scratch state, never outlives one ingest)."""
 
     id: int | None
     key: str
-    kind: str
-    title: str
     title_norm: str
-    authors: list[str]
-    published: date | None
-    summary: str
-    summary_type: str
+    content: EntryContent
     summary_source_id: int | None
-    links: list[str]
-    arxiv_id: str | None
-    doi: str | None
-    extra: dict[str, str]
     dirty: bool = False
     created: bool = False
     # The summary before this source changed it; NULL variants get it written in.
@@ -50,25 +40,6 @@ class EntryRecord:
     linked: bool = False
     # Category tags this source gives the entry: (case-folded name, origin) -> label.
     tags: dict[tuple[str, TagOrigin], str] = field(default_factory=dict)
-
-
-# The stored columns of an EntryRecord, in the order the store selects them.
-RECORD_COLUMNS = (
-    "id",
-    "key",
-    "kind",
-    "title",
-    "title_norm",
-    "authors",
-    "published",
-    "summary",
-    "summary_type",
-    "summary_source_id",
-    "links",
-    "arxiv_id",
-    "doi",
-    "extra",
-)
 
 
 class KeyedEntry(NamedTuple):
@@ -105,7 +76,7 @@ class Resolution:
 def keyed(entries: Iterable[ParsedEntry]) -> list[KeyedEntry]:
     out = []
     for entry in entries:
-        title_norm = normalize_title(entry.title)
+        title_norm = normalize_title(entry.content.title)
         out.append(KeyedEntry(entry, entry_key(entry, title_norm), title_norm))
     return out
 
@@ -116,10 +87,10 @@ def lookups(items: Sequence[KeyedEntry], hashes: dict[str, int]) -> Lookups:
     A title is found either through the key (a paper keyed by its own title,
     whose title_hash column is NULL) or through the partial title_hash index.
     """
-    papers = [i.title_norm for i in items if i.item.kind is EntryKind.PAPER]
+    papers = [i.title_norm for i in items if i.item.content.kind is EntryKind.PAPER]
     return Lookups(
-        arxiv_ids=sorted({i.item.arxiv_id for i in items if i.item.arxiv_id}),
-        dois=sorted({i.item.doi for i in items if i.item.doi}),
+        arxiv_ids=sorted({i.item.content.arxiv_id for i in items if i.item.content.arxiv_id}),
+        dois=sorted({i.item.content.doi for i in items if i.item.content.doi}),
         keys=sorted({i.key for i in items} | {key_for_title_hash(hashes[t]) for t in papers}),
         title_hashes=sorted({hashes[t] for t in papers}),
     )
@@ -136,69 +107,95 @@ class IdentityIndex:
 
     def add(self, record: EntryRecord) -> None:
         self.by_key[record.key] = record
-        if record.arxiv_id:
-            self.by_arxiv[record.arxiv_id] = record
-        if record.doi:
-            self.by_doi[record.doi] = record
-        if record.kind == EntryKind.PAPER:
+        content = record.content
+        if content.arxiv_id:
+            self.by_arxiv[content.arxiv_id] = record
+        if content.doi:
+            self.by_doi[content.doi] = record
+        if content.kind is EntryKind.PAPER:
             self.by_title.setdefault(record.title_norm, []).append(record)
 
     def find(self, item: ParsedEntry, key: str, title_norm: str) -> EntryRecord | None:
         """The known entry *item* is, by arXiv id, then DOI, then key, then title."""
+        content = item.content
         found = (
-            (item.arxiv_id and self.by_arxiv.get(item.arxiv_id))
-            or (item.doi and self.by_doi.get(item.doi))
+            (content.arxiv_id and self.by_arxiv.get(content.arxiv_id))
+            or (content.doi and self.by_doi.get(content.doi))
             or self.by_key.get(key)
         )
         if found:
             return found
-        if item.kind is EntryKind.PAPER:
+        if content.kind is EntryKind.PAPER:
             for record in self.by_title.get(title_norm, ()):
-                if not _ids_conflict(item, record):
+                if not _ids_conflict(content, record.content):
                     return record
         return None
 
 
-def _ids_conflict(item: ParsedEntry, record: EntryRecord) -> bool:
+def _ids_conflict(new: EntryContent, known: EntryContent) -> bool:
     """Same title but two different ids: two papers that share a title."""
     return bool(
-        (item.arxiv_id and record.arxiv_id and record.arxiv_id != item.arxiv_id)
-        or (item.doi and record.doi and record.doi != item.doi)
+        (new.arxiv_id and known.arxiv_id and known.arxiv_id != new.arxiv_id)
+        or (new.doi and known.doi and known.doi != new.doi)
     )
 
 
+# The content fields ``merge_changes`` has a rule for; any other takes the later
+# listing's value when it has one (not None, empty text or an empty list).
+_RULED_FIELDS = frozenset(
+    {"kind", "title", "authors", "published", "summary", "summary_type", "links", "arxiv_id", "doi", "extra"}
+)
+
+_REVISIONS = (Announce.REPLACE, Announce.REPLACE_CROSS)
+
+
 def merge_changes(known: EntryRecord, item: ParsedEntry, title_norm: str) -> dict[str, Any]:
-    """The fields of *known* that *item* changes, with their new values.
+    """The content fields of *known* that *item* changes, with their new values (and
+    ``title_norm`` when the title changes more than its case or spacing).
 
     The latest summary wins (every variant stays in the appearances); ids are
     learned, never replaced; a revised paper (``replace``) may change title,
-    authors and date, never the key; links are the union, with the code and model
-    links a summary names (so a later summary without them takes none away); extra
-    fields merge.
+    authors and date, never the key or the kind; links are the union, with the code
+    and model links a summary names (so a later summary without them takes none
+    away); extra fields merge; any other field takes the later listing's value.
     """
+    old, new = known.content, item.content
+    wanted = _learned(old, new)
+    if item.announce in _REVISIONS:
+        wanted.update(title=new.title, authors=new.authors)
+        if new.published:
+            wanted["published"] = new.published
+    wanted["links"] = merged_links(old.links, links_of(item))
+    if new.extra:
+        wanted["extra"] = tuple(sorted({**dict(old.extra), **dict(new.extra)}.items()))
+    for name in new.fields_besides(_RULED_FIELDS):
+        value = getattr(new, name)
+        if value is not None and value not in ("", ()):
+            wanted[name] = value
+    changes = {name: value for name, value in wanted.items() if getattr(old, name) != value}
+    if "title" in changes and title_norm != known.title_norm:
+        changes["title_norm"] = title_norm
+    return changes
+
+
+def _learned(old: EntryContent, new: EntryContent) -> dict[str, Any]:
+    """The latest summary, and the ids *old* does not have yet."""
     wanted: dict[str, Any] = {}
-    if item.summary and item.summary != known.summary:
-        wanted["summary"] = item.summary
-        wanted["summary_type"] = item.summary_type
-    if item.arxiv_id and not known.arxiv_id:
-        wanted["arxiv_id"] = item.arxiv_id
-    if item.doi and not known.doi:
-        wanted["doi"] = item.doi
-    if item.announce in (Announce.REPLACE, Announce.REPLACE_CROSS):
-        wanted.update(title=item.title, title_norm=title_norm, authors=list(item.authors))
-        if item.published:
-            wanted["published"] = item.published
-    wanted["links"] = merged_links(known.links, links_of(item))
-    if item.extra:
-        wanted["extra"] = {**known.extra, **dict(item.extra)}
-    return {name: value for name, value in wanted.items() if getattr(known, name) != value}
+    if new.summary and new.summary != old.summary:
+        wanted["summary"] = new.summary
+        wanted["summary_type"] = new.summary_type
+    if new.arxiv_id and not old.arxiv_id:
+        wanted["arxiv_id"] = new.arxiv_id
+    if new.doi and not old.doi:
+        wanted["doi"] = new.doi
+    return wanted
 
 
-def merged_links(known: Iterable[str], new: Iterable[str]) -> list[str]:
+def merged_links(known: Iterable[str], new: Iterable[str]) -> tuple[str, ...]:
     links: dict[str, str] = {}
     for url in (*known, *new):
         links.setdefault(_link_identity(url), url)
-    return list(links.values())
+    return tuple(links.values())
 
 
 # Code and model links kept from one summary: a paper names a repository or two, and a
@@ -206,10 +203,11 @@ def merged_links(known: Iterable[str], new: Iterable[str]) -> list[str]:
 MAX_NAMED_CODE_LINKS = 10
 
 
-def links_of(item: ParsedEntry) -> list[str]:
+def links_of(item: ParsedEntry) -> tuple[str, ...]:
     """An item's links and the first code and model links its summary names (a feed's
     abstract: "code at https://github.com/..."), each once."""
-    return merged_links(item.links, code_links(urls_in(item.summary))[:MAX_NAMED_CODE_LINKS])
+    content = item.content
+    return merged_links(content.links, code_links(urls_in(content.summary))[:MAX_NAMED_CODE_LINKS])
 
 
 def gained_code(before: Iterable[str], after: Iterable[str]) -> bool:
@@ -227,7 +225,7 @@ def _link_identity(url: str) -> str:
 def revision_note(old_title: str, changes: dict[str, Any], announce: Announce) -> str | None:
     """What a revised paper (``replace``) changed that a reader would want told: a new
     title (the old one quoted), a new abstract; None for anything else."""
-    if announce not in (Announce.REPLACE, Announce.REPLACE_CROSS):
+    if announce not in _REVISIONS:
         return None
     said = []
     if "title_norm" in changes:  # not a change of case or spacing alone
@@ -241,39 +239,29 @@ def _merge(record: EntryRecord, item: ParsedEntry, title_norm: str) -> None:
     changes = merge_changes(record, item, title_norm)
     if not changes:
         return
+    content = record.content
     if not record.created:
-        record.revision = revision_note(record.title, changes, item.announce) or record.revision
-    if record.kind == EntryKind.PAPER and "links" in changes:
-        record.linked = record.linked or gained_code(record.links, changes["links"])
+        record.revision = revision_note(content.title, changes, item.announce) or record.revision
+    if content.kind is EntryKind.PAPER and "links" in changes:
+        record.linked = record.linked or gained_code(content.links, changes["links"])
     if "summary" in changes:
         if record.replaced_summary is None and not record.created:
-            record.replaced_summary = record.summary
+            record.replaced_summary = content.summary
         record.summary_changed = True
-    for name, value in changes.items():
-        setattr(record, name, value)
+    record.title_norm = changes.pop("title_norm", record.title_norm)
+    record.content = replace(content, **changes)
     record.dirty = True
 
 
 def _new_record(entry: KeyedEntry, source_id: int) -> EntryRecord:
-    item = entry.item
+    content = entry.item.content
+    links, extra = links_of(entry.item), tuple(sorted(dict(content.extra).items()))
+    if links != content.links or extra != content.extra:
+        content = replace(content, links=links, extra=extra)
     record = EntryRecord(
-        id=None,
-        key=entry.key,
-        kind=str(item.kind),
-        title=item.title,
-        title_norm=entry.title_norm,
-        authors=list(item.authors),
-        published=item.published,
-        summary=item.summary,
-        summary_type=item.summary_type,
-        summary_source_id=source_id,
-        links=links_of(item),
-        arxiv_id=item.arxiv_id,
-        doi=item.doi,
-        extra=dict(item.extra),
-        created=True,
+        id=None, key=entry.key, title_norm=entry.title_norm, content=content, summary_source_id=source_id, created=True
     )
-    record.linked = item.kind is EntryKind.PAPER and bool(code_links(record.links))
+    record.linked = content.kind is EntryKind.PAPER and bool(code_links(content.links))
     return record
 
 

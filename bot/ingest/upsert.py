@@ -18,7 +18,6 @@ from bot.choose.tagging import TagRules
 from bot.domain import EntryKind, ParsedSource, TagOrigin, match_text
 from bot.domain.identity import title_hash
 from bot.ingest.resolve import (
-    RECORD_COLUMNS,
     EntryRecord,
     IdentityIndex,
     Resolution,
@@ -40,7 +39,11 @@ from bot.store.entries import (
     set_rule_tags,
     update_entries,
 )
+from bot.store.entry_content import CONTENT_FIELDS, content_columns, content_of
 from bot.store.library import match_arrivals
+
+# What ingest loads of each stored entry a source may name.
+_RECORD_COLUMNS = ("id", "key", "title_norm", "summary_source_id", *CONTENT_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,16 +62,16 @@ def upsert_source_entries(
     items = keyed(parsed.entries)
     hashes = title_hashes(items)
     index = IdentityIndex()
-    for columns in entries_matching(session, RECORD_COLUMNS, **lookups(items, hashes)._asdict()):
-        index.add(EntryRecord(**columns))
+    for row in entries_matching(session, _RECORD_COLUMNS, **lookups(items, hashes)._asdict()):
+        index.add(EntryRecord(row.id, row.key, row.title_norm, content_of(row), row.summary_source_id))
     resolution = resolve(items, index, source_id)
     created, changed = _write_entries(session, source_id, now, resolution, hashes)
     match_arrivals(
         session,
         [
-            (_id(r), r.key, r.arxiv_id, r.doi, r.title_norm)
+            (_id(r), r.key, r.content.arxiv_id, r.content.doi, r.title_norm)
             for r in resolution.records
-            if r.kind == EntryKind.PAPER and (r.created or r.dirty)
+            if r.content.kind is EntryKind.PAPER and (r.created or r.dirty)
         ],
     )
     _write_appearances_and_tags(session, source_id, resolution, parsed.header_tags)
@@ -103,7 +106,7 @@ def _retag(session: Session, rules: TagRules, records: list[EntryRecord]) -> Non
     """Rule tags of new entries and of entries whose text this source changed."""
     set_rule_tags(
         session,
-        {_id(r): rules.match(r.title, match_text(r.summary, r.extra)) for r in records},
+        {_id(r): rules.match(r.content.title, match_text(r.content.summary, r.content.extra)) for r in records},
         replace=any(not r.created for r in records),
     )
 
@@ -125,7 +128,7 @@ def _write_appearances_and_tags(
                 "source_id": source_id,
                 "position": a.position,
                 # NULL: same text as the entry's (now current) summary.
-                "summary": None if a.item.summary == a.record.summary else a.item.summary,
+                "summary": None if a.item.content.summary == a.record.content.summary else a.item.content.summary,
             }
             for a in resolution.appearances
         ],
@@ -138,21 +141,12 @@ def _write_appearances_and_tags(
 
 def _new_row(record: EntryRecord, source_id: int, now: datetime, hashed: int) -> dict[str, Any]:
     return {
+        **content_columns(record.content),
         "id": record.id,
         "key": record.key,
-        "kind": record.kind,
-        "title": record.title,
         "title_norm": record.title_norm,
-        "title_hash": indexed_title_hash(record.key, record.kind, hashed),
-        "authors": record.authors,
-        "published": record.published,
-        "summary": record.summary,
-        "summary_type": record.summary_type,
+        "title_hash": indexed_title_hash(record.key, record.content.kind, hashed),
         "summary_source_id": source_id,
-        "links": record.links,
-        "arxiv_id": record.arxiv_id,
-        "doi": record.doi,
-        "extra": record.extra,
         "first_seen_source_id": source_id,
         "first_seen_at": now,
         "updated_at": now,
@@ -162,18 +156,10 @@ def _new_row(record: EntryRecord, source_id: int, now: datetime, hashed: int) ->
 
 def _changed_row(record: EntryRecord, source_id: int, now: datetime) -> dict[str, Any]:
     return {
+        **content_columns(record.content),
         "id": record.id,
-        "title": record.title,
         "title_norm": record.title_norm,
-        "title_hash": indexed_title_hash(record.key, record.kind, title_hash(record.title_norm)),
-        "authors": record.authors,
-        "published": record.published,
-        "summary": record.summary,
-        "summary_type": record.summary_type,
+        "title_hash": indexed_title_hash(record.key, record.content.kind, title_hash(record.title_norm)),
         "summary_source_id": source_id if record.summary_changed else record.summary_source_id,
-        "links": record.links,
-        "arxiv_id": record.arxiv_id,
-        "doi": record.doi,
-        "extra": record.extra,
         "updated_at": now,
     }

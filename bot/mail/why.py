@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from bot.domain.text import one_line
+
 EVERY_PAPER = "You asked for every paper"
 # The pinned line's parts (bot.choose.matching, bot.plan.sections, bot.taste.ranking).
 _SECTION = re.compile(r"^(?P<section>[^·;:\"]+) · ")
@@ -30,7 +32,7 @@ def library_paper(why: str) -> str | None:
 
 def reader_why(why: str, section: str | None = None) -> str:
     """*why*, the pinned line of an entry (shown under *section*, one of the reader's
-    interests, which the line names too), as the reader reads it."""
+    interests, which the line names too), as the reader reads it: one line."""
     line = why.strip()
     named = _SECTION.match(line)
     if named is not None:
@@ -55,7 +57,8 @@ def reader_why(why: str, section: str | None = None) -> str:
     if close is not None:
         note = f"Close to '{close.group('title')}' in your library"
         said = f"{said}. {note}" if said else note
-    return said
+    # A library paper's title, or a line pinned by hand, may hold any line break.
+    return one_line(said)
 
 
 def _joined(reasons: list[tuple[str, str]]) -> list[str]:

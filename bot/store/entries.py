@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, literal, select, text, update
+from sqlalchemy import Row, bindparam, delete, literal, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -30,7 +30,7 @@ def entries_matching(
     dois: Sequence[str],
     keys: Sequence[str],
     title_hashes: Sequence[int],
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[Row[Any]]:
     """The columns *names* (``id`` among them) of every entry with one of the given
     arXiv ids, DOIs, keys or title hashes, each entry once."""
     columns = [getattr(Entry, name) for name in names]
@@ -45,7 +45,7 @@ def entries_matching(
             for rec in session.execute(select(*columns).where(among(session, column, part))):
                 if rec.id not in seen:
                     seen.add(rec.id)
-                    yield rec._asdict()
+                    yield rec
 
 
 def insert_entries(session: Session, rows: list[dict[str, Any]]) -> None:

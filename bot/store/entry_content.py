@@ -1,6 +1,6 @@
-"""Store: an entry's content (``bot.domain.EntryContent``) read from a row of
-``entries``, field by field from the dataclass, so a field added there and as a column
-of the same name needs no edit here.  SQL only; never writes."""
+"""Store: an entry's content (``bot.domain.EntryContent``) as a row of ``entries``
+holds it and back, field by field from the dataclass, so a field added there and as a
+column of the same name needs no edit here.  Never runs a statement itself."""
 
 from __future__ import annotations
 
@@ -25,10 +25,21 @@ def _converter(hint: Any) -> Callable[[Any], Any] | None:
     return None
 
 
+def _to_column(hint: Any) -> Callable[[Any], Any] | None:
+    """The inverse of ``_converter``: pairs to a JSON object, the kind to its text; a
+    tuple is written as the JSON list it reads back as."""
+    if hint is EntryKind:
+        return str
+    if getattr(hint, "__origin__", None) is tuple and getattr(hint.__args__[0], "__origin__", None) is tuple:
+        return dict
+    return None
+
+
 _HINTS = get_type_hints(EntryContent)
 CONTENT_FIELDS = tuple(f.name for f in fields(EntryContent))
 CONTENT_COLUMNS = tuple(getattr(Entry, name) for name in CONTENT_FIELDS)
 _CONVERTERS = tuple((name, _converter(_HINTS[name])) for name in CONTENT_FIELDS)
+_TO_COLUMNS = tuple((name, _to_column(_HINTS[name])) for name in CONTENT_FIELDS)
 
 
 def content_of(row: Any, summary: str | None = None) -> EntryContent:
@@ -41,3 +52,11 @@ def content_of(row: Any, summary: str | None = None) -> EntryContent:
     if summary is not None:
         values["summary"] = summary
     return EntryContent(**values)
+
+
+def content_columns(content: EntryContent) -> dict[str, Any]:
+    """The columns of ``entries`` that hold *content*, by name, as they are written."""
+    return {
+        name: convert(getattr(content, name)) if convert is not None else getattr(content, name)
+        for name, convert in _TO_COLUMNS
+    }

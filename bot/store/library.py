@@ -45,7 +45,7 @@ def _entries_by(session: Session, papers: Sequence[LibraryPaper], norms: list[st
             title_hashes=sorted({title_hash(n) for n in norms}),
         )
     )
-    return {name: {row[name]: row["id"] for row in rows if row[name]} for name in _MATCHED_BY}
+    return {name: {getattr(row, name): row.id for row in rows if getattr(row, name)} for name in _MATCHED_BY}
 
 
 def add_papers(

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import date
 from typing import NamedTuple
 
-from bot.domain import EntryKind, ParsedEntry, ParsedSource
+from bot.domain import EntryContent, EntryKind, ParsedEntry, ParsedSource
 from bot.domain.identity import is_repo_name
 from bot.domain.text import tag_label, urls_in
 from bot.ingest.formats.errors import SourceFormatError, quoted
@@ -207,17 +207,16 @@ def _entry(blocks: _Lookahead, name: str, *, first: bool) -> ParsedEntry:
         repo = title
         links = (f"https://github.com/{title}",)
     links += tuple(u for u in urls_in(summary) if u not in links)
-    return ParsedEntry(
+    content = EntryContent(
         kind=meta.kind,
         title=title,
         authors=meta.authors,
         published=meta.published,
         summary=summary,
-        line=title_block.line,
         links=links,
-        repo=repo,
         extra=tuple(sorted(meta.extra.items())),
     )
+    return ParsedEntry(content, line=title_block.line, repo=repo)
 
 
 def _title(block: _Block, name: str) -> str:

@@ -17,7 +17,7 @@ from datetime import date
 
 import nh3
 
-from bot.domain import Announce, EntryKind, ParsedEntry, ParsedSource
+from bot.domain import Announce, EntryContent, EntryKind, ParsedEntry, ParsedSource
 from bot.domain.identity import arxiv_id_in, doi_in
 from bot.domain.text import is_web_url, one_line
 from bot.ingest.formats.errors import SourceFormatError, quoted
@@ -57,21 +57,18 @@ def feed_entry(item: FeedItem) -> ParsedEntry:
     if arxiv_id:
         summary = _ARXIV_ABSTRACT_PREFIX.sub("", summary, count=1)
     repo = None if arxiv_id else _github_repo(link)
-    return ParsedEntry(
+    content = EntryContent(
         kind=EntryKind.REPO if repo else EntryKind.PAPER,
         title=item.title,
         authors=item.authors,
         published=item.published,
         summary=summary.strip(),
         summary_type=item.summary_type,
-        line=0,
         links=_links(link, doi),
-        tags=tuple(dict.fromkeys(t for t in item.tags if t)),
         arxiv_id=arxiv_id,
         doi=doi,
-        repo=repo,
-        announce=item.announce,
     )
+    return ParsedEntry(content, tags=tuple(dict.fromkeys(t for t in item.tags if t)), repo=repo, announce=item.announce)
 
 
 def feed_source(format: str, title: object, items: Iterable[FeedItem | str]) -> ParsedSource:

@@ -11,6 +11,7 @@ link too long to be one is dropped.  Pure: never touches the store.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from bot.domain import ParsedEntry, ParsedSource
 from bot.domain.identity import MAX_DOI
@@ -29,6 +30,11 @@ DOI_CHARACTERS = MAX_DOI
 # What a summary's type may say: the renderer knows HTML and plain text.
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml", "html", "xhtml"})
 _STORED_TYPES = frozenset({"text/plain", "text/html"})
+# The content fields the rules below name; any other (one added later) is bounded by
+# its value: a text as an author's name is, a list of texts as the links are.
+_RULED_FIELDS = frozenset(
+    {"kind", "title", "authors", "published", "summary", "summary_type", "links", "arxiv_id", "doi", "extra"}
+)
 
 
 def cut(text: str, limit: int) -> str:
@@ -55,23 +61,26 @@ def storable_source(source: ParsedSource) -> ParsedSource:
 def storable_entry(entry: ParsedEntry) -> ParsedEntry:
     """One entry storable and bounded; the same object when it already was (the common
     case: its summary searched once, its other text joined and searched once)."""
-    if _fits(entry) and not NOT_STORABLE.search(entry.summary) and not NOT_STORABLE.search(_short_texts(entry)):
+    content = entry.content
+    if _fits(entry) and not NOT_STORABLE.search(content.summary) and not NOT_STORABLE.search(_short_texts(entry)):
         return entry
     return _bounded(entry)
 
 
 def _fits(entry: ParsedEntry) -> bool:
+    content = entry.content
     return (
-        len(entry.title) <= TITLE_CHARACTERS
-        and len(entry.summary) <= SUMMARY_CHARACTERS
-        and entry.summary_type in _STORED_TYPES
-        and len(entry.doi or "") <= DOI_CHARACTERS
-        and len(entry.authors) <= AUTHORS
-        and max(map(len, entry.authors), default=0) <= AUTHOR_CHARACTERS
+        len(content.title) <= TITLE_CHARACTERS
+        and len(content.summary) <= SUMMARY_CHARACTERS
+        and content.summary_type in _STORED_TYPES
+        and len(content.doi or "") <= DOI_CHARACTERS
+        and len(content.authors) <= AUTHORS
+        and max(map(len, content.authors), default=0) <= AUTHOR_CHARACTERS
         and len(entry.tags) <= TAGS
-        and len(entry.links) <= LINKS
-        and max(map(len, entry.links), default=0) <= LINK_CHARACTERS
-        and (not entry.extra or _extra_fits(entry.extra))
+        and len(content.links) <= LINKS
+        and max(map(len, content.links), default=0) <= LINK_CHARACTERS
+        and (not content.extra or _extra_fits(content.extra))
+        and all(_other_fits(getattr(content, name)) for name in content.fields_besides(_RULED_FIELDS))
     )
 
 
@@ -82,31 +91,77 @@ def _extra_fits(extra: tuple[tuple[str, str], ...]) -> bool:
 
 
 def _short_texts(entry: ParsedEntry) -> str:
-    extra = [text for pair in entry.extra for text in pair] if entry.extra else ()
+    content = entry.content
+    extra = [text for pair in content.extra for text in pair] if content.extra else ()
     return "\n".join(
-        (entry.title, *entry.authors, *entry.tags, *entry.links, entry.doi or "", entry.repo or "", *extra)
+        (
+            content.title,
+            *content.authors,
+            *entry.tags,
+            *content.links,
+            content.doi or "",
+            content.arxiv_id or "",
+            entry.repo or "",
+            *extra,
+            *(text for name in content.fields_besides(_RULED_FIELDS) for text in _texts(getattr(content, name))),
+        )
     )
 
 
 def _bounded(entry: ParsedEntry) -> ParsedEntry:
-    doi = storable(entry.doi) if entry.doi else None
-    return replace(
-        entry,
-        title=cut(storable(entry.title), TITLE_CHARACTERS),
-        summary=cut(storable(entry.summary), SUMMARY_CHARACTERS),
-        summary_type="text/html" if entry.summary_type.lower() in _HTML_TYPES else "text/plain",
-        authors=tuple(cut(storable(name), AUTHOR_CHARACTERS) for name in entry.authors[:AUTHORS]),
-        tags=tuple(storable(tag) for tag in entry.tags[:TAGS]),
-        links=tuple(link for link in (storable(x) for x in entry.links[:LINKS]) if len(link) <= LINK_CHARACTERS),
+    content = entry.content
+    doi = storable(content.doi) if content.doi else None
+    others: dict[str, Any] = {
+        name: _bounded_other(getattr(content, name)) for name in content.fields_besides(_RULED_FIELDS)
+    }
+    bounded = replace(
+        content,
+        title=cut(storable(content.title), TITLE_CHARACTERS),
+        summary=cut(storable(content.summary), SUMMARY_CHARACTERS),
+        summary_type="text/html" if content.summary_type.lower() in _HTML_TYPES else "text/plain",
+        authors=tuple(cut(storable(name), AUTHOR_CHARACTERS) for name in content.authors[:AUTHORS]),
+        links=tuple(link for link in (storable(x) for x in content.links[:LINKS]) if len(link) <= LINK_CHARACTERS),
         doi=doi if doi and len(doi) <= DOI_CHARACTERS else None,
-        repo=storable(entry.repo) if entry.repo else None,
-        arxiv_id=storable(entry.arxiv_id) if entry.arxiv_id else None,
+        arxiv_id=storable(content.arxiv_id) if content.arxiv_id else None,
         extra=tuple(
             (storable(key), cut(storable(value), EXTRA_CHARACTERS))
-            for key, value in entry.extra[:EXTRA_FIELDS]
+            for key, value in content.extra[:EXTRA_FIELDS]
             if _kept_extra(key)
         ),
+        **others,
     )
+    return replace(
+        entry,
+        content=bounded,
+        tags=tuple(storable(tag) for tag in entry.tags[:TAGS]),
+        repo=storable(entry.repo) if entry.repo else None,
+    )
+
+
+def _texts(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, tuple):
+        return tuple(item for item in value if isinstance(item, str))
+    return ()
+
+
+def _other_fits(value: object) -> bool:
+    if isinstance(value, str):
+        return len(value) <= AUTHOR_CHARACTERS
+    if isinstance(value, tuple):
+        return len(value) <= LINKS and all(len(text) <= AUTHOR_CHARACTERS for text in _texts(value))
+    return True
+
+
+def _bounded_other(value: object) -> object:
+    if isinstance(value, str):
+        return cut(storable(value), AUTHOR_CHARACTERS)
+    if isinstance(value, tuple):
+        return tuple(
+            cut(storable(text), AUTHOR_CHARACTERS) if isinstance(text, str) else text for text in value[:LINKS]
+        )
+    return value
 
 
 def _kept_extra(key: str) -> bool:

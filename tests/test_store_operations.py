@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -20,27 +21,44 @@ from pathlib import Path
 
 import pytest
 
-from bot.tools.sink import Sink, free_port
+from bot.tools.sink import Sink, SinkHandler, free_port
 from tests.conftest import PG_SKIP, PG_URL, ROOT, SEEDS
 from tests.helpers import DIGESTBOT, Cli, postgres_schema, wait_until_serving
 
 
-@pytest.fixture
-def cli(tmp_path: Path, sink: Sink) -> Cli:
-    """A store with the example readers, the seeds, and a digest sent to each active reader."""
-    (tmp_path / "dumps").mkdir()
-    run = Cli(
-        tmp_path,
+def _cli(folder: Path, sink: Sink) -> Cli:
+    return Cli(
+        folder,
         {
             "DIGESTBOT_SMTP__PORT": str(sink.port),
-            "DIGESTBOT_PATHS__VAR_DIR": str(tmp_path / "var"),
+            "DIGESTBOT_PATHS__VAR_DIR": str(folder / "var"),
             "DIGESTBOT_PATHS__TEMPLATES_DIR": str(ROOT / "templates"),
         },
     )
-    run("dumps", "ingest", str(SEEDS))
-    run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv"))
-    run("send-now")
-    return run
+
+
+@pytest.fixture(scope="session")
+def made_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with a store holding the example readers, the seeds, and a digest sent
+    to each active reader, with its key and lock file: made once per test process, each
+    test's a copy (as ``migrated_sqlite`` is)."""
+    folder = tmp_path_factory.mktemp("made") / "store"
+    (folder / "dumps").mkdir(parents=True)
+    with Sink(SinkHandler()) as sink:
+        run = _cli(folder, sink)
+        run("dumps", "ingest", str(SEEDS))
+        run("subscribers", "import", str(ROOT / "config" / "subscribers.example.csv"))
+        run("send-now")
+        assert len(sink.received) > 0
+    return folder
+
+
+@pytest.fixture
+def cli(tmp_path: Path, sink: Sink, made_store: Path) -> Cli:
+    """A store with the example readers, the seeds, and a digest sent to each active reader."""
+    folder = tmp_path / "store"
+    shutil.copytree(made_store, folder)
+    return _cli(folder, sink)
 
 
 def readers(cli: Cli) -> list[dict[str, object]]:

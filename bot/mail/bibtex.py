@@ -32,30 +32,30 @@ def _ascii_words(text: str) -> list[str]:
 
 def _key(item: DigestItem) -> str:
     """``lamport2026scheduling``: the first author's last name, the year, the title's first word."""
-    first_author = (
-        item.content.authors[0] if item.content.authors else (item.content.extra_value("owner") or "")
-    ).split()
+    content = item.content
+    first_author = (content.authors[0] if content.authors else (content.extra_value("owner") or "")).split()
     surname = (_ascii_words(first_author[-1]) or ["anon"])[0] if first_author else "anon"
-    year = str(item.content.published.year) if item.content.published else ""
-    word = next((w for w in _ascii_words(title_text(item.content.title)) if len(w) > 3), "entry")
+    year = str(content.published.year) if content.published else ""
+    word = next((w for w in _ascii_words(title_text(content.title)) if len(w) > 3), "entry")
     return f"{surname}{year}{word}".lower()
 
 
 def bibtex_entry(item: DigestItem, search_url: str, key: str | None = None) -> str:
     """One ``@misc``/``@article``/``@software`` entry for *item*."""
-    fields: list[tuple[str, str]] = [("title", title_text(item.content.title))]
-    if item.content.authors:
-        fields.append(("author", " and ".join(item.content.authors)))
-    if item.content.published:
-        fields.append(("year", str(item.content.published.year)))
+    content = item.content
+    fields: list[tuple[str, str]] = [("title", title_text(content.title))]
+    if content.authors:
+        fields.append(("author", " and ".join(content.authors)))
+    if content.published:
+        fields.append(("year", str(content.published.year)))
     kind = "misc"
-    if item.content.kind is EntryKind.REPO:
+    if content.kind is EntryKind.REPO:
         kind = "software"
-    elif item.content.doi:
+    elif content.doi:
         kind = "article"
-        fields.append(("doi", item.content.doi))
-    if item.content.arxiv_id:
-        fields += [("eprint", item.content.arxiv_id), ("archiveprefix", "arXiv")]
+        fields.append(("doi", content.doi))
+    if content.arxiv_id:
+        fields += [("eprint", content.arxiv_id), ("archiveprefix", "arXiv")]
     url = paper_url(item, search_url)
     if url:
         fields.append(("url", url))

@@ -250,6 +250,7 @@ def _screenshot(page: Path, width: int, out: Path) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("width", [375, 1200])
+@pytest.mark.slow
 def test_the_sign_up_and_manage_pages_fit_the_screen(tmp_path: Path, width: int) -> None:
     for name, text in _subscriber_pages(tmp_path).items():
         assert 'name="tag"' in text and 'name="timezone"' in text, name

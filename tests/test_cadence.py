@@ -193,6 +193,7 @@ def test_the_planner_keeps_each_cadence_over_dst_and_changes(tmp_path_factory, c
     _run(tmp_path_factory.mktemp("cadence"), case)
 
 
+@pytest.mark.slow
 def test_weekly_weekdays_and_daily_readers_across_the_berlin_spring_change(tmp_path: Path) -> None:
     """One hand-picked case for the fast tier: every cadence, both ends of the day, a
     cadence change mid-week, dumps on a weekend."""

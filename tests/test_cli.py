@@ -411,6 +411,7 @@ def test_build_processes_work_with_settings_as_the_program_loads_them(
     assert [r.recipients for r in sink.received] == [["ada@example.org"]]
 
 
+@pytest.mark.slow
 def test_resend_tells_what_became_of_it_and_refuses_a_reader_who_left(tmp_path: Path, sink) -> None:
     """Issue 48, item 2: a resend to an unsubscribed reader said "queued 1 resend" and
     exit 0; with a worker running, "sent 0" while the worker sent it."""

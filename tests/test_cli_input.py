@@ -375,6 +375,7 @@ def test_a_full_disk_and_a_read_only_store_are_one_line_and_nothing_half_written
         subprocess.run(["umount", str(disk)], check=False)
 
 
+@pytest.mark.slow
 def test_the_words_say_what_is_there(cli: Cli, tmp_path: Path) -> None:
     """Issue 48, item 5: "planned 1 digests", a group described as one of its parts, a
     help showing 9223372036854775807, a comment pointing at the wrong page, an http

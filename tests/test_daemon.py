@@ -96,6 +96,7 @@ def _daemon_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_daemon_between_files(tmp_path: Path) -> None:
     big_dumps(tmp_path / "dumps", 12, 4 * MB)
     env = _daemon_env(tmp_path)
@@ -117,6 +118,7 @@ def test_sigterm_stops_the_daemon_between_files(tmp_path: Path) -> None:
     assert waited < 4, waited  # one 4 MB file at most, not the other ten
 
 
+@pytest.mark.slow
 def test_sigterm_while_an_interval_watch_reads_a_file_logs_no_traceback(tmp_path: Path) -> None:
     """The watch job APScheduler runs every interval (not the one on becoming leader) is
     reading big files when SIGTERM comes: it ends between files, nothing is cancelled.
@@ -331,6 +333,7 @@ def _hostile_feed(n: int, reference: str) -> bytes:
     ).encode()
 
 
+@pytest.mark.slow
 def test_a_hostile_feed_and_file_beside_good_ones_change_nothing_for_the_good_ones(tmp_path: Path, sink) -> None:
     """Issue 47, item 1: a character reference feedparser raised on stopped `run` within a
     second.  Feeds and a file holding each kind sit before good ones: the daemon stays up,

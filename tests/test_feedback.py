@@ -296,6 +296,7 @@ def test_what_a_rating_address_may_name(
 _SEGMENT = st.text(st.characters(codec="utf-8"), max_size=12)
 
 
+@pytest.mark.slow
 def test_hostile_rating_requests_never_fail_or_record(
     factory: sessionmaker[Session], delivered: tuple[Settings, dict[str, EmailMessage]]
 ) -> None:

@@ -213,6 +213,7 @@ def test_other_mail_is_moved_unread_to_the_named_folder(dovecot: Dovecot, factor
     assert dovecot.flags("For people") == {"how do I change my filter?": "unseen"}
 
 
+@pytest.mark.slow
 def test_a_wrong_password_or_folder_is_one_line_without_the_password(dovecot: Dovecot) -> None:
     settings = inbox_settings(dovecot)
     (dovecot.folder / "imap.password").write_text("not-the-password")

@@ -209,6 +209,7 @@ def test_the_page_is_valid_html(history_page: bytes, tmp_path: Path) -> None:
 @pytest.mark.skipif(
     browser_missing() is not None or axe_missing() is not None, reason=browser_missing() or axe_missing() or ""
 )
+@pytest.mark.slow
 def test_the_page_passes_axe_light_and_dark_at_both_widths(history_page: bytes, tmp_path: Path) -> None:
     (tmp_path / "page.html").write_bytes(history_page)
     with chromium() as driver:

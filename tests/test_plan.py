@@ -545,6 +545,7 @@ def test_a_day_stays_open_until_it_has_carried_something(tmp_path_factory, case:
     _open_day_run(tmp_path_factory.mktemp("open"), case)
 
 
+@pytest.mark.slow
 def test_a_dump_after_the_send_hour_goes_out_that_day(tmp_path: Path) -> None:
     """The issue's scenario, and its neighbours: the day closes, a second dump waits."""
     case = {

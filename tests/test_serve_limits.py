@@ -238,6 +238,7 @@ def test_a_trusted_proxy_names_the_client(tmp_path: Path) -> None:
         assert clients == {"a@example.org": ["203.0.113.7"], "b@example.org": [""]}
 
 
+@pytest.mark.slow
 def test_a_client_that_leaves_mid_body_costs_no_traceback(tmp_path: Path) -> None:
     """Ten aborted POSTs of each form (today's main: 44 log lines each, with a traceback)."""
     with serving(tmp_path) as served:

@@ -292,6 +292,7 @@ def test_a_backup_never_goes_over_one_of_the_stores_own_files(cli: Cli, serving:
     cli("subscribers", "list", own_process=True)
 
 
+@pytest.mark.slow
 def test_the_signing_key_goes_with_the_backup_and_a_lost_key_stops_every_start(cli: Cli, sink: Sink) -> None:
     """Item 8: with var/signing.key gone, serve made a new key without a word, and every
     link already mailed answered 404."""

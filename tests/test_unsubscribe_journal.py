@@ -124,6 +124,7 @@ def _store_held(engine: Engine) -> Iterator[None]:
             connection.rollback()
 
 
+@pytest.mark.slow
 def test_a_burst_while_the_store_is_locked_is_answered_and_applied_later(
     engine: Engine, factory: sessionmaker[Session], settings: Settings
 ) -> None:
@@ -425,6 +426,7 @@ def test_subscribing_again_on_the_manage_page_is_not_undone_by_a_pending_unsubsc
     assert not journal_of(factory).pending_subscribers()
 
 
+@pytest.mark.slow
 def test_manage_pages_stay_correct_during_a_burst(factory: sessionmaker[Session], settings: Settings) -> None:
     tokens = _people(factory, settings, 300)
     ids = sorted(tokens)

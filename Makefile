@@ -71,15 +71,15 @@ test-fast: $(STAMP) $(NODE_TOOLS)
 # the package boundaries (no import cycle: pyproject.toml, tool.importlinter) and the
 # size limits (CONTRIBUTING.md, Limits).
 lint: $(STAMP)
-	$(BIN)/ruff check bot tests bench docs .ci setup.py
-	$(BIN)/ruff format --check bot tests bench docs .ci setup.py
+	$(BIN)/ruff check bot tests bench docs examples .ci setup.py
+	$(BIN)/ruff format --check bot tests bench docs examples .ci setup.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python .ci/complexity.py bot
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix bot tests bench docs .ci setup.py
-	$(BIN)/ruff format bot tests bench docs .ci setup.py
+	$(BIN)/ruff check --fix bot tests bench docs examples .ci setup.py
+	$(BIN)/ruff format bot tests bench docs examples .ci setup.py
 
 # The configuration and CLI reference pages from the code, then the site (site/); a
 # broken link or a page missing from mkdocs.yml fails it.

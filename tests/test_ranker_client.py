@@ -1,0 +1,269 @@
+"""An outside ranker over HTTP (bot.rankers.client): the example ranker started as a
+process of its own, and rankers that hang, dribble, answer garbage or too much, say
+they are busy, or go away mid-pass, each on a real socket on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from bot.domain import LibraryPaper, RatedEntry
+from bot.domain.ranking import RankerCandidate, RankerReader
+from bot.rankers.client import RankerCall, RankerLimits
+from bot.rankers.protocol import PROTOCOL, RankRequest
+from tests.conftest import ROOT
+
+EXAMPLE = ROOT / "examples" / "rankers" / "bm25" / "ranker.py"
+CANDIDATES = {
+    1: RankerCandidate(
+        1, "Surrogate gradients for spiking neural networks", ("Ada",), "Spiking neurons learn.", ("cs.NE",)
+    ),
+    2: RankerCandidate(2, "Graph databases at scale", ("Bob",), "Query planning for graphs.", ("cs.DB",)),
+    3: RankerCandidate(3, "Protein folding with transformers", ("Cy",), "Structures predicted.", ("q-bio",)),
+}
+WHEN = __import__("datetime").datetime(2026, 11, 1)
+READERS = [
+    RankerReader(
+        "r-neuro",
+        (1, 2, 3),
+        library=(
+            LibraryPaper("paper:a", "Training spiking neural networks", "Spiking neurons and surrogate gradients."),
+        ),
+    ),
+    RankerReader(
+        "r-db",
+        (1, 2),
+        library=(LibraryPaper("paper:b", "Graph query planning", "Databases for graphs."),),
+        ratings=(RatedEntry(9, "k", "Spiking chips", "less", WHEN),),
+    ),
+]
+QUICK = RankerLimits(connect_seconds=1, answer_seconds=1.5, pass_seconds=6, attempts=3, backoff_seconds=0.05)
+
+
+@pytest.fixture(scope="module")
+def example_ranker() -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:"), (
+            line,
+            process.stderr.read() if process.stderr else "",
+        )
+        yield line.split()[-1]
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_the_example_ranker_orders_each_reader_by_their_library(example_ranker: str) -> None:
+    call = RankerCall(example_ranker, QUICK)
+    scores = call.scores(CANDIDATES, READERS)
+    assert scores is not None and call.failure is None and call.ranked == 2
+    neuro = scores["r-neuro"]
+    assert max(neuro, key=lambda e: neuro[e].score) == 1 and "spiking" in neuro[1].reason
+    db = scores["r-db"]
+    assert db[2].score > db[1].score  # their library is graphs; "less" of a spiking chip
+    assert set(neuro) == {1, 2, 3} and set(db) == {1, 2}
+
+
+def test_the_example_ranker_refuses_another_protocol(example_ranker: str) -> None:
+    import httpx
+
+    answer = httpx.post(example_ranker, json={"protocol": "digestbot-ranker/9"}, timeout=5)
+    assert answer.status_code == 400 and "not digestbot-ranker/1" in answer.json()["error"]
+
+
+# Rankers that misbehave: each a listening socket and a thread that answers as told.
+
+Behaviour = Callable[[socket.socket, bytes], None]
+
+
+def _read_request(connection: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += connection.recv(65536)
+    return body
+
+
+@contextmanager
+def misbehaving(*behaviours: Behaviour) -> Iterator[tuple[str, list[float]]]:
+    """A ranker at the URL yielded that answers its n-th connection with the n-th
+    behaviour (the last one for the rest); the list gets each connection's time."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    arrived: list[float] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            arrived.append(time.monotonic())
+            behaviour = behaviours[min(len(arrived), len(behaviours)) - 1]
+            threading.Thread(target=_answer, args=(connection, behaviour), daemon=True).start()
+
+    def _answer(connection: socket.socket, behaviour: Behaviour) -> None:
+        with connection:
+            try:
+                behaviour(connection, _read_request(connection))
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/", arrived
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def _http(status: int, body: bytes, headers: str = "") -> bytes:
+    head = f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n{headers}\r\n"
+    return head.encode() + body
+
+
+def good(connection: socket.socket, request: bytes) -> None:
+    asked = RankRequest.model_validate_json(request)
+    readers = [{"id": r.id, "scores": [{"entry": e, "score": -e} for e in r.candidates]} for r in asked.readers]
+    connection.sendall(_http(200, json.dumps({"protocol": PROTOCOL, "readers": readers}).encode()))
+
+
+def hangs(connection: socket.socket, request: bytes) -> None:
+    time.sleep(30)
+
+
+def dribbles(connection: socket.socket, request: bytes) -> None:
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+    for _ in range(60):
+        connection.sendall(b" ")
+        time.sleep(0.2)
+
+
+def garbage(connection: socket.socket, request: bytes) -> None:
+    connection.sendall(_http(200, b'{"protocol": "digestbot-ranker/1", "readers": [{"id": "r-neuro", "scores": NaN}]}'))
+
+
+def too_much(connection: socket.socket, request: bytes) -> None:
+    connection.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b" " * 65536
+    for _ in range(40):
+        connection.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+
+
+def says_too_much(connection: socket.socket, request: bytes) -> None:
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n{")
+
+
+def compressed(connection: socket.socket, request: bytes) -> None:
+    connection.sendall(_http(200, b"\x1f\x8b garbage", "Content-Encoding: gzip\r\n"))
+
+
+def busy(connection: socket.socket, request: bytes) -> None:
+    connection.sendall(_http(503, b"{}"))
+
+
+def fails(connection: socket.socket, request: bytes) -> None:
+    connection.sendall(_http(500, b"{}"))
+
+
+def closes(connection: socket.socket, request: bytes) -> None:
+    connection.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"protocol"')
+
+
+def redirects(connection: socket.socket, request: bytes) -> None:
+    connection.sendall(_http(302, b"", "Location: http://127.0.0.1:1/\r\n"))
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "says", "most_seconds"),
+    [
+        (hangs, "no whole answer within 1.5 s", 3),
+        (dribbles, "no whole answer within 1.5 s", 3),
+        (garbage, "readers.0.scores: Input should be a valid array", 1),
+        (too_much, "over the cap of 1,000,000 bytes", 2),
+        (says_too_much, "answer of 99,999,999,999 bytes, over the cap", 1),
+        (compressed, "answered compressed", 1),
+        (busy, "answered 503 (3 attempts)", 2),
+        (fails, "answered 500, not 200", 1),
+        (closes, "RemoteProtocolError", 2),
+        (redirects, "answered 302, not 200", 1),
+    ],
+    ids=lambda value: getattr(value, "__name__", None),
+)
+def test_a_failing_ranker_changes_nothing_but_the_order_and_ends_its_part_in_the_pass(
+    behaviour: Behaviour, says: str, most_seconds: float
+) -> None:
+    limits = RankerLimits(
+        connect_seconds=1, answer_seconds=1.5, pass_seconds=20, max_answer_bytes=1_000_000, backoff_seconds=0.05
+    )
+    with misbehaving(behaviour) as (url, arrived):
+        call = RankerCall(url, limits)
+        started = time.monotonic()
+        assert call.scores(CANDIDATES, READERS[:1]) is None
+        took = time.monotonic() - started
+        assert call.scores(CANDIDATES, READERS[1:]) is None  # the rest of the pass: not asked again
+        connections = len(arrived)
+    assert call.failure is not None and says in call.failure, call.failure
+    assert "\n" not in call.failure and took < most_seconds, took
+    assert (call.skipped, call.ranked) == (2, 0)
+    assert connections == (3 if behaviour in (busy, closes) else 1)
+
+
+def test_a_busy_ranker_is_asked_again_after_a_back_off_and_then_used() -> None:
+    with misbehaving(busy, busy, good) as (url, arrived):
+        call = RankerCall(url, QUICK)
+        scores = call.scores(CANDIDATES, READERS)
+    assert scores is not None and scores["r-db"][2].score == -2 and call.failure is None
+    gaps = [later - earlier for earlier, later in zip(arrived, arrived[1:], strict=False)]
+    assert len(arrived) == 3 and gaps[0] >= 0.05 and gaps[1] >= 0.1  # 0.05 s, then doubled
+
+
+def test_a_ranker_that_goes_away_mid_pass_leaves_the_rest_to_the_built_in_order() -> None:
+    with misbehaving(good) as (url, _):
+        call = RankerCall(url, QUICK)
+        assert call.scores(CANDIDATES, READERS[:1]) is not None
+    started = time.monotonic()  # the port is closed now: refused, tried three times
+    assert call.scores(CANDIDATES, READERS[1:]) is None
+    assert time.monotonic() - started < 2
+    assert call.failure is not None and "ConnectError" in call.failure and "(3 attempts)" in call.failure
+    assert (call.ranked, call.skipped) == (1, 1)
+
+
+def test_the_pass_has_one_time_for_every_request() -> None:
+    limits = RankerLimits(connect_seconds=1, answer_seconds=5, pass_seconds=1.5, backoff_seconds=0.05)
+    with misbehaving(good, hangs) as (url, _):
+        began = time.monotonic()
+        call = RankerCall(url, limits)
+        assert call.scores(CANDIDATES, READERS[:1]) is not None
+        assert call.scores(CANDIDATES, READERS[1:]) is None
+        assert time.monotonic() - began < limits.pass_seconds + 0.5  # not its own 5 s
+    assert call.failure is not None and "no whole answer" in call.failure
+
+
+def test_no_readers_asks_nothing() -> None:
+    call = RankerCall("http://127.0.0.1:1/", QUICK)
+    assert call.scores(CANDIDATES, []) == {} and call.failure is None

@@ -32,6 +32,14 @@ the one model of everything they keep and rate, and by the model of that interes
 about half of the first five entries of each section of the digest they get (the
 per-interest order), each under its section.  Prints precision@5 per section
 (averaged over readers and sections) of both rankings, then the mean from day 5 on.
+
+--challenger bm25|random: an outside ranker (``bench/challenger.py``): the example
+BM25 ranker as a process of its own, or one that scores at random, asked each day
+for each reader's order of today's entries.  Each digest is the first 10 of a
+team-draft interleaving of the model's order and the challenger's, and the readers
+rate those.  Prints per day precision@5 of both and the challenger's wins, losses and
+ties so far, then the sign test's p-value and whether the verdict agrees with the
+better precision.
 """
 
 from __future__ import annotations
@@ -48,12 +56,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.challenger import challenger, rank_day_interleaved  # noqa: E402
 from bench.send import add_subscribers  # noqa: E402
 from bot.choose.filters import sections_of  # noqa: E402
 from bot.choose.select import SelectionCache, select_for  # noqa: E402
 from bot.choose.tagging import TagRules  # noqa: E402
 from bot.ingest.service import ingest_bytes  # noqa: E402
 from bot.plan.sections import Sectioner  # noqa: E402
+from bot.rankers.interleave import Verdict, tally  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.subscribers import list_subscribers  # noqa: E402
 from bot.taste.ranking import TastePass  # noqa: E402
@@ -122,11 +132,15 @@ def main() -> None:
     parser.add_argument("--library", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--two-interests", action="store_true", help="readers of two named interests (see above)")
+    parser.add_argument("--challenger", choices=("bm25", "random"), help="interleave an outside ranker (see above)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     corpus = Corpus(args.topics, rng)
     if args.two_interests:
         two_interests(args, corpus, rng)
+        return
+    if args.challenger:
+        interleaved(args, corpus, rng)
         return
     with tempfile.TemporaryDirectory() as folder:
         engine = make_engine(f"sqlite:///{Path(folder) / 'rank.db'}")
@@ -216,6 +230,60 @@ def rank_day(factory, readers, interests, topic_of, likes, now, rng) -> tuple[fl
     for reader_id, entry_id, verdict in pressed:  # after the read: SQLite has one writer
         give_feedback(factory, reader_id, entry_id, verdict, now)
     return tuple(statistics.mean(s[i] for s in scores) for i in range(4))  # type: ignore[return-value]
+
+
+def interleaved(args: argparse.Namespace, corpus: Corpus, rng: random.Random) -> None:
+    """The readers of main(), each day's digest interleaved with --challenger's order."""
+    with tempfile.TemporaryDirectory() as folder, challenger(args.challenger, args.seed) as url:
+        engine = make_engine(f"sqlite:///{Path(folder) / 'rank.db'}")
+        upgrade(engine)
+        factory = sessions(engine)
+        add_subscribers(factory, ["*"] * args.readers, created=START - timedelta(days=1))
+        with factory() as session:
+            readers = list_subscribers(session)
+        interests = {r.id: set(rng.sample(range(args.topics), 2)) for r in readers}
+        for r in readers:
+            papers = [corpus.paper(rng.choice(sorted(interests[r.id]))) for _ in range(args.library)]
+            import_library(factory, r.id, bibtex(papers), START)
+        topic_of: dict[str, int] = {}
+        likes: dict[tuple[int, str], bool] = {}
+
+        def liked(reader_id: int, title: str) -> bool:
+            if (reader_id, title) not in likes:
+                odds = 0.9 if topic_of[title] in interests[reader_id] else 0.03
+                likes[reader_id, title] = rng.random() < odds
+            return likes[reader_id, title]
+
+        print(f"{args.readers} readers with `*`, {args.per_day} entries a day, challenger {args.challenger}")
+        print(f"{'day':>3} {'p@5 built-in':>12} {'p@5 challenger':>14} {'wins':>5} {'losses':>6} {'ties':>5} {'p':>7}")
+        verdicts: list[Verdict] = []
+        rows = []
+        for day in range(args.days):
+            now = START + timedelta(days=day)
+            todays = [corpus.paper(rng.randrange(args.topics)) for _ in range(args.per_day)]
+            for title, _, topic in todays:
+                topic_of[title] = topic
+            dump = render_dump([(t, ["A. Author"], date(2026, 3, 2) + timedelta(days=day), a) for t, a, _ in todays])
+            ingest_bytes(factory, dump.encode(), name=f"day{day}.txt", now=now, rules=TagRules(()))
+            refresh_models(factory, now)
+            rows.append(rank_day_interleaved(factory, readers, liked, now, rng, url, verdicts))
+            so_far = tally(args.challenger, verdicts)
+            print(
+                f"{day:>3} {rows[-1][0]:>12.3f} {rows[-1][1]:>14.3f} {so_far.wins:>5} {so_far.losses:>6} "
+                f"{so_far.ties:>5} {so_far.p_value:>7.2g}"
+            )
+        ours, theirs = statistics.mean(r[0] for r in rows), statistics.mean(r[1] for r in rows)
+        final = tally(args.challenger, verdicts)
+        print(f"precision@5 over {args.days} days: built-in {ours:.3f}, {args.challenger} {theirs:.3f}")
+        said = f"{args.challenger} won {final.wins}, lost {final.losses}, tied {final.ties}; sign test p = "
+        if final.p_value >= 0.05:
+            verdict = "no difference shown at p < 0.05"
+        else:
+            better = args.challenger if final.wins > final.losses else "built-in"
+            agrees = (better == args.challenger) == (theirs > ours)
+            verdict = f"{better} better; agrees with precision: {'yes' if agrees else 'NO'}"
+        print(f"interleaving over {final.digests} digests: {said}{final.p_value:.2g}: {verdict}")
+        engine.dispose()
 
 
 FIELDS = ("fieldalpha", "fieldbeta")  # the word each paper of a field carries

@@ -18,7 +18,7 @@ import pytest
 from bot.domain import LibraryPaper, RatedEntry
 from bot.domain.ranking import RankerCandidate, RankerReader
 from bot.rankers.client import RankerCall, RankerLimits
-from bot.rankers.protocol import PROTOCOL, RankRequest
+from bot.rankers.protocol import PROTOCOL, REQUEST
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "rankers" / "bm25" / "ranker.py"
@@ -77,11 +77,24 @@ def test_the_example_ranker_orders_each_reader_by_their_library(example_ranker: 
     assert set(neuro) == {1, 2, 3} and set(db) == {1, 2}
 
 
-def test_the_example_ranker_refuses_another_protocol(example_ranker: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"protocol": "digestbot-ranker/9"}', "not digestbot-ranker/1"),
+        (b"[" * 100_000 + b"]" * 100_000, ""),
+        (b'{"protocol": "digestbot-ranker/1", "candidates": [{"id": 1}], "readers": []}', "title"),
+        (b"\xff", ""),
+        (b"[]", ""),
+    ],
+)
+def test_the_example_ranker_answers_a_bad_request_400_and_keeps_serving(
+    example_ranker: str, body: bytes, says: str
+) -> None:
     import httpx
 
-    answer = httpx.post(example_ranker, json={"protocol": "digestbot-ranker/9"}, timeout=5)
-    assert answer.status_code == 400 and "not digestbot-ranker/1" in answer.json()["error"]
+    answer = httpx.post(example_ranker, content=body, timeout=5)
+    assert answer.status_code == 400 and says in answer.json()["error"]
+    assert RankerCall(example_ranker, QUICK).scores(CANDIDATES, READERS) is not None
 
 
 # Rankers that misbehave: each a listening socket and a thread that answers as told.
@@ -147,8 +160,11 @@ def _http(status: int, body: bytes, headers: str = "") -> bytes:
 
 
 def good(connection: socket.socket, request: bytes) -> None:
-    asked = RankRequest.model_validate_json(request)
-    readers = [{"id": r.id, "scores": [{"entry": e, "score": -e} for e in r.candidates]} for r in asked.readers]
+    asked = REQUEST.validate_json(request)
+    readers = [
+        {"id": reader["id"], "scores": [{"entry": e, "score": -e} for e in reader["candidates"]]}
+        for reader in asked["readers"]
+    ]
     connection.sendall(_http(200, json.dumps({"protocol": PROTOCOL, "readers": readers}).encode()))
 
 

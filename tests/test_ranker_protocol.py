@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import time
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import example, given
@@ -15,8 +17,8 @@ from bot.domain.ranking import RankerCandidate, RankerReader
 from bot.rankers.interleave import BUILT_IN, Verdict, sign_test, tally, team_draft, verdict
 from bot.rankers.protocol import (
     PROTOCOL,
+    REQUEST,
     RankerFailure,
-    RankRequest,
     batches,
     json_schema,
     read_answer,
@@ -58,11 +60,12 @@ GOOD = {"ra": {1: 0.5, 2: 2, 3: -1.0}, "rb": {3: 0.0, 4: 1e300}}
 
 def test_a_request_sends_each_candidate_once_and_every_reader_without_an_address() -> None:
     body = request_body(CANDIDATES, READERS)
-    request = RankRequest.model_validate_json(body)  # what the schema file describes
-    assert [c.id for c in request.candidates] == [1, 2, 3, 4]  # 3 is two readers', sent once; 5 nobody's
-    assert [r.id for r in request.readers] == ["ra", "rb"]
-    ra = request.readers[0]
-    assert ra.library[0].title == "Spiking networks" and ra.ratings[0].rating == "less" and ra.interests == ["neuro"]
+    request = REQUEST.validate_json(body)  # what the schema file describes
+    assert [c["id"] for c in request["candidates"]] == [1, 2, 3, 4]  # 3 is two readers', sent once; 5 nobody's
+    assert [r["id"] for r in request["readers"]] == ["ra", "rb"]
+    ra = request["readers"][0]
+    assert ra["library"][0]["title"] == "Spiking networks" and ra["ratings"][0]["rating"] == "less"
+    assert ra["interests"] == ["neuro"]
     assert b"@" not in body and body.isascii()
 
 
@@ -149,6 +152,55 @@ def test_any_bytes_are_a_good_answer_or_a_one_line_failure(body: bytes) -> None:
         assert "\n" not in str(failure) and len(str(failure)) <= 300
     else:
         assert set(scores) == {"ra", "rb"} and set(scores["ra"]) == {1, 2, 3}
+
+
+def test_a_second_reader_of_the_schema_file_takes_what_is_sent_and_a_good_answer() -> None:
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads((ROOT / "docs" / "ranker-protocol.schema.json").read_text())
+    Draft202012Validator.check_schema(schema)
+
+    def validator(name: str) -> Draft202012Validator:
+        return Draft202012Validator({**schema, "oneOf": [{"$ref": f"#/$defs/{name}"}]})
+
+    validator("RankRequest").validate(json.loads(request_body(CANDIDATES, READERS)))
+    validator("RankAnswer").validate(json.loads(answer(GOOD)))
+    assert not validator("RankAnswer").is_valid(json.loads(answer(GOOD).replace(b"0.5", b'"0.5"')))
+    assert not validator("RankRequest").is_valid(json.loads(answer(GOOD)))
+
+
+def _hostile_answers(size: int) -> dict[str, bytes]:
+    """Answers of about *size* bytes in the shapes that make readers slow elsewhere."""
+    head = b'{"protocol": "digestbot-ranker/1", "readers": [{"id": "ra", "scores": [{"entry": 1, "score": 1, '
+    return {
+        "a long reason": head + b'"reason": "' + b"a\\u2028\\n " * (size // 12) + b'"}]}]}',
+        "a long number": head[: head.rindex(b"1")] + b"0." + b"1" * size + b"}]}]}",
+        "a long integer": head.replace(b'"entry": 1', b'"entry": ' + b"9" * size),
+        "deep nesting": b"[" * (size // 2) + b"]" * (size // 2),
+        "unknown fields": head + b", ".join(b'"f%d": [1, 2, {"x": 3}]' % n for n in range(size // 24)) + b"}]}]}",
+        "whitespace": b" " * size + answer(GOOD),
+        "a long id": answer(GOOD).replace(b'"rb"', b'"' + b"r" * size + b'"'),
+    }
+
+
+def test_a_hostile_answer_costs_no_more_than_a_good_one_of_its_size() -> None:
+    size = 4_000_000
+    readers = [RankerReader(f"r{n}", tuple(range(1, 101))) for n in range(size // 2600)]
+    good = answer({r.reader: dict.fromkeys(r.candidates, 0.5) for r in readers})
+
+    def seconds(body: bytes, asked: Sequence[RankerReader]) -> float:
+        started = time.perf_counter()
+        try:
+            read_answer(body, asked)
+        except RankerFailure as failure:
+            assert "\n" not in str(failure) and len(str(failure)) <= 300
+        return time.perf_counter() - started
+
+    normal = min(seconds(good, readers) for _ in range(3))
+    for shape, body in _hostile_answers(size).items():
+        assert len(body) >= size // 2
+        took = min(seconds(body, READERS) for _ in range(2))
+        assert took < 2 * normal + 0.05, (shape, took, normal)
 
 
 def test_the_schema_file_is_the_one_the_models_make() -> None:

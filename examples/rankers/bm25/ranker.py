@@ -88,7 +88,7 @@ class Handler(BaseHTTPRequestHandler):
             if request.get("protocol") != PROTOCOL:
                 raise ValueError(f"not {PROTOCOL}")
             answer = rank(request)
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
             self._answer(400, {"error": str(error)[:200]})
             return
         self._answer(200, answer)

@@ -280,6 +280,13 @@ def test_the_pass_has_one_time_for_every_request() -> None:
     assert call.failure is not None and "no whole answer" in call.failure
 
 
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/", "http://[::1/", "http://127.0.0.1:99999/", "not a url"])
+def test_a_url_no_request_can_go_to_is_a_one_line_failure(url: str) -> None:
+    call = RankerCall(url, QUICK)
+    assert call.scores(CANDIDATES, READERS) is None
+    assert call.failure and "\n" not in call.failure and call.skipped == 2
+
+
 def test_no_readers_asks_nothing() -> None:
     call = RankerCall("http://127.0.0.1:1/", QUICK)
     assert call.scores(CANDIDATES, []) == {} and call.failure is None

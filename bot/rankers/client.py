@@ -113,7 +113,7 @@ class RankerCall:
             raise _Retryable(_transport_line(error)) from None
         except httpx.TimeoutException:
             raise RankerFailure(f"no whole answer within {read:.3g} s") from None
-        except httpx.HTTPError as error:
+        except (httpx.HTTPError, httpx.InvalidURL) as error:
             raise RankerFailure(_transport_line(error)) from None
 
     def _read(self, response: httpx.Response, answer_ends: float) -> bytes:
@@ -136,5 +136,5 @@ class _Retryable(Exception):
     connection, or saying it is busy."""
 
 
-def _transport_line(error: httpx.HTTPError) -> str:
+def _transport_line(error: httpx.HTTPError | httpx.InvalidURL) -> str:
     return one_line(f"{type(error).__name__}: {error}")[:200] or type(error).__name__

@@ -2,6 +2,7 @@
 
 Usage: python bench/plan.py [--subscribers 100000] [--entries 300] [--days 30] [--repeat 3]
                             [--left-overs] [--warm] [--database-url URL] [--models PERCENT]
+                            [--ranker PERCENT]
 
 Two stores with the same --subscribers subscribers (filters drawn as in
 bench/send.py, all subscribed --days + 1 days ago) and the same --entries new
@@ -32,6 +33,11 @@ subscribers a library of five stored papers, and prints: the time to train their
 models (per subscriber) and a model's size; and, each in a fresh process as
 `digestbot scheduler` would plan, the planning time and peak RSS (VmHWM) of one pass
 without and with the models (target: time <= 1.5 x, peak RSS <= 200 MB).
+
+--ranker PERCENT builds the store with history once, gives PERCENT of the subscribers a
+library (the readers an outside ranker is asked about), and prints the planning time
+of one pass, each in a fresh process, without a ranker and with the example ranker
+(examples/rankers/bm25/, a process on localhost) named in ``ranker.url`` (target: 1.5 x).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
@@ -229,7 +236,8 @@ from bench.send import DAY, RULES
 from bot.config import Settings
 from bot.plan import plan
 from bot.store.engine import make_engine, sessions
-settings = Settings.model_validate({"paths": {"var_dir": sys.argv[2]}})
+extra = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+settings = Settings.model_validate({"paths": {"var_dir": sys.argv[2]}, **extra})
 factory = sessions(make_engine("sqlite:///" + sys.argv[1]))
 started = time.perf_counter()
 report = plan(factory, settings, RULES, now=DAY, all_due=True)
@@ -239,9 +247,11 @@ print(json.dumps({"seconds": seconds, "digests": len(report.planned), "peak_kb":
 """
 
 
-def pass_in_process(original: Path, folder: Path, repeat: int) -> tuple[float, int, int]:
+def pass_in_process(
+    original: Path, folder: Path, repeat: int, settings: Mapping[str, object] | None = None
+) -> tuple[float, int, int]:
     """Median seconds, digests and the highest peak RSS (KB) of *repeat* passes, each in a
-    fresh process on a fresh copy of *original*."""
+    fresh process on a fresh copy of *original*; *settings*: sections besides the defaults."""
     import json
     import subprocess
 
@@ -251,7 +261,7 @@ def pass_in_process(original: Path, folder: Path, repeat: int) -> tuple[float, i
         shutil.copyfile(original, copy)
         os.sync()
         done = subprocess.run(
-            [sys.executable, "-c", PASS_IN_PROCESS, str(copy), str(folder / "var")],
+            [sys.executable, "-c", PASS_IN_PROCESS, str(copy), str(folder / "var"), json.dumps(settings or {})],
             capture_output=True,
             text=True,
             check=True,
@@ -343,6 +353,37 @@ def models_mode(args: argparse.Namespace, filters: list[str], folder: Path, sett
     print(f"ratio models/none: {with_s / base_s:.2f}  target <= 1.5; peak RSS target <= 200 MB")
 
 
+def ranker_mode(args: argparse.Namespace, filters: list[str], folder: Path) -> None:
+    """--ranker PERCENT: one store with history and libraries for PERCENT of the
+    subscribers; a pass without a ranker, then with the example ranker on localhost."""
+    import subprocess
+
+    engine, factory = store(Place(folder), "ranker", filters, args.days)
+    write_history(factory, filters, args.days, args.entries)
+    ingest_bytes(
+        factory, dump_text(args.entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2), rules=RULES
+    )
+    readers = give_libraries(factory, args.ranker)
+    original = Path(engine.url.database)
+    engine.dispose()
+    with closing(sqlite3.connect(original)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    example = Path(__file__).resolve().parent.parent / "examples" / "rankers" / "bm25" / "ranker.py"
+    ranker = subprocess.Popen([sys.executable, str(example), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert ranker.stdout is not None
+        url = ranker.stdout.readline().split()[-1]
+        key = {"web": {"signing_key": "k" * 32}}
+        base_s, base_n, _ = pass_in_process(original, folder, args.repeat, key)
+        with_s, with_n, _ = pass_in_process(original, folder, args.repeat, {**key, "ranker": {"url": url}})
+    finally:
+        ranker.terminate()
+        ranker.wait(10)
+    print(f"{args.subscribers:,} subscribers, {readers:,} with a library (asked about), example ranker on localhost")
+    print(f"plan without a ranker {base_s:7.2f} s ({base_n:,} digests); with it {with_s:7.2f} s ({with_n:,} digests)")
+    print(f"ratio ranker/none: {with_s / base_s:.2f}  target <= 1.5")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--subscribers", type=int, default=100_000)
@@ -350,6 +391,9 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=3, help="planning passes per store (the median is printed)")
     parser.add_argument("--models", type=float, default=0, help="percent of subscribers with a model (see above)")
+    parser.add_argument(
+        "--ranker", type=float, default=0, help="percent of subscribers an outside ranker is asked about"
+    )
     parser.add_argument("--left-overs", action="store_true", help="history at the steady state (see above)")
     parser.add_argument("--warm", action="store_true", help="each timed pass keeps an earlier pass's caches")
     parser.add_argument("--database-url", default="", help="a PostgreSQL database to make the stores beside")
@@ -358,6 +402,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="digestbot-plan-") as tmp:
         folder = Path(tmp)
         settings = Settings.model_validate({"paths": {"var_dir": str(folder / "var")}})
+        if args.ranker:
+            ranker_mode(args, filters, folder)
+            return
         if args.models:
             models_mode(args, filters, folder, settings)
             return

@@ -59,6 +59,12 @@ class Metrics:
             registry=r,
         )
         self.bounced = Counter("digestbot_subscribers_bounced", "Subscribers set to bounced by refusals", registry=r)
+        self.ranked = Counter(
+            "digestbot_ranker_readers",
+            "Readers an outside ranker was asked about, by whether it ordered their digest or failed (built-in)",
+            ["outcome"],
+            registry=r,
+        )
         self.returned = Counter(
             "digestbot_returned_mail", "Messages read from inbox.url, by kind (or 'left')", ["kind"], registry=r
         )
@@ -84,8 +90,10 @@ class Metrics:
                 self.entries.labels("updated").inc(result.updated)
         self.last_success.labels("ingest").set_to_current_time()
 
-    def plan_done(self, planned: int) -> None:
+    def plan_done(self, planned: int, ranked: int = 0, fell_back: int = 0) -> None:
         self.planned.inc(planned)
+        self.ranked.labels("ranked").inc(ranked)
+        self.ranked.labels("built-in").inc(fell_back)
         self.last_success.labels("plan").set_to_current_time()
 
     def delivery_done(self, report: DeliverReport) -> None:

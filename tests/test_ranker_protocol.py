@@ -13,8 +13,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bot.domain import LibraryPaper, RatedEntry
-from bot.domain.ranking import RankerCandidate, RankerReader
-from bot.rankers.interleave import BUILT_IN, Verdict, sign_test, tally, team_draft, verdict
+from bot.domain.ranking import JudgedDigest, RankerCandidate, RankerReader
+from bot.rankers.interleave import BUILT_IN, Verdict, sign_test, tallies, tally, team_draft, verdict
 from bot.rankers.protocol import (
     PROTOCOL,
     REQUEST,
@@ -268,3 +268,17 @@ def test_the_protocol_docs_name_every_field_of_the_schema() -> None:
     for name, definition in json_schema()["$defs"].items():
         for field in definition["properties"]:
             assert f"`{field}`" in docs, (name, field)
+
+
+def test_tallies_judge_each_ranker_by_the_digests_it_was_interleaved_in() -> None:
+    placed = {1: BUILT_IN, 2: "bm25"}
+    other = {1: BUILT_IN, 3: "embed"}
+    judged = [
+        JudgedDigest(10, placed, more=frozenset({2}), less=frozenset()),  # bm25 wins
+        JudgedDigest(11, placed, more=frozenset({1}), less=frozenset()),  # bm25 loses
+        JudgedDigest(12, placed, more=frozenset(), less=frozenset()),  # a tie
+        JudgedDigest(13, other, more=frozenset({3}), less=frozenset()),  # embed wins
+    ]
+    found = {t.ranker: (t.digests, t.wins, t.losses, t.ties) for t in tallies(judged)}
+    assert found == {"bm25": (3, 1, 1, 1), "embed": (1, 1, 0, 0)}
+    assert tallies([]) == []

@@ -5,7 +5,7 @@ the planner, the delivery loop and the daemon."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,6 +32,9 @@ from bot.cli.shell import (
 )
 from bot.cli.tables import Column, fitted
 from bot.domain import SourceStatus, SubscriberStatus
+
+if TYPE_CHECKING:
+    from bot.plan.report import PlanReport
 
 
 @app.command("preview")
@@ -225,6 +228,7 @@ def run_command(
         f"planned {plural(len(planned.planned), 'digest')} "
         f"({planned.empty} with nothing new, {planned.not_due} not due yet)"
     )
+    _tell_ranker_failure(planned)
     undelivered = report_delivery(deliver_with_progress(c, factory))
     if undelivered or any(r.status is SourceStatus.FAILED for r in results):
         raise typer.Exit(EXIT_INPUT_FAILED)
@@ -333,8 +337,19 @@ def send_now(
     planned = plan(factory, c.settings, c.rules, now=now(), subscribers=chosen, kind=DigestKind.MANUAL)
     nothing = f"; {plural(planned.empty, 'subscriber')} had nothing new" if planned.empty else ""
     out.print(f"queued {plural(len(planned.planned), 'digest')}{nothing}", markup=False)
+    _tell_ranker_failure(planned)
     if deliver_and_tell(c, factory, list(planned.planned)) or inactive:
         raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+def _tell_ranker_failure(planned: PlanReport) -> None:
+    """A warning, not a failure: the readers got their digests in the built-in order."""
+    if planned.ranker_failure is not None:
+        skipped = plural(planned.ranker_skipped, "reader")
+        err.print(
+            f"warning: the outside ranker failed ({planned.ranker_failure}): {skipped} kept the built-in order",
+            markup=False,
+        )
 
 
 def _no_scheduled_digest(factory: Any, subscriber: Any, day: Any) -> str:

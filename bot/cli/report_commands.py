@@ -122,6 +122,7 @@ def stats(
 
 def _stats_table(c: Context, as_json: bool) -> None:
     from bot.store.digests import bounced_by_day, stats_by_day
+    from bot.store.facts import RANKER_FAILURE_FACT, fact
     from bot.store.retention import removed
     from bot.store.returns import returns_by_day
 
@@ -130,6 +131,7 @@ def _stats_table(c: Context, as_json: bool) -> None:
         bounced = bounced_by_day(session)
         returned = returns_by_day(session)
         gone = removed(session)
+        ranker_failed = fact(session, RANKER_FAILURE_FACT) if c.settings.ranker.url else None
     digest_days = dict(days)
     rows: list[dict[str, Any]] = []
     for day in sorted(digest_days.keys() | returned.keys(), reverse=True):
@@ -158,6 +160,10 @@ def _stats_table(c: Context, as_json: bool) -> None:
     shown = [[r["day"].isoformat(), *(str(r[k]) for k in STATS_COLUMNS)] for r in rows]
     out.print(fitted(columns, shown, width=out.width, title="Digests per day"))
     say_removed(gone, c.settings.database.keep_days)
+    if ranker_failed:
+        out.print(
+            f"The outside ranker last failed {ranker_failed}; those readers kept the built-in order.", markup=False
+        )
 
 
 def _write_picture(c: Context, file: Path, days: int) -> None:
@@ -234,3 +240,48 @@ def bounces_fetch(ctx: typer.Context) -> None:
         out.print(f"{plural(report.unknown, 'message')} named no subscriber (recorded)", markup=False)
     for email, status in report.changed:
         out.print(f"{email}: now {status.value}", markup=False)
+
+
+rankers_app = command_group("Outside rankers (ranker.url), judged by the readers' ratings of interleaved digests.")
+
+
+@rankers_app.command("report")
+def rankers_report(
+    ctx: typer.Context,
+    days: Annotated[
+        int, typer.Option("--days", help="The window: digests sent in the last DAYS days.", min=1, max=3650)
+    ] = 28,
+    as_json: JsonOption = False,
+) -> None:
+    """Per outside ranker: the interleaved digests sent in the window, the digests its
+    entries earned more "More like this" than the built-in ranking's (wins), fewer
+    (losses) or as many (ties), and the two-sided sign test's p-value (ties left out):
+    below 0.05, the difference is unlikely to be chance."""
+    from datetime import timedelta
+
+    from bot.rankers.interleave import tallies
+    from bot.store.interleaved import judged_since
+
+    c = ctx_of(ctx)
+    with c.sessions()() as session:
+        found = tallies(judged_since(session, now() - timedelta(days=days)))
+    rows = [
+        {
+            "ranker": t.ranker,
+            "digests": t.digests,
+            "wins": t.wins,
+            "losses": t.losses,
+            "ties": t.ties,
+            "p_value": t.p_value,
+        }
+        for t in found
+    ]
+    if as_json:
+        print_json_lines(rows)
+        return
+    if not rows:
+        out.print(f"No interleaved digest was sent in the last {plural(days, 'day')}.", markup=False)
+        return
+    columns = [Column(name, whole=True) for name in ("ranker", "digests", "wins", "losses", "ties", "p")]
+    shown = [[t.ranker, str(t.digests), str(t.wins), str(t.losses), str(t.ties), f"{t.p_value:.2g}"] for t in found]
+    out.print(fitted(columns, shown, width=out.width, title=f"Rankers, last {plural(days, 'day')}"))

@@ -24,6 +24,7 @@ from pydantic_settings import (
 from bot.config.errors import ENV_PREFIX
 from bot.config.errors import ConfigError as ConfigError  # where the rest of bot imports them from
 from bot.config.errors import read_secret_file as read_secret_file
+from bot.config.services import MetricsConfig, RankerConfig
 from bot.config.values import address_or_network, dns_name, greeting_name
 from bot.domain.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url, shown_url
 from bot.shipped import TAG_RULES, TEMPLATES, shipped
@@ -313,29 +314,6 @@ class InboxConfig(_Section):
         return _password(self.password, self.password_file, "inbox.password_file")
 
 
-class MetricsConfig(_Section):
-    # /metrics and /healthz of run, scheduler and worker, on a port of their own (0: off).
-    listen_host: str = "127.0.0.1"
-    listen_port: int = Field(0, ge=0, le=65535)
-    # /healthz answers 503 when the planning pass (scheduler) or the delivery run
-    # (worker) last succeeded longer ago than this.
-    stale_after_minutes: int = Field(15, ge=1)
-    # Who may read /metrics on `digestbot serve` (a public port): these networks only.
-    allow_from: list[str] = ["127.0.0.0/8", "::1/128"]
-
-    @field_validator("allow_from")
-    @classmethod
-    def _networks(cls, networks: list[str]) -> list[str]:
-        import ipaddress
-
-        for network in networks:
-            try:
-                ipaddress.ip_network(network, strict=False)
-            except ValueError:
-                raise ValueError(f"{network!r} is not an IP network such as 10.0.0.0/8") from None
-        return networks
-
-
 class _TomlWithoutSecrets(TomlConfigSettingsSource):
     """The TOML source, refusing secrets: a config file gets copied and committed."""
 
@@ -377,6 +355,7 @@ class Settings(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     dkim: DkimConfig = DkimConfig()
     inbox: InboxConfig = InboxConfig()
+    ranker: RankerConfig = RankerConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -404,6 +383,7 @@ class Settings(BaseSettings):
         data["database"]["effective_url"] = _mask_url_password(self.database_url)
         data["database"]["url"] = _mask_url_password(data["database"]["url"])
         data["feeds"]["urls"] = [shown_url(url) for url in self.feeds.urls]
+        data["ranker"]["url"] = shown_url(self.ranker.url) if self.ranker.url else ""
         return data
 
 

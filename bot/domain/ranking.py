@@ -40,3 +40,14 @@ class RankerScore:
 
     score: float
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedDigest:
+    """An interleaved digest that was sent: which ranker placed each entry, and the
+    entries its reader rated "More like this" and "Less like this"."""
+
+    digest_id: int
+    placed_by: dict[int, str]
+    more: frozenset[int]
+    less: frozenset[int]

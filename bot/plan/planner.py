@@ -48,6 +48,7 @@ from bot.taste.service import refresh_models
 from bot.unsubscribes import journal_of
 
 if TYPE_CHECKING:
+    from bot.plan.challenger import Challenger
     from bot.taste.model import Model
     from bot.taste.ranking import ReaderTaste, TastePass
 
@@ -151,6 +152,11 @@ def open_pass(
             from bot.taste.ranking import TastePass
 
             run.taste = TastePass.open(session)
+    if settings.ranker.url:  # only then are the ranker's client and protocol (httpx, pydantic) loaded
+        from bot.plan.challenger import Challenger
+        from bot.tokens import signing_key
+
+        run.challenger = Challenger.open(settings, signing_key(settings))
     return run
 
 
@@ -191,6 +197,7 @@ class PlanningPass:
     planned: dict[int, tuple[Picked, list[Candidate], list[Planned], datetime]] = field(default_factory=dict)
     report: PlanReport = field(default_factory=PlanReport)
     taste: TastePass | None = None  # the subscribers' models, when any has one
+    challenger: Challenger | None = None  # an outside ranker, when one is configured
     standings: Standings = field(init=False)
 
     def __post_init__(self) -> None:
@@ -221,10 +228,14 @@ def _plan_batch(run: PlanningPass, due: list[tuple[Subscriber, date]]) -> None:
         # for these readers waits for their rows; on SQLite for the store's write lock.
         lock_subscribers(session, [s.id for s, _ in due])
         batch = _choose(session, run, due)
+        if run.challenger is not None:
+            batch.choices = run.challenger.hold(session, batch.choices, run.now)
         written = write_held(session, batch, now=run.now, make_id=make_id, rankings=run.standings)
     if written is None:
         run.standings.save(run.factory)
         written = write_batch(run.factory, batch, now=run.now, make_id=make_id, bodies=run.standings.bodies)
+    if run.challenger is not None:
+        run.challenger.reorder(run.factory, written, run.now, run.report)
     for digest_id, choice in written:
         if choice.state is DigestState.EMPTY:
             run.report.empty += 1

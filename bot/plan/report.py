@@ -53,3 +53,6 @@ class PlanReport:
     empty: int = 0  # due subscribers with nothing new
     not_due: int = 0
     waiting: int = 0  # due, but waiting for the day's dump (schedule.wait_for_dump_minutes)
+    ranker_failure: str | None = None  # why the outside ranker's part in the pass ended (``ranker.url``)
+    ranker_ranked: int = 0  # readers it ordered (interleaved with the built-in order)
+    ranker_skipped: int = 0  # readers who kept the built-in order because it failed

@@ -18,6 +18,8 @@ from enum import StrEnum
 from math import comb
 from typing import TypeVar
 
+from bot.domain.ranking import JudgedDigest
+
 Item = TypeVar("Item", bound=Hashable)
 
 BUILT_IN = "built-in"
@@ -109,3 +111,12 @@ def sign_test(wins: int, losses: int) -> float:
         return 1.0
     tail = sum(comb(trials, k) for k in range(min(wins, losses) + 1))
     return min(1.0, 2 * tail / (1 << trials))
+
+
+def tallies(judged: Iterable[JudgedDigest]) -> list[Tally]:
+    """Per outside ranker (by name), the verdicts of the digests it was interleaved in."""
+    verdicts: dict[str, list[Verdict]] = {}
+    for digest in judged:
+        for challenger in set(digest.placed_by.values()) - {BUILT_IN}:
+            verdicts.setdefault(challenger, []).append(verdict(digest.placed_by, digest.more, digest.less, challenger))
+    return [tally(name, found) for name, found in sorted(verdicts.items())]

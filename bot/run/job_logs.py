@@ -61,3 +61,9 @@ def log_planned(report: PlanReport) -> None:
         report.empty,
         report.not_due,
     )
+    if report.ranker_failure is not None:  # once a pass: the ranker's part ended at its first failure
+        log.warning(
+            "the outside ranker failed (%s): %s kept the built-in order",
+            report.ranker_failure,
+            plural(report.ranker_skipped, "reader"),
+        )

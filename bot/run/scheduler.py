@@ -224,7 +224,7 @@ class Daemon:
         )
 
     async def _planned(self, report: PlanReport) -> None:
-        self.metrics.plan_done(len(report.planned))
+        self.metrics.plan_done(len(report.planned), report.ranker_ranked, report.ranker_skipped)
         log_planned(report)
         if report.planned and self.deliver_jobs:
             await self.deliver()

@@ -12,6 +12,7 @@ from bot.store.bulk import insert_ignoring_conflicts
 from bot.store.schema import StoreFact
 
 RETAGGED_AT = "tags_retagged_at"  # when every entry's rule tags were last made again
+RANKER_FAILURE_FACT = "ranker_last_failure"  # when the outside ranker last failed a pass, and why
 
 
 def fact(session: Session, name: str) -> str | None:

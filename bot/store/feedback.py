@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import RatedEntry
-from bot.store.bulk import chunks
+from bot.store.bulk import among, chunks
 from bot.store.schema import Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.taste_tables import Feedback
@@ -98,3 +98,34 @@ def ratings_by_day(session: Session, since: datetime) -> dict[date, dict[str, in
         counts = days.setdefault(at.date(), {})
         counts[verdict] = counts.get(verdict, 0) + 1
     return days
+
+
+def newest_feedback_of(session: Session, subscriber_ids: Sequence[int], most: int) -> dict[int, list[RatedEntry]]:
+    """Each subscriber's newest *most* ratings, newest first; a subscriber without any
+    is not in the result."""
+    found: dict[int, list[RatedEntry]] = {}
+    if most <= 0:
+        return found
+    for part in chunks(subscriber_ids):
+        newest = (
+            select(
+                Feedback.subscriber_id,
+                Feedback.entry_id,
+                Feedback.verdict,
+                Feedback.at,
+                func.row_number()
+                .over(partition_by=Feedback.subscriber_id, order_by=(Feedback.at.desc(), Feedback.entry_id.desc()))
+                .label("rank"),
+            )
+            .where(among(session, Feedback.subscriber_id, part))
+            .subquery()
+        )
+        query = (
+            select(newest.c.subscriber_id, newest.c.entry_id, Entry.key, Entry.title, newest.c.verdict, newest.c.at)
+            .join(Entry, Entry.id == newest.c.entry_id)
+            .where(newest.c.rank <= most)
+            .order_by(newest.c.rank)
+        )
+        for subscriber_id, *rated in session.execute(query):
+            found.setdefault(subscriber_id, []).append(RatedEntry(*rated))
+    return found

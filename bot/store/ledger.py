@@ -39,6 +39,7 @@ class Planned:
     url: str
     taste: float | None = None
     section: str | None = None  # the reader's interest it is shown under (``filters.sections_of``)
+    placed_by: str | None = None  # the ranker that placed it in an interleaved digest (``bot.rankers``)
 
 
 def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
@@ -153,6 +154,7 @@ class NewDigest:
     pending: int
     fills: int | None = None  # the empty scheduled digest of the same day this one fills
     filter: str | None = None  # the subscriber's filter it was chosen with
+    not_before: datetime | None = None  # held back until then (an outside ranker may reorder it)
 
 
 def body_key(rows: Iterable[tuple[object, ...]]) -> str:
@@ -163,6 +165,8 @@ def body_key(rows: Iterable[tuple[object, ...]]) -> str:
 def _identity(p: Planned) -> tuple[object, ...]:
     """What makes two items the same (a body of one interest is keyed as it always was)."""
     same = (p.entry_id, p.summary_source_id, p.why, p.tags, p.url, p.taste)
+    if p.placed_by is not None:
+        return (*same, p.section, p.placed_by)
     return same if p.section is None else (*same, p.section)
 
 
@@ -213,7 +217,7 @@ def insert_digests(
                 "resend_of_id": None,
                 "state": d.state.value,
                 "attempts": 0,
-                "next_attempt_at": now,
+                "next_attempt_at": d.not_before or now,
                 "lease_owner": None,
                 "lease_expires_at": None,
                 "message_id": message_id(digest_id, d) if d.state is not DigestState.EMPTY else "",
@@ -255,6 +259,7 @@ def _insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> No
             "url": p.url,
             "taste": p.taste,
             "section": p.section,
+            "placed_by": p.placed_by,
         }
         for key, entries in sorted(bodies.items())  # in one order for every planner: no deadlock
         if key not in stored
@@ -331,7 +336,7 @@ def fill_empty_days(
                 .where(Digest.id == digest_id, Digest.state == DigestState.EMPTY.value)
                 .values(
                     state=d.state.value,
-                    next_attempt_at=now,
+                    next_attempt_at=d.not_before or now,
                     message_id=message_id(digest_id, d),
                     entry_count=len(d.entries),
                     pending_count=d.pending,
@@ -411,3 +416,31 @@ def release_entries(session: Session, digest_id: int) -> None:
         .where(SubscriberRow.id == select(Digest.subscriber_id).where(Digest.id == digest_id).scalar_subquery())
         .values(planned_through=None, planned_key=None)
     )
+
+
+def reorder_held(session: Session, orders: Sequence[tuple[int, Sequence[Planned]]], *, now: datetime) -> int:
+    """Give each held digest of *orders* (queued, never tried) a body of the same entries
+    in a new order (``bot.plan.challenger``), and let every one of them go now; the
+    bodies no digest shows any more are deleted.  How many were reordered."""
+    keys, reordered = _BodyKeys(), 0
+    ids = [digest_id for digest_id, _ in orders]
+    old = [key for key in session.scalars(select(Digest.body_key).where(among(session, Digest.id, ids))) if key]
+    for digest_id, entries in orders:
+        held = (Digest.id == digest_id, Digest.state == DigestState.QUEUED.value, Digest.attempts == 0)
+        result = session.execute(update(Digest).where(*held).values(body_key=keys.body(entries), next_attempt_at=now))
+        reordered += cast(CursorResult[Any], result).rowcount
+    _insert_bodies(session, keys.bodies())
+    drop_unshown_bodies(session, [*old, *keys.bodies()])
+    return reordered
+
+
+def release_held(session: Session, digest_ids: Sequence[int], *, now: datetime) -> None:
+    """Let held digests go now, in the order they were planned."""
+    for part in chunks(list(digest_ids)):
+        session.execute(
+            update(Digest)
+            .where(
+                among(session, Digest.id, part), Digest.state == DigestState.QUEUED.value, Digest.next_attempt_at > now
+            )
+            .values(next_attempt_at=now)
+        )

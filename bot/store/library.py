@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import LibraryPaper
 from bot.domain.identity import normalize_title, title_hash, title_key
-from bot.store.bulk import chunks
+from bot.store.bulk import among, chunks
 from bot.store.entries import entries_matching
 from bot.store.schema import Entry
 from bot.store.taste_tables import LibraryPaperRow
@@ -212,3 +212,32 @@ def remove_papers(session: Session, subscriber_id: int, keys: Iterable[str]) -> 
         )
         removed += result.rowcount  # type: ignore[attr-defined]
     return removed
+
+
+def newest_papers_of(session: Session, subscriber_ids: Sequence[int], most: int) -> dict[int, list[LibraryPaper]]:
+    """Each subscriber's newest *most* library papers (title and abstract), newest
+    first; a subscriber without any is not in the result."""
+    found: dict[int, list[LibraryPaper]] = {}
+    if most <= 0:
+        return found
+    for part in chunks(subscriber_ids):
+        newest = (
+            select(
+                LibraryPaperRow.subscriber_id,
+                LibraryPaperRow.key,
+                func.coalesce(func.nullif(LibraryPaperRow.title, ""), Entry.title, "").label("title"),
+                LibraryPaperRow.abstract,
+                func.row_number()
+                .over(partition_by=LibraryPaperRow.subscriber_id, order_by=LibraryPaperRow.id.desc())
+                .label("rank"),
+            )
+            .outerjoin(Entry, Entry.id == LibraryPaperRow.entry_id)
+            .where(among(session, LibraryPaperRow.subscriber_id, part))
+            .subquery()
+        )
+        query = select(newest.c.subscriber_id, newest.c.key, newest.c.title, newest.c.abstract).where(
+            newest.c.rank <= most
+        )
+        for subscriber_id, key, title, abstract in session.execute(query.order_by(newest.c.rank)):
+            found.setdefault(subscriber_id, []).append(LibraryPaper(key, title, abstract or ""))
+    return found

@@ -327,6 +327,9 @@ class BodyItem(Base):
     # The reader's interest the item is shown under (``filters.sections_of``); NULL for a
     # filter of one interest (migration 0023).
     section: Mapped[str | None] = mapped_column(String(60))
+    # The ranker that placed the item in an interleaved digest ("built-in" or an outside
+    # ranker's name, ``bot.rankers``); NULL when the digest was not interleaved (0028).
+    placed_by: Mapped[str | None] = mapped_column(String(40))
 
 
 class UnsubscribeRequest(Base):

@@ -1,0 +1,155 @@
+"""Plan stage, the challenger: a batch's digests interleaved with an outside ranker's
+order (``ranker.url``; ``bot.rankers``, docs/rankers.md).
+
+The ranker orders what the filter and the built-in ranking chose for a digest; it
+cannot bring in an entry they left out, so what rolls into the next digest is the
+same with or without it.  It is never asked while a lock is held: in the batch's
+transaction the digests of readers it will be asked about (those with a library or
+ratings; mailed digests only) are written held back (``hold``); after the commit it
+is asked, one request per ``readers_per_request`` readers with each of their
+candidates once, and one short transaction gives each digest it scored a body in a
+team-draft interleaving of the built-in order and its own (per section, the coin
+seeded by the reader and the day; each item names the ranker that placed it) and
+lets every held digest go (``reorder``).  When the ranker fails, those readers and
+the rest of the pass keep the built-in order; when the planner dies in between, the
+held digests go in the built-in order once their hold ends.  Never renders or sends.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.filters import sections_of
+from bot.config import Settings
+from bot.domain import DigestState, EntryView
+from bot.domain.ranking import RankerCandidate, RankerReader, RankerScore
+from bot.plan.report import PlanReport
+from bot.rankers.client import RankerCall, RankerLimits
+from bot.rankers.interleave import BUILT_IN, team_draft
+from bot.rankers.protocol import batches, reader_id
+from bot.store.engine import transaction
+from bot.store.entry_reads import entries_by_ids
+from bot.store.facts import RANKER_FAILURE_FACT, set_fact
+from bot.store.feedback import newest_feedback_of
+from bot.store.ledger import NewDigest, Planned, release_held, reorder_held
+from bot.store.library import newest_papers_of
+
+SUMMARY_CHARACTERS = 2000  # of a candidate's summary sent: enough to rank by, bounded per request
+HOLD_MARGIN_SECONDS = 60  # a held digest waits this beyond the ranker's time, should its planner die
+
+
+@dataclass
+class Challenger:
+    """An outside ranker's part in one planning pass."""
+
+    settings: Settings
+    key: bytes  # the store's signing key: readers' ids for the ranker are made with it
+    call: RankerCall
+    asked: dict[int, RankerReader] = field(default_factory=dict)  # this batch's, by subscriber id
+
+    @classmethod
+    def open(cls, settings: Settings, key: bytes) -> Challenger | None:
+        """None when no ranker is configured: nothing is sent anywhere."""
+        ranker = settings.ranker
+        if not ranker.url:
+            return None
+        limits = RankerLimits(
+            connect_seconds=ranker.connect_seconds,
+            answer_seconds=ranker.answer_seconds,
+            pass_seconds=ranker.pass_seconds,
+            max_answer_bytes=ranker.max_answer_mb * 2**20,
+            attempts=ranker.attempts,
+        )
+        return cls(settings, key, RankerCall(ranker.url, limits))
+
+    def hold(self, session: Session, choices: list[NewDigest], now: datetime) -> list[NewDigest]:
+        """*choices* with the mailed digests of readers the ranker will be asked about
+        held back (``NewDigest.not_before``) until it has had its time: read in the
+        batch's transaction, which is not kept waiting for the ranker."""
+        self.asked = self._readers(session, [d for d in choices if d.entries and d.state is DigestState.QUEUED])
+        until = now + timedelta(seconds=self.settings.ranker.pass_seconds + HOLD_MARGIN_SECONDS)
+        return [replace(d, not_before=until) if d.subscriber_id in self.asked else d for d in choices]
+
+    def reorder(
+        self,
+        factory: sessionmaker[Session],
+        written: Sequence[tuple[int, NewDigest]],
+        now: datetime,
+        report: PlanReport,
+    ) -> None:
+        """After the batch's transaction, with no lock held: ask the ranker about the
+        held digests, interleave those it scored, and let every held one go."""
+        held = [
+            (digest_id, d) for digest_id, d in written if d.not_before is not None and d.subscriber_id in self.asked
+        ]
+        if not held:
+            return
+        readers = [self.asked[d.subscriber_id] for _, d in held]
+        with factory() as session:
+            candidates = _candidates(entries_by_ids(session, sorted({e for r in readers for e in r.candidates})))
+        scores: dict[str, dict[int, RankerScore]] = {}
+        for batch in batches(readers, self.settings.ranker.readers_per_request):
+            scores.update(self.call.scores(candidates, batch) or {})
+        report.ranker_failure = self.call.failure
+        report.ranker_ranked, report.ranker_skipped = self.call.ranked, self.call.skipped
+        orders = [
+            (digest_id, self._interleaved(d, theirs))
+            for digest_id, d in held
+            if (theirs := scores.get(self.asked[d.subscriber_id].reader)) is not None
+        ]
+        with transaction(factory) as session:
+            reorder_held(session, orders, now=now)
+            release_held(session, [digest_id for digest_id, _ in held], now=now)
+            if self.call.failure is not None:  # for `stats`: the last pass it failed, and why
+                set_fact(session, RANKER_FAILURE_FACT, f"{now:%Y-%m-%d %H:%M} UTC: {self.call.failure}")
+
+    def _readers(self, session: Session, digests: Sequence[NewDigest]) -> dict[int, RankerReader]:
+        ranker = self.settings.ranker
+        ids = [d.subscriber_id for d in digests]
+        papers = newest_papers_of(session, ids, ranker.library_papers)
+        rated = newest_feedback_of(session, ids, ranker.ratings)
+        return {
+            d.subscriber_id: RankerReader(
+                reader_id(self.key, ranker.name, d.subscriber_id),
+                tuple(p.entry_id for p in d.entries),
+                library=tuple(papers.get(d.subscriber_id, ())),
+                ratings=tuple(rated.get(d.subscriber_id, ())),
+                interests=tuple(s.name for s in sections_of(d.filter)) if d.filter else (),
+            )
+            for d in digests
+            if d.subscriber_id in papers or d.subscriber_id in rated
+        }
+
+    def _interleaved(self, digest: NewDigest, theirs: Mapping[int, RankerScore]) -> list[Planned]:
+        coin = random.Random(f"{digest.subscriber_id}:{digest.local_date.isoformat()}")
+        groups: dict[str | None, list[Planned]] = {}
+        for item in digest.entries:  # sections in the order they come, each drafted alone
+            groups.setdefault(item.section, []).append(item)
+        names = (BUILT_IN, self.settings.ranker.name)
+        entries: list[Planned] = []
+        for group in groups.values():
+            by_id = {item.entry_id: item for item in group}
+            ours = list(by_id)
+            ranked = sorted(ours, key=lambda entry: -theirs[entry].score)  # stable: ties keep our order
+            entries += [
+                replace(by_id[e], placed_by=names[team]) for e, team in team_draft(ours, ranked, len(ours), coin)
+            ]
+        return entries
+
+
+def _candidates(views: Sequence[EntryView]) -> dict[int, RankerCandidate]:
+    return {
+        view.id: RankerCandidate(
+            view.id,
+            view.content.title,
+            view.content.authors,
+            view.content.summary[:SUMMARY_CHARACTERS],
+            tuple(view.tags),
+        )
+        for view in views
+    }

@@ -1,0 +1,243 @@
+"""An outside ranker in a planning pass (bot.plan.challenger): digests interleaved and
+pinned, the ranker asked with no lock held, and a ranker that fails changing nothing
+but the order.  On SQLite and PostgreSQL, with the example ranker as a process."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.tagging import load_rules
+from bot.config import Settings
+from bot.ingest.service import ingest_bytes
+from bot.plan import plan
+from bot.rankers.interleave import tallies
+from bot.store.engine import sessions, transaction
+from bot.store.interleaved import judged_since
+from bot.store.schema import BodyItem, Digest
+from bot.store.schema import Subscriber as SubscriberRow
+from bot.subscribers.subscriptions import clean_fields, save
+from bot.taste.service import give_feedback, import_library
+from tests.conftest import ROOT
+from tests.helpers import Cli, digest_entry_ids, render_dump, settings_for
+
+RULES = load_rules(ROOT / "config" / "tags.toml")
+EXAMPLE = ROOT / "examples" / "rankers" / "bm25" / "ranker.py"
+NOW = datetime(2026, 11, 23, 9, tzinfo=UTC)
+TITLES = [
+    "Graph databases and query planning",
+    "Spiking neural networks with surrogate gradients",
+    "A survey of protein folding",
+    "Surrogate gradient learning in spiking networks",
+    "Query optimisation for graph stores",
+    "Weather forecasting with transformers",
+]
+LIBRARY = b"@article{a, title = {Training spiking neural networks}, abstract = {Spiking neurons, surrogate gradients.}}"
+
+
+@pytest.fixture(scope="module")
+def example_ranker() -> Iterator[str]:
+    process = subprocess.Popen([sys.executable, str(EXAMPLE), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        yield process.stdout.readline().split()[-1]
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _store(engine: Engine, tmp_path: Path, url: str, **ranker: object) -> tuple[sessionmaker[Session], Settings]:
+    factory = sessions(engine)
+    cfg = settings_for(tmp_path, web={"signing_key": "k" * 32}, ranker={"url": url, "name": "bm25", **ranker})
+    people = [clean_fields(f"{who}@example.org", timezone="UTC", send_hour=8) for who in ("ada", "grace")]
+    save(factory, cfg, people, NOW - timedelta(days=1))
+    papers = [(title, ["A. Author"], NOW.date(), f"About {title.lower()}.") for title in TITLES]
+    ingest_bytes(factory, render_dump(papers).encode(), name="day", now=NOW - timedelta(hours=2), rules=RULES)
+    with factory() as session:
+        ada = session.scalar(text("SELECT id FROM subscribers WHERE email = 'ada@example.org'"))
+    import_library(factory, ada, LIBRARY, NOW - timedelta(hours=3))
+    return factory, cfg
+
+
+def _digests(factory: sessionmaker[Session]) -> dict[str, tuple[int, list[int], list[str | None], datetime]]:
+    with factory() as session:
+        rows = session.execute(
+            select(Digest.id, SubscriberRow.email, Digest.next_attempt_at).join(
+                SubscriberRow, SubscriberRow.id == Digest.subscriber_id
+            )
+        ).all()
+        found = {}
+        for digest_id, email, next_attempt in rows:
+            placed = session.scalars(
+                select(BodyItem.placed_by)
+                .join(Digest, Digest.body_key == BodyItem.body_key)
+                .where(Digest.id == digest_id)
+                .order_by(BodyItem.position)
+            ).all()
+            found[email.split("@")[0]] = (digest_id, digest_entry_ids(session, digest_id), list(placed), next_attempt)
+    return found
+
+
+def test_a_readers_digest_is_interleaved_and_pinned_and_the_others_are_not(
+    engine: Engine, tmp_path: Path, example_ranker: str
+) -> None:
+    factory, cfg = _store(engine, tmp_path, example_ranker)
+    report = plan(factory, cfg, RULES, now=NOW)
+    assert report.ranker_failure is None and (report.ranker_ranked, report.ranker_skipped) == (1, 0)
+    digests = _digests(factory)
+    _, ada_entries, ada_placed, ada_next = digests["ada"]
+    _, grace_entries, grace_placed, grace_next = digests["grace"]
+    assert set(ada_placed) == {"built-in", "bm25"}  # both rankers placed some; every item says which
+    assert grace_placed == [None] * len(grace_entries)  # no library, no ratings: not asked about
+    assert sorted(ada_entries) == sorted(grace_entries)  # the ranker reorders; it chooses nothing
+    assert ada_next.replace(tzinfo=UTC) <= NOW and grace_next.replace(tzinfo=UTC) <= NOW  # none held back now
+    with factory() as session:
+        titles = dict(session.execute(text("SELECT id, title FROM entries")).all())
+    first_two = {titles[e] for e in ada_entries[:2]}
+    assert any("piking" in t for t in first_two)  # one ranker's first pick is hers, whichever leads
+
+
+def test_a_hanging_ranker_keeps_the_built_in_order_and_holds_no_lock(engine: Engine, tmp_path: Path) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    asked = threading.Event()
+
+    def hang() -> None:
+        connection, _ = listener.accept()
+        asked.set()
+        time.sleep(5)
+        connection.close()
+
+    threading.Thread(target=hang, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+    factory, cfg = _store(engine, tmp_path, url, answer_seconds=2.0)
+    reports = []
+    planner = threading.Thread(target=lambda: reports.append(plan(factory, cfg, RULES, now=NOW)))
+    started = time.monotonic()
+    planner.start()
+    assert asked.wait(30)
+    with factory() as session:  # while the ranker is asked: the store takes a write at once
+        if engine.dialect.name == "sqlite":
+            session.execute(text("PRAGMA busy_timeout = 200"))
+        else:
+            session.execute(text("SET lock_timeout = '200ms'"))
+        session.execute(text("UPDATE subscribers SET timezone = 'UTC'"))  # the readers' rows too
+        held = session.scalars(select(Digest.next_attempt_at)).all()
+        session.commit()
+    planner.join(30)
+    listener.close()
+    assert time.monotonic() - started < 10
+    report = reports[0]
+    assert report.ranker_failure is not None and "no whole answer within 2 s" in report.ranker_failure
+    assert (report.ranker_ranked, report.ranker_skipped) == (0, 1)
+    assert any(at.replace(tzinfo=UTC) > NOW + timedelta(seconds=100) for at in held)  # ada's, held while asked
+    digests = _digests(factory)
+    assert all(p is None for p in digests["ada"][2]) and digests["ada"][1] == digests["grace"][1]
+    assert all(d[3].replace(tzinfo=UTC) <= NOW for d in digests.values())  # let go when the ranker failed
+
+
+def test_the_report_credits_the_ranker_that_placed_each_rated_entry(
+    engine: Engine, tmp_path: Path, example_ranker: str
+) -> None:
+    factory, cfg = _store(engine, tmp_path, example_ranker)
+    plan(factory, cfg, RULES, now=NOW)
+    _, entries, placed, _ = _digests(factory)["ada"]
+    with transaction(factory) as session:
+        session.execute(text("UPDATE digests SET state = 'sent', sent_at = :at"), {"at": NOW})
+        ada = session.scalar(text("SELECT id FROM subscribers WHERE email = 'ada@example.org'"))
+    theirs = next(e for e, p in zip(entries, placed, strict=True) if p == "bm25")
+    ours = next(e for e, p in zip(entries, placed, strict=True) if p == "built-in")
+
+    def judged() -> tuple[object, ...]:
+        with factory() as session:
+            (found,) = tallies(judged_since(session, NOW - timedelta(days=1)))
+        return found.ranker, found.digests, found.wins, found.losses, found.ties
+
+    assert judged() == ("bm25", 1, 0, 0, 1)  # no rating yet: a tie
+    give_feedback(factory, ada, theirs, "more", NOW)
+    assert judged() == ("bm25", 1, 1, 0, 0)
+    give_feedback(factory, ada, ours, "more", NOW)
+    assert judged() == ("bm25", 1, 0, 0, 1)  # one each
+    give_feedback(factory, ada, theirs, "less", NOW)  # replaces the "more"
+    assert judged() == ("bm25", 1, 0, 1, 0)
+    if engine.dialect.name == "sqlite":
+        cli = Cli(tmp_path, {"DIGESTBOT_DATABASE__URL": engine.url.render_as_string(hide_password=False)})
+        (row,) = [json.loads(line) for line in cli("rankers", "report", "--json").stdout.splitlines()]
+        assert row == {"ranker": "bm25", "digests": 1, "wins": 0, "losses": 1, "ties": 0, "p_value": 1.0}
+        table = cli("rankers", "report").stdout
+        assert "bm25" in table and "Rankers, last 28 days" in table
+        assert "No interleaved digest" in cli("rankers", "report", "--days", "1").stdout
+
+
+PLAN_IN_PROCESS = """
+import json, sys
+from pathlib import Path
+from datetime import datetime
+from bot.choose.tagging import load_rules
+from bot.config import Settings
+from bot.plan import plan
+from bot.store.engine import make_engine, sessions
+settings = Settings.model_validate(json.loads(sys.argv[2]))
+rules = load_rules(Path(sys.argv[3]))
+plan(sessions(make_engine(sys.argv[1])), settings, rules, now=datetime.fromisoformat(sys.argv[4]))
+"""
+
+
+def test_a_planner_killed_while_the_ranker_is_asked_leaves_the_digests_to_go_in_the_built_in_order(
+    engine: Engine, tmp_path: Path
+) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    asked = threading.Event()
+
+    def hang() -> None:
+        connection, _ = listener.accept()
+        asked.set()
+        time.sleep(10)
+        connection.close()
+
+    threading.Thread(target=hang, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+    factory, cfg = _store(engine, tmp_path, url)
+    settings = json.dumps(
+        cfg.model_dump(mode="json", exclude={"web": {"signing_key"}}) | {"web": {"signing_key": "k" * 32}}
+    )
+    store_url = engine.url.render_as_string(hide_password=False)
+    planner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PLAN_IN_PROCESS,
+            store_url,
+            settings,
+            str(ROOT / "config" / "tags.toml"),
+            NOW.isoformat(),
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert asked.wait(60), planner.communicate(timeout=60)[1] if planner.poll() is not None else "still running"
+        planner.kill()
+    finally:
+        planner.wait(10)
+        listener.close()
+    digests = _digests(factory)
+    ada_next = digests["ada"][3].replace(tzinfo=UTC)
+    hold = timedelta(seconds=cfg.ranker.pass_seconds + 60)
+    assert ada_next == NOW + hold  # held: the ranker may still have reordered it
+    assert digests["grace"][3].replace(tzinfo=UTC) <= NOW  # not asked about: not held
+    assert all(p is None for p in digests["ada"][2]) and digests["ada"][1] == digests["grace"][1]
+    with factory() as session:  # what delivery takes once the hold is over: the built-in order
+        due = session.scalars(select(Digest.id).where(Digest.next_attempt_at <= NOW + hold)).all()
+    assert digests["ada"][0] in due

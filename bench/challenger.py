@@ -27,9 +27,9 @@ from typing import Any
 
 from bot.choose.select import Candidate, SelectionCache, select_for
 from bot.choose.tagging import TagRules
-from bot.domain.ranking import RankerCandidate, RankerReader
+from bot.domain.ranking import BUILT_IN, RankerCandidate, RankerReader
 from bot.rankers.client import RankerCall, RankerLimits
-from bot.rankers.interleave import BUILT_IN, Verdict, team_draft, verdict
+from bot.rankers.interleave import Verdict, team_draft, verdict
 from bot.store.feedback import feedback_of
 from bot.store.library import library_of
 from bot.taste.ranking import TastePass

@@ -123,6 +123,22 @@ def bibtex(papers: list[tuple[str, str, int]]) -> bytes:
     ).encode()
 
 
+def readers_of_two_topics(args: argparse.Namespace, corpus: Corpus, rng: random.Random, folder: Path):
+    """A store of --readers readers with `*`, each wanting two topics and holding
+    --library papers of them: the engine, its sessions, the readers and their topics."""
+    engine = make_engine(f"sqlite:///{folder / 'rank.db'}")
+    upgrade(engine)
+    factory = sessions(engine)
+    add_subscribers(factory, ["*"] * args.readers, created=START - timedelta(days=1))
+    with factory() as session:
+        readers = list_subscribers(session)
+    interests = {r.id: set(rng.sample(range(args.topics), 2)) for r in readers}
+    for r in readers:
+        papers = [corpus.paper(rng.choice(sorted(interests[r.id]))) for _ in range(args.library)]
+        import_library(factory, r.id, bibtex(papers), START)
+    return engine, factory, readers, interests
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--readers", type=int, default=30)
@@ -143,16 +159,7 @@ def main() -> None:
         interleaved(args, corpus, rng)
         return
     with tempfile.TemporaryDirectory() as folder:
-        engine = make_engine(f"sqlite:///{Path(folder) / 'rank.db'}")
-        upgrade(engine)
-        factory = sessions(engine)
-        add_subscribers(factory, ["*"] * args.readers, created=START - timedelta(days=1))
-        with factory() as session:
-            readers = list_subscribers(session)
-        interests = {r.id: set(rng.sample(range(args.topics), 2)) for r in readers}
-        for r in readers:
-            papers = [corpus.paper(rng.choice(sorted(interests[r.id]))) for _ in range(args.library)]
-            import_library(factory, r.id, bibtex(papers), START)
+        engine, factory, readers, interests = readers_of_two_topics(args, corpus, rng, Path(folder))
         topic_of: dict[str, int] = {}
         likes: dict[tuple[int, str], bool] = {}
         print(f"{args.readers} readers with `*`, {args.per_day} entries a day over {args.topics} topics")
@@ -235,16 +242,7 @@ def rank_day(factory, readers, interests, topic_of, likes, now, rng) -> tuple[fl
 def interleaved(args: argparse.Namespace, corpus: Corpus, rng: random.Random) -> None:
     """The readers of main(), each day's digest interleaved with --challenger's order."""
     with tempfile.TemporaryDirectory() as folder, challenger(args.challenger, args.seed) as url:
-        engine = make_engine(f"sqlite:///{Path(folder) / 'rank.db'}")
-        upgrade(engine)
-        factory = sessions(engine)
-        add_subscribers(factory, ["*"] * args.readers, created=START - timedelta(days=1))
-        with factory() as session:
-            readers = list_subscribers(session)
-        interests = {r.id: set(rng.sample(range(args.topics), 2)) for r in readers}
-        for r in readers:
-            papers = [corpus.paper(rng.choice(sorted(interests[r.id]))) for _ in range(args.library)]
-            import_library(factory, r.id, bibtex(papers), START)
+        engine, factory, readers, interests = readers_of_two_topics(args, corpus, rng, Path(folder))
         topic_of: dict[str, int] = {}
         likes: dict[tuple[int, str], bool] = {}
 

@@ -241,3 +241,18 @@ def test_a_planner_killed_while_the_ranker_is_asked_leaves_the_digests_to_go_in_
     with factory() as session:  # what delivery takes once the hold is over: the built-in order
         due = session.scalars(select(Digest.id).where(Digest.next_attempt_at <= NOW + hold)).all()
     assert digests["ada"][0] in due
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("DIGESTBOT_RANKER__NAME", "built-in", "names the built-in ranking"),
+        ("DIGESTBOT_RANKER__NAME", "Bm 25", "ranker.name"),
+        ("DIGESTBOT_RANKER__URL", "ftp://ranker.example/", "http(s) URL"),
+        ("DIGESTBOT_RANKER__URL", "http://ranker.example/\nx", "http(s) URL"),
+    ],
+)
+def test_a_bad_ranker_setting_is_one_line_naming_it(tmp_path: Path, variable: str, value: str, says: str) -> None:
+    failed = Cli(tmp_path, {variable: value})("stats", code=2)
+    lines = failed.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "ranker" in lines[0], failed.stderr

@@ -13,8 +13,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bot.domain import LibraryPaper, RatedEntry
-from bot.domain.ranking import JudgedDigest, RankerCandidate, RankerReader
-from bot.rankers.interleave import BUILT_IN, Verdict, sign_test, tallies, tally, team_draft, verdict
+from bot.domain.ranking import BUILT_IN, JudgedDigest, RankerCandidate, RankerReader
+from bot.rankers.interleave import Verdict, sign_test, tallies, tally, team_draft, verdict
 from bot.rankers.protocol import (
     PROTOCOL,
     REQUEST,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from bot.domain.ranking import BUILT_IN
 from bot.domain.text import is_web_url
 
 
@@ -56,4 +57,11 @@ class RankerConfig(_Section):
     def _plain_url(cls, value: str) -> str:
         if value and not is_web_url(value):
             raise ValueError("must be an http(s) URL without spaces, quotes or angle brackets")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _not_the_built_in(cls, value: str) -> str:
+        if value == BUILT_IN:
+            raise ValueError(f"{BUILT_IN!r} names the built-in ranking; give the outside ranker another name")
         return value

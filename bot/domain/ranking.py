@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from bot.domain import LibraryPaper, RatedEntry
 
+BUILT_IN = "built-in"  # the built-in ranking's name where an entry says which ranker placed it
+
 
 @dataclass(frozen=True, slots=True)
 class RankerCandidate:

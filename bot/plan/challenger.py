@@ -27,10 +27,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.filters import sections_of
 from bot.config import Settings
 from bot.domain import DigestState, EntryView
-from bot.domain.ranking import RankerCandidate, RankerReader, RankerScore
+from bot.domain.ranking import BUILT_IN, RankerCandidate, RankerReader, RankerScore
 from bot.plan.report import PlanReport
 from bot.rankers.client import RankerCall, RankerLimits
-from bot.rankers.interleave import BUILT_IN, team_draft
+from bot.rankers.interleave import team_draft
 from bot.rankers.protocol import batches, reader_id
 from bot.store.engine import transaction
 from bot.store.entry_reads import entries_by_ids

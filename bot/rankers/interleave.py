@@ -18,11 +18,9 @@ from enum import StrEnum
 from math import comb
 from typing import TypeVar
 
-from bot.domain.ranking import JudgedDigest
+from bot.domain.ranking import BUILT_IN, JudgedDigest
 
 Item = TypeVar("Item", bound=Hashable)
-
-BUILT_IN = "built-in"
 
 
 class Verdict(StrEnum):

@@ -123,7 +123,11 @@ def rank_day_interleaved(
         for cs in found.values()
         for c in cs
     }
-    scores = RankerCall(url, LIMITS).scores(candidates, asked)
+    call = RankerCall(url, LIMITS)
+    try:
+        scores = call.scores(candidates, asked)
+    finally:
+        call.close()
     assert scores is not None, "the challenger failed"
     precision: list[tuple[float, float]] = []
     pressed: list[tuple[int, int, str]] = []

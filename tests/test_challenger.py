@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -177,6 +178,74 @@ def test_the_report_credits_the_ranker_that_placed_each_rated_entry(
         table = cli("rankers", "report").stdout
         assert "bm25" in table and "Rankers, last 28 days" in table
         assert "No interleaved digest" in cli("rankers", "report", "--days", "1").stdout
+
+
+class _WaitingRanker(ThreadingHTTPServer):
+    """A ranker that answers its first request only once the planner has written the
+    next batch's digest (or after *patience*): it sees whether the planner went on
+    with that batch while its answer was awaited."""
+
+    factory: sessionmaker[Session]  # the store, set once it is made
+
+    def __init__(self, patience: float) -> None:
+        super().__init__(("127.0.0.1", 0), _WaitingHandler)
+        self.patience = patience
+        self.requests: list[int] = []  # digests in the store when each request came
+        self.next_batch_seen: list[bool] = []  # whether the next batch's digest was written before it answered
+
+
+class _WaitingHandler(BaseHTTPRequestHandler):
+    server: _WaitingRanker
+
+    def do_POST(self) -> None:
+        asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ends = time.monotonic() + self.server.patience
+        first = not self.server.requests
+        self.server.requests.append(self._digests())
+        while first and self._digests() < 2 and time.monotonic() < ends:
+            time.sleep(0.05)
+        self.server.next_batch_seen.append(self._digests() >= 2)
+        readers = [
+            {"id": r["id"], "scores": [{"entry": e, "score": -n} for n, e in enumerate(reversed(r["candidates"]))]}
+            for r in asked["readers"]
+        ]
+        body = json.dumps({"protocol": asked["protocol"], "readers": readers}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _digests(self) -> int:
+        with self.server.factory() as session:
+            return session.scalar(text("SELECT COUNT(*) FROM digests")) or 0
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+        pass
+
+
+def test_the_ranker_answers_about_one_batch_while_the_next_is_planned(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ranker = _WaitingRanker(patience=20)
+    factory, cfg = _store(engine, tmp_path, f"http://127.0.0.1:{ranker.server_address[1]}/", name="reverse")
+    with factory() as session:
+        grace = session.scalar(text("SELECT id FROM subscribers WHERE email = 'grace@example.org'"))
+    import_library(factory, grace, LIBRARY, NOW - timedelta(hours=3))
+    ranker.factory = factory
+    threading.Thread(target=ranker.serve_forever, daemon=True).start()
+    monkeypatch.setattr("bot.plan.planner.PLAN_BATCH", 1)  # ada, then grace, each a batch
+    try:
+        report = plan(factory, cfg, RULES, now=NOW)
+    finally:
+        ranker.shutdown()
+        ranker.server_close()
+    assert len(ranker.requests) == 2  # asked about ada once her batch was written, then about grace
+    assert ranker.next_batch_seen[0]  # grace's batch was planned while ada's answer was awaited
+    assert report.ranker_failure is None and (report.ranker_ranked, report.ranker_skipped) == (2, 0)
+    for _, entries, placed, next_attempt in _digests(factory).values():
+        assert set(placed) == {"built-in", "reverse"} and len(entries) == len(placed) >= 2
+        assert next_attempt.replace(tzinfo=UTC) <= NOW  # each let go when its answer was applied
 
 
 PLAN_IN_PROCESS = """

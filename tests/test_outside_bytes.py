@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import EntryContent, EntryKind, ParsedEntry, ParsedSource, SourceStatus, SubscriberStatus
-from bot.domain.text import NOT_STORABLE
+from bot.domain.text import CONTROL_CHARACTERS, NOT_STORABLE, one_line
 from bot.ingest.formats import SourceFormatError, parse_any
 from bot.ingest.formats import storable as bounds
 from bot.ingest.service import ingest_bytes
@@ -367,3 +367,11 @@ def test_the_commands_read_a_feed_of_each_reference_and_the_good_dump_after_it(t
     assert "2 entries, 2 new" in said.stdout  # the hostile item and the good one beside it
     ran = cli("run", "--once", env={"DIGESTBOT_WATCH__QUIET_SECONDS": "0"})
     assert "b-good.txt: 5 entries, 5 new" in " ".join(ran.stdout.split()), ran.stdout
+
+
+@given(st.one_of(hostile_text, st.text(alphabet=st.sampled_from(" a\t\n\x85\u2028\u00a0\x1f"), max_size=12)))
+@example(" a")
+@example("a  b")
+@example("a\u3000b")
+def test_one_line_takes_its_short_way_only_when_the_long_way_would_change_nothing(text: str) -> None:
+    assert one_line(text) == " ".join(CONTROL_CHARACTERS.sub(" ", text).split())

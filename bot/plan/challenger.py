@@ -6,19 +6,23 @@ cannot bring in an entry they left out, so what rolls into the next digest is th
 same with or without it.  It is never asked while a lock is held: in the batch's
 transaction the digests of readers it will be asked about (those with a library or
 ratings; mailed digests only) are written held back (``hold``); after the commit it
-is asked, one request per ``readers_per_request`` readers with each of their
-candidates once, and one short transaction gives each digest it scored a body in a
-team-draft interleaving of the built-in order and its own (per section, the coin
-seeded by the reader and the day; each item names the ranker that placed it) and
-lets every held digest go (``reorder``).  When the ranker fails, those readers and
-the rest of the pass keep the built-in order; when the planner dies in between, the
-held digests go in the built-in order once their hold ends.  Never renders or sends.
+is asked (``ask``), one request per ``readers_per_request`` readers with each of their
+candidates once, from one thread of its own while the planner goes on with the next
+batch (the ranker's time overlaps the planner's); then one short transaction gives
+each digest it scored a body in a team-draft interleaving of the built-in order and
+its own (per section, the coin seeded by the reader and the day; each item names the
+ranker that placed it) and lets every held digest go (``settle``, before the next
+batch is asked about and at the end of the pass).  When the ranker fails, those
+readers and the rest of the pass keep the built-in order; when the planner dies in
+between, the held digests go in the built-in order once their hold ends.  The thread
+never touches the store.  Never renders or sends.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -36,7 +40,8 @@ from bot.store.engine import transaction
 from bot.store.entry_reads import entries_by_ids
 from bot.store.facts import RANKER_FAILURE_FACT, set_fact
 from bot.store.feedback import newest_feedback_of
-from bot.store.ledger import NewDigest, Planned, release_held, reorder_held
+from bot.store.interleaved import release_held, reorder_held
+from bot.store.ledger import NewDigest, Planned
 from bot.store.library import newest_papers_of
 
 SUMMARY_CHARACTERS = 2000  # of a candidate's summary sent: enough to rank by, bounded per request
@@ -51,6 +56,9 @@ class Challenger:
     key: bytes  # the store's signing key: readers' ids for the ranker are made with it
     call: RankerCall
     asked: dict[int, RankerReader] = field(default_factory=dict)  # this batch's, by subscriber id
+    _pool: ThreadPoolExecutor | None = None  # one thread: the requests about one batch at a time
+    _pending: _Asked | None = None  # the batch whose answer is awaited
+    _known: dict[int, RankerCandidate] = field(default_factory=dict)  # candidates read so far this pass
 
     @classmethod
     def open(cls, settings: Settings, key: bytes) -> Challenger | None:
@@ -75,38 +83,62 @@ class Challenger:
         until = now + timedelta(seconds=self.settings.ranker.pass_seconds + HOLD_MARGIN_SECONDS)
         return [replace(d, not_before=until) if d.subscriber_id in self.asked else d for d in choices]
 
-    def reorder(
-        self,
-        factory: sessionmaker[Session],
-        written: Sequence[tuple[int, NewDigest]],
-        now: datetime,
-        report: PlanReport,
-    ) -> None:
-        """After the batch's transaction, with no lock held: ask the ranker about the
-        held digests, interleave those it scored, and let every held one go."""
+    def ask(self, factory: sessionmaker[Session], written: Sequence[tuple[int, NewDigest]]) -> None:
+        """After the batch's transaction, with no lock held: send the ranker the readers
+        of the batch's held digests.  It answers while the planner goes on with the next
+        batch; ``settle`` waits for that answer (at most one is awaited at a time)."""
         held = [
             (digest_id, d) for digest_id, d in written if d.not_before is not None and d.subscriber_id in self.asked
         ]
         if not held:
             return
         readers = [self.asked[d.subscriber_id] for _, d in held]
-        with factory() as session:
-            candidates = _candidates(entries_by_ids(session, sorted({e for r in readers for e in r.candidates})))
-        scores: dict[str, dict[int, RankerScore]] = {}
-        for batch in batches(readers, self.settings.ranker.readers_per_request):
-            scores.update(self.call.scores(candidates, batch) or {})
+        wanted = {e for r in readers for e in r.candidates}
+        if unread := wanted - self._known.keys():  # the day's entries recur from batch to batch
+            with factory() as session:
+                self._known.update(_candidates(entries_by_ids(session, sorted(unread))))
+        candidates = {e: self._known[e] for e in wanted}
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ranker")
+        self._pending = _Asked(held, dict(self.asked), self._pool.submit(self._scores, candidates, readers))
+
+    def settle(self, factory: sessionmaker[Session], now: datetime, report: PlanReport) -> None:
+        """Wait for the answer ``ask`` awaits, if any (bounded by the ranker's limits);
+        in one short transaction, interleave the digests it scored and let every held
+        digest of that batch go."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        scores = pending.answer.result()
         report.ranker_failure = self.call.failure
         report.ranker_ranked, report.ranker_skipped = self.call.ranked, self.call.skipped
         orders = [
             (digest_id, self._interleaved(d, theirs))
-            for digest_id, d in held
-            if (theirs := scores.get(self.asked[d.subscriber_id].reader)) is not None
+            for digest_id, d in pending.held
+            if (theirs := scores.get(pending.readers[d.subscriber_id].reader)) is not None
         ]
         with transaction(factory) as session:
             reorder_held(session, orders, now=now)
-            release_held(session, [digest_id for digest_id, _ in held], now=now)
+            release_held(session, [digest_id for digest_id, _ in pending.held], now=now)
             if self.call.failure is not None:  # for `stats`: the last pass it failed, and why
                 set_fact(session, RANKER_FAILURE_FACT, f"{now:%Y-%m-%d %H:%M} UTC: {self.call.failure}")
+
+    def close(self, factory: sessionmaker[Session], now: datetime, report: PlanReport) -> None:
+        """The end of the pass: the last answer settled, the request thread and its connection gone."""
+        self.settle(factory, now, report)
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        self.call.close()
+
+    def _scores(
+        self, candidates: Mapping[int, RankerCandidate], readers: Sequence[RankerReader]
+    ) -> dict[str, dict[int, RankerScore]]:
+        """In the request thread: every request about *readers*; never touches the store."""
+        scores: dict[str, dict[int, RankerScore]] = {}
+        for batch in batches(readers, self.settings.ranker.readers_per_request):
+            scores.update(self.call.scores(candidates, batch) or {})
+        return scores
 
     def _readers(self, session: Session, digests: Sequence[NewDigest]) -> dict[int, RankerReader]:
         ranker = self.settings.ranker
@@ -136,10 +168,24 @@ class Challenger:
             by_id = {item.entry_id: item for item in group}
             ours = list(by_id)
             ranked = sorted(ours, key=lambda entry: -theirs[entry].score)  # stable: ties keep our order
-            entries += [
-                replace(by_id[e], placed_by=names[team]) for e, team in team_draft(ours, ranked, len(ours), coin)
-            ]
+            entries += [_placed(by_id[e], names[team]) for e, team in team_draft(ours, ranked, len(ours), coin)]
         return entries
+
+
+def _placed(item: Planned, ranker: str) -> Planned:
+    """*item* naming the ranker that placed it (``dataclasses.replace`` takes twice as long)."""
+    return Planned(
+        item.entry_id, item.summary_source_id, item.why, item.tags, item.url, item.taste, item.section, ranker
+    )
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """A batch's held digests, its readers as sent (by subscriber id), and the answer to come."""
+
+    held: list[tuple[int, NewDigest]]
+    readers: dict[int, RankerReader]
+    answer: Future[dict[str, dict[int, RankerScore]]]
 
 
 def _candidates(views: Sequence[EntryView]) -> dict[int, RankerCandidate]:

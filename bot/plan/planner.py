@@ -130,6 +130,7 @@ def plan_without_journal(
         batches = _active_batches(factory)
     for batch in batches:
         plan_subscribers(run, batch, leaving)
+    close_pass(run)
     return run.report
 
 
@@ -158,6 +159,12 @@ def open_pass(
 
         run.challenger = Challenger.open(settings, signing_key(settings))
     return run
+
+
+def close_pass(run: PlanningPass) -> None:
+    """The end of a pass: the outside ranker's last answer awaited and applied."""
+    if run.challenger is not None:
+        run.challenger.close(run.factory, run.now, run.report)
 
 
 def plan_subscribers(run: PlanningPass, batch: list[Subscriber], leaving: set[int] | frozenset[int]) -> None:
@@ -234,8 +241,9 @@ def _plan_batch(run: PlanningPass, due: list[tuple[Subscriber, date]]) -> None:
     if written is None:
         run.standings.save(run.factory)
         written = write_batch(run.factory, batch, now=run.now, make_id=make_id, bodies=run.standings.bodies)
-    if run.challenger is not None:
-        run.challenger.reorder(run.factory, written, run.now, run.report)
+    if run.challenger is not None:  # the last batch's answer came while this one was planned
+        run.challenger.settle(run.factory, run.now, run.report)
+        run.challenger.ask(run.factory, written)
     for digest_id, choice in written:
         if choice.state is DigestState.EMPTY:
             run.report.empty += 1

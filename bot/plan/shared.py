@@ -21,7 +21,7 @@ from bot.choose.select import SelectionCache
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import SubscriberStatus
-from bot.plan.planner import PLAN_BATCH, PlanningPass, open_pass, plan_subscribers
+from bot.plan.planner import PLAN_BATCH, PlanningPass, close_pass, open_pass, plan_subscribers
 from bot.plan.report import PlanReport
 from bot.store.engine import transaction
 from bot.store.planning_slices import finish_slice, open_slices, take_slice
@@ -84,4 +84,6 @@ def plan_shared(
                 )
             plan_subscribers(run, batch, leaving)
             finish_slice(claims, taken, now=now, by=by)
+    for run in passes.values():
+        close_pass(run)
     return report

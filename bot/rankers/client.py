@@ -49,9 +49,16 @@ class RankerCall:
     skipped: int = 0  # readers given the built-in ranking for that reason
     ranked: int = 0  # readers the ranker scored
     _ends: float = 0.0
+    _client: httpx.Client | None = None  # one a pass: its TLS context is built once, its connection kept
 
     def __post_init__(self) -> None:
         self._ends = self.clock() + self.limits.pass_seconds
+
+    def close(self) -> None:
+        """The pass is over: its connection closed."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def scores(
         self, candidates: Mapping[int, RankerCandidate], readers: Sequence[RankerReader]
@@ -97,11 +104,10 @@ class RankerCall:
             "Accept-Encoding": "identity",
             "User-Agent": f"digestbot/{__version__}",
         }
+        if self._client is None:
+            self._client = httpx.Client(follow_redirects=False, trust_env=False)
         try:
-            with (
-                httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client,
-                client.stream("POST", self.url, content=body, headers=headers) as response,
-            ):
+            with self._client.stream("POST", self.url, content=body, headers=headers, timeout=timeout) as response:
                 if response.status_code in BUSY:
                     raise _Retryable(f"answered {response.status_code}")
                 if response.status_code != 200:

@@ -1,19 +1,56 @@
-"""Store: the interleaved digests sent over a window and their readers' ratings, for
-the judge of outside rankers (``bot.rankers.interleave``).  SQL only."""
+"""Store: interleaved digests.  A held digest given its interleaved order, or let go
+in the built-in one (``bot.plan.challenger``); the interleaved digests sent over a
+window and their readers' ratings, for the judge of outside rankers
+(``bot.rankers.interleave``).  SQL only."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestState
 from bot.domain.ranking import JudgedDigest
 from bot.store.bulk import among, chunks
+from bot.store.ledger import BodyKeys, Planned, insert_bodies
+from bot.store.retention import drop_unshown_bodies
 from bot.store.schema import BodyItem, Digest
 from bot.store.taste_tables import Feedback
+
+
+def reorder_held(session: Session, orders: Sequence[tuple[int, Sequence[Planned]]], *, now: datetime) -> None:
+    """Give each digest of *orders* still held (queued, never tried) a body of the same
+    entries in a new order, and let it go now; the bodies no digest shows any more are
+    deleted."""
+    if not orders:
+        return
+    keys, table = BodyKeys(), Digest.__table__
+    old = [
+        key
+        for key in session.scalars(select(Digest.body_key).where(among(session, Digest.id, [i for i, _ in orders])))
+        if key
+    ]
+    held = (table.c.id == bindparam("held_id"), table.c.state == DigestState.QUEUED.value, table.c.attempts == 0)
+    session.execute(  # one statement for the batch's digests, executed many times
+        update(table).where(*held).values(body_key=bindparam("reordered_key"), next_attempt_at=now),
+        [{"held_id": digest_id, "reordered_key": keys.body(entries)} for digest_id, entries in orders],
+    )
+    insert_bodies(session, keys.bodies())
+    drop_unshown_bodies(session, [*old, *keys.bodies()])  # and a new one whose digest was no longer held
+
+
+def release_held(session: Session, digest_ids: Sequence[int], *, now: datetime) -> None:
+    """Let held digests go now, in the order they were planned."""
+    for part in chunks(list(digest_ids)):
+        session.execute(
+            update(Digest)
+            .where(
+                among(session, Digest.id, part), Digest.state == DigestState.QUEUED.value, Digest.next_attempt_at > now
+            )
+            .values(next_attempt_at=now)
+        )
 
 
 def judged_since(session: Session, since: datetime) -> Iterator[JudgedDigest]:

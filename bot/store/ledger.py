@@ -170,10 +170,10 @@ def _identity(p: Planned) -> tuple[object, ...]:
     return same if p.section is None else (*same, p.section)
 
 
-class _BodyKeys:
+class BodyKeys:
     """``body_key`` per digest of one planner batch, hashed once per distinct
     list: the subscribers of a filter share their ``Planned`` objects.  Keeps
-    each distinct body's items for ``_insert_bodies``."""
+    each distinct body's items for ``insert_bodies``."""
 
     def __init__(self) -> None:
         self.known: dict[tuple[int, ...], tuple[str, Sequence[Planned]]] = {}
@@ -204,7 +204,7 @@ def insert_digests(
     """Insert planned digests and their bodies in bulk; their ids, in order.
     *message_id* makes each Message-ID from the digest's new id."""
     ids = list(allocate_ids(session, Digest.__table__, len(digests)))
-    keys = _BodyKeys()
+    keys = BodyKeys()
     bulk_insert(
         session,
         Digest.__table__,
@@ -235,11 +235,11 @@ def insert_digests(
             for digest_id, d in zip(ids, digests, strict=True)
         ],
     )
-    _insert_bodies(session, keys.bodies())
+    insert_bodies(session, keys.bodies())
     return ids
 
 
-def _insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> None:
+def insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> None:
     """The items of each body not stored yet (an earlier batch or day may have it), in
     key order: planners writing the same bodies at once wait for each other in turn."""
     stored: set[str] = set()
@@ -327,7 +327,7 @@ def fill_empty_days(
 ) -> None:
     """Turn empty scheduled days into the digests planned for them, with their bodies.
     Raises ``DayTaken`` when one of them is no longer empty."""
-    keys = _BodyKeys()
+    keys = BodyKeys()
     for digest_id, d in digests:
         result = cast(
             CursorResult[Any],
@@ -350,7 +350,7 @@ def fill_empty_days(
         )
         if result.rowcount != 1:
             raise DayTaken(f"digest #{digest_id} is no longer empty")
-    _insert_bodies(session, keys.bodies())
+    insert_bodies(session, keys.bodies())
 
 
 def create_digest(
@@ -367,7 +367,7 @@ def create_digest(
     pending: int = 0,
 ) -> int:
     """Insert a digest and (except for resends, which show the original's) its body."""
-    keys = _BodyKeys()
+    keys = BodyKeys()
     digest = Digest(
         subscriber_id=subscriber_id,
         local_date=local_date,
@@ -385,7 +385,7 @@ def create_digest(
     session.add(digest)
     session.flush()
     if kind is not DigestKind.RESEND:
-        _insert_bodies(session, keys.bodies())
+        insert_bodies(session, keys.bodies())
     return digest.id
 
 
@@ -416,31 +416,3 @@ def release_entries(session: Session, digest_id: int) -> None:
         .where(SubscriberRow.id == select(Digest.subscriber_id).where(Digest.id == digest_id).scalar_subquery())
         .values(planned_through=None, planned_key=None)
     )
-
-
-def reorder_held(session: Session, orders: Sequence[tuple[int, Sequence[Planned]]], *, now: datetime) -> int:
-    """Give each held digest of *orders* (queued, never tried) a body of the same entries
-    in a new order (``bot.plan.challenger``), and let every one of them go now; the
-    bodies no digest shows any more are deleted.  How many were reordered."""
-    keys, reordered = _BodyKeys(), 0
-    ids = [digest_id for digest_id, _ in orders]
-    old = [key for key in session.scalars(select(Digest.body_key).where(among(session, Digest.id, ids))) if key]
-    for digest_id, entries in orders:
-        held = (Digest.id == digest_id, Digest.state == DigestState.QUEUED.value, Digest.attempts == 0)
-        result = session.execute(update(Digest).where(*held).values(body_key=keys.body(entries), next_attempt_at=now))
-        reordered += cast(CursorResult[Any], result).rowcount
-    _insert_bodies(session, keys.bodies())
-    drop_unshown_bodies(session, [*old, *keys.bodies()])
-    return reordered
-
-
-def release_held(session: Session, digest_ids: Sequence[int], *, now: datetime) -> None:
-    """Let held digests go now, in the order they were planned."""
-    for part in chunks(list(digest_ids)):
-        session.execute(
-            update(Digest)
-            .where(
-                among(session, Digest.id, part), Digest.state == DigestState.QUEUED.value, Digest.next_attempt_at > now
-            )
-            .values(next_attempt_at=now)
-        )

@@ -48,14 +48,17 @@ def rank(request: dict[str, Any]) -> dict[str, Any]:
     frequency = Counter(term for document in documents for term in documents[document])
     idf = {t: math.log(1 + (len(documents) - n + 0.5) / (n + 0.5)) for t, n in frequency.items()}
 
+    # Per candidate, each term's BM25 weight: computed once, shared by every reader.
+    norms = {
+        entry: K1 * (1 - B + B * sum(document.values()) / max(average, 1)) for entry, document in documents.items()
+    }
+    weights = {
+        entry: {term: idf[term] * tf * (K1 + 1) / (tf + norms[entry]) for term, tf in document.items()}
+        for entry, document in documents.items()
+    }
+
     def bm25(profile: Counter[str], entry: int) -> tuple[float, list[str]]:
-        document = documents[entry]
-        length = sum(document.values())
-        parts = {}
-        for term, weight in profile.items():
-            tf = document.get(term, 0)
-            if tf:
-                parts[term] = weight * idf[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / max(average, 1)))
+        parts = {term: profile[term] * weight for term, weight in weights[entry].items() if term in profile}
         return sum(parts.values()), sorted(parts, key=parts.__getitem__, reverse=True)[:3]
 
     readers = []

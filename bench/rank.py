@@ -150,6 +150,8 @@ def main() -> None:
     parser.add_argument("--two-interests", action="store_true", help="readers of two named interests (see above)")
     parser.add_argument("--challenger", choices=("bm25", "random"), help="interleave an outside ranker (see above)")
     args = parser.parse_args()
+    if args.days < 1 or args.readers < 1:
+        parser.error("--days and --readers must be at least 1")
     rng = random.Random(args.seed)
     corpus = Corpus(args.topics, rng)
     if args.two_interests:
@@ -180,9 +182,13 @@ def main() -> None:
             rows.append(rank_day(factory, readers, interests, topic_of, likes, now, rng))
             p_f, p_m, n_f, n_m = rows[-1]
             print(f"{day:>3} {p_f:>10.3f} {p_m:>9.3f} {n_f:>14.3f} {n_m:>13.3f} {trained:>7.1f} {training.last}")
-        late = rows[5:]
+        settled = 5 if len(rows) > 5 else 0  # the days after the models' first five, when there are any
+        late = rows[settled:]
         p_f, p_m = statistics.mean(r[0] for r in late), statistics.mean(r[1] for r in late)
-        print(f"days 5-{args.days - 1}: precision@5 filter {p_f:.3f}, model {p_m:.3f} (x{p_m / max(p_f, 1e-9):.1f})")
+        print(
+            f"days {settled}-{args.days - 1}: precision@5 filter {p_f:.3f}, model {p_m:.3f} "
+            f"(x{p_m / max(p_f, 1e-9):.1f})"
+        )
         print(f"day 0: precision@5 filter {rows[0][0]:.3f}, model {rows[0][1]:.3f}")
         print(training.summary())
         for threshold, found in LIKED.items():

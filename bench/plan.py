@@ -357,7 +357,8 @@ def models_mode(args: argparse.Namespace, filters: list[str], folder: Path, sett
 
 def ranker_mode(args: argparse.Namespace, filters: list[str], folder: Path) -> None:
     """--ranker PERCENT: one store with history and libraries for PERCENT of the
-    subscribers; a pass without a ranker, then with the example ranker on localhost."""
+    subscribers, their models trained; pairs of passes without a ranker and with the example
+    ranker on localhost."""
     import subprocess
 
     from bot.taste.service import refresh_models

@@ -39,7 +39,8 @@ library (the readers an outside ranker is asked about), trains their models (as 
 daemon has before any pass but the first after a library changes), and prints the
 planning time of --repeat pairs of passes, each pass in a fresh process, without a
 ranker and with the example ranker (examples/rankers/bm25/, a process on localhost)
-named in ``ranker.url``, and the median ratio (target: 1.5 x).
+named in ``ranker.url``, and the median ratio (target: 1.5 x).  --models and --ranker
+build SQLite stores only.
 """
 
 from __future__ import annotations
@@ -415,6 +416,8 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="each timed pass keeps an earlier pass's caches")
     parser.add_argument("--database-url", default="", help="a PostgreSQL database to make the stores beside")
     args = parser.parse_args()
+    if (args.models or args.ranker) and args.database_url:
+        parser.error("--models and --ranker build SQLite stores only; leave out --database-url")
     filters = list(zipf_choices(filter_expressions(), args.subscribers))
     with tempfile.TemporaryDirectory(prefix="digestbot-plan-") as tmp:
         folder = Path(tmp)

@@ -4,6 +4,7 @@ but the order.  On SQLite and PostgreSQL, with the example ranker as a process."
 
 from __future__ import annotations
 
+import html
 import json
 import socket
 import subprocess
@@ -21,15 +22,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.config import Settings
+from bot.domain.ranking import Interleaving
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
+from bot.plan.resend import resend
 from bot.rankers.interleave import tallies
+from bot.store.contents import digest_content
 from bot.store.engine import sessions, transaction
 from bot.store.interleaved import judged_since
-from bot.store.schema import BodyItem, Digest
+from bot.store.schema import Digest
 from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.subscribers import get_subscriber
 from bot.subscribers.subscriptions import clean_fields, save
 from bot.taste.service import give_feedback, import_library
+from bot.web.versions import WebVersions
 from tests.conftest import ROOT
 from tests.helpers import Cli, digest_entry_ids, render_dump, settings_for
 
@@ -72,21 +78,25 @@ def _store(engine: Engine, tmp_path: Path, url: str, **ranker: object) -> tuple[
 
 
 def _digests(factory: sessionmaker[Session]) -> dict[str, tuple[int, list[int], list[str | None], datetime]]:
+    """Per reader: their digest, its entries in the order shown, the ranker that placed
+    each (None: not interleaved) and when it may go; the order shown checked against
+    what the reader's mail renders."""
     with factory() as session:
         rows = session.execute(
-            select(Digest.id, SubscriberRow.email, Digest.next_attempt_at).join(
+            select(Digest.id, SubscriberRow.email, Digest.next_attempt_at, Digest.interleaving).join(
                 SubscriberRow, SubscriberRow.id == Digest.subscriber_id
             )
         ).all()
+        keys = dict(session.execute(text("SELECT id, key FROM entries")).all())
         found = {}
-        for digest_id, email, next_attempt in rows:
-            placed = session.scalars(
-                select(BodyItem.placed_by)
-                .join(Digest, Digest.body_key == BodyItem.body_key)
-                .where(Digest.id == digest_id)
-                .order_by(BodyItem.position)
-            ).all()
-            found[email.split("@")[0]] = (digest_id, digest_entry_ids(session, digest_id), list(placed), next_attempt)
+        for digest_id, email, next_attempt, drafted in rows:
+            body = digest_entry_ids(session, digest_id)
+            pinned = Interleaving.from_text(drafted, len(body))
+            order = pinned.order if pinned else range(len(body))
+            placed = [pinned.placed_by(n) if pinned else None for n in order]
+            shown = [body[n] for n in order]
+            assert [item.key for item in digest_content(session, digest_id).items] == [keys[e] for e in shown]
+            found[email.split("@")[0]] = (digest_id, shown, placed, next_attempt)
     return found
 
 
@@ -248,6 +258,38 @@ def test_the_ranker_answers_about_one_batch_while_the_next_is_planned(
         assert next_attempt.replace(tzinfo=UTC) <= NOW  # each let go when its answer was applied
 
 
+def test_a_resend_and_the_web_version_show_the_order_the_reader_was_sent(engine: Engine, tmp_path: Path) -> None:
+    ranker = _WaitingRanker(patience=0)  # ranks each reader's candidates in reverse
+    factory, cfg = _store(engine, tmp_path, f"http://127.0.0.1:{ranker.server_address[1]}/", name="reverse")
+    threading.Thread(target=ranker.serve_forever, daemon=True).start()
+    ranker.factory = factory
+    try:
+        plan(factory, cfg, RULES, now=NOW)
+    finally:
+        ranker.shutdown()
+        ranker.server_close()
+    digest_id, shown, placed, _ = _digests(factory)["ada"]
+    with factory() as session:
+        body = digest_entry_ids(session, digest_id)
+        keys = dict(session.execute(text("SELECT id, key FROM entries")).all())
+        titles = dict(session.execute(text("SELECT id, title FROM entries")).all())
+    assert sorted(shown) == sorted(body) and shown[:2] != body[:2]  # the reversed ranking's first is the body's last
+    assert set(placed) == {"built-in", "reverse"}
+    with transaction(factory) as session:
+        session.execute(text("UPDATE digests SET state = 'sent', sent_at = :at"), {"at": NOW})
+    resent = resend(factory, cfg, digest_id, now=NOW + timedelta(hours=1))
+    with factory() as session:
+        assert [item.key for item in digest_content(session, resent).items] == [keys[e] for e in shown]
+        ada = get_subscriber(session, "ada@example.org")
+    assert ada is not None
+    versions = WebVersions(cfg, factory)
+    content = versions.content(ada, NOW.date())
+    assert content is not None
+    page = versions.page(content, "t" * 20, "f" * 20, {})
+    at = [page.index(html.escape(titles[e])) for e in shown]
+    assert at == sorted(at)  # the web version lists them in the order sent
+
+
 PLAN_IN_PROCESS = """
 import json, sys
 from pathlib import Path
@@ -255,6 +297,7 @@ from datetime import datetime
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.plan import plan
+from bot.plan.resend import resend
 from bot.store.engine import make_engine, sessions
 settings = Settings.model_validate(json.loads(sys.argv[2]))
 rules = load_rules(Path(sys.argv[3]))

@@ -15,10 +15,21 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestContent, DigestKind
 from bot.domain.identity import key_for_title_hash
+from bot.domain.ranking import Interleaving, JudgedDigest
 from bot.ingest.service import ingest_bytes, ingest_file
 from bot.plan import plan, resend
 from bot.store.contents import digest_contents
-from bot.store.engine import HEAD_REVISION, current_revision, downgrade, head_revision, make_engine, sessions, upgrade
+from bot.store.engine import (
+    HEAD_REVISION,
+    current_revision,
+    downgrade,
+    head_revision,
+    make_engine,
+    sessions,
+    transaction,
+    upgrade,
+)
+from bot.store.interleaved import judged_since
 from bot.store.schema import Base, Digest, Entry
 from bot.subscribers.subscriptions import clean_fields, save
 from tests.conftest import FIXTURES, ROOT
@@ -126,6 +137,59 @@ def test_body_items_migration_round_trips_what_every_digest_shows(
 
     upgrade(engine)
     assert _shown(factory) == (before, ledger)
+
+
+def test_an_interleaved_digest_shows_and_judges_the_same_down_to_0028_and_up_again(
+    engine: Engine, tmp_path: Path, seed_files: list[Path]
+) -> None:
+    """0029 pins an interleaved digest's order on the digest where 0028 gave it a body of
+    its own: the way down writes that body again (and keeps the body it shares with
+    other readers), the way up pins the order again; every digest (a resend of the
+    interleaved one too) shows the same items, and the judge sees the same rankers."""
+    factory = sessionmaker(engine, expire_on_commit=False)
+    rules = load_rules(ROOT / "config" / "tags.toml")
+    settings = settings_for(tmp_path)
+    day = datetime(2026, 6, 14, 12, tzinfo=UTC)
+    save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob")], day - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=day, rules=rules)
+    ada, bob = plan(factory, settings, rules, now=day, all_due=True).planned
+    with factory() as session:
+        size = len(digest_contents(session, [ada])[ada].items)
+    drafted = Interleaving("bm25", tuple(reversed(range(size))), frozenset(range(0, size, 2)))
+    with transaction(factory) as session:
+        session.execute(text("UPDATE digests SET state = 'sent', sent_at = :at"), {"at": day})
+        session.execute(
+            text("UPDATE digests SET interleaving = :d WHERE id = :id"), {"d": drafted.as_text(), "id": ada}
+        )
+    resend(factory, settings, ada, now=day)
+
+    def judged() -> list[JudgedDigest]:
+        with factory() as session:
+            return list(judged_since(session, day - timedelta(days=1)))
+
+    before, ledger = _shown(factory)
+    shown = [item.key for item in before[ada].items]
+    assert shown == [item.key for item in reversed(before[bob].items)] and size > 2  # bob's: the body's order
+    (judged_before,) = judged()  # the interleaved digest, not bob's
+    assert (
+        judged_before.digest_id == ada and list(judged_before.placed_by.values()).count("bm25") == size // 2 + size % 2
+    )
+
+    downgrade(engine, "0028")
+    with engine.connect() as conn:
+        placed = conn.execute(
+            text(
+                "SELECT e.key, b.placed_by FROM body_items b JOIN digests d ON d.body_key = b.body_key "
+                "JOIN entries e ON e.id = b.entry_id WHERE d.id = :id ORDER BY b.position"
+            ),
+            {"id": ada},
+        ).all()
+    assert [key for key, _ in placed] == shown
+    assert [ranker for _, ranker in placed] == [drafted.placed_by(n) for n in drafted.order]
+
+    upgrade(engine)
+    assert _shown(factory) == (before, ledger)
+    assert judged() == [judged_before]
 
 
 def test_the_ledger_becomes_the_bodies_and_keeps_every_claim_and_told_revision(

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import EntryContent, EntryKind, ParsedEntry, ParsedSource, SourceStatus, SubscriberStatus
+from bot.domain.ranking import BUILT_IN, Interleaving
 from bot.domain.text import CONTROL_CHARACTERS, NOT_STORABLE, one_line
 from bot.ingest.formats import SourceFormatError, parse_any
 from bot.ingest.formats import storable as bounds
@@ -375,3 +376,35 @@ def test_the_commands_read_a_feed_of_each_reference_and_the_good_dump_after_it(t
 @example("a\u3000b")
 def test_one_line_takes_its_short_way_only_when_the_long_way_would_change_nothing(text: str) -> None:
     assert one_line(text) == " ".join(CONTROL_CHARACTERS.sub(" ", text).split())
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 40), st.floats(), hostile_text),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=8), st.dictionaries(st.sampled_from(["ranker", "order", "theirs", "x"]), inner)
+    ),
+    max_leaves=30,
+)
+
+
+@given(st.one_of(json_values.map(json.dumps), hostile_text), st.integers(0, 8))
+@example('{"ranker": "bm25", "order": [1, 0], "theirs": [true]}', 2)
+@example('{"ranker": "bm25", "order": [1, 0, 2], "theirs": [1]}', 3)
+@example('{"ranker": "built-in", "order": [0], "theirs": []}', 1)
+@example('{"ranker": "bm25", "order": [0, 0], "theirs": []}', 2)
+@example("[" * 100_000, 1)
+def test_a_stored_interleaving_from_a_backup_is_one_of_its_body_or_none(text: str, size: int) -> None:
+    """A digest's order comes from a backup as any text: it is read as an order of the
+    body's positions (each once, the outside ranker's a subset) or not at all."""
+    pinned = Interleaving.from_text(text, size)
+    if pinned is not None:
+        assert sorted(pinned.order) == list(range(size)) and pinned.theirs <= set(pinned.order)
+        assert Interleaving.from_text(pinned.as_text(), size) == pinned
+        assert pinned.ranker != BUILT_IN and len(pinned.ranker) <= 40
+
+
+def test_an_interleaving_pinned_is_read_back_the_same() -> None:
+    pinned = Interleaving("bm25", (2, 0, 1), frozenset({2}))
+    assert Interleaving.from_text(pinned.as_text(), 3) == pinned
+    assert [pinned.placed_by(n) for n in pinned.order] == ["bm25", BUILT_IN, BUILT_IN]
+    assert Interleaving.from_text(pinned.as_text(), 4) is None  # another body's

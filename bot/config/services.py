@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from bot.domain.ranking import BUILT_IN
+from bot.domain.ranking import BUILT_IN, RANKER_NAME
 from bot.domain.text import is_web_url
 
 
@@ -41,7 +41,7 @@ class RankerConfig(_Section):
     # An outside ranker (docs/rankers.md): "" asks none and sends nothing anywhere.
     url: str = ""
     # Its name in reports and in the readers' ids it is sent (each ranker sees others).
-    name: str = Field("challenger", pattern=r"^[a-z0-9][a-z0-9-]{0,39}$")
+    name: str = Field("challenger", pattern=f"^{RANKER_NAME.pattern}$")
     readers_per_request: int = Field(100, ge=1, le=10_000)
     # What of a reader is sent: their newest library papers and ratings, at most these.
     library_papers: int = Field(200, ge=0, le=5000)

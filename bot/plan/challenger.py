@@ -8,14 +8,14 @@ transaction the digests of readers it will be asked about (those with a library 
 ratings; mailed digests only) are written held back (``hold``); after the commit it
 is asked (``ask``), one request per ``readers_per_request`` readers with each of their
 candidates once, from one thread of its own while the planner goes on with the next
-batch (the ranker's time overlaps the planner's); then one short transaction gives
-each digest it scored a body in a team-draft interleaving of the built-in order and
-its own (per section, the coin seeded by the reader and the day; each item names the
-ranker that placed it) and lets every held digest go (``settle``, before the next
-batch is asked about and at the end of the pass).  When the ranker fails, those
-readers and the rest of the pass keep the built-in order; when the planner dies in
-between, the held digests go in the built-in order once their hold ends.  The thread
-never touches the store.  Never renders or sends.
+batch (the ranker's time overlaps the planner's); then one short transaction pins on
+each digest it scored a team-draft interleaving of the built-in order and its own
+over the digest's body (per section, the coin seeded by the reader and the day; with
+the positions each ranker placed: ``Interleaving``) and lets every held digest go
+(``settle``, before the next batch is asked about and at the end of the pass).  When
+the ranker fails, those readers and the rest of the pass keep the built-in order; when
+the planner dies in between, the held digests go in the built-in order once their hold
+ends.  The thread never touches the store.  Never renders or sends.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.filters import sections_of
 from bot.config import Settings
 from bot.domain import DigestState, EntryView
-from bot.domain.ranking import BUILT_IN, RankerCandidate, RankerReader, RankerScore
+from bot.domain.ranking import Interleaving, RankerCandidate, RankerReader, RankerScore
 from bot.plan.report import PlanReport
 from bot.rankers.client import RankerCall, RankerLimits
 from bot.rankers.interleave import team_draft
@@ -40,8 +40,8 @@ from bot.store.engine import transaction
 from bot.store.entry_reads import entries_by_ids
 from bot.store.facts import RANKER_FAILURE_FACT, set_fact
 from bot.store.feedback import newest_feedback_of
-from bot.store.interleaved import release_held, reorder_held
-from bot.store.ledger import NewDigest, Planned
+from bot.store.interleaved import interleave_held, release_held
+from bot.store.ledger import NewDigest
 from bot.store.library import newest_papers_of
 
 SUMMARY_CHARACTERS = 2000  # of a candidate's summary sent: enough to rank by, bounded per request
@@ -112,13 +112,13 @@ class Challenger:
         scores = pending.answer.result()
         report.ranker_failure = self.call.failure
         report.ranker_ranked, report.ranker_skipped = self.call.ranked, self.call.skipped
-        orders = [
+        drafts = [
             (digest_id, self._interleaved(d, theirs))
             for digest_id, d in pending.held
             if (theirs := scores.get(pending.readers[d.subscriber_id].reader)) is not None
         ]
         with transaction(factory) as session:
-            reorder_held(session, orders, now=now)
+            interleave_held(session, drafts, now=now)
             release_held(session, [digest_id for digest_id, _ in pending.held], now=now)
             if self.call.failure is not None:  # for `stats`: the last pass it failed, and why
                 set_fact(session, RANKER_FAILURE_FACT, f"{now:%Y-%m-%d %H:%M} UTC: {self.call.failure}")
@@ -157,26 +157,21 @@ class Challenger:
             if d.subscriber_id in papers or d.subscriber_id in rated
         }
 
-    def _interleaved(self, digest: NewDigest, theirs: Mapping[int, RankerScore]) -> list[Planned]:
+    def _interleaved(self, digest: NewDigest, theirs: Mapping[int, RankerScore]) -> Interleaving:
         coin = random.Random(f"{digest.subscriber_id}:{digest.local_date.isoformat()}")
-        groups: dict[str | None, list[Planned]] = {}
-        for item in digest.entries:  # sections in the order they come, each drafted alone
-            groups.setdefault(item.section, []).append(item)
-        names = (BUILT_IN, self.settings.ranker.name)
-        entries: list[Planned] = []
-        for group in groups.values():
-            by_id = {item.entry_id: item for item in group}
-            ours = list(by_id)
+        sections: dict[str | None, dict[int, int]] = {}  # entry -> its position in the body
+        for position, item in enumerate(digest.entries):  # sections in the order they come, each drafted alone
+            sections.setdefault(item.section, {})[item.entry_id] = position
+        order: list[int] = []
+        placed: set[int] = set()
+        for at in sections.values():
+            ours = list(at)
             ranked = sorted(ours, key=lambda entry: -theirs[entry].score)  # stable: ties keep our order
-            entries += [_placed(by_id[e], names[team]) for e, team in team_draft(ours, ranked, len(ours), coin)]
-        return entries
-
-
-def _placed(item: Planned, ranker: str) -> Planned:
-    """*item* naming the ranker that placed it (``dataclasses.replace`` takes twice as long)."""
-    return Planned(
-        item.entry_id, item.summary_source_id, item.why, item.tags, item.url, item.taste, item.section, ranker
-    )
+            for entry, team in team_draft(ours, ranked, len(ours), coin):
+                order.append(at[entry])
+                if team:
+                    placed.add(at[entry])
+        return Interleaving(self.settings.ranker.name, tuple(order), frozenset(placed))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from sqlalchemy import Text, func, select, type_coerce
 from sqlalchemy.orm import Session, aliased
 
 from bot.domain import DigestContent, DigestItem, Subscriber, Update
+from bot.domain.ranking import Interleaving
 from bot.store.bulk import chunks
 from bot.store.entry_content import CONTENT_COLUMNS, content_of
 from bot.store.ledger import ItemRow
@@ -148,6 +149,8 @@ def _heads(session: Session, digest_ids: Sequence[int]) -> list[Any]:
                 Digest.pending_count,
                 Digest.body_key,
                 original.body_key.label("original_body_key"),
+                Digest.interleaving,
+                original.interleaving.label("original_interleaving"),  # a resend shows its original's order
                 Digest.updates.label("own_updates"),
                 original.updates.label("original_updates"),  # a resend shows its original's
                 func.coalesce(original.filter, Digest.filter).label("planned_filter"),
@@ -162,7 +165,8 @@ def _heads(session: Session, digest_ids: Sequence[int]) -> list[Any]:
 
 def _rows_by_digest(session: Session, heads: list[Any], cache: ContentCache) -> dict[int, list[ItemRow]]:
     """The items each digest (or, for a resend, its original) carries: its body's, read
-    once for every digest with the same body (and kept in *cache*)."""
+    once for every digest with the same body (and kept in *cache*), in the order an
+    interleaving pinned on the digest gives them (``Interleaving``)."""
     keys = {head.digest_id: head.original_body_key if head.resend_of_id else head.body_key for head in heads}
     unread = sorted({key for key in keys.values() if key is not None and key not in cache.bodies})
     for part in chunks(unread):
@@ -184,7 +188,14 @@ def _rows_by_digest(session: Session, heads: list[Any], cache: ContentCache) -> 
             cache.bodies[key] = []
         for key, entry_id, source_id, why, tags, url, taste, section in found:
             cache.bodies[key].append((entry_id, source_id, why, _tags(tags), url, taste, section))
-    return {digest_id: cache.bodies[key] for digest_id, key in keys.items() if key is not None}
+    shown = {}
+    for head in heads:
+        if (key := keys[head.digest_id]) is not None:
+            rows = cache.bodies[key]
+            drafted = head.original_interleaving if head.resend_of_id else head.interleaving
+            pinned = Interleaving.from_text(drafted, len(rows)) if drafted else None
+            shown[head.digest_id] = rows if pinned is None else [rows[n] for n in pinned.order]
+    return shown
 
 
 @lru_cache(maxsize=4096)

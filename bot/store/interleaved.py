@@ -12,33 +12,24 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestState
-from bot.domain.ranking import JudgedDigest
+from bot.domain.ranking import Interleaving, JudgedDigest
 from bot.store.bulk import among, chunks
-from bot.store.ledger import BodyKeys, Planned, insert_bodies
-from bot.store.retention import drop_unshown_bodies
 from bot.store.schema import BodyItem, Digest
 from bot.store.taste_tables import Feedback
 
 
-def reorder_held(session: Session, orders: Sequence[tuple[int, Sequence[Planned]]], *, now: datetime) -> None:
-    """Give each digest of *orders* still held (queued, never tried) a body of the same
-    entries in a new order, and let it go now; the bodies no digest shows any more are
-    deleted."""
-    if not orders:
+def interleave_held(session: Session, drafts: Sequence[tuple[int, Interleaving]], *, now: datetime) -> None:
+    """Pin each interleaving of *drafts* on its digest if the digest is still held
+    (queued, never tried), and let it go now: one short statement per digest, whatever
+    its length (the body stays as planned)."""
+    if not drafts:
         return
-    keys, table = BodyKeys(), Digest.__table__
-    old = [
-        key
-        for key in session.scalars(select(Digest.body_key).where(among(session, Digest.id, [i for i, _ in orders])))
-        if key
-    ]
+    table = Digest.__table__
     held = (table.c.id == bindparam("held_id"), table.c.state == DigestState.QUEUED.value, table.c.attempts == 0)
     session.execute(  # one statement for the batch's digests, executed many times
-        update(table).where(*held).values(body_key=bindparam("reordered_key"), next_attempt_at=now),
-        [{"held_id": digest_id, "reordered_key": keys.body(entries)} for digest_id, entries in orders],
+        update(table).where(*held).values(interleaving=bindparam("drafted"), next_attempt_at=now),
+        [{"held_id": digest_id, "drafted": drafted.as_text()} for digest_id, drafted in drafts],
     )
-    insert_bodies(session, keys.bodies())
-    drop_unshown_bodies(session, [*old, *keys.bodies()])  # and a new one whose digest was no longer held
 
 
 def release_held(session: Session, digest_ids: Sequence[int], *, now: datetime) -> None:
@@ -57,14 +48,18 @@ def judged_since(session: Session, since: datetime) -> Iterator[JudgedDigest]:
     """Each interleaved digest sent since *since*, with what its reader rated of it (a
     rating undone is gone; an entry is in one digest of a reader at most)."""
     shown = (
-        select(Digest.id, Digest.subscriber_id, BodyItem.entry_id, BodyItem.placed_by)
+        select(Digest.id, Digest.subscriber_id, Digest.interleaving, BodyItem.entry_id)
         .join(BodyItem, BodyItem.body_key == Digest.body_key)
-        .where(Digest.sent_at >= since, Digest.state == DigestState.SENT.value, BodyItem.placed_by.is_not(None))
+        .where(Digest.sent_at >= since, Digest.state == DigestState.SENT.value, Digest.interleaving.is_not(None))
         .order_by(Digest.id, BodyItem.position)
     )
+    bodies: dict[int, tuple[int, str | None, list[int]]] = {}
+    for digest_id, subscriber_id, drafted, entry_id in session.execute(shown):
+        bodies.setdefault(digest_id, (subscriber_id, drafted, []))[2].append(entry_id)
     digests: dict[int, tuple[int, dict[int, str]]] = {}
-    for digest_id, subscriber_id, entry_id, ranker in session.execute(shown):
-        digests.setdefault(digest_id, (subscriber_id, {}))[1][entry_id] = ranker or ""
+    for digest_id, (subscriber_id, drafted, entries) in bodies.items():
+        if (pinned := Interleaving.from_text(drafted, len(entries))) is not None:
+            digests[digest_id] = (subscriber_id, {e: pinned.placed_by(n) for n, e in enumerate(entries)})
     readers = sorted({subscriber_id for subscriber_id, _ in digests.values()})
     said: dict[tuple[int, int], str] = {}
     for part in chunks(readers):

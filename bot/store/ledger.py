@@ -39,7 +39,6 @@ class Planned:
     url: str
     taste: float | None = None
     section: str | None = None  # the reader's interest it is shown under (``filters.sections_of``)
-    placed_by: str | None = None  # the ranker that placed it in an interleaved digest (``bot.rankers``)
 
 
 def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
@@ -165,15 +164,13 @@ def body_key(rows: Iterable[tuple[object, ...]]) -> str:
 def _identity(p: Planned) -> tuple[object, ...]:
     """What makes two items the same (a body of one interest is keyed as it always was)."""
     same = (p.entry_id, p.summary_source_id, p.why, p.tags, p.url, p.taste)
-    if p.placed_by is not None:
-        return (*same, p.section, p.placed_by)
     return same if p.section is None else (*same, p.section)
 
 
-class BodyKeys:
+class _BodyKeys:
     """``body_key`` per digest of one planner batch, hashed once per distinct
     list: the subscribers of a filter share their ``Planned`` objects.  Keeps
-    each distinct body's items for ``insert_bodies``."""
+    each distinct body's items for ``_insert_bodies``."""
 
     def __init__(self) -> None:
         self.known: dict[tuple[int, ...], tuple[str, Sequence[Planned]]] = {}
@@ -204,7 +201,7 @@ def insert_digests(
     """Insert planned digests and their bodies in bulk; their ids, in order.
     *message_id* makes each Message-ID from the digest's new id."""
     ids = list(allocate_ids(session, Digest.__table__, len(digests)))
-    keys = BodyKeys()
+    keys = _BodyKeys()
     bulk_insert(
         session,
         Digest.__table__,
@@ -235,11 +232,11 @@ def insert_digests(
             for digest_id, d in zip(ids, digests, strict=True)
         ],
     )
-    insert_bodies(session, keys.bodies())
+    _insert_bodies(session, keys.bodies())
     return ids
 
 
-def insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> None:
+def _insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> None:
     """The items of each body not stored yet (an earlier batch or day may have it), in
     key order: planners writing the same bodies at once wait for each other in turn."""
     stored: set[str] = set()
@@ -259,7 +256,6 @@ def insert_bodies(session: Session, bodies: dict[str, Sequence[Planned]]) -> Non
             "url": p.url,
             "taste": p.taste,
             "section": p.section,
-            "placed_by": p.placed_by,
         }
         for key, entries in sorted(bodies.items())  # in one order for every planner: no deadlock
         if key not in stored
@@ -327,7 +323,7 @@ def fill_empty_days(
 ) -> None:
     """Turn empty scheduled days into the digests planned for them, with their bodies.
     Raises ``DayTaken`` when one of them is no longer empty."""
-    keys = BodyKeys()
+    keys = _BodyKeys()
     for digest_id, d in digests:
         result = cast(
             CursorResult[Any],
@@ -350,7 +346,7 @@ def fill_empty_days(
         )
         if result.rowcount != 1:
             raise DayTaken(f"digest #{digest_id} is no longer empty")
-    insert_bodies(session, keys.bodies())
+    _insert_bodies(session, keys.bodies())
 
 
 def create_digest(
@@ -367,7 +363,7 @@ def create_digest(
     pending: int = 0,
 ) -> int:
     """Insert a digest and (except for resends, which show the original's) its body."""
-    keys = BodyKeys()
+    keys = _BodyKeys()
     digest = Digest(
         subscriber_id=subscriber_id,
         local_date=local_date,
@@ -385,7 +381,7 @@ def create_digest(
     session.add(digest)
     session.flush()
     if kind is not DigestKind.RESEND:
-        insert_bodies(session, keys.bodies())
+        _insert_bodies(session, keys.bodies())
     return digest.id
 
 

@@ -250,6 +250,9 @@ class Digest(Base):
     updates: Mapped[list[dict[str, str]] | None] = mapped_column(JSON)
     # The subscriber's filter when the digest was planned (NULL: planned before 0018).
     filter: Mapped[str | None] = mapped_column(Text)
+    # Its order drafted with an outside ranker, over its body's (``Interleaving``, JSON;
+    # NULL: not interleaved, the body's order; migration 0029).
+    interleaving: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         Index(
@@ -327,9 +330,6 @@ class BodyItem(Base):
     # The reader's interest the item is shown under (``filters.sections_of``); NULL for a
     # filter of one interest (migration 0023).
     section: Mapped[str | None] = mapped_column(String(60))
-    # The ranker that placed the item in an interleaved digest ("built-in" or an outside
-    # ranker's name, ``bot.rankers``); NULL when the digest was not interleaved (0028).
-    placed_by: Mapped[str | None] = mapped_column(String(40))
 
 
 class UnsubscribeRequest(Base):

@@ -139,6 +139,19 @@ def test_body_items_migration_round_trips_what_every_digest_shows(
     assert _shown(factory) == (before, ledger)
 
 
+def _two_readers_planned(
+    engine: Engine, tmp_path: Path, dump: Path
+) -> tuple[sessionmaker[Session], Settings, datetime, list[int]]:
+    """Two readers of everything, a dump, and the digests of its day planned for them."""
+    factory = sessionmaker(engine, expire_on_commit=False)
+    rules = load_rules(ROOT / "config" / "tags.toml")
+    settings = settings_for(tmp_path)
+    day = datetime(2026, 6, 14, 12, tzinfo=UTC)
+    save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob")], day - timedelta(days=1))
+    ingest_file(factory, dump, now=day, rules=rules)
+    return factory, settings, day, list(plan(factory, settings, rules, now=day, all_due=True).planned)
+
+
 def test_an_interleaved_digest_shows_and_judges_the_same_down_to_0028_and_up_again(
     engine: Engine, tmp_path: Path, seed_files: list[Path]
 ) -> None:
@@ -146,13 +159,8 @@ def test_an_interleaved_digest_shows_and_judges_the_same_down_to_0028_and_up_aga
     its own: the way down writes that body again (and keeps the body it shares with
     other readers), the way up pins the order again; every digest (a resend of the
     interleaved one too) shows the same items, and the judge sees the same rankers."""
-    factory = sessionmaker(engine, expire_on_commit=False)
-    rules = load_rules(ROOT / "config" / "tags.toml")
-    settings = settings_for(tmp_path)
-    day = datetime(2026, 6, 14, 12, tzinfo=UTC)
-    save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob")], day - timedelta(days=1))
-    ingest_file(factory, seed_files[0], now=day, rules=rules)
-    ada, bob = plan(factory, settings, rules, now=day, all_due=True).planned
+    factory, settings, day, planned = _two_readers_planned(engine, tmp_path, seed_files[0])
+    ada, bob = planned
     with factory() as session:
         size = len(digest_contents(session, [ada])[ada].items)
     drafted = Interleaving("bm25", tuple(reversed(range(size))), frozenset(range(0, size, 2)))
@@ -253,13 +261,8 @@ def test_a_downgrade_that_drops_a_subscriber_column_keeps_their_digests(
     """On SQLite a batch migration copies ``subscribers`` and drops the old table; with
     foreign keys on, that drop deleted every digest and ledger row of its subscribers
     (the downgrades of 0017, 0013 and 0012 drop subscriber columns in a batch)."""
-    factory = sessionmaker(engine, expire_on_commit=False)
-    rules = load_rules(ROOT / "config" / "tags.toml")
-    settings = settings_for(tmp_path)
-    day = datetime(2026, 6, 14, 12, tzinfo=UTC)
-    save(factory, settings, [clean_fields(f"{n}@example.org") for n in ("ada", "bob")], day - timedelta(days=1))
-    ingest_file(factory, seed_files[0], now=day, rules=rules)
-    assert plan(factory, settings, rules, now=day, all_due=True).planned
+    factory, _, _, planned = _two_readers_planned(engine, tmp_path, seed_files[0])
+    assert planned
     before = _row_counts(engine)
     assert before["digests"] == 2 and before["ledger"] > 0
     downgrade(engine, "0018")  # the ledger holds its items again, as at 0011 and since

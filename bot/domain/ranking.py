@@ -64,7 +64,7 @@ class Interleaving:
     *ranker* (``bot.rankers.interleave``), over the items of its body as planned:
     *order* lists the body's positions as the reader sees them, *theirs* the positions
     *ranker* placed (the built-in ranking placed the others).  Pinned on the digest
-    (a few bytes, where a reordered body would be a row per item), so its resend and
+    (a short text, where a reordered body would be a row per item), so its resend and
     its web version show the same order."""
 
     ranker: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -166,9 +167,11 @@ def test_an_interleaved_digest_shows_and_judges_the_same_down_to_0028_and_up_aga
     drafted = Interleaving("bm25", tuple(reversed(range(size))), frozenset(range(0, size, 2)))
     with transaction(factory) as session:
         session.execute(text("UPDATE digests SET state = 'sent', sent_at = :at"), {"at": day})
-        session.execute(
-            text("UPDATE digests SET interleaving = :d WHERE id = :id"), {"d": drafted.as_text(), "id": ada}
-        )
+        pin = text("UPDATE digests SET interleaving = :d WHERE id = :id")
+        session.execute(pin, {"d": drafted.as_text(), "id": ada})
+        # A backup's hostile text: no interleaving of bob's body (true and false are no positions).
+        hostile = {"ranker": "bm25", "order": [True, False, *range(2, size)], "theirs": []}
+        session.execute(pin, {"d": json.dumps(hostile), "id": bob})
     resend(factory, settings, ada, now=day)
 
     def judged() -> list[JudgedDigest]:

@@ -69,13 +69,13 @@ def downgrade() -> None:
     written: set[str] = set()
     for digest_id, key, drafted in digests:
         size = conn.execute(sa.text("SELECT COUNT(*) FROM body_items WHERE body_key = :key"), {"key": key}).scalar()
-        try:
+        try:  # what a restored backup holds may be anything
             pinned = json.loads(drafted)
-            order, theirs, ranker = list(pinned["order"]), set(pinned["theirs"]), str(pinned["ranker"])
-        except (ValueError, KeyError, TypeError):
+            order, theirs, ranker = list(pinned["order"]), set(pinned["theirs"]), str(pinned["ranker"])[:40]
+            if not all(type(n) is int for n in order) or sorted(order) != list(range(size or 0)):
+                continue  # not an interleaving of this body: the digest keeps its body's order
+        except (ValueError, KeyError, TypeError, RecursionError):
             continue
-        if sorted(order) != list(range(size or 0)):
-            continue  # not an interleaving of this body: the digest keeps its body's order
         reordered = hashlib.blake2b(f"{key} {drafted}".encode(), digest_size=16).hexdigest()
         if reordered not in written:
             written.add(reordered)

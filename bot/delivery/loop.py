@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.delivery.batches import Builders, cancel_digests
+from bot.delivery.leases import Leases
 from bot.delivery.policy import next_state
 from bot.delivery.smtp import SendResult, SmtpPool
 from bot.domain import DeliverReport, DigestState, SubscriberStatus
@@ -70,22 +71,23 @@ async def deliver(
         metrics=metrics,
     )
     ahead = max(1, settings.digest.build_processes)  # batches being built while one is sent
-    try:
-        while True:
-            while len(line.building) < ahead and (stop is None or not stop.is_set()) and line.claim(batch):
-                pass
-            if not line.building:
-                break
-            await line.send_next()
-    finally:
-        # Claimed batches are still built and sent when *stop* is set (their leases
-        # would otherwise hold them back until they expire); whatever happens to
-        # them, the batch on the wire is waited for and recorded.
+    async with line.leases.kept():
         try:
-            while line.building:
+            while True:
+                while len(line.building) < ahead and (stop is None or not stop.is_set()) and line.claim(batch):
+                    pass
+                if not line.building:
+                    break
                 await line.send_next()
         finally:
-            await line.sent()
+            # Claimed batches are still built and sent when *stop* is set (their leases
+            # would otherwise hold them back until they expire); whatever happens to
+            # them, the batch on the wire is waited for and recorded.
+            try:
+                while line.building:
+                    await line.send_next()
+            finally:
+                await line.sent()
     return line.total
 
 
@@ -107,28 +109,36 @@ class _Pipeline:
         self.factory, self.settings, self.builders, self.pool = factory, settings, builders, pool
         self.clock, self.worker, self.progress = clock, worker, progress
         self.total = DeliverReport()
-        self.building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
+        self.building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int, int]] = deque()
         self.sending: asyncio.Future[DeliverReport] | None = None
         self.sending_count = 0
+        self.sending_batch = 0
         self.metrics = metrics
+        self.leases = Leases(factory, worker=worker, lease_seconds=settings.digest.lease_seconds, clock=clock)
 
     def claim(self, limit: int) -> bool:
         """Claim up to *limit* due digests and start building them; False when none is due."""
         now = self.clock()
         with transaction(self.factory) as session:
+            # First the leases this worker holds, so that none of its own waiting digests is due again.
+            self.leases.renew_in(session)
             ids = claim_due(
                 session, now=now, worker=self.worker, lease_seconds=self.settings.digest.lease_seconds, limit=limit
             )
         if not ids:
             return False
         built = self.builders.prepare(self.factory, ids, now=now, worker=self.worker)
-        self.building.append((asyncio.ensure_future(built), len(ids)))
+        self.building.append((asyncio.ensure_future(built), len(ids), self.leases.hold(ids)))
         return True
 
     async def send_next(self) -> None:
         """The oldest batch being built, once built, goes on the wire after the one there."""
-        future, count = self.building.popleft()
-        built, report = await future
+        future, count, batch = self.building.popleft()
+        try:
+            built, report = await future
+        except BaseException:
+            self.leases.release(batch)
+            raise
         self.total.add(report)
         await self.sent()
         self.sending = asyncio.ensure_future(
@@ -140,15 +150,19 @@ class _Pipeline:
                 clock=self.clock,
                 worker=self.worker,
                 metrics=self.metrics,
+                lost=self.leases.lost,
             )
         )
-        self.sending_count = count
+        self.sending_count, self.sending_batch = count, batch
 
     async def sent(self) -> None:
         """Wait for the batch on the wire, if any, and count what it did."""
         if self.sending is not None:
-            self.total.add(await self.sending)
-            self.sending = None
+            try:
+                self.total.add(await self.sending)
+            finally:
+                self.sending = None
+                self.leases.release(self.sending_batch)
             if self.progress is not None:
                 self.progress(self.sending_count)
 
@@ -194,7 +208,10 @@ async def _send_batch(
     clock: Clock,
     worker: str,
     metrics: Metrics | None = None,
+    lost: set[int] | None = None,
 ) -> DeliverReport:
+    """Send a built batch; *lost*: digests whose lease another worker took meanwhile
+    (read just before each goes on the wire), which are left to that worker."""
     report = DeliverReport()
     record = functools.partial(_record, factory, settings, worker=worker, report=report, metrics=metrics)
     # Recorded as sends finish, not in batch order: what a crash can send twice
@@ -204,11 +221,17 @@ async def _send_batch(
     left: list[Built] = []
 
     async def send(message: Built) -> None:
+        taken = False
+
         async def wanted() -> bool:
-            return not await leavers.leaving(message.row.subscriber_id)
+            nonlocal taken
+            taken = lost is not None and message.row.id in lost
+            return not taken and not await leavers.leaving(message.row.subscriber_id)
 
         result = await pool.send(message.sender, message.recipient, message.data, wanted=wanted)
-        if result is None:
+        if result is None and taken:
+            report.lost_lease += 1
+        elif result is None:
             left.append(message)
         else:
             outcomes.add(message.row, result)

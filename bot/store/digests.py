@@ -14,6 +14,7 @@ from sqlalchemy import CursorResult, and_, bindparam, case, exists, func, or_, s
 from sqlalchemy.orm import Session, aliased
 
 from bot.domain import DigestKind, DigestState
+from bot.domain.stored import stored_hour, stored_zone
 from bot.store.base import UTCDateTime
 from bot.store.bulk import chunks
 from bot.store.schema import BodyItem, Digest, Entry, Source
@@ -110,6 +111,29 @@ def claim_due(session: Session, *, now: datetime, worker: str, lease_seconds: in
     return ids
 
 
+def renew_leases(
+    session: Session, digest_ids: Sequence[int], *, worker: str, now: datetime, lease_seconds: int
+) -> set[int]:
+    """Extend *worker*'s lease on those of *digest_ids* it still holds (``sending``, its
+    name on them, expired or not: nobody took them); the ids still held.  One it no longer
+    holds was reclaimed by another worker after the lease ran out, and must not be sent."""
+    held: set[int] = set()
+    table = Digest.__table__
+    for part in chunks(sorted(set(digest_ids))):
+        renewed = session.execute(
+            update(table)
+            .where(
+                table.c.id.in_(part),
+                table.c.lease_owner == worker,
+                table.c.state == DigestState.SENDING.value,
+            )
+            .values(lease_expires_at=now + timedelta(seconds=lease_seconds))
+            .returning(table.c.id)
+        )
+        held.update(int(digest_id) for digest_id in renewed.scalars())
+    return held
+
+
 @dataclass(frozen=True, slots=True)
 class DigestRow:
     id: int
@@ -144,8 +168,8 @@ def _row(d: Digest, email: str, timezone: str = "UTC", send_hour: int = 0) -> Di
         id=d.id,
         subscriber_id=d.subscriber_id,
         subscriber_email=email,
-        subscriber_timezone=timezone,
-        subscriber_send_hour=send_hour,
+        subscriber_timezone=stored_zone(timezone),
+        subscriber_send_hour=stored_hour(send_hour),
         nothing_at=d.nothing_at,
         local_date=d.local_date,
         kind=DigestKind(d.kind),

@@ -383,6 +383,18 @@ def normalize_filter(text: str) -> str:
     return to_text(parse_filter(text))
 
 
+def filter_fault(text: object) -> str | None:
+    """Why a stored filter cannot be used (one digestbot never writes: a restored backup
+    someone edited), or None."""
+    if not isinstance(text, str):
+        return "filter is not text"
+    try:
+        parse_filter(text)
+    except FilterError as exc:
+        return f"filter: {' '.join(str(exc).split())[:120]}"
+    return None
+
+
 @lru_cache(maxsize=4096)
 def shown_filter(text: str) -> str:
     """A stored filter as pages and digests show it: canonical text of today's rules

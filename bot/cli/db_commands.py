@@ -144,6 +144,7 @@ def db_restore(
     'db backup' wrote beside it, is put back when the restored links need it."""
     import sqlite3
 
+    from bot.files import exclusive_file
     from bot.store import restores
     from bot.store.errors import StoreError
 
@@ -158,8 +159,11 @@ def db_restore(
         except StoreError as exc:
             fail(str(exc))
         stamp = now().strftime("%Y%m%dT%H%M%SZ")
-        partial = store.with_name(f"{store.name}.restore-{stamp}.partial")
         report = restores.RestoreReport(revision)
+        try:
+            partial = exclusive_file(store.with_name(f"{store.name}.restore-{stamp}"))
+        except OSError as exc:
+            fail(f"{file}: restore stopped, {store} is as it was: {_said(exc)}")
         try:
             _rebuild(restores, file, store, partial, report)
         except (StoreError, OSError, sqlite3.DatabaseError) as exc:
@@ -183,7 +187,9 @@ def _said(exc: BaseException) -> str:
 def _rebuild(restores: Any, file: Path, store: Path, partial: Path, report: Any) -> None:
     """The backup's rows in a store made afresh at its schema, brought to this one's, with
     what the live store recorded since (or, without one, its digests in flight settled)."""
-    restores.rebuild(file, partial, report.revision)
+    from bot.choose.filters import filter_fault
+
+    restores.rebuild(file, partial, report.revision, filter_fault=filter_fault)
     if store.exists() and restores.readable(store) and restores.is_current(store):
         restores.carry_forward(partial, store, report)
     else:

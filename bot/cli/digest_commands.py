@@ -32,6 +32,7 @@ from bot.cli.shell import (
 )
 from bot.cli.tables import Column, fitted
 from bot.domain import SourceStatus, SubscriberStatus
+from bot.files import write_whole
 
 if TYPE_CHECKING:
     from bot.plan.report import PlanReport
@@ -145,9 +146,9 @@ def _preview_message(
         html = Path(tempfile.mkdtemp(prefix="digestbot-preview-")) / "digest.html"
     try:
         if eml is not None:
-            eml.write_bytes(found.data)
+            write_whole(eml, found.data)
         if html is not None:
-            html.write_text(page, encoding="utf-8")
+            write_whole(html, page.encode("utf-8"))
     except OSError as exc:
         fail(f"{exc.filename}: cannot write: {exc.strerror}")
     sizes = ((eml, len(found.data)), (html, len(page.encode("utf-8"))))
@@ -322,23 +323,21 @@ def send_now(
     (outside the daily schedule; entries sent now are not sent again)."""
     from bot.domain import DigestKind
     from bot.plan import plan
+    from bot.subscribers.subscriptions import sendable
 
     c = ctx_of(ctx)
     factory = c.sessions()
     c.signing_key()
-    chosen = [find_subscriber(factory, e) for e in emails] if emails else None
-    inactive = [s for s in chosen or () if s.status is not SubscriberStatus.ACTIVE]
-    for subscriber in inactive:
-        err.print(f"error: {subscriber.email} is {subscriber.status.value}: nothing sent", markup=False)
-    if chosen is not None:
-        chosen = [s for s in chosen if s.status is SubscriberStatus.ACTIVE]
+    chosen, refused = sendable([find_subscriber(factory, e) for e in emails]) if emails else (None, [])
+    for line in refused:
+        err.print(f"error: {line}", markup=False)
     if chosen == []:
         raise typer.Exit(EXIT_INPUT_FAILED)
     planned = plan(factory, c.settings, c.rules, now=now(), subscribers=chosen, kind=DigestKind.MANUAL)
     nothing = f"; {plural(planned.empty, 'subscriber')} had nothing new" if planned.empty else ""
     out.print(f"queued {plural(len(planned.planned), 'digest')}{nothing}", markup=False)
     _tell_ranker_failure(planned)
-    if deliver_and_tell(c, factory, list(planned.planned)) or inactive:
+    if deliver_and_tell(c, factory, list(planned.planned)) or refused:
         raise typer.Exit(EXIT_INPUT_FAILED)
 
 

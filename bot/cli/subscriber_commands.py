@@ -41,6 +41,8 @@ subscribers_app = command_group("Manage subscribers: add, import, edit, pause, r
 
 
 def _subscriber_json(s: Any) -> dict[str, Any]:
+    from bot.subscribers.subscriptions import held_because
+
     return {
         "email": s.email,
         "name": s.name,
@@ -53,6 +55,7 @@ def _subscriber_json(s: Any) -> dict[str, Any]:
         **{setting.name: getattr(s, setting.name) for setting in SETTINGS},
         "created_at": s.created_at,
         "updated_at": s.updated_at,
+        **({"held": f"{fault}; never planned until 'subscribers edit' mends it"} if (fault := held_because(s)) else {}),
     }
 
 
@@ -67,9 +70,15 @@ def _subscriber_table(subscribers: list[Any], title: str) -> Table:
         Column("status", whole=True),
     ]
     rows = [
-        [s.email, s.name, s.filter, s.timezone, f"{s.send_hour:02d}:00", s.cadence, s.status.value] for s in subscribers
+        [s.email, s.name, s.filter, s.timezone, f"{s.send_hour:02d}:00", s.cadence, _status(s)] for s in subscribers
     ]
     return fitted(columns, rows, width=out.width, title=title)
+
+
+def _status(subscriber: Any) -> str:
+    """Its status, and "held" when a stored setting keeps it out of planning (``show`` says
+    which, a filter that does not parse included: ``list`` reads no filter)."""
+    return f"{subscriber.status.value}, held" if subscriber.fault else subscriber.status.value
 
 
 @subscribers_app.command("add")

@@ -182,7 +182,8 @@ SUBSCRIBER_SETTINGS: tuple[str, ...] = ("send_updates",)
 
 @dataclass(frozen=True, slots=True)
 class Subscriber:
-    """A subscriber as every stage sees it; all fields already validated."""
+    """A subscriber as every stage sees it; all fields valid (a stored value that is not
+    reads as a safe one, and *fault* says so)."""
 
     id: int
     email: str
@@ -198,6 +199,9 @@ class Subscriber:
     send_updates: bool = True  # "Updated since we sent it" in their digests
     cadence: str = "daily"  # bot.plan.cadence: daily | weekdays | weekly:<day>
     taste_threshold: float = 0.1  # model score above which an entry is ``liked`` (bot.taste.model)
+    # A stored setting digestbot never writes (bot.domain.stored), read as a safe one: the
+    # reader is never planned while it is there.
+    fault: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

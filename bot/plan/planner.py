@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.filters import uses_liked
+from bot.choose.filters import filter_fault, uses_liked
 from bot.choose.select import Candidate, Picked, SelectionCache, effective_start, local_send_time, pick
 from bot.choose.tagging import TagRules
 from bot.config import Settings
@@ -124,7 +124,10 @@ def plan_without_journal(
     only through *factory* (a preview rolls it back); *cache*: earlier passes' verdicts."""
     run = open_pass(factory, settings, rules, now=now, kind=kind, all_due=all_due, cache=cache)
     if subscribers is not None:
-        chosen = [s for s in subscribers if s.status is SubscriberStatus.ACTIVE and s.id not in leaving]
+        # Each reader once, however often they were named (``send-now a@x A@X``).
+        chosen = list(
+            {s.id: s for s in subscribers if s.status is SubscriberStatus.ACTIVE and s.id not in leaving}.values()
+        )
         batches: Iterable[list[Subscriber]] = (chosen[i : i + PLAN_BATCH] for i in range(0, len(chosen), PLAN_BATCH))
     else:
         batches = _active_batches(factory)
@@ -172,6 +175,11 @@ def plan_subscribers(run: PlanningPass, batch: list[Subscriber], leaving: set[in
     due: list[tuple[Subscriber, date]] = []
     for subscriber in batch:
         if subscriber.id in leaving:
+            continue
+        fault = subscriber.fault or filter_fault(subscriber.filter)
+        if fault is not None:  # that reader only: never planned while it is there
+            run.report.unreadable += 1
+            run.report.unreadable_first = run.report.unreadable_first or f"{subscriber.email}: {fault}"
             continue
         day = local_today(subscriber.timezone, run.now)
         if (

@@ -49,6 +49,8 @@ class IdRuns:
 
 @dataclass
 class PlanReport:
+    """What a pass did; a reader it left out is counted, never a reason to stop the pass."""
+
     planned: IdRuns = field(default_factory=IdRuns)  # digest ids queued, in order
     empty: int = 0  # due subscribers with nothing new
     not_due: int = 0
@@ -56,3 +58,5 @@ class PlanReport:
     ranker_failure: str | None = None  # why the outside ranker's part in the pass ended (``ranker.url``)
     ranker_ranked: int = 0  # readers it ordered (interleaved with the built-in order)
     ranker_skipped: int = 0  # readers who kept the built-in order because it failed
+    unreadable: int = 0  # readers left out: a stored setting digestbot never writes (bot.domain.stored)
+    unreadable_first: str | None = None  # the first of them, "id 17: time zone 'Mars/Olympus' …"

@@ -61,6 +61,13 @@ def log_planned(report: PlanReport) -> None:
         report.empty,
         report.not_due,
     )
+    if report.unreadable:  # once a pass, with the first of them: the rest are alike
+        log.warning(
+            "%s left out of planning: a stored setting digestbot never writes (%s); "
+            "'digestbot subscribers show' says which, 'subscribers edit' mends it",
+            plural(report.unreadable, "reader"),
+            report.unreadable_first,
+        )
     if report.ranker_failure is not None:  # once a pass: the ranker's part ended at its first failure
         log.warning(
             "the outside ranker failed (%s): %s kept the built-in order",

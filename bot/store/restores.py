@@ -18,12 +18,14 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from bot.domain import SubscriberStatus
+from bot.domain.stored import read_settings
 from bot.store.copies import JOURNAL_TABLE, checked, column_list, connect, read_only_uri, revision_of
 from bot.store.derived_tables import DERIVED_TABLES
 from bot.store.engine import HEAD_REVISION, make_engine, revisions, upgrade
@@ -87,10 +89,14 @@ def backup_revision(backup: Path) -> str:
     )
 
 
-def rebuild(backup: Path, partial: Path, revision: str) -> None:
+def rebuild(
+    backup: Path, partial: Path, revision: str, *, filter_fault: Callable[[object], str | None] | None = None
+) -> None:
     """*partial*: a store made afresh by the migrations at *revision*, holding the
-    backup's rows (nothing of its schema), then brought to this digestbot's schema."""
-    remove(partial)
+    backup's rows (nothing of its schema), then brought to this digestbot's schema.
+    *partial* is a new empty file its caller created exclusively (``bot.files``).
+    A subscriber's setting that digestbot never writes refuses the backup (*filter_fault*:
+    why a stored filter cannot be used, from the stage that reads filters)."""
     made = make_engine(f"sqlite:///{partial}")
     try:
         upgrade(made, revision)
@@ -116,6 +122,25 @@ def rebuild(backup: Path, partial: Path, revision: str) -> None:
         upgrade(made)
     finally:
         made.dispose()
+    with closing(connect(partial)) as connection:
+        _refuse_unwritten_settings(connection, backup, filter_fault)
+
+
+def _refuse_unwritten_settings(
+    connection: sqlite3.Connection, backup: Path, filter_fault: Callable[[object], str | None] | None
+) -> None:
+    """``BackupRefused`` naming the first subscriber whose stored settings digestbot
+    never writes, and how many there are: restored, one would be held out of planning."""
+    bad: list[str] = []
+    rows = connection.execute("SELECT id, status, timezone, send_hour, cadence, backfill, filter FROM main.subscribers")
+    for subscriber_id, status, zone, hour, cadence, backfill, filter_text in rows:
+        fault = read_settings(status=status, timezone=zone, send_hour=hour, cadence=cadence, backfill=backfill).fault
+        fault = fault or (filter_fault(filter_text) if filter_fault is not None else None)
+        if fault is not None:
+            bad.append(f"subscriber {subscriber_id}: {fault}")
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise BackupRefused(f"{backup}: {bad[0]}{more}; digestbot never writes that, so the backup was changed")
 
 
 def _objects(connection: sqlite3.Connection, schema: str) -> dict[tuple[str, str], str]:

@@ -11,6 +11,7 @@ from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
+from bot.domain.stored import read_settings, stored_status
 from bot.store.bulk import among, bulk_insert, chunks
 from bot.store.retention import drop_unshown_bodies
 from bot.store.schema import Digest
@@ -37,22 +38,34 @@ def _unicode_domain(domain: str) -> str:
 
 
 def _view(row: SubscriberRow) -> Subscriber:
+    read = read_settings(
+        status=row.status, timezone=row.timezone, send_hour=row.send_hour, cadence=row.cadence, backfill=row.backfill
+    )
     return Subscriber(
         id=row.id,
         email=row.email,
         name=row.name,
         filter=row.filter,
-        timezone=row.timezone,
-        send_hour=row.send_hour,
-        status=SubscriberStatus(row.status),
-        backfill=row.backfill,
+        timezone=read.timezone,
+        send_hour=read.send_hour,
+        status=read.status,
+        backfill=read.backfill,
         created_at=row.created_at,
         updated_at=row.updated_at,
         unsubscribe_secret=row.unsubscribe_secret,
-        cadence=row.cadence,
-        taste_threshold=float(row.taste_threshold),
+        cadence=read.cadence,
+        taste_threshold=_threshold(row.taste_threshold),
+        fault=read.fault,
         **{name: bool(getattr(row, name)) for name in SUBSCRIBER_SETTINGS},
     )
+
+
+def _threshold(raw: object) -> float:
+    try:
+        value = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.1
+    return value if 0.0 <= value <= 1.0 else 0.1
 
 
 def get_subscriber(session: Session, email: str) -> Subscriber | None:
@@ -74,7 +87,7 @@ def subscriber_statuses(session: Session, subscriber_ids: Iterable[int]) -> dict
     found: dict[int, SubscriberStatus] = {}
     for part in chunks(sorted(set(subscriber_ids))):
         query = select(SubscriberRow.id, SubscriberRow.status).where(SubscriberRow.id.in_(part))
-        found.update((i, SubscriberStatus(status)) for i, status in session.execute(query))
+        found.update((i, stored_status(status)) for i, status in session.execute(query))
     return found
 
 
@@ -133,8 +146,11 @@ _GIVEN = ("name", "filter", "timezone", "send_hour", "backfill", "cadence", *SUB
 
 def count_by_status(session: Session) -> dict[SubscriberStatus, int]:
     """How many subscribers have each status now (a status none has is left out)."""
-    rows = session.execute(select(SubscriberRow.status, func.count()).group_by(SubscriberRow.status))
-    return {SubscriberStatus(status): count for status, count in rows}
+    counts: dict[SubscriberStatus, int] = {}
+    for status, count in session.execute(select(SubscriberRow.status, func.count()).group_by(SubscriberRow.status)):
+        read = stored_status(status)  # one digestbot never writes is held, as paused
+        counts[read] = counts.get(read, 0) + count
+    return counts
 
 
 def upsert_subscribers(

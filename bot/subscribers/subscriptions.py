@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import re
 import zoneinfo
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
@@ -19,7 +19,7 @@ from typing import Any, cast
 from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.filters import FilterError, Tag, atoms, normalize_filter, parse_filter
+from bot.choose.filters import FilterError, Tag, atoms, filter_fault, normalize_filter, parse_filter
 from bot.choose.tagging import TagRules
 from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
@@ -286,6 +286,32 @@ def change_status(
         if event is not None:
             record_consent(session, found.id, ConsentEvent(event, now, found.email, page, client, detail))
         return _require(session, email)
+
+
+def held_because(subscriber: Subscriber) -> str | None:
+    """Why the planner leaves *subscriber* out whatever their status: a stored setting
+    digestbot never writes (``bot.domain.stored``, or a filter that does not parse)."""
+    return subscriber.fault or filter_fault(subscriber.filter)
+
+
+def sendable(named: Sequence[Subscriber]) -> tuple[list[Subscriber], list[str]]:
+    """Of the readers an operator named for a digest now, each once (an address named
+    twice in any case is one reader), those who can get one; and why each other cannot."""
+    chosen: dict[int, Subscriber] = {}
+    refused: list[str] = []
+    seen: set[int] = set()
+    for subscriber in named:
+        if subscriber.id in seen:
+            continue
+        seen.add(subscriber.id)
+        fault = held_because(subscriber)
+        if fault is not None:
+            refused.append(f"{subscriber.email} cannot be planned ({fault}): nothing sent")
+        elif subscriber.status is not SubscriberStatus.ACTIVE:
+            refused.append(f"{subscriber.email} is {subscriber.status.value}: nothing sent")
+        else:
+            chosen[subscriber.id] = subscriber
+    return list(chosen.values()), refused
 
 
 def operator_change(

@@ -226,3 +226,37 @@ def test_one_paper_is_not_a_model(factory: sessionmaker[Session], settings: Sett
     assert refresh_models(factory, DAY1).trained == 0
     with factory() as session:
         assert list_digests(session, subscriber_id=reader) == []
+
+
+def test_a_store_whose_every_term_is_too_rare_or_too_common_still_fits_and_plans(
+    factory: sessionmaker[Session], settings: Settings, tmp_path: Path
+) -> None:
+    # A thousand titles that differ in one word each, one summary shared by all: with
+    # scikit-learn's bounds every term is pruned ("After pruning, no terms remain").
+    block = "GPU paper word{i} {i}\n\nAnn Author, Bob Writer 2026-06-14\n\nOne shared summary of them all.\n\nPDF\n"
+    dump = tmp_path / "alike.txt"
+    dump.write_text("\n".join(block.format(i=i) for i in range(1000)), encoding="utf-8")
+    ingest_file(factory, dump, now=DAY1, rules=RULES)
+    reader = _subscribe(factory, settings, "reader@example.org")
+    library = (
+        b"@article{a, title={GPU paper word1 1}, year={2026}}\n@article{b, title={GPU paper word2 2}, year={2026}}\n"
+    )
+    import_library(factory, reader, library, DAY1)
+    report = refresh_models(factory, DAY1, rules=RULES)
+    assert report.vocabulary_fitted and report.models == 1 and report.unfitted == 0
+    assert len(plan(factory, settings, RULES, now=DAY1, all_due=True).planned) == 1
+
+
+def test_texts_without_a_word_fit_no_vocabulary_and_plan_in_the_built_in_order(
+    factory: sessionmaker[Session], settings: Settings, tmp_path: Path
+) -> None:
+    dump = tmp_path / "symbols.txt"
+    block = "!!! {i} ???\n\nAnn Author 2026-06-14\n\n... --- ...\n\nPDF\n"
+    dump.write_text("\n".join(block.format(i="·" * (i + 1)) for i in range(30)), encoding="utf-8")
+    ingest_file(factory, dump, now=DAY1, rules=RULES)
+    reader = _subscribe(factory, settings, "reader@example.org")
+    import_library(
+        factory, reader, b"@article{a, title={!!!}, year={2026}}\n@article{b, title={???}, year={2026}}\n", DAY1
+    )
+    assert not refresh_models(factory, DAY1, rules=RULES).vocabulary_fitted
+    assert len(plan(factory, settings, RULES, now=DAY1, all_due=True).planned) == 1

@@ -69,17 +69,25 @@ def vocabulary_of(stored: StoredVocabulary) -> Vocabulary:
 
 
 def fit_vocabulary(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
-    """Terms and their idf, fitted on *texts* (the store's entries) by scikit-learn."""
+    """Terms and their idf, fitted on *texts* (the store's entries) by scikit-learn;
+    ValueError when the texts have no word at all."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    fitted = TfidfVectorizer(
-        analyzer=words,
-        min_df=2 if len(texts) >= 1000 else 1,  # a small store has few repeats yet
-        max_df=0.5 if len(texts) >= 20 else 1.0,
-        sublinear_tf=True,
-        max_features=MAX_TERMS,
-        dtype=np.float32,
-    ).fit(texts)
+    # The bounds drop terms too rare or too common to tell papers apart; a store where
+    # every term is one or the other (one summary shared by all, titles that differ in
+    # one word) keeps all its terms rather than none.  Without any word: ValueError.
+    bounds = [(2 if len(texts) >= 1000 else 1, 0.5 if len(texts) >= 20 else 1.0), (1, 1.0)]
+    for min_df, max_df in bounds:
+        vectorizer = TfidfVectorizer(
+            analyzer=words, min_df=min_df, max_df=max_df, sublinear_tf=True, max_features=MAX_TERMS, dtype=np.float32
+        )
+        try:
+            fitted = vectorizer.fit(texts)
+        except ValueError:
+            if (min_df, max_df) == bounds[-1]:
+                raise
+            continue
+        break
     return [str(t) for t in fitted.get_feature_names_out()], fitted.idf_.astype(np.float32)
 
 

@@ -164,6 +164,7 @@ class ModelsReport:
     seconds: float = 0.0
     training_seconds: float = 0.0  # of which training the models (the vocabulary's fit apart)
     extra_missing: bool = False  # someone has enough to learn from, but the taste extra is not installed
+    unfitted: int = 0  # readers whose models could not be fitted (they keep the built-in order)
 
 
 # The vocabulary is fitted again when the store has grown by a quarter since.
@@ -197,14 +198,21 @@ def refresh_models(
         report.extra_missing = True
         return report
     if fitted is None or count >= fitted * REFIT_GROWTH:
-        _fit_vocabulary(factory, count, now)
-        report.vocabulary_fitted = True
+        report.vocabulary_fitted = _fit_vocabulary(factory, count, now)
     wanted, interests = _wanted(factory, signals, only, rules)
     stale = [sid for sid, sig in wanted.items() if trained.get(sid) != sig]
     if stale:
         judge = rules or TagRules(())
         training = time.perf_counter()
-        report.models = _train(factory, stale, wanted, now, lambda sid: (interests[sid], judge))
+        unfitted: list[str] = []
+        report.models = _train(factory, stale, wanted, now, lambda sid: (interests[sid], judge), unfitted)
+        report.unfitted = len(unfitted)
+        if unfitted:
+            log.warning(
+                "%s could not be fitted (%s): their digests keep the built-in order",
+                plural(len(unfitted), "reader's taste model"),
+                unfitted[0],
+            )
         report.trained = len(stale)
         report.training_seconds = time.perf_counter() - training
         log.info(
@@ -231,7 +239,7 @@ def _any_to_train(signals: dict[int, str], only: list[int] | None) -> bool:
     return any(sid in signals for sid in only) if only is not None else bool(signals)
 
 
-def _fit_vocabulary(factory: sessionmaker[Session], count: int, now: datetime) -> None:
+def _fit_vocabulary(factory: sessionmaker[Session], count: int, now: datetime) -> bool:
     from bot.store.entry_reads import entry_texts
     from bot.taste.features import fit_vocabulary, text_of
 
@@ -242,9 +250,14 @@ def _fit_vocabulary(factory: sessionmaker[Session], count: int, now: datetime) -
         while rows := entry_texts(session, after_id=after, limit=5000):
             texts.extend(text_of(title, text) for _, title, text in rows)
             after = rows[-1][0]
-    terms, idf = fit_vocabulary(texts[-MAX_FIT_ENTRIES:])
+    try:
+        terms, idf = fit_vocabulary(texts[-MAX_FIT_ENTRIES:])
+    except ValueError as exc:  # entries without a word: the models keep the vocabulary they have
+        log.warning("the taste vocabulary could not be fitted on %d entries: %s", len(texts), exc)
+        return False
     with transaction(factory) as session:
         save_vocabulary(session, terms, idf.astype("float32").tobytes(), count, now)
+    return True
 
 
 def _wanted(
@@ -290,7 +303,10 @@ def _train(
     wanted: dict[int, str],
     now: datetime,
     interests_of: Callable[[int], tuple[tuple[Section, ...], TagRules]],
+    unfitted: list[str],
 ) -> int:
+    """Train and save the models of *stale*; how many.  A reader whose models cannot be
+    fitted is named in *unfitted* and keeps what they had (none: the built-in order)."""
     from bot.taste.features import RowCache, vocabulary_of
     from bot.taste.model import stored, train
 
@@ -307,14 +323,22 @@ def _train(
         with factory() as session:
             examples = _examples(session, subscriber_id, ids, texts)
         sets = {"": examples, **by_interest(*interests_of(subscriber_id), examples)}
-        models = {
-            name: stored(
-                train(
-                    vocabulary, [(e.title, e.text) for e in s.positives], [e.text for e in s.negatives], s.sample, rows
+        try:
+            models = {
+                name: stored(
+                    train(
+                        vocabulary,
+                        [(e.title, e.text) for e in s.positives],
+                        [e.text for e in s.negatives],
+                        s.sample,
+                        rows,
+                    )
                 )
-            )
-            for name, s in sets.items()
-        }
+                for name, s in sets.items()
+            }
+        except (ValueError, ArithmeticError) as exc:  # that reader only: their digests keep their order
+            unfitted.append(f"subscriber {subscriber_id}: {' '.join(str(exc).split())[:200]}")
+            continue
         models_trained += len(models)
         try:
             with transaction(factory) as session:

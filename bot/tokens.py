@@ -21,6 +21,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import ConfigError, Settings, read_secret_file
+from bot.files import write_whole
 from bot.store.engine import transaction
 from bot.store.facts import fact, set_fact
 
@@ -128,12 +129,7 @@ def restore_key(settings: Settings, backup: Path, recorded: str | None, stamp: s
 
 
 def _write_secret(path: Path, data: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.unlink(missing_ok=True)
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(partial, path)
+    write_whole(path, data, mode=0o600)
 
 
 def signing_key(settings: Settings) -> bytes:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,6 +29,7 @@ from bot.cli.shell import (
 )
 from bot.cli.tables import Column, fitted
 from bot.domain import DigestState, Removed, ReturnEvent, ReturnKind
+from bot.files import write_whole
 from bot.reports.list_picture import DEFAULT_DAYS, MAX_DAYS
 
 if TYPE_CHECKING:
@@ -177,12 +177,9 @@ def _write_picture(c: Context, file: Path, days: int) -> None:
     with c.sessions()() as session:
         picture = gather(session, at.date(), days=days, keep_days=c.settings.database.keep_days, now=at)
     data = page(picture).encode("utf-8")
-    partial = file.with_name(f".{file.name}.partial")
     try:
-        partial.write_bytes(data)
-        os.replace(partial, file)
+        write_whole(file, data)
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         fail(f"{file}: cannot write: {exc.strerror}")
     out.print(f"wrote {file} ({len(data):,} bytes): open it in a browser", markup=False)
 

@@ -7,7 +7,6 @@ SQL only.  Never changes the store it copies.
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import Connection, Engine, Table, func, insert, inspect, select, text
 
+from bot.files import fresh_file
 from bot.store.base import Base
 from bot.store.errors import StoreError
 
@@ -80,9 +80,7 @@ def backup_sqlite(store: Path, journal: Path | None, dest: Path) -> BackupFacts:
     """A consistent copy of *store* taken while others write (SQLite's online backup,
     one step: one snapshot), with the journal's requests in its own table, checked, and
     written under its name only once complete."""
-    partial = dest.with_name(dest.name + ".partial")
-    partial.unlink(missing_ok=True)
-    try:
+    with fresh_file(dest) as partial:
         with closing(sqlite3.connect(store, timeout=30)) as source, closing(connect(partial)) as out:
             revision = revision_of(source, str(store))
             source.backup(out)
@@ -98,9 +96,6 @@ def backup_sqlite(store: Path, journal: Path | None, dest: Path) -> BackupFacts:
                 out.execute("DETACH DATABASE journal")
             checked(out, str(partial))
             counts = row_counts(out)
-        os.replace(partial, dest)
-    finally:
-        partial.unlink(missing_ok=True)
     return BackupFacts(revision, counts, dest.stat().st_size)
 
 

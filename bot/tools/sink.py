@@ -27,6 +27,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import AuthResult
 
+from bot.files import write_whole
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -299,7 +301,7 @@ def write_index(inbox: Path) -> Path:
         html_part = msg.get_body(preferencelist=("html",))
         view = path.with_suffix(".html")
         if html_part is not None:
-            view.write_text(html_part.get_content(), encoding="utf-8")
+            write_whole(view, html_part.get_content().encode("utf-8"))
         subject = html.escape(str(msg["Subject"] or "(no subject)"))
         title = f'<a href="{html.escape(view.name)}">{subject}</a>' if html_part is not None else subject
         items.append(
@@ -309,11 +311,11 @@ def write_index(inbox: Path) -> Path:
         )
     count = f"{len(paths)} message" + ("" if len(paths) == 1 else "s")
     index = inbox / "index.html"
-    index.write_text(
+    page = (
         '<!DOCTYPE html><html lang="en"><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
         f'<meta name="color-scheme" content="light dark"><title>digestbot inbox</title><style>{_INDEX_STYLE}</style>'
-        f"<h1>digestbot inbox</h1><p class=meta>{count}</p><ol>{''.join(items)}</ol></html>\n",
-        encoding="utf-8",
+        f"<h1>digestbot inbox</h1><p class=meta>{count}</p><ol>{''.join(items)}</ol></html>\n"
     )
+    write_whole(index, page.encode("utf-8"))
     return index

@@ -7,9 +7,9 @@ Writes only into the folder it is given and never overwrites a file unless told 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
+from bot.files import write_whole
 from bot.shipped import EXAMPLE_CONFIG, EXAMPLE_SUBSCRIBERS, TAG_RULES, TEMPLATES, shipped
 
 # The example config leaves these commented out (the shipped copies are the default);
@@ -53,9 +53,9 @@ def write_starter(folder: Path, *, overwrite: bool = False) -> list[Path]:
             text = source.read_text(encoding="utf-8")
             for shipped_line, copy_line in _USE_COPIES:
                 text = text.replace(shipped_line, copy_line, 1)
-            target.write_text(text, encoding="utf-8")
+            write_whole(target, text.encode("utf-8"))
         else:
-            shutil.copyfile(source, target)
+            write_whole(target, source.read_bytes())
         written.append(target)
     for name in STARTER_FOLDERS:
         (folder / name).mkdir(parents=True, exist_ok=True)

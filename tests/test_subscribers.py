@@ -154,22 +154,33 @@ def test_csv_lines_are_counted_at_line_feeds_and_a_bare_cr_is_that_lines_error()
 
     text = 'email,name\r\na@example.org,A\r\nb@example.org,B\x0cC\r\nc@example.org,C\rD\r\n\r\nd@example.org,"E\r\n'
     good, bad = read_csv(text + "e@example.org,E\r\n")
-    # The quote opened on line 6 is never closed: by CSV's rules the line after it is
-    # inside that cell, not a record of its own.
-    assert [g.email for g in good] == ["a@example.org"]
+    # The quote opened on line 6 is never closed: that line is bad, and the line after
+    # it is read on its own (a cell may not hold a line break), never swallowed.
+    assert [g.email for g in good] == ["a@example.org", "e@example.org"]
     assert [(b.line, b.reason.split(":")[0]) for b in bad] == [
         (3, "name"),
         (4, "not a CSV record"),
         (6, "not a CSV record"),
     ]
-    assert "(CR)" in bad[1].reason and "never closed (lines 6 to 8" in bad[2].reason
+    assert "(CR)" in bad[1].reason and "quote opened on this line is never closed" in bad[2].reason
+
+
+def test_an_unbalanced_quote_is_its_lines_error_and_the_rows_after_it_are_imported(
+    factory: sessionmaker[Session],
+) -> None:
+    text = "email,name\nq4@example.org,\"Unbalanced\ng1@example.org,G1\ng2@example.org,G2\ng3@example.org,G3\n"
+    report = import_csv(factory, Settings(), text, NOW)
+    assert [(e.line, e.reason.split(":")[0]) for e in report.errors] == [(2, "not a CSV record")]
+    with factory() as session:
+        assert sorted(s.email for s in list_subscribers(session)) == [f"g{n}@example.org" for n in (1, 2, 3)]
 
 
 def test_a_csv_record_is_what_the_csv_module_reads_never_a_line_inside_a_quoted_cell(
     factory: sessionmaker[Session],
 ) -> None:
-    """A quoted cell may hold a line break (RFC 4180): a line inside it is never a
-    record of its own, whatever it looks like; records are named by the line they start on."""
+    """A quoted cell that holds a line break (RFC 4180) is refused with every line it
+    runs over, each listed: a line inside it is never a record of its own, whatever it
+    looks like."""
     text = (
         "email,name,filter\n"
         'alice@example.org,"Alice, note:\nmallory@example.org,M,*\n",gpu\n'
@@ -177,7 +188,12 @@ def test_a_csv_record_is_what_the_csv_module_reads_never_a_line_inside_a_quoted_
         '"carol@example.org","Carol ""C"" Shaw",snn\n'
     )
     report = import_csv(factory, Settings(), text, NOW)
-    assert [(e.line, e.reason.split(":")[0]) for e in report.errors] == [(2, "name")]
+    assert [(e.line, e.reason.split(":")[0]) for e in report.errors] == [
+        (2, "not a CSV record"),
+        (3, "inside the quoted cell opened on line 2"),
+        (4, "inside the quoted cell opened on line 2"),
+    ]
+    assert "runs from line 2 to line 4" in report.errors[0].reason
     with factory() as session:
         found = {s.email: s.name for s in list_subscribers(session)}
     assert found == {"bob@example.org": "Bob", "carol@example.org": 'Carol "C" Shaw'}

@@ -59,31 +59,72 @@ MAX_CSV_RECORD = 8192
 
 
 def _records(text: str) -> Iterator[tuple[int, list[str] | SubscriberInputError]]:
-    """Each record of *text* by the csv module's rules (RFC 4180: a quoted cell may hold
-    a line break, so a record can span lines), with the line it starts on; a record
-    that is not CSV is its error, and reading goes on at the line after it."""
+    """Each line of *text* as a record by the csv module's rules, with its number; a line
+    that is not a CSV record is its error, and reading goes on at the next line.
+
+    No cell of ours may hold a line break.  A quote that a later line closes makes a
+    record of several lines (RFC 4180): every one of those lines is a bad row, so that a
+    line inside someone's quoted cell is never imported as a reader of its own.  A quote
+    that nothing closes within a record's length ends with its line, and the lines after
+    it are read on their own: never swallowed."""
     # Lines end at LF (CRLF allowed), as editors number them: a bare CR stays inside its
     # line, where an unquoted cell may not hold it.
-    reader = csv.reader((line + "\n" for line in text.split("\n")), strict=True)
-    start = 1
-    while True:
+    lines = text.split("\n")
+    index = 0
+    while index < len(lines):
+        number, line = index + 1, lines[index]
+        index += 1
+        if len(line) > MAX_CSV_RECORD + 1:  # the cells and a CR: never parsed
+            yield number, SubscriberInputError(f"record longer than {MAX_CSV_RECORD:,} characters")
+            continue
         try:
-            cells = next(reader)
-        except StopIteration:
-            return
+            cells = next(csv.reader([line + "\n"], strict=True), [])
         except csv.Error as exc:
-            yield start, SubscriberInputError(f"not a CSV record: {_csv_problem(str(exc), start, reader.line_num)}")
+            end = _quoted_cell_end(lines, number - 1) if "end of data" in str(exc) else None
+            if end is None:
+                yield number, SubscriberInputError(f"not a CSV record: {_csv_problem(str(exc))}")
+                continue
+            yield number, SubscriberInputError(
+                f"not a CSV record: a quoted cell runs from line {number} to line {end} (a cell may not hold a "
+                "line break); none of those lines is imported"
+            )
+            for inside in range(number + 1, end + 1):
+                yield inside, SubscriberInputError(f"inside the quoted cell opened on line {number}: not imported")
+            index = end
+            continue
+        if sum(map(len, cells)) > MAX_CSV_RECORD:
+            yield number, SubscriberInputError(f"record longer than {MAX_CSV_RECORD:,} characters")
         else:
-            if sum(map(len, cells)) > MAX_CSV_RECORD:
-                yield start, SubscriberInputError(f"record longer than {MAX_CSV_RECORD:,} characters")
-            else:
-                yield start, cells
-        start = reader.line_num + 1
+            yield number, cells
 
 
-def _csv_problem(said: str, start: int, end: int) -> str:
+def _quoted_cell_end(lines: list[str], start: int) -> int | None:
+    """The line (1-based) where the record that opens a quote on *lines[start]* ends, if a
+    later line closes it within ``MAX_CSV_RECORD`` characters (so that reading on from
+    each open quote costs a bounded length: linear in the file, whatever it holds)."""
+
+    def bounded() -> Iterator[str]:
+        read = 0
+        for at in range(start, len(lines)):
+            line = lines[at]
+            read += len(line) + 1
+            if read > MAX_CSV_RECORD:
+                return
+            yield line + "\n"
+
+    reader = csv.reader(bounded(), strict=True)
+    try:
+        next(reader)
+    except csv.Error as exc:
+        return None if "end of data" in str(exc) else start + reader.line_num
+    except StopIteration:
+        return None
+    return start + reader.line_num
+
+
+def _csv_problem(said: str) -> str:
     if "end of data" in said:
-        return f"a quote opened here is never closed (lines {start} to {end}, the end of the file, are one cell)"
+        return "a quote opened on this line is never closed (a cell may not hold a line break)"
     if "new-line" in said:
         return "a line break (CR) inside an unquoted cell"
     if "expected after" in said:

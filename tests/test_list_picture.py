@@ -68,7 +68,7 @@ def test_a_line_chart_is_svg_inside_its_box_named_and_summed(lines: list[list[in
     assert root.findtext(f"{SVG}title") == "Title & <more>"
     description = root.findtext(f"{SVG}desc") or ""
     for one in series:
-        assert f"{one.name}: {sum(one.values):,} in all" in description
+        assert f"\u2068{one.name}\u2069: {sum(one.values):,} in all" in description
     drawn = root.findall(f"{SVG}polyline") + root.findall(f"{SVG}circle")
     assert len(drawn) == len(series)
     for shape in root.findall(f"{SVG}polyline"):
@@ -154,7 +154,7 @@ def test_the_picture_counts_what_the_store_holds(factory: sessionmaker[Session])
     sent = next(c for c in picture.charts if c.key == "sent")
     assert sent.rows[0][0] == TODAY and dict((d, v[0]) for d, v in sent.rows) == written.sent_by_day
     html = page(picture)
-    assert f"sent: {written.sent:,}" in html and "&lt;hardware&gt; &amp; &#34;more&#34;" in html
+    assert f"<bdi>sent</bdi>: {written.sent:,}" in html and "&lt;hardware&gt; &amp; &#34;more&#34;" in html
     assert "<hardware>" not in html
     self_contained(html)
 
@@ -221,3 +221,16 @@ def test_the_page_passes_axe_light_and_dark_at_both_widths(history_page: bytes, 
         assert all(d.get_property("open") for d in driver.find_elements("css selector", "details"))
         found += audit(driver, "stats --html, figures open")
     assert found == []
+
+
+def test_a_right_to_left_override_in_a_source_never_turns_the_figures_beside_it() -> None:
+    from bot.reports.list_picture import ListPicture, _chart
+
+    days = window(TODAY, 3)
+    lines = source_series(days, {TODAY: {("url", "https://evil.example/\u202efeed"): 12}})
+    assert lines and "\u202e" in lines[0].name
+    picture = ListPicture(days, (("active", 1),), (_chart("ingest", "Entries", "", days, lines),), 30, NOW)
+    html = page(picture)
+    assert re.search(r"<bdi>[^<]*\u202e[^<]*</bdi>: 12<", html), html
+    assert not re.search(r"\u202e[^<\u2069]*: 12", html)
+    assert "\u2068evil.example/\u202efeed\u2069: 12 in all" in html

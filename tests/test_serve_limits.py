@@ -429,3 +429,35 @@ def test_uploads_are_refused_before_their_bodies_are_read(tmp_path: Path) -> Non
         assert limited == [429] * 100 and forged == [403] * 50
         assert grown < 60, f"the peak grew by {grown:.0f} MB"
         assert httpx.get(f"{served.url}/healthz", timeout=5).text == "ok"
+
+
+def test_a_refused_upload_is_answered_to_a_client_that_sends_the_whole_file_first(tmp_path: Path) -> None:
+    """A browser or curl sends the whole body before it reads the answer: a refusal made
+    from the headers reached them as a connection reset, never as the page saying why."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    with serving(tmp_path) as served:
+        manage = f"{served.url}/m/{served.token('uploader@example.org')}"
+        form = httpx.get(manage).text.split('name="form" value="', 1)[1].split('"', 1)[0]
+        for _ in range(10):  # the reader's hourly allowance, used up
+            httpx.post(f"{manage}?form={form}", files={"library": ("x.bib", b"24\n")}, timeout=60)
+        boundary = "b" * 20
+        body = (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="library"; filename="big.bib"\r\n'
+            "Content-Type: text/plain\r\n\r\n"
+        ).encode() + b"%" * 4_900_000 + f"\r\n--{boundary}--\r\n".encode()
+        where = urlsplit(manage)
+        answers = []
+        for _ in range(5):
+            connection = http.client.HTTPConnection(where.hostname, where.port, timeout=60)
+            connection.request(
+                "POST",
+                f"{where.path}?form={form}",
+                body=body,
+                headers={"content-type": f"multipart/form-data; boundary={boundary}", "origin": served.url},
+            )
+            response = connection.getresponse()
+            answers.append((response.status, "files in the last hour" in response.read().decode()))
+            connection.close()
+        assert answers == [(429, True)] * 5

@@ -13,7 +13,7 @@ import ipaddress
 import secrets
 from urllib.parse import parse_qs, urlsplit
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 MAX_FORM_BYTES = 4096
 # The sign-up and manage forms: every tag of the menu may be ticked.
@@ -141,6 +141,20 @@ async def read_body(request: Request, limit: int) -> bytes | None:
         if size > limit:
             return None
         parts.append(chunk)
+
+
+async def discard_body(request: Request, limit: int) -> None:
+    """Read the request's body and keep none of it, up to *limit* bytes: a refusal made
+    from the headers then reaches a client that sends the whole body before it reads
+    the answer (a browser, curl), instead of the reset a closed connection gives it."""
+    size = 0
+    chunks = aiter(request.stream())
+    while size <= limit:
+        try:
+            async with asyncio.timeout(BODY_IDLE_SECONDS):
+                size += len(await anext(chunks))
+        except (StopAsyncIteration, TimeoutError, ClientDisconnect):
+            return
 
 
 def is_multipart(content_type: str) -> bool:

@@ -27,7 +27,7 @@ from bot.domain import Subscriber, SubscriberStatus
 from bot.taste import ranking_installed
 from bot.taste.library import LibraryFileError
 from bot.taste.service import LibraryImport, add_library, set_taste_threshold, upload_allowed
-from bot.web.forms import MAX_UPLOAD_BYTES, form_token_ok, form_with_file, read_body, same_origin
+from bot.web.forms import MAX_UPLOAD_BYTES, discard_body, form_token_ok, form_with_file, read_body, same_origin
 from bot.web.manage_view import Told
 from bot.web.site import Site
 from bot.web.upload_reader import read_upload
@@ -49,10 +49,14 @@ class LibraryUploads:
         (the page's form token travels in the form's address for that); the bytes read
         at once are bounded for the whole server."""
         refused = await self._refusal(request, subscriber)
+        if isinstance(refused, Told) and refused.status_code in (409, 429):
+            # A refusal the reader is meant to read: their browser sends the whole file first.
+            await discard_body(request, MAX_UPLOAD_BYTES)
         if refused is not None:
             return refused
         size = int(request.headers["content-length"])
         if self.in_flight + size > UPLOAD_BYTES_IN_FLIGHT:
+            await discard_body(request, size)  # read and dropped: nothing of it is held
             error = "Other files are being added right now: please try again in a minute."
             return Told(503, error=error)
         self.in_flight += size

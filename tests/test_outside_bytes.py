@@ -408,3 +408,15 @@ def test_an_interleaving_pinned_is_read_back_the_same() -> None:
     assert Interleaving.from_text(pinned.as_text(), 3) == pinned
     assert [pinned.placed_by(n) for n in pinned.order] == ["bm25", BUILT_IN, BUILT_IN]
     assert Interleaving.from_text(pinned.as_text(), 4) is None  # another body's
+
+
+@given(st.integers(0, 2000), st.data())
+def test_every_interleaving_written_is_within_the_length_read_and_a_longer_text_is_never_parsed(
+    size: int, data: st.DataObject
+) -> None:
+    order = data.draw(st.permutations(range(size)))
+    theirs = frozenset(data.draw(st.sets(st.sampled_from(order), max_size=size)) if size else ())
+    pinned = Interleaving("r" * 40, tuple(order), theirs)
+    assert Interleaving.from_text(pinned.as_text(), size) == pinned
+    # 30 MB of one list took 2.4 s and 480 MB to parse: refused by its length alone.
+    assert Interleaving.from_text('{"order": [' + "1, " * 10_000_000 + "1]}", size) is None

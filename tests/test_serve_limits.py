@@ -444,9 +444,13 @@ def test_a_refused_upload_is_answered_to_a_client_that_sends_the_whole_file_firs
             httpx.post(f"{manage}?form={form}", files={"library": ("x.bib", b"24\n")}, timeout=60)
         boundary = "b" * 20
         body = (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="library"; filename="big.bib"\r\n'
-            "Content-Type: text/plain\r\n\r\n"
-        ).encode() + b"%" * 4_900_000 + f"\r\n--{boundary}--\r\n".encode()
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="library"; filename="big.bib"\r\n'
+                "Content-Type: text/plain\r\n\r\n"
+            ).encode()
+            + b"%" * 4_900_000
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
         where = urlsplit(manage)
         answers = []
         for _ in range(5):

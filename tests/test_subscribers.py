@@ -168,7 +168,7 @@ def test_csv_lines_are_counted_at_line_feeds_and_a_bare_cr_is_that_lines_error()
 def test_an_unbalanced_quote_is_its_lines_error_and_the_rows_after_it_are_imported(
     factory: sessionmaker[Session],
 ) -> None:
-    text = "email,name\nq4@example.org,\"Unbalanced\ng1@example.org,G1\ng2@example.org,G2\ng3@example.org,G3\n"
+    text = 'email,name\nq4@example.org,"Unbalanced\ng1@example.org,G1\ng2@example.org,G2\ng3@example.org,G3\n'
     report = import_csv(factory, Settings(), text, NOW)
     assert [(e.line, e.reason.split(":")[0]) for e in report.errors] == [(2, "not a CSV record")]
     with factory() as session:

@@ -58,6 +58,12 @@ class JudgedDigest:
     less: frozenset[int]
 
 
+# What ``as_text`` writes at most: the keys and a ranker's name, and per item its position
+# in both lists (a number and a separator each).
+MAX_TEXT_BASE = 200
+MAX_TEXT_PER_ITEM = 24
+
+
 @dataclass(frozen=True, slots=True)
 class Interleaving:
     """A digest's order drafted from the built-in ranking and the outside ranker
@@ -79,8 +85,8 @@ class Interleaving:
         """The interleaving stored as *text* over a body of *size* items; None when there
         is none, or what is stored is not one (a restored backup is outside bytes): the
         digest then shows its body's order and judges no ranker."""
-        if not text:
-            return None
+        if not text or len(text) > MAX_TEXT_BASE + MAX_TEXT_PER_ITEM * size:
+            return None  # longer than any we write: never parsed (30 MB took 480 MB to parse)
         try:
             value = json.loads(text)
         except (ValueError, RecursionError):

@@ -98,7 +98,9 @@ def line_chart(chart_id: str, title: str, days: Sequence[date], series: Sequence
     parts += [_line(plot, one, one.colour or place) for place, one in enumerate(series, start=1) if one.values]
     period = f"{days[0]:%d %B %Y} to {days[-1]:%d %B %Y}" if days else "no days"
     # Each name isolated (FSI … PDI): a right-to-left override in a feed's URL turns no figure.
-    said = "; ".join(f"\u2068{s.name}\u2069: {sum(s.values):,} in all, at most {max(s.values, default=0):,} a day" for s in series)
+    said = "; ".join(
+        f"\u2068{s.name}\u2069: {sum(s.values):,} in all, at most {max(s.values, default=0):,} a day" for s in series
+    )
     return _svg(chart_id, title, f"{period}. {said or 'nothing to draw'}.", LINE_HEIGHT, "".join(parts))
 
 

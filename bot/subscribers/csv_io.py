@@ -84,9 +84,12 @@ def _records(text: str) -> Iterator[tuple[int, list[str] | SubscriberInputError]
             if end is None:
                 yield number, SubscriberInputError(f"not a CSV record: {_csv_problem(str(exc))}")
                 continue
-            yield number, SubscriberInputError(
-                f"not a CSV record: a quoted cell runs from line {number} to line {end} (a cell may not hold a "
-                "line break); none of those lines is imported"
+            yield (
+                number,
+                SubscriberInputError(
+                    f"not a CSV record: a quoted cell runs from line {number} to line {end} (a cell may not hold a "
+                    "line break); none of those lines is imported"
+                ),
             )
             for inside in range(number + 1, end + 1):
                 yield inside, SubscriberInputError(f"inside the quoted cell opened on line {number}: not imported")

@@ -250,6 +250,37 @@ def test_a_reader_who_leaves_while_their_batch_is_on_the_wire_is_not_sent_to(
     assert states == {DigestState.SENT.value: 10, DigestState.CANCELLED.value: 10}
 
 
+def test_an_unsubscribe_applied_while_the_batch_waits_for_the_relay_is_honoured(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink
+) -> None:
+    """Issue 61's harness: the endpoint applies a request within a second, and a batch
+    waits behind a relay limited to a few messages a second for longer: once applied, a
+    request was no longer pending in the journal, and the message went out after the
+    answer.  Now a reader whose status is no longer active is left out too."""
+    from tests.helpers import queue_digests
+
+    queue_digests(factory, 12)
+    with factory() as session:
+        readers = sorted(session.scalars(select(Digest.subscriber_id)))
+    smtp = settings.smtp.model_copy(update={"port": sink.port, "pool_size": 1, "rate_per_second": 20.0})
+    settings = settings.model_copy(update={"smtp": smtp})
+    journal = journal_of(factory)
+
+    async def run() -> object:
+        delivering = asyncio.ensure_future(deliver_now(factory, settings, clock=lambda: datetime.now(UTC)))
+        while not sink.received:
+            await asyncio.sleep(0.005)
+        await asyncio.to_thread(journal.append, readers[6:], datetime.now(UTC))
+        await asyncio.to_thread(journal.apply_pending, factory)  # as the endpoint does, within a second
+        assert not journal.pending_subscribers(readers)
+        return await delivering
+
+    report = asyncio.run(run())
+    got = {r.recipients[0] for r in sink.received}
+    assert {f"reader{n}@example.org" for n in range(6, 12)}.isdisjoint(got), sorted(got)
+    assert report.cancelled == 6  # type: ignore[attr-defined]
+
+
 @pytest.mark.slow
 def test_kill_9_in_a_burst_loses_no_acknowledged_unsubscribe(tmp_path: Path) -> None:
     database = tmp_path / "web.sqlite3"

@@ -33,7 +33,8 @@ from bot.mail.mailer import Built, Mailer
 from bot.metrics import Metrics
 from bot.store.digests import DigestRow, Finished, claim_due, count_bounce, finish_many, reset_bounces
 from bot.store.engine import transaction
-from bot.unsubscribes import journal_of
+from bot.store.subscribers import subscriber_statuses
+from bot.unsubscribes import Journal, journal_of
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -252,9 +253,11 @@ LEAVERS_FRESH_SECONDS = 0.05
 
 
 class Leavers:
-    """Who of a batch's readers has an unsubscribe acknowledged and not yet applied, read
-    from the journal again whenever the last reading is older than
-    ``LEAVERS_FRESH_SECONDS`` (one read a batch at a time, off the event loop)."""
+    """Who of a batch's readers is leaving: an unsubscribe acknowledged in the journal and
+    not yet applied, or a status in the store that is no longer active (applied since the
+    batch was built: a batch can wait behind a slow relay for minutes, and the endpoint
+    applies requests within a second).  Read again whenever the last reading is older
+    than ``LEAVERS_FRESH_SECONDS`` (one read a batch at a time, off the event loop)."""
 
     def __init__(self, factory: sessionmaker[Session], subscriber_ids: set[int]) -> None:
         self.factory, self.subscriber_ids = factory, subscriber_ids
@@ -268,9 +271,16 @@ class Leavers:
                 if time.monotonic() - self.read_at > LEAVERS_FRESH_SECONDS:
                     started = time.monotonic()
                     journal = journal_of(self.factory)
-                    self.pending = await asyncio.to_thread(journal.pending_subscribers, self.subscriber_ids)
+                    self.pending = await asyncio.to_thread(self._read, journal)
                     self.read_at = started
         return subscriber_id in self.pending
+
+    def _read(self, journal: Journal) -> set[int]:
+        pending = journal.pending_subscribers(self.subscriber_ids)
+        with self.factory() as session:
+            statuses = subscriber_statuses(session, self.subscriber_ids)
+        gone = {i for i in self.subscriber_ids if statuses.get(i) is not SubscriberStatus.ACTIVE}
+        return pending | gone
 
 
 def _cancel_leavers(

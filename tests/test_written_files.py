@@ -49,3 +49,13 @@ def test_a_backup_never_writes_through_a_planted_link(tmp_path: Path) -> None:
     run("db", "backup", str(tmp_path / "backup.sqlite3"))
     assert victim.read_bytes() == SECRET
     assert (tmp_path / "backup.sqlite3").read_bytes().startswith(b"SQLite format 3")
+
+
+def test_a_link_planted_at_the_workers_lock_is_refused_never_truncated(tmp_path: Path) -> None:
+    victim = _victim(tmp_path)
+    run = Cli(tmp_path)
+    run("subscribers", "add", "ada@example.org")
+    (tmp_path / "cli.sqlite3.worker.lock").symlink_to(victim)
+    refused = run("worker", code=1)
+    assert "cli.sqlite3.worker.lock" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert victim.read_bytes() == SECRET

@@ -67,7 +67,7 @@ def hold(store: Path) -> None:
             return
         _HELD_BEFORE[path] = path.exists()
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError:
             return
         try:
@@ -97,7 +97,7 @@ def alone(store: Path, doing: str) -> Iterator[None]:
     with _LOCK:
         shared = path in _HELD
         try:
-            fd = _HELD[path] if shared else os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = _HELD[path] if shared else os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
             raise StoreError(f"{path}: cannot be created to hold the store alone: {exc.strerror}") from None
         try:

@@ -176,7 +176,7 @@ class SinkHandler:
         if self.inbox is not None:
             self.inbox.mkdir(parents=True, exist_ok=True)
             saved = self.inbox / f"{number:04d}.eml"
-            saved.write_bytes(data)
+            write_whole(saved, data)
             if self.keep_index:
                 with self.lock:
                     write_index(self.inbox)

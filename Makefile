@@ -18,7 +18,7 @@ AXE_CORE := axe-core@4.14.1
 VNU_JAR := vnu-jar@26.9.27
 NODE_TOOLS := $(VENV)/node/.installed-$(AXE_CORE)-$(VNU_JAR)
 
-.PHONY: demo test test-fast lint format install clean bench-input bench-check screens constraints docs
+.PHONY: demo test test-fast lint format install clean bench-input bench-check chaos screens constraints docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,13 @@ bench-input: $(STAMP)
 # The standing ratios against their budgets (bench/README.md, Budgets): a few minutes.
 bench-check: $(STAMP)
 	$(BIN)/python bench/check.py
+
+# The fault harness (bench/chaos.py): the daemon (scheduler, workers, serve) on SQLite and,
+# with DIGESTBOT_TEST_PG, on PostgreSQL, against a relay that rate-limits, stalls, refuses
+# and drops; readers leaving and a worker killed meanwhile; rows a restore might bring.
+# Prints its counts and the seed that replays it; exit 1 when a promise broke.
+chaos: $(STAMP)
+	$(BIN)/python bench/chaos.py
 
 screens: demo
 	$(BIN)/python bench/screens.py

@@ -418,5 +418,26 @@ def test_every_interleaving_written_is_within_the_length_read_and_a_longer_text_
     theirs = frozenset(data.draw(st.sets(st.sampled_from(order), max_size=size)) if size else ())
     pinned = Interleaving("r" * 40, tuple(order), theirs)
     assert Interleaving.from_text(pinned.as_text(), size) == pinned
-    # 30 MB of one list took 2.4 s and 480 MB to parse: refused by its length alone.
-    assert Interleaving.from_text('{"order": [' + "1, " * 10_000_000 + "1]}", size) is None
+
+
+def test_an_interleaving_longer_than_any_written_is_never_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """30 MB of one list took rankers report 2.4 s and 480 MB to parse."""
+    import json
+
+    import bot.domain.ranking
+
+    parsed: list[int] = []
+
+    class Counting:
+        @staticmethod
+        def loads(text: str) -> object:
+            parsed.append(len(text))
+            return json.loads(text)
+
+        dumps = staticmethod(json.dumps)
+
+    monkeypatch.setattr(bot.domain.ranking, "json", Counting)
+    assert Interleaving.from_text('{"order": [' + "1, " * 10_000_000 + "1]}", 30) is None
+    pinned = Interleaving("bm25", (2, 0, 1), frozenset({2}))
+    assert Interleaving.from_text(pinned.as_text(), 3) == pinned
+    assert parsed == [len(pinned.as_text())]

@@ -196,3 +196,17 @@ def test_a_restore_refuses_a_backup_with_a_setting_digestbot_never_writes(tmp_pa
     assert "is as it was" in refused.stderr and "subscriber 2" in refused.stderr
     assert "never writes" in refused.stderr and len(refused.stderr.splitlines()) == 1
     assert "grace@example.org" in run("subscribers", "list").stdout
+
+
+def test_a_restore_refuses_a_backup_with_a_digest_state_digestbot_never_writes(tmp_path: Path) -> None:
+    run = Cli(tmp_path)
+    (tmp_path / "dumps").mkdir()
+    run("subscribers", "add", "ada@example.org", "--filter", "*", "--hour", "0")
+    run("dumps", "ingest", *map(str, sorted(SEEDS.glob("*.txt"))))
+    run("run", "--once", "--all-due", code=None)
+    run("db", "backup", str(tmp_path / "backup.sqlite3"))
+    with sqlite3.connect(tmp_path / "backup.sqlite3") as connection:
+        assert connection.execute("UPDATE digests SET state = 'evil'").rowcount >= 1
+    refused = run("db", "restore", str(tmp_path / "backup.sqlite3"), code=1)
+    assert "state 'evil' is not one digestbot writes" in refused.stderr
+    run("history")

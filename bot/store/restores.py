@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from bot.domain import SubscriberStatus
+from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.domain.stored import read_settings
 from bot.store.copies import JOURNAL_TABLE, checked, column_list, connect, read_only_uri, revision_of
 from bot.store.derived_tables import DERIVED_TABLES
@@ -37,6 +37,11 @@ _STAYS_OFF = (SubscriberStatus.UNSUBSCRIBED.value, SubscriberStatus.BOUNCED.valu
 _CATALOGUE = ("sources", "entries", "entry_appearances", "tags", "entry_tags")
 _PARTS = ("", "-wal", "-shm")  # a store's files: its WAL belongs to it, never left for another
 SHOWN_READERS = 5
+# Columns whose every value digestbot spells itself: a backup holding another was changed.
+_WRITTEN_ONLY = (
+    ("digests", "state", tuple(state.value for state in DigestState)),
+    ("digests", "kind", tuple(kind.value for kind in DigestKind)),
+)
 
 
 class BackupRefused(StoreError):
@@ -138,6 +143,13 @@ def _refuse_unwritten_settings(
         fault = fault or (filter_fault(filter_text) if filter_fault is not None else None)
         if fault is not None:
             bad.append(f"subscriber {subscriber_id}: {fault}")
+    for table, column, allowed in _WRITTEN_ONLY:
+        listed = ", ".join(f"'{value}'" for value in allowed)
+        found = connection.execute(
+            f'SELECT id, "{column}" FROM main."{table}" WHERE "{column}" NOT IN ({listed}) LIMIT 1'
+        ).fetchone()
+        if found is not None:
+            bad.append(f"{table} row {found[0]}: {column} {str(found[1])[:40]!r} is not one digestbot writes")
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise BackupRefused(f"{backup}: {bad[0]}{more}; digestbot never writes that, so the backup was changed")

@@ -34,7 +34,7 @@ from bot.metrics import Metrics
 from bot.store.digests import DigestRow, Finished, claim_due, count_bounce, finish_many, reset_bounces
 from bot.store.engine import transaction
 from bot.store.subscribers import subscriber_statuses
-from bot.unsubscribes import Journal, journal_of
+from bot.unsubscribes import Journal, journal_of, reader_of
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -241,6 +241,7 @@ async def _send_batch(
         # An exception here is a bug, not an SMTP outcome (those are results): raised.
         await asyncio.gather(*(send(b) for b in built))
     finally:
+        leavers.close()
         outcomes.write()
         if left:
             await asyncio.to_thread(_cancel_leavers, factory, left, worker=worker, now=clock(), report=report)
@@ -261,6 +262,7 @@ class Leavers:
 
     def __init__(self, factory: sessionmaker[Session], subscriber_ids: set[int]) -> None:
         self.factory, self.subscriber_ids = factory, subscriber_ids
+        self._store: sessionmaker[Session] | None = None  # read-only, opened at the first reading
         self.pending: set[int] = set()
         self.read_at = float("-inf")
         self._reading = asyncio.Lock()
@@ -277,10 +279,16 @@ class Leavers:
 
     def _read(self, journal: Journal) -> set[int]:
         pending = journal.pending_subscribers(self.subscriber_ids)
-        with self.factory() as session:
+        if self._store is None:  # on SQLite a reader that never takes the writer's lock
+            self._store = reader_of(self.factory)
+        with self._store() as session:
             statuses = subscriber_statuses(session, self.subscriber_ids)
         gone = {i for i in self.subscriber_ids if statuses.get(i) is not SubscriberStatus.ACTIVE}
         return pending | gone
+
+    def close(self) -> None:
+        if self._store is not None and self._store is not self.factory:
+            self._store.kw["bind"].dispose()
 
 
 def _cancel_leavers(

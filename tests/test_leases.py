@@ -18,7 +18,7 @@ from bot.delivery.loop import deliver
 from bot.delivery.smtp import SmtpPool
 from bot.domain import DigestState
 from bot.mail.mailer import Mailer
-from bot.store.digests import claim_due, expire_leases
+from bot.store.digests import Finished, claim_due, expire_leases, finish_many
 from bot.store.engine import transaction
 from bot.store.schema import Digest
 from bot.tools.sink import Fault, Sink, SinkHandler
@@ -83,3 +83,25 @@ def test_a_lease_another_worker_took_is_lost_and_the_rest_are_kept(factory: sess
     assert all(expires == now + timedelta(seconds=70) for expires in mine.values())
     leases.release(batch)
     assert leases.held() == set()
+
+
+def test_a_digest_recorded_meanwhile_is_let_go_and_claimed_again_is_held_not_lost(
+    factory: sessionmaker[Session],
+) -> None:
+    queue_digests(factory, 3)
+    now = datetime.now(UTC)
+    with transaction(factory) as session:
+        ours = claim_due(session, now=now, worker="ours", lease_seconds=10, limit=3)
+    leases = Leases(factory, worker="ours", lease_seconds=10, clock=lambda: now)
+    leases.claimed(ours)
+    retried = ours[0]
+    with transaction(factory) as session:  # a 451: recorded retry_wait, due again at once
+        finish_many(session, [Finished(retried, DigestState.RETRY_WAIT, 451, "try later", now)], worker="ours", now=now)
+    asyncio.run(leases.renew())
+    assert leases.lost == set() and leases.held() == set(ours[1:])
+    with transaction(factory) as session:
+        again = claim_due(session, now=now, worker="ours", lease_seconds=10, limit=3)
+    assert again == [retried]
+    leases.claimed(again)
+    asyncio.run(leases.renew())
+    assert leases.lost == set() and leases.held() == set(ours)

@@ -59,16 +59,32 @@ class Leases:
         """Renew every held lease in *session*'s transaction (before a claim, in its own)."""
         ids = self.held()
         if ids:
-            kept = renew_leases(
-                session, sorted(ids), worker=self.worker, now=self.clock(), lease_seconds=self.lease_seconds
-            )
-            self.lost |= ids - kept
+            self._settle(*self._renewed(session, ids))
 
-    def _renew(self, ids: set[int]) -> set[int]:
+    def claimed(self, digest_ids: list[int]) -> int:
+        """Hold a batch this worker just claimed (a digest it lost before and claimed again,
+        after a retry, is its own again); its key, for ``release``."""
+        self.lost -= set(digest_ids)
+        return self.hold(digest_ids)
+
+    def _renewed(self, session: Session, ids: set[int]) -> tuple[set[int], set[int]]:
+        return renew_leases(
+            session, sorted(ids), worker=self.worker, now=self.clock(), lease_seconds=self.lease_seconds
+        )
+
+    def _renew(self, ids: set[int]) -> tuple[set[int], set[int]]:
         with transaction(self.factory) as session:
-            return renew_leases(
-                session, sorted(ids), worker=self.worker, now=self.clock(), lease_seconds=self.lease_seconds
-            )
+            return self._renewed(session, ids)
+
+    def _settle(self, kept: set[int], taken: set[int]) -> None:
+        """What a renewal found: *taken* by another worker (never to be sent here); the
+        rest of what was held and not *kept* was recorded, and is held no longer."""
+        if taken - self.lost:
+            log.warning("%d digests were reclaimed by another worker; this one will not send them", len(taken))
+        self.lost |= taken
+        done = self.held() - kept - taken
+        if done:
+            self._batches = {key: ids - done for key, ids in self._batches.items()}
 
     async def renew(self) -> None:
         """Renew every held lease, off the event loop."""
@@ -76,15 +92,12 @@ class Leases:
         if not ids:
             return
         try:
-            kept = await asyncio.to_thread(self._renew, ids)
+            kept, taken = await asyncio.to_thread(self._renew, ids)
         except Exception as exc:  # noqa: BLE001 - a busy store is tried again at the next tick
             self.failures += 1
             log.warning("renewing %d leases failed (tried again in %.0f s): %s", len(ids), self.interval, exc)
             return
-        lost = ids - kept
-        if lost - self.lost:
-            log.warning("%d digests were reclaimed by another worker; this one will not send them", len(lost))
-        self.lost |= lost
+        self._settle(kept, taken)
 
     @property
     def interval(self) -> float:

@@ -129,7 +129,7 @@ class _Pipeline:
         if not ids:
             return False
         built = self.builders.prepare(self.factory, ids, now=now, worker=self.worker)
-        self.building.append((asyncio.ensure_future(built), len(ids), self.leases.hold(ids)))
+        self.building.append((asyncio.ensure_future(built), len(ids), self.leases.claimed(ids)))
         return True
 
     async def send_next(self) -> None:

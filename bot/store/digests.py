@@ -113,11 +113,13 @@ def claim_due(session: Session, *, now: datetime, worker: str, lease_seconds: in
 
 def renew_leases(
     session: Session, digest_ids: Sequence[int], *, worker: str, now: datetime, lease_seconds: int
-) -> set[int]:
+) -> tuple[set[int], set[int]]:
     """Extend *worker*'s lease on those of *digest_ids* it still holds (``sending``, its
-    name on them, expired or not: nobody took them); the ids still held.  One it no longer
-    holds was reclaimed by another worker after the lease ran out, and must not be sent."""
+    name on them, expired or not: nobody took them).  Returns the ids still held, and
+    those another worker holds now (it reclaimed them after the lease ran out: they must
+    not be sent by *worker*); the others were recorded meanwhile."""
     held: set[int] = set()
+    taken: set[int] = set()
     table = Digest.__table__
     for part in chunks(sorted(set(digest_ids))):
         renewed = session.execute(
@@ -130,8 +132,20 @@ def renew_leases(
             .values(lease_expires_at=now + timedelta(seconds=lease_seconds))
             .returning(table.c.id)
         )
-        held.update(int(digest_id) for digest_id in renewed.scalars())
-    return held
+        kept = {int(digest_id) for digest_id in renewed.scalars()}
+        held |= kept
+        others = [digest_id for digest_id in part if digest_id not in kept]
+        if others:
+            taken.update(
+                session.scalars(
+                    select(Digest.id).where(
+                        Digest.id.in_(others),
+                        Digest.state == DigestState.SENDING.value,
+                        Digest.lease_owner != worker,
+                    )
+                )
+            )
+    return held, taken
 
 
 @dataclass(frozen=True, slots=True)

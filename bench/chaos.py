@@ -124,11 +124,13 @@ class ChaosRelay(SinkHandler):
     async def _fault_for(self, recipient: str, where: str, server: Any) -> str | None:
         if where == "rcpt":
             now = time.monotonic()
-            with self.lock:
+            with self.lock:  # the messages it let through in the last second, as a relay counts them
                 self.begun[recipient] = now
-                self.recent = [t for t in self.recent if now - t < 1.0] + [now]
-                limited = len(self.recent) > RELAY_RATE
-            if limited and recipient not in self.dead:
+                self.recent = [t for t in self.recent if now - t < 1.0]
+                limited = len(self.recent) >= RELAY_RATE and recipient not in self.dead
+                if not limited:
+                    self.recent.append(now)
+            if limited:
                 self._count("451 rate limited")
                 return "451 4.7.1 rate limited, slow down"
         fault = self._drawn(recipient, self.attempts.get(recipient, 1) - 1)
@@ -419,6 +421,9 @@ def _check(run: Run) -> None:
     logs = {path.name: path.read_text(errors="replace") for path in run.folder.glob("*.log")}
     if "left out of planning" not in logs.get("scheduler.log", ""):
         run.problems.append("the scheduler never said it left the unreadable readers out")
+    reclaimed = sum(log.count("reclaimed by another worker") for name, log in logs.items())
+    if reclaimed and run.backend == "sqlite":  # one worker at a time: nobody else can have taken one
+        run.problems.append(f"a worker said {reclaimed} times that another took its digests, on SQLite")
     for name, log in sorted(logs.items()):
         for line in log.splitlines():
             if "Traceback" in line or "it runs again at its next tick" in line:

@@ -39,6 +39,7 @@ BAD = {
     "backfill@example.org": "backfill = 'forever'",
     "filter@example.org": "filter = '((gpu'",
     "traversal@example.org": "timezone = '../../../../etc/passwd'",
+    "threshold@example.org": "taste_threshold = 99",
 }
 GOOD = ("ada@example.org", "grace@example.org")
 
@@ -61,11 +62,15 @@ def test_the_built_in_cadences_are_the_ones_a_stored_row_may_hold() -> None:
     hour=st.one_of(st.integers(-50, 200), st.text(max_size=5), st.none(), st.booleans()),
     cadence=st.one_of(st.sampled_from(sorted(CADENCES)), st.text(max_size=20)),
     backfill=st.one_of(st.sampled_from(["all", "7d", "0d"]), st.text(max_size=10)),
+    threshold=st.one_of(st.floats(), st.integers(-10, 10), st.text(max_size=5)),
 )
 def test_any_stored_settings_read_as_usable_ones_and_a_fault_says_what_was_not(
-    status: object, zone: object, hour: object, cadence: object, backfill: object
+    status: object, zone: object, hour: object, cadence: object, backfill: object, threshold: object
 ) -> None:
-    read = read_settings(status=status, timezone=zone, send_hour=hour, cadence=cadence, backfill=backfill)
+    read = read_settings(
+        status=status, timezone=zone, send_hour=hour, cadence=cadence, backfill=backfill, taste_threshold=threshold
+    )
+    assert -5 <= read.taste_threshold <= 5
     assert isinstance(read.status, SubscriberStatus)
     assert zone_exists(read.timezone) and 0 <= read.send_hour <= 23 and read.cadence in CADENCES
     untouched = (read.status.value, read.timezone, read.send_hour, read.cadence, read.backfill) == (
@@ -74,7 +79,7 @@ def test_any_stored_settings_read_as_usable_ones_and_a_fault_says_what_was_not(
         hour,
         cadence,
         backfill,
-    )
+    ) and read.taste_threshold == threshold
     assert (read.fault is None) == (untouched and not isinstance(hour, bool))
     assert read.fault is None or len(read.fault) < 600
 

@@ -24,6 +24,8 @@ CADENCES = frozenset(
     {"daily", "weekdays", "feed", *(f"weekly:{day}" for day in ("mon", "tue", "wed", "thu", "fri", "sat", "sun"))}
 )
 _BACKFILL = re.compile(r"(?:all|\d{1,4}d)")
+THRESHOLD_RANGE = (-5.0, 5.0)  # a reader's ``liked`` threshold (``subscribers library threshold``)
+DEFAULT_THRESHOLD = 0.1
 # Files of the zone folder that ``ZoneInfo`` opens but that are no zone a reader picks.
 _NOT_ZONES = frozenset({"Factory", "localtime", "posixrules", ""})
 _STATUSES = frozenset(status.value for status in SubscriberStatus)
@@ -39,6 +41,7 @@ class StoredSettings:
     send_hour: int
     cadence: str
     backfill: str
+    taste_threshold: float
     fault: str | None
 
 
@@ -76,8 +79,22 @@ def _shown(raw: object) -> str:
     return repr(text) + ("…" if len(raw) > SHOWN_CHARACTERS else "")
 
 
+def stored_threshold(raw: object) -> float:
+    """A stored ``liked`` threshold; one that is not a number in ``THRESHOLD_RANGE`` reads as the default."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        return DEFAULT_THRESHOLD
+    low, high = THRESHOLD_RANGE
+    return float(raw) if low <= raw <= high else DEFAULT_THRESHOLD  # NaN compares false: the default
+
+
 def read_settings(
-    *, status: object, timezone: object, send_hour: object, cadence: object, backfill: object
+    *,
+    status: object,
+    timezone: object,
+    send_hour: object,
+    cadence: object,
+    backfill: object,
+    taste_threshold: object = DEFAULT_THRESHOLD,
 ) -> StoredSettings:
     """*status* … *backfill* as a store row holds them, read as ``StoredSettings``."""
     faults: list[str] = []
@@ -96,4 +113,8 @@ def read_settings(
     read_backfill = backfill if isinstance(backfill, str) and _BACKFILL.fullmatch(backfill) else "0d"
     if read_backfill != backfill:
         faults.append(f"backfill {_shown(backfill)} is not one digestbot writes")
-    return StoredSettings(read_status, zone, hour, read_cadence, read_backfill, "; ".join(faults) or None)
+    threshold = stored_threshold(taste_threshold)
+    if threshold != taste_threshold:
+        faults.append(f"taste threshold {_shown(taste_threshold)} is not a number from -5 to 5")
+    fault = "; ".join(faults) or None
+    return StoredSettings(read_status, zone, hour, read_cadence, read_backfill, threshold, fault)

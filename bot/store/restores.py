@@ -137,9 +137,14 @@ def _refuse_unwritten_settings(
     """``BackupRefused`` naming the first subscriber whose stored settings digestbot
     never writes, and how many there are: restored, one would be held out of planning."""
     bad: list[str] = []
-    rows = connection.execute("SELECT id, status, timezone, send_hour, cadence, backfill, filter FROM main.subscribers")
-    for subscriber_id, status, zone, hour, cadence, backfill, filter_text in rows:
-        fault = read_settings(status=status, timezone=zone, send_hour=hour, cadence=cadence, backfill=backfill).fault
+    rows = connection.execute(
+        "SELECT id, status, timezone, send_hour, cadence, backfill, taste_threshold, filter FROM main.subscribers"
+    )
+    for subscriber_id, status, zone, hour, cadence, backfill, threshold, filter_text in rows:
+        read = read_settings(
+            status=status, timezone=zone, send_hour=hour, cadence=cadence, backfill=backfill, taste_threshold=threshold
+        )
+        fault = read.fault
         fault = fault or (filter_fault(filter_text) if filter_fault is not None else None)
         if fault is not None:
             bad.append(f"subscriber {subscriber_id}: {fault}")

@@ -39,7 +39,12 @@ def _unicode_domain(domain: str) -> str:
 
 def _view(row: SubscriberRow) -> Subscriber:
     read = read_settings(
-        status=row.status, timezone=row.timezone, send_hour=row.send_hour, cadence=row.cadence, backfill=row.backfill
+        status=row.status,
+        timezone=row.timezone,
+        send_hour=row.send_hour,
+        cadence=row.cadence,
+        backfill=row.backfill,
+        taste_threshold=row.taste_threshold,
     )
     return Subscriber(
         id=row.id,
@@ -54,18 +59,10 @@ def _view(row: SubscriberRow) -> Subscriber:
         updated_at=row.updated_at,
         unsubscribe_secret=row.unsubscribe_secret,
         cadence=read.cadence,
-        taste_threshold=_threshold(row.taste_threshold),
+        taste_threshold=read.taste_threshold,
         fault=read.fault,
         **{name: bool(getattr(row, name)) for name in SUBSCRIBER_SETTINGS},
     )
-
-
-def _threshold(raw: object) -> float:
-    try:
-        value = float(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return 0.1
-    return value if 0.0 <= value <= 1.0 else 0.1
 
 
 def get_subscriber(session: Session, email: str) -> Subscriber | None:

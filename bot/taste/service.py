@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.filters import FilterError, Section, sections_of
 from bot.choose.tagging import TagRules
 from bot.domain import REQUEST_WINDOW, LibraryPaper, RatedEntry, Subscriber
+from bot.domain.stored import THRESHOLD_RANGE
 from bot.domain.text import plural
 from bot.store.consents import count_request
 from bot.store.engine import transaction
@@ -52,7 +53,7 @@ from bot.taste.library import LibraryRead, read_library
 log = logging.getLogger(__name__)
 # Taste scores run about from 0 (a typical entry) to 1 (a typical library paper): a
 # threshold beyond these would mean nothing (bot.taste.model.score).
-MIN_THRESHOLD, MAX_THRESHOLD = -5.0, 5.0
+MIN_THRESHOLD, MAX_THRESHOLD = THRESHOLD_RANGE
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,3 +105,23 @@ def test_a_digest_recorded_meanwhile_is_let_go_and_claimed_again_is_held_not_los
     leases.claimed(again)
     asyncio.run(leases.renew())
     assert leases.lost == set() and leases.held() == set(ours)
+
+
+def test_a_batch_claimed_while_a_renewal_runs_stays_held(factory: sessionmaker[Session]) -> None:
+    queue_digests(factory, 4)
+    now = datetime.now(UTC)
+    leases = Leases(factory, worker="ours", lease_seconds=10, clock=lambda: now)
+    with transaction(factory) as session:
+        first = claim_due(session, now=now, worker="ours", lease_seconds=10, limit=2)
+    leases.claimed(first)
+
+    async def scenario() -> None:
+        renewing = asyncio.ensure_future(leases.renew())
+        await asyncio.sleep(0)  # the renewal has taken its ids and gone to its thread
+        with transaction(factory) as session:
+            second = claim_due(session, now=now, worker="ours", lease_seconds=10, limit=2)
+        leases.claimed(second)
+        await renewing
+
+    asyncio.run(scenario())
+    assert len(leases.held()) == 4 and leases.lost == set()

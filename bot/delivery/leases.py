@@ -59,7 +59,7 @@ class Leases:
         """Renew every held lease in *session*'s transaction (before a claim, in its own)."""
         ids = self.held()
         if ids:
-            self._settle(*self._renewed(session, ids))
+            self._settle(ids, *self._renewed(session, ids))
 
     def claimed(self, digest_ids: list[int]) -> int:
         """Hold a batch this worker just claimed (a digest it lost before and claimed again,
@@ -76,13 +76,14 @@ class Leases:
         with transaction(self.factory) as session:
             return self._renewed(session, ids)
 
-    def _settle(self, kept: set[int], taken: set[int]) -> None:
-        """What a renewal found: *taken* by another worker (never to be sent here); the
-        rest of what was held and not *kept* was recorded, and is held no longer."""
+    def _settle(self, asked: set[int], kept: set[int], taken: set[int]) -> None:
+        """What a renewal of *asked* found: *taken* by another worker (never to be sent
+        here); the rest of *asked* not *kept* was recorded, and is held no longer.  A batch
+        claimed while the renewal ran is not among *asked*, and stays held."""
         if taken - self.lost:
             log.warning("%d digests were reclaimed by another worker; this one will not send them", len(taken))
         self.lost |= taken
-        done = self.held() - kept - taken
+        done = asked - kept - taken
         if done:
             self._batches = {key: ids - done for key, ids in self._batches.items()}
 
@@ -97,7 +98,7 @@ class Leases:
             self.failures += 1
             log.warning("renewing %d leases failed (tried again in %.0f s): %s", len(ids), self.interval, exc)
             return
-        self._settle(kept, taken)
+        self._settle(ids, kept, taken)
 
     @property
     def interval(self) -> float:

@@ -18,7 +18,7 @@ AXE_CORE := axe-core@4.14.1
 VNU_JAR := vnu-jar@26.9.27
 NODE_TOOLS := $(VENV)/node/.installed-$(AXE_CORE)-$(VNU_JAR)
 
-.PHONY: demo test test-fast lint format install clean bench-input bench-check chaos screens constraints docs
+.PHONY: demo test test-fast lint format install clean bench-input bench-check chaos flake-hunt screens constraints docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -102,6 +102,12 @@ bench-check: $(STAMP)
 # Prints its counts and the seed that replays it; exit 1 when a promise broke.
 chaos: $(STAMP)
 	$(BIN)/python bench/chaos.py
+
+# The tests most exposed to chance (daemons, browsers, PostgreSQL, the timing tier), RUNS
+# times beside a CPU hog taking one core; prints each test that failed and how often.
+RUNS ?= 3
+flake-hunt: $(STAMP) $(NODE_TOOLS)
+	$(BIN)/python .ci/flake_hunt.py --runs $(RUNS)
 
 screens: demo
 	$(BIN)/python bench/screens.py

@@ -41,15 +41,17 @@ GROUPS = {
 }
 
 
-def failures(report: Path) -> list[str]:
-    """The ids of the tests a JUnit XML report says failed or erred."""
+def failures(report: Path) -> tuple[int, list[str]]:
+    """How many tests a JUnit XML report lists, and the ids of those that failed or erred."""
     if not report.exists():
-        return ["(pytest wrote no report)"]
-    found = []
-    for case in ET.parse(report).iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None:
-            found.append(f"{case.get('classname', '')}::{case.get('name', '')}")
-    return found
+        return 0, ["(pytest wrote no report)"]
+    cases = list(ET.parse(report).iter("testcase"))
+    found = [
+        f"{case.get('classname', '')}::{case.get('name', '')}"
+        for case in cases
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
+    return len(cases), found
 
 
 def main() -> int:
@@ -70,9 +72,10 @@ def main() -> int:
                     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
                     began = time.monotonic()
                     subprocess.run([*command, *GROUPS[name]], cwd=ROOT, env=os.environ, capture_output=True)
-                    these = failures(report)
+                    ran, these = failures(report)
                     failed.update(these)
-                    print(f"run {run}, {name}: {len(these)} failed in {time.monotonic() - began:.0f} s", flush=True)
+                    took = time.monotonic() - began
+                    print(f"run {run}, {name}: {len(these)} of {ran} tests failed in {took:.0f} s", flush=True)
     finally:
         if hog is not None:
             hog.kill()

@@ -59,4 +59,4 @@ class PlanReport:
     ranker_ranked: int = 0  # readers it ordered (interleaved with the built-in order)
     ranker_skipped: int = 0  # readers who kept the built-in order because it failed
     unreadable: int = 0  # readers left out: a stored setting digestbot never writes (bot.domain.stored)
-    unreadable_first: str | None = None  # the first of them, "id 17: time zone 'Mars/Olympus' …"
+    unreadable_first: str | None = None  # the first of them: "ada@example.org: time zone 'Mars/Olympus' …"

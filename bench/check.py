@@ -76,6 +76,11 @@ CHECKS = (
         r"p99 ([\d,]+) ms",
     ),
     Check(
+        "one-click unsubscribes while the slowest upload is read, p99 during / alone",
+        ("bench/upload.py", "--rounds", "5"),
+        r"ratio during/alone: ([\d.]+)",
+    ),
+    Check(
         "ingest of a 10,000-entry dump, s",
         ("bench/ingest.py", "--entries", "10000", "--history", "10000"),
         r"parse \+ store \+ tag rules:\s+([\d.]+) s",

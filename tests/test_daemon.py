@@ -46,6 +46,7 @@ async def timed_with_heartbeat(work: Callable[[], Awaitable[None]]) -> tuple[flo
             last = loop.time()
 
     beating = asyncio.ensure_future(beat())
+    await asyncio.sleep(0)  # the heartbeat has begun: work that never yields shows as one long gap
     start = loop.time()
     await work()
     spent = loop.time() - start
@@ -79,8 +80,10 @@ def test_the_loop_keeps_beating_while_a_big_dump_is_ingested(
     spent, longest_gap = asyncio.run(timed_with_heartbeat(work))
     with factory() as session:
         assert [s.status.value for s in list_sources(session)] == ["ingested"]
-    assert spent > 0.5  # the work was long enough to matter...
-    assert longest_gap < 0.5, (spent, longest_gap)  # ...and the loop never waited for it
+    print(f"ingest: {spent:.2f} s, the loop's longest wait {longest_gap:.3f} s")
+    # An order, not a latency: the loop beat all through the work (read on the loop, the
+    # dump held it for nearly all of it), however slow the machine.
+    assert longest_gap < spent / 5, (spent, longest_gap)
 
 
 def _daemon_env(tmp_path: Path) -> dict[str, str]:
@@ -107,15 +110,15 @@ def test_sigterm_stops_the_daemon_between_files(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while not _sources_stored(tmp_path) and time.monotonic() < deadline:
             time.sleep(0.1)  # the first file is in
+        at_signal = _sources_stored(tmp_path)
         proc.send_signal(signal.SIGTERM)
-        sent_at = time.monotonic()
-        stdout, stderr = proc.communicate(timeout=60)
-        waited = time.monotonic() - sent_at
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         proc.kill()
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr
-    assert waited < 4, waited  # one 4 MB file at most, not the other ten
+    # The file being read at the signal, then no other of the twelve.
+    assert _sources_stored(tmp_path) <= at_signal + 1 < 12, at_signal
 
 
 @pytest.mark.slow
@@ -175,8 +178,10 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
         async def work() -> None:
             assert (await deliver_now(factory, settings, clock=lambda: day)).sent == 400
 
-        _, longest_gap = asyncio.run(timed_with_heartbeat(work))
-    assert longest_gap < 1.0, longest_gap  # built on the loop, a batch held it for seconds
+        spent, longest_gap = asyncio.run(timed_with_heartbeat(work))
+    print(f"delivery: {spent:.2f} s, the loop's longest wait {longest_gap:.3f} s")
+    # Built on the loop, each batch held it for a large part of the whole delivery.
+    assert longest_gap < spent / 10, (spent, longest_gap)
 
 
 def _zone_in_mid_hour() -> tuple[str, int]:

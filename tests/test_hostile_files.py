@@ -137,28 +137,34 @@ def timed(work: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def linear(work: Callable[[], object], baseline: float) -> bool:
+    """Whether *work* takes at most ten times *baseline* and half a second: a ratio within
+    one run, with room for a noisy machine (measured again once before it is called
+    slow), where a superlinear reader is hundreds of times off."""
+    return any(timed(work) <= 10 * baseline + 0.5 for _ in range(2))
+
+
 def test_every_parser_regex_runs_in_linear_time() -> None:
     normal = dump_of_size(MB)
     baseline = min(timed(lambda: parse_any(normal, "normal.txt")) for _ in range(3))
     slow = {}
     for shape, text in shapes().items():
         data = text.encode()
-        spent = timed(lambda data=data, shape=shape: parse_any(data, shape))
-        if spent > 10 * baseline + 0.5:
-            slow[shape] = round(spent / baseline, 1)
+        if not linear(lambda data=data, shape=shape: parse_any(data, shape), baseline):
+            slow[shape] = round(timed(lambda data=data, shape=shape: parse_any(data, shape)) / baseline, 1)
     assert not slow, f"times a normal 1 MB dump ({baseline:.3f} s): {slow}"
 
 
 def test_html_to_text_is_linear_on_unclosed_tags() -> None:
     normal = "<p>" + "word " * (LONG // 5) + "</p>"
-    baseline = timed(lambda: html_to_text(normal))
-    assert timed(lambda: html_to_text("<br" * (LONG // 3))) < 10 * baseline + 0.5
+    baseline = min(timed(lambda: html_to_text(normal)) for _ in range(3))
+    assert linear(lambda: html_to_text("<br" * (LONG // 3)), baseline)
 
 
 def test_summaries_and_marks_are_linear_on_hostile_html_and_latex() -> None:
     marks = marks_pattern(("kv cache", "gpu"))
     normal = "<p>" + "kv cache word " * (LONG // 14) + "</p>"
-    baseline = timed(lambda: summary_of(_html_item(normal).content, 400, marks))
+    baseline = min(timed(lambda: summary_of(_html_item(normal).content, 400, marks)) for _ in range(3))
     for shape in (
         "<a href='" * (LONG // 9),
         '<"' * (LONG // 2),
@@ -170,8 +176,12 @@ def test_summaries_and_marks_are_linear_on_hostile_html_and_latex() -> None:
         "<p>" + "kv-" * (LONG // 3),
     ):
         for kind in ("text/html", "text/plain"):
-            spent = timed(lambda shape=shape, kind=kind: summary_of(_html_item(shape, kind).content, 400, marks))
-            assert spent < 10 * baseline + 0.5, (shape[:20], kind, spent)
+            assert linear(
+                lambda shape=shape, kind=kind: summary_of(_html_item(shape, kind).content, 400, marks), baseline
+            ), (
+                shape[:20],
+                kind,
+            )
 
 
 def _html_item(summary: str, kind: str = "text/html") -> DigestItem:

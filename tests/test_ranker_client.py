@@ -169,14 +169,14 @@ def good(connection: socket.socket, request: bytes) -> None:
 
 
 def hangs(connection: socket.socket, request: bytes) -> None:
-    time.sleep(30)
+    time.sleep(60)
 
 
 def dribbles(connection: socket.socket, request: bytes) -> None:
     connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
-    for _ in range(60):
+    for _ in range(120):
         connection.sendall(b" ")
-        time.sleep(0.2)
+        time.sleep(0.5)
 
 
 def garbage(connection: socket.socket, request: bytes) -> None:
@@ -215,23 +215,23 @@ def redirects(connection: socket.socket, request: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    ("behaviour", "says", "most_seconds"),
+    ("behaviour", "says"),
     [
-        (hangs, "no whole answer within 1.5 s", 3),
-        (dribbles, "no whole answer within 1.5 s", 3),
-        (garbage, "readers.0.scores: Input should be a valid array", 1),
-        (too_much, "over the cap of 1,000,000 bytes", 2),
-        (says_too_much, "answer of 99,999,999,999 bytes, over the cap", 1),
-        (compressed, "answered compressed", 1),
-        (busy, "answered 503 (3 attempts)", 2),
-        (fails, "answered 500, not 200", 1),
-        (closes, "RemoteProtocolError", 2),
-        (redirects, "answered 302, not 200", 1),
+        (hangs, "no whole answer within 1.5 s"),
+        (dribbles, "no whole answer within 1.5 s"),
+        (garbage, "readers.0.scores: Input should be a valid array"),
+        (too_much, "over the cap of 1,000,000 bytes"),
+        (says_too_much, "answer of 99,999,999,999 bytes, over the cap"),
+        (compressed, "answered compressed"),
+        (busy, "answered 503 (3 attempts)"),
+        (fails, "answered 500, not 200"),
+        (closes, "RemoteProtocolError"),
+        (redirects, "answered 302, not 200"),
     ],
     ids=lambda value: getattr(value, "__name__", None),
 )
 def test_a_failing_ranker_changes_nothing_but_the_order_and_ends_its_part_in_the_pass(
-    behaviour: Behaviour, says: str, most_seconds: float
+    behaviour: Behaviour, says: str
 ) -> None:
     limits = RankerLimits(
         connect_seconds=1, answer_seconds=1.5, pass_seconds=20, max_answer_bytes=1_000_000, backoff_seconds=0.05
@@ -244,7 +244,8 @@ def test_a_failing_ranker_changes_nothing_but_the_order_and_ends_its_part_in_the
         assert call.scores(CANDIDATES, READERS[1:]) is None  # the rest of the pass: not asked again
         connections = len(arrived)
     assert call.failure is not None and says in call.failure, call.failure
-    assert "\n" not in call.failure and took < most_seconds, took
+    # Ended by its limits long before the ranker stops misbehaving (a minute): an order.
+    assert "\n" not in call.failure and took < 20, took
     assert (call.skipped, call.ranked) == (2, 0)
     assert connections == (3 if behaviour in (busy, closes) else 1)
 
@@ -262,21 +263,19 @@ def test_a_ranker_that_goes_away_mid_pass_leaves_the_rest_to_the_built_in_order(
     with misbehaving(good) as (url, _):
         call = RankerCall(url, QUICK)
         assert call.scores(CANDIDATES, READERS[:1]) is not None
-    started = time.monotonic()  # the port is closed now: refused, tried three times
-    assert call.scores(CANDIDATES, READERS[1:]) is None
-    assert time.monotonic() - started < 2
+    assert call.scores(CANDIDATES, READERS[1:]) is None  # the port is closed now: refused, tried three times
     assert call.failure is not None and "ConnectError" in call.failure and "(3 attempts)" in call.failure
     assert (call.ranked, call.skipped) == (1, 1)
 
 
 def test_the_pass_has_one_time_for_every_request() -> None:
-    limits = RankerLimits(connect_seconds=1, answer_seconds=5, pass_seconds=1.5, backoff_seconds=0.05)
+    limits = RankerLimits(connect_seconds=1, answer_seconds=50, pass_seconds=1.5, backoff_seconds=0.05)
     with misbehaving(good, hangs) as (url, _):
         began = time.monotonic()
         call = RankerCall(url, limits)
         assert call.scores(CANDIDATES, READERS[:1]) is not None
         assert call.scores(CANDIDATES, READERS[1:]) is None
-        assert time.monotonic() - began < limits.pass_seconds + 0.5  # not its own 5 s
+        assert time.monotonic() - began < 20  # the pass's 1.5 s, not the answer's own 50 s
     assert call.failure is not None and "no whole answer" in call.failure
 
 

@@ -200,7 +200,9 @@ def test_a_hostile_answer_costs_no_more_than_a_good_one_of_its_size() -> None:
     for shape, body in _hostile_answers(size).items():
         assert len(body) >= size // 2
         took = min(seconds(body, READERS) for _ in range(2))
-        assert took < 2 * normal + 0.05, (shape, took, normal)
+        # A ratio within one run, with room for a noisy machine: a shape that made the
+        # reader superlinear would be hundreds of times off.
+        assert took < 5 * normal + 0.25, (shape, took, normal)
 
 
 def test_the_schema_file_is_the_one_the_models_make() -> None:

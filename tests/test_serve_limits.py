@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import resource
+import select
 import socket
 import subprocess
 import time
@@ -134,32 +135,44 @@ def _closed_by_server(sock: socket.socket) -> bool:
     return data == b"" or data.startswith(b"HTTP/1.1 408")
 
 
+def _closed_by_the_server(sockets: list[socket.socket]) -> int:
+    """How many of *sockets* the server has closed or answered (408) by now, without waiting."""
+    poller = select.poll()
+    for sock in sockets:
+        poller.register(sock, select.POLLIN)
+    return len(poller.poll(0))
+
+
 @pytest.mark.timing
 def test_stalled_requests_never_lock_out_a_one_click_unsubscribe(tmp_path: Path) -> None:
     """300 half-sent requests against a process that may open 256 files: the one-click
-    POST after them is answered at once (today's main: "Server disconnected")."""
-    with serving(tmp_path, files=256, header_timeout_seconds="3") as served:
+    POST after them is answered before any stalled request's headers are overdue, so it
+    waited for none of them to be timed out (today's main: "Server disconnected", or an
+    answer only once the stalled ones are closed).  An order, not a latency: the stalled
+    requests may send their headers for 8 s, far longer than a loaded machine takes to
+    answer one POST."""
+    with serving(tmp_path, files=256, header_timeout_seconds="8") as served:
         token = served.token("ada@example.org")
         held = _stalled(served.port, 150, b"POST /u/" + token.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Le")
         held += _stalled(served.port, 150, b"")
-        started = time.monotonic()
         answer = httpx.post(
             f"{served.url}/u/{token}",
             content=b"List-Unsubscribe=One-Click",
             headers={"Content-Type": "application/x-www-form-urlencoded"},
-            timeout=10,
+            timeout=60,
         )
-        took = time.monotonic() - started
+        still_stalled = len(held) - _closed_by_the_server(held)
         assert answer.status_code == 200 and "You are unsubscribed" in answer.text
-        assert took < 2, f"the one-click POST waited {took:.1f} s behind stalled connections"
-        assert httpx.get(f"{served.url}/healthz", timeout=5).text == "ok"
-        # The stalled ones are closed once their headers are overdue (3 s), with a 408 where
-        # they started; a busy machine may take a moment longer to get to the last ones.
-        time.sleep(3)
-        assert len(_still_open(held, 5)) == 0
+        # The oldest are closed to make room (the process may hold about 190 connections);
+        # the newest still wait for their headers: the POST did not wait for their time-out.
+        assert still_stalled > 0, "the one-click POST was answered only once every stalled request was closed"
+        assert httpx.get(f"{served.url}/healthz", timeout=60).text == "ok"
+        # The stalled ones are closed once their headers are overdue (8 s), with a 408 where
+        # they started.
+        assert len(_still_open(held, 60)) == 0
         for sock in held:
             sock.close()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while served.status("ada@example.org") is not SubscriberStatus.UNSUBSCRIBED:
             assert time.monotonic() < deadline
             time.sleep(0.1)
@@ -261,86 +274,79 @@ def test_a_client_that_leaves_mid_body_costs_no_traceback(tmp_path: Path) -> Non
         assert served.status("ada@example.org") is SubscriberStatus.ACTIVE
 
 
+def _library_reader_of(parent: int) -> int | None:
+    """The pid of *parent*'s child reading an upload (``bot.taste.library_reader``), if any."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"bot.taste.library_reader" in command:
+            return int(entry.name)
+    return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether *pid* still runs (a child that has exited but is not yet reaped does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.timing
 def test_one_click_answers_at_once_while_the_worst_upload_is_read(tmp_path: Path) -> None:
-    """Bursts of one-click unsubscribes while a 4.9 MB upload of the slowest shape is
-    read, taking turns with bursts without it: the median round's p99 within 250 ms, or
-    within half as much again as without the upload in this run (on two busy cores a burst
-    alone reaches 150 to 350 ms), and none waits a second.  Each burst follows the same
-    pause, and a small upload first warms what a process does once (the form parser's
-    import): with nothing else running, one burst's p99 swung from 89 to 309 ms between
-    bursts, and a single slow round (421 ms among 113 to 166) outweighed the rest when
-    the rounds' answers were pooled.  An upload read on the event loop holds every
-    round's answers for seconds (a 100 KB upload once held /u/ for 32 s)."""
-    import asyncio
-    import statistics
+    """While a 4.9 MB upload of the slowest shape is read (seconds of CPU), one-click
+    unsubscribes are answered: several POSTs, each sent after the reading began, are
+    answered before it ends.  An order, not a latency: it holds however slow or loaded the
+    machine is, since a busier machine reads the upload slower too.  An upload read on
+    the event loop (or on a thread holding the interpreter) answers none of them until the
+    reading ends; one read in the endpoint's own process has no reader process to watch,
+    and fails here too.  The latency itself is a budget of ``make bench-check``
+    (bench/upload.py)."""
     import threading
 
-    rounds = 5
     with serving(tmp_path) as served:
-        emails = [f"reader{n}@example.org" for n in range(20 * (1 + 2 * rounds))]
+        emails = [f"reader{n}@example.org" for n in range(40)]
         (tmp_path / "people.csv").write_text("email\n" + "\n".join([*emails, "uploader@example.org"]) + "\n")
         served.cli("subscribers", "import", str(tmp_path / "people.csv"))
         tokens = [served.token_of(email) for email in emails]
-        readers = iter([tokens[n : n + 20] for n in range(0, len(tokens), 20)])  # each burst unsubscribes its own
         manage = f"{served.url}/m/{served.token_of('uploader@example.org')}"
         form = httpx.get(manage).text.split('name="form" value="', 1)[1].split('"', 1)[0]
-
-        async def burst(readers: list[str]) -> list[float]:
-            """200 one-click POSTs at concurrency 20 for these 20 readers, each unsubscribing."""
-            async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:
-                gate = asyncio.Semaphore(20)
-
-                async def one(token: str) -> float:
-                    async with gate:
-                        started = time.perf_counter()
-                        answer = await client.post(
-                            f"/u/{token}",
-                            content=b"List-Unsubscribe=One-Click",
-                            headers={"Content-Type": "application/x-www-form-urlencoded"},
-                        )
-                        assert answer.status_code == 200
-                        return time.perf_counter() - started
-
-                return await asyncio.gather(*(one(readers[n % len(readers)]) for n in range(200)))
-
-        def p99(latencies: list[float]) -> float:
-            return statistics.quantiles(latencies, n=100)[98]
-
-        worst = b"@article{k, title " + b"=" * 4_900_000 + b"}"  # the slowest shape per byte: about 8 s
+        worst = b"@article{k, title " + b"=" * 4_900_000 + b"}"  # the slowest shape per byte
         uploads: list[httpx.Response] = []
 
         def upload() -> None:
             files = {"library": ("big.bib", worst, "text/plain")}
-            uploads.append(httpx.post(f"{manage}?form={form}", data={"form": form}, files=files, timeout=120))
+            uploads.append(httpx.post(f"{manage}?form={form}", data={"form": form}, files=files, timeout=300))
 
-        def burst_after_a_pause(*, uploading: bool) -> list[float]:
-            sender = threading.Thread(target=upload if uploading else lambda: None)
-            sender.start()
-            time.sleep(1.5)  # the body is in; its reading has begun
-            latencies = asyncio.run(burst(next(readers)))
-            reading = sender.is_alive()
-            sender.join(120)
-            assert reading or not uploading, "the upload was read before the burst ended: the test measured nothing"
-            return latencies
-
-        asyncio.run(burst(next(readers)))  # warm: the first requests of a process compile its queries
-        small = {"library": ("small.bib", b"@article{k, title = {Warm}}", "text/plain")}
-        assert httpx.post(f"{manage}?form={form}", data={"form": form}, files=small, timeout=60).status_code == 200
-        alone: list[list[float]] = []
-        during: list[list[float]] = []
-        for _ in range(rounds):
-            alone.append(burst_after_a_pause(uploading=False))
-            during.append(burst_after_a_pause(uploading=True))
-        usual = statistics.median(p99(each) for each in alone)
-        loaded = statistics.median(p99(each) for each in during)
-        shown = ", ".join(f"{p99(a) * 1000:.0f}/{p99(d) * 1000:.0f}" for a, d in zip(alone, during, strict=True))
-        medians = f"{usual * 1000:.0f}/{loaded * 1000:.0f}"
-        print(f"\none-click bursts, p99 alone/during a 4.9 MB upload: {shown} ms; median rounds {medians} ms")
-        assert loaded < max(0.25, usual * 1.5), f"p99 {loaded * 1000:.0f} ms ({usual * 1000:.0f} ms alone)"
-        slowest = max(max(each) for each in during)
-        assert slowest < 1.0, f"a one-click POST waited {slowest:.1f} s"
-        assert [u.status_code for u in uploads] == [200] * rounds, [u.text[-500:] for u in uploads]
+        sender = threading.Thread(target=upload)
+        sender.start()
+        reader = None
+        while reader is None and sender.is_alive():
+            reader = _library_reader_of(served.process.pid)
+            time.sleep(0.01)
+        assert reader is not None, "no process of its own read the upload: serve's own process did"
+        answered_while_reading = 0
+        with httpx.Client(base_url=served.url, timeout=300) as client:
+            for token in tokens:
+                if not _alive(reader):
+                    break
+                answer = client.post(
+                    f"/u/{token}",
+                    content=b"List-Unsubscribe=One-Click",
+                    headers={"Content-Type": "application/x-www-form-urlencoded"},
+                )
+                assert answer.status_code == 200
+                answered_while_reading += _alive(reader)
+        sender.join(300)
+        assert [u.status_code for u in uploads] == [200], [u.text[-500:] for u in uploads]
+        assert answered_while_reading >= 3, (
+            f"{answered_while_reading} one-click POSTs answered while the upload was read"
+        )
 
 
 def test_an_attackers_misses_never_refuse_a_readers_valid_token(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ AXE_CORE := axe-core@4.14.1
 VNU_JAR := vnu-jar@26.9.27
 NODE_TOOLS := $(VENV)/node/.installed-$(AXE_CORE)-$(VNU_JAR)
 
-.PHONY: demo test test-fast lint format install clean bench-input bench-check chaos flake-hunt screens constraints docs
+.PHONY: demo test test-fast lint format install clean bench-input bench-check chaos flake-hunt soak soak-coverage screens constraints docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -108,6 +108,16 @@ chaos: $(STAMP)
 RUNS ?= 3
 flake-hunt: $(STAMP) $(NODE_TOOLS)
 	$(BIN)/python .ci/flake_hunt.py --runs $(RUNS)
+
+# The heavy tests (marked soak) at the sizes they were written for, printing their figures:
+# kills while sending, workers and planners on PostgreSQL, open days and cadences planned
+# every minute and hour (docs/testing.md, The heavy tests).  soak-coverage prints what they
+# reach at full size and not at the suite's.
+soak: $(STAMP)
+	DIGESTBOT_SOAK=1 $(BIN)/python -m pytest -m soak -s -p no:randomly
+
+soak-coverage: $(STAMP)
+	$(BIN)/python .ci/soak_coverage.py
 
 screens: demo
 	$(BIN)/python bench/screens.py

@@ -32,12 +32,15 @@ GROUPS = {
         "tests/test_pages_in_a_browser.py",
         "tests/test_browser.py",
         "tests/test_leases.py",
+        "tests/test_ranker_client.py",
+        "tests/test_smtp_faults.py",
         "-m",
         "not timing",
         "-n",
         "2",
     ],
-    "postgresql": ["-k", "postgresql", "-m", "not timing and not slow", "-n", "2"],
+    # Every PostgreSQL test, the scale-out tests of several processes among them.
+    "postgresql": ["-k", "postgresql or test_scale", "-m", "not timing", "-n", "2"],
 }
 
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import uvicorn
@@ -62,6 +62,16 @@ def dump_of_size(size: int) -> bytes:
 # The installed console script next to this interpreter: the command a user runs.
 ROOT = Path(__file__).resolve().parent.parent
 DIGESTBOT = shutil.which("digestbot", path=str(Path(sys.executable).parent)) or "digestbot"
+Sized = TypeVar("Sized")
+# `make soak` sets it: the heavy tests run at the sizes they were written for.
+SOAK = os.environ.get("DIGESTBOT_SOAK", "") == "1"
+
+
+def sized(suite: Sized, soak: Sized) -> Sized:
+    """The size a heavy test runs at: *suite*, the smallest that still reaches every branch
+    the test is there for (docs/testing.md, The heavy tests), or *soak* under `make soak`,
+    which prints the same test's figures at full size."""
+    return soak if SOAK else suite
 
 
 # --- generated dumps ------------------------------------------------------------------

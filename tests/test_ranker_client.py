@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -210,6 +211,11 @@ def closes(connection: socket.socket, request: bytes) -> None:
     connection.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"protocol"')
 
 
+def resets(connection: socket.socket, request: bytes) -> None:
+    """Closes with a reset, as a kept-alive connection the ranker closed meets the next request."""
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
 def redirects(connection: socket.socket, request: bytes) -> None:
     connection.sendall(_http(302, b"", "Location: http://127.0.0.1:1/\r\n"))
 
@@ -257,6 +263,13 @@ def test_a_busy_ranker_is_asked_again_after_a_back_off_and_then_used() -> None:
     assert scores is not None and scores["r-db"][2].score == -2 and call.failure is None
     gaps = [later - earlier for earlier, later in zip(arrived, arrived[1:], strict=False)]
     assert len(arrived) == 3 and gaps[0] >= 0.05 and gaps[1] >= 0.1  # 0.05 s, then doubled
+
+
+def test_a_reset_connection_is_asked_again_over_a_new_one() -> None:
+    with misbehaving(resets, good) as (url, arrived):
+        call = RankerCall(url, QUICK)
+        scores = call.scores(CANDIDATES, READERS)
+    assert scores is not None and call.failure is None and len(arrived) == 2
 
 
 def test_a_ranker_that_goes_away_mid_pass_leaves_the_rest_to_the_built_in_order() -> None:

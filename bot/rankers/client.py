@@ -115,7 +115,9 @@ class RankerCall:
                 if response.headers.get("Content-Encoding", "identity").lower() != "identity":
                     raise RankerFailure("answered compressed, though asked not to")
                 return self._read(response, answer_ends)
-        except (httpx.ConnectError, httpx.RemoteProtocolError) as error:
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+            # A reset is what a kept-alive connection the ranker has just closed meets: asking
+            # again (scores are the same whenever asked) goes over a new one.
             raise _Retryable(_transport_line(error)) from None
         except httpx.TimeoutException:
             raise RankerFailure(f"no whole answer within {read:.3g} s") from None
@@ -138,8 +140,8 @@ class RankerCall:
 
 
 class _Retryable(Exception):
-    """A failure another attempt may not meet: the ranker unreachable, closing the
-    connection, or saying it is busy."""
+    """A failure another attempt may not meet: the ranker unreachable, closing or
+    resetting the connection, or saying it is busy."""
 
 
 def _transport_line(error: httpx.HTTPError | httpx.InvalidURL) -> str:

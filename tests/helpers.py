@@ -239,6 +239,50 @@ def postgres_schema(url: str) -> Iterator[str]:
         admin.dispose()
 
 
+@contextmanager
+def postgres_template(url: str) -> Iterator[str]:
+    """A database of its own the migrations brought to head, dropped afterwards: the
+    template each test's store is copied from (``postgres_copy``), migrated once per test
+    process instead of once per test."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from bot.store.engine import make_engine, upgrade
+
+    name = f"tpl_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        template = make_url(url).set(database=name).render_as_string(hide_password=False)
+        migrated = make_engine(template)
+        upgrade(migrated)
+        migrated.dispose()  # a template must have no connection when it is copied
+        yield name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@contextmanager
+def postgres_copy(url: str, template: str) -> Iterator[str]:
+    """A fresh database copied from *template* (``postgres_template``), dropped afterwards."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+    try:
+        yield make_url(url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
 DUMP = "A Paper Everyone Gets\n\nA. Author 2026-06-14\n\nSparse attention on a GPU.\n\nPDF"
 
 

@@ -56,11 +56,10 @@ install: $(STAMP)
 demo: $(PRODUCT)
 	$(BIN)/digestbot demo
 
-# The whole suite on every core, then the few tests that time a latency (marked timing)
-# alone, so that no other test competes with them for the machine.
+# The whole suite on every core.  No test asserts a latency (docs/testing.md, Time in
+# tests): those marked timing assert an order that holds beside any other test.
 test: $(STAMP) $(NODE_TOOLS)
-	$(BIN)/python -m pytest -n auto -m "not timing"
-	$(BIN)/python -m pytest -m timing
+	$(BIN)/python -m pytest -n auto
 
 # For every edit: the suite on SQLite only (not PostgreSQL, even with DIGESTBOT_TEST_PG),
 # without the tests marked slow (crash, scale, corpora, memory) or timing, on every core.

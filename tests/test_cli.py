@@ -389,11 +389,12 @@ def test_build_processes_work_with_settings_as_the_program_loads_them(
         env["DIGESTBOT_CONFIG"] = str(tmp_path / "digestbot.toml")
     else:
         env["DIGESTBOT_DIGEST__BUILD_PROCESSES"] = "1"
-    cli = Cli(tmp_path, env, own_process=True, placed=False)
+    cli = Cli(tmp_path, env, placed=False)
     cli("subscribers", "add", "ada@example.org", "--tz", "UTC", "--hour", "0")
     if entry != "run":
         cli("dumps", "ingest")
-        said = cli(*entry.split(), *(["ada@example.org"] if entry == "send-now" else ["--all-due"])).stdout
+        command = [*entry.split(), *(["ada@example.org"] if entry == "send-now" else ["--all-due"])]
+        said = cli(*command, own_process=True).stdout  # the build process starts from the console script
         assert "sent 1," in said, said
     else:
         daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=tmp_path, env=cli.env, stderr=subprocess.PIPE, text=True)

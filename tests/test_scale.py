@@ -27,6 +27,7 @@ from bot.tools.sink import Sink
 from tests.conftest import PG_SKIP, PG_URL, ROOT
 from tests.helpers import (
     DIGESTBOT,
+    Cli,
     bulk_subscribers,
     dump_text,
     filter_expressions,
@@ -183,28 +184,11 @@ def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Pat
     (tmp_path / "dumps").mkdir()
     env = _env(pg_url, tmp_path, sink, DIGESTBOT_WATCH__QUIET_SECONDS="0")
 
+    cli = Cli(tmp_path, env, placed=False)
+
     def add_subscribers(first: int, count: int) -> None:
         for n in range(first, first + count):
-            done = subprocess.run(
-                [
-                    DIGESTBOT,
-                    "subscribers",
-                    "add",
-                    f"s{n}@example.org",
-                    "--tz",
-                    "UTC",
-                    "--hour",
-                    "0",
-                    "--backfill",
-                    "all",
-                ],
-                cwd=tmp_path,
-                env=env,
-                check=False,
-                capture_output=True,
-                text=True,
-            )
-            assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
+            cli("subscribers", "add", f"s{n}@example.org", "--tz", "UTC", "--hour", "0", "--backfill", "all")
 
     def scheduled_for(emails_from: int, count: int) -> int:
         with factory() as session:
@@ -231,7 +215,10 @@ def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Pat
     ]  # noqa: SIM115 - each log file stays open while its scheduler runs
     try:
         assert wait_until(lambda: scheduled_for(0, 5) == 5, timeout=60)
-        time.sleep(4)  # both have run at least one election by now
+        # Both have run an election: one leads, the other says it stands by.
+        assert wait_until(
+            lambda: all(re.search("became the scheduler|standing by", log.read_text()) for log in logs), 60
+        )
         leaders = [i for i, log in enumerate(logs) if "became the scheduler" in log.read_text()]
         assert len(leaders) == 1, [log.read_text() for log in logs]
         leader, standby = leaders[0], 1 - leaders[0]

@@ -158,6 +158,7 @@ def _sources_stored(tmp_path: Path) -> int:
 
 @pytest.mark.slow
 @pytest.mark.timing
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)  # threads, not the store, are in question
 def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Session], tmp_path: Path) -> None:
     """Rendering a batch of digests runs in a thread too: the sends and signals of the
     loop never wait for a whole batch to be built."""

@@ -128,7 +128,7 @@ def _store_held(engine: Engine) -> Iterator[None]:
 def test_a_burst_while_the_store_is_locked_is_answered_and_applied_later(
     engine: Engine, factory: sessionmaker[Session], settings: Settings
 ) -> None:
-    tokens = _people(factory, settings, 300)
+    tokens = _people(factory, settings, 100)
     with Server(create_app(settings, factory)) as client:
         port = int(str(client.base_url).rsplit(":", 1)[1])
         with _store_held(engine):

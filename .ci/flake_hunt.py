@@ -44,16 +44,19 @@ GROUPS = {
 }
 
 
-def failures(report: Path) -> tuple[int, list[str]]:
-    """How many tests a JUnit XML report lists, and the ids of those that failed or erred."""
+def failures(report: Path) -> tuple[int, dict[str, str]]:
+    """How many tests a JUnit XML report lists, and for each that failed or erred, its
+    message's first line."""
     if not report.exists():
-        return 0, ["(pytest wrote no report)"]
+        return 0, {"(pytest wrote no report)": ""}
     cases = list(ET.parse(report).iter("testcase"))
-    found = [
-        f"{case.get('classname', '')}::{case.get('name', '')}"
-        for case in cases
-        if case.find("failure") is not None or case.find("error") is not None
-    ]
+    found = {}
+    for case in cases:
+        problem = case.find("failure")
+        problem = problem if problem is not None else case.find("error")
+        if problem is not None:
+            said = (problem.get("message") or problem.text or "").strip().splitlines()
+            found[f"{case.get('classname', '')}::{case.get('name', '')}"] = said[0][:300] if said else ""
     return len(cases), found
 
 
@@ -76,9 +79,11 @@ def main() -> int:
                     began = time.monotonic()
                     subprocess.run([*command, *GROUPS[name]], cwd=ROOT, env=os.environ, capture_output=True)
                     ran, these = failures(report)
-                    failed.update(these)
+                    failed.update(these.keys())
                     took = time.monotonic() - began
                     print(f"run {run}, {name}: {len(these)} of {ran} tests failed in {took:.0f} s", flush=True)
+                    for test, said in these.items():
+                        print(f"  {test}: {said}", flush=True)
     finally:
         if hog is not None:
             hog.kill()

@@ -343,7 +343,11 @@ def test_one_click_answers_at_once_while_the_worst_upload_is_read(tmp_path: Path
                 assert answer.status_code == 200
                 answered_while_reading += _alive(reader)
         sender.join(300)
-        assert [u.status_code for u in uploads] == [200], [u.text[-500:] for u in uploads]
+        # Read, or (on a machine too busy to give it a minute of an idle core) let go, as
+        # docs/ranking.md says: either way the one-click POSTs above met a reading upload.
+        assert len(uploads) == 1, "the upload was not answered"
+        read_or_too_long = uploads[0].status_code == 200 or "took longer than" in uploads[0].text
+        assert read_or_too_long, (uploads[0].status_code, uploads[0].text[-500:])
         assert answered_while_reading >= 3, (
             f"{answered_while_reading} one-click POSTs answered while the upload was read"
         )

@@ -255,8 +255,8 @@ def test_planners_share_a_pass_and_one_killed_mid_pass_loses_nothing(pg_url: str
     readers = 10_000
     engine = make_engine(pg_url)
     factory = sessions(engine)
-    matching = tuple(filter_expressions(12))
-    filters = sized(matching[:1] + ('"no paper says this"',) * 9, matching)
+    matching = tuple(filter_expressions(12))  # readers take them in turn
+    filters = sized(matching + ('"no paper says this"',) * 108, matching)
     with transaction(factory) as session:
         bulk_subscribers(session, readers, now=datetime.now(UTC), filters=filters)
     (tmp_path / "dumps").mkdir()

@@ -187,6 +187,25 @@ def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, s
     assert templates_allow_splicing(Renderer(ROOT / "templates", search_url="x"))
 
 
+def test_a_template_edited_in_place_is_read_again_by_the_next_renderer(tmp_path: Path) -> None:
+    """Templates are compiled and checked once per process (bot.mail.templates): a renderer
+    made after an edit, of the same file, renders and judges the edit, not the old code."""
+    from bot.mail.holes import templates_allow_splicing
+    from bot.mail.render import Renderer
+
+    templates = tmp_path / "templates"
+    shutil.copytree(ROOT / "templates", templates)
+    probe = templates / "probe.html.j2"
+    probe.write_text("before {{ subscriber_email }}")
+    first = Renderer(templates, search_url="x")
+    assert first.env.get_template(probe.name).render(subscriber_email="a@b.org") == "before a@b.org"
+    assert templates_allow_splicing(first)
+    probe.write_text("after{% if subscriber_email.endswith('.org') %} {{ subscriber_email }}{% endif %}")
+    second = Renderer(templates, search_url="x")
+    assert second.env.get_template(probe.name).render(subscriber_email="a@b.org") == "after a@b.org"
+    assert not templates_allow_splicing(second)
+
+
 def test_only_a_footer_that_prints_personal_values_is_spliced(tmp_path: Path) -> None:
     from bot.mail.holes import footer_allows_substitution, templates_allow_splicing
     from bot.mail.render import Renderer

@@ -20,6 +20,7 @@ from jinja2 import nodes
 from bot.mail.lines import html_escape
 from bot.mail.qp import qp_lines
 from bot.mail.render import TEXT_FOOTER, Links, Renderer, personal_context
+from bot.mail.templates import digest_environment
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +56,23 @@ def footer_allows_substitution(renderer: Renderer) -> bool:
 
 
 def _print_values_only(renderer: Renderer, names: list[str]) -> bool:
+    loader = renderer.env.loader
+    if loader is None:
+        return False
+    try:
+        return all(_source_prints_values_only(loader.get_source(renderer.env, name)[0]) for name in names)
+    except Exception:  # unreadable or invalid: the renderer will say so; do not splice
+        return False
+
+
+_SYNTAX = digest_environment()
+
+
+@lru_cache(maxsize=64)
+def _source_prints_values_only(source: str) -> bool:
+    """Whether one template's source only prints a subscriber's values (once per source in
+    a process: a mailer is made per command and per test, the templates stay the same)."""
     personal = set(personal_context("", Links("", None)))
-    env = renderer.env
     # Blocks whose output is captured or transformed before it is written.
     capturing = (nodes.FilterBlock, nodes.AssignBlock, nodes.Macro, nodes.CallBlock)
 
@@ -75,13 +91,7 @@ def _print_values_only(renderer: Renderer, names: list[str]) -> bool:
                 return False
         return True
 
-    try:
-        loader = env.loader
-        if loader is None:
-            return False
-        return all(fine(env.parse(loader.get_source(env, name)[0]), False) for name in names)
-    except Exception:  # unreadable or invalid: the renderer will say so; do not splice
-        return False
+    return fine(_SYNTAX.parse(source), False)
 
 
 def line_spans(data: bytes) -> list[tuple[int, int]]:

@@ -18,13 +18,14 @@ from pathlib import Path
 from urllib.parse import quote_plus
 
 import css_inline
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from jinja2 import FileSystemLoader
 
 from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter, shown_filter
 from bot.domain import DigestContent, DigestItem, EntryContent, EntryKind, RenderedDigest, Update
 from bot.domain.links import primary_url, side_links
 from bot.domain.text import one_line
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
+from bot.mail.templates import digest_environment
 from bot.mail.why import library_paper, reader_why
 from bot.plan.cadence import is_weekly
 from bot.taste import CLOSE_TO
@@ -263,14 +264,7 @@ class Renderer:
         self.keywords = keywords  # marked where a filter names their tag
         self.remote_images = remote_images
         self.summary_chars = summary_chars
-        self.env = Environment(
-            loader=FileSystemLoader(str(templates_dir)),
-            autoescape=select_autoescape(enabled_extensions=("html.j2",), default_for_string=False),
-            undefined=StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            keep_trailing_newline=True,
-        )
+        self.env = digest_environment(FileSystemLoader(str(templates_dir)))
         self.env.filters["wrap"] = _wrap
         self.html_template = self.env.get_template("digest.html.j2")
         self.text_template = self.env.get_template("digest.txt.j2")

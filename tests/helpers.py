@@ -275,6 +275,7 @@ def postgres_copy(url: str, template: str) -> Iterator[str]:
     admin = create_engine(url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+        conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit = off'))
     try:
         yield make_url(url).set(database=name).render_as_string(hide_password=False)
     finally:

@@ -113,7 +113,7 @@ def _leaf_fields() -> list[tuple[str, str, type]]:
         model = field.annotation
         assert isinstance(model, type)
         for key, leaf in model.model_fields.items():  # type: ignore[attr-defined]
-            if key not in ("password", "signing_key"):
+            if key not in ("password", "signing_key", "api_key"):
                 found.append((section, key, leaf.annotation))
     return found
 
@@ -186,3 +186,50 @@ def test_secrets_are_not_echoed_in_errors(tmp_path: Path, monkeypatch: pytest.Mo
         load_settings(cfg)
     except ConfigError as exc:
         assert "hunter2" not in str(exc)
+
+
+def test_the_llm_section_is_off_by_default_and_its_key_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings(None)
+    assert not settings.llm.enabled and settings.llm.languages == ["en"]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[llm]\napi_key = "sk-hunter2"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    assert "llm.api_key is not allowed in the config file" in str(info.value) and "hunter2" not in str(info.value)
+    monkeypatch.setenv("DIGESTBOT_LLM__API_KEY", "sk-env-secret")
+    monkeypatch.setenv("DIGESTBOT_LLM__BASE_URL", "http://user:pw-secret@127.0.0.1:11434/v1/")
+    monkeypatch.setenv("DIGESTBOT_LLM__CHAT_MODEL", "llama3.1:8b")
+    settings = load_settings(None)
+    assert settings.llm.enabled and settings.llm.base_url == "http://user:pw-secret@127.0.0.1:11434/v1"
+    assert settings.llm.resolved_api_key().get_secret_value() == "sk-env-secret"
+    shown = str(settings.redacted())
+    assert "sk-env-secret" not in shown and "sk-env-secret" not in repr(settings) and "pw-secret" not in shown
+    assert settings.redacted()["llm"]["api_key"] == "**********"
+    monkeypatch.delenv("DIGESTBOT_LLM__API_KEY")
+    key = tmp_path / "llm.key"
+    key.write_text("sk-file-secret\n")
+    monkeypatch.setenv("DIGESTBOT_LLM__API_KEY_FILE", str(key))
+    settings = load_settings(None)
+    assert settings.llm.resolved_api_key().get_secret_value() == "sk-file-secret"
+    assert "sk-file-secret" not in str(settings.redacted())
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ('[llm]\nlanguages = ["en", "zh_CN"]\n', "llm.languages: 'zh_CN' is not a BCP 47 language tag"),
+        ("[llm]\nlanguages = []\n", "llm.languages: must name at least one language"),
+        ('[llm]\nlanguages = ["en", "EN"]\n', "llm.languages: names a language twice"),
+        ('[llm]\nbase_url = "ftp://x/v1"\n', "llm.base_url: must be an http(s) URL"),
+        ('[llm]\nchat_model = "a model; rm -rf"\n', "llm.chat_model: must be a model's name"),
+        ("[llm]\nconcurrency = 0\n", "llm.concurrency"),
+    ],
+)
+def test_a_bad_llm_setting_is_one_line_naming_it(tmp_path: Path, content: str, expected: str) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    assert expected in str(info.value) and "\n" not in str(info.value)

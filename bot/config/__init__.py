@@ -24,7 +24,7 @@ from pydantic_settings import (
 from bot.config.errors import ENV_PREFIX
 from bot.config.errors import ConfigError as ConfigError  # where the rest of bot imports them from
 from bot.config.errors import read_secret_file as read_secret_file
-from bot.config.services import MetricsConfig, RankerConfig
+from bot.config.services import LlmConfig, MetricsConfig, RankerConfig
 from bot.config.values import address_or_network, dns_name, greeting_name
 from bot.domain.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url, shown_url
 from bot.shipped import TAG_RULES, TEMPLATES, shipped
@@ -323,6 +323,7 @@ class _TomlWithoutSecrets(TomlConfigSettingsSource):
             ("smtp", "password", "SMTP__PASSWORD"),
             ("web", "signing_key", "WEB__SIGNING_KEY"),
             ("inbox", "password", "INBOX__PASSWORD"),
+            ("llm", "api_key", "LLM__API_KEY"),
         )
         for section, key, env in secrets:
             table = data.get(section)
@@ -356,6 +357,7 @@ class Settings(BaseSettings):
     dkim: DkimConfig = DkimConfig()
     inbox: InboxConfig = InboxConfig()
     ranker: RankerConfig = RankerConfig()
+    llm: LlmConfig = LlmConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -384,6 +386,8 @@ class Settings(BaseSettings):
         data["database"]["url"] = _mask_url_password(data["database"]["url"])
         data["feeds"]["urls"] = [shown_url(url) for url in self.feeds.urls]
         data["ranker"]["url"] = shown_url(self.ranker.url) if self.ranker.url else ""
+        data["llm"]["api_key"] = "**********" if self.llm.api_key.get_secret_value() else ""
+        data["llm"]["base_url"] = shown_url(self.llm.base_url) if self.llm.base_url else ""
         return data
 
 

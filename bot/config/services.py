@@ -1,11 +1,16 @@
-"""Configuration of the services beside the bot: its metrics endpoint and an outside
-ranker (``bot.rankers``).  Part of ``bot.config``, which reads it; never reads the
-environment or a file itself."""
+"""Configuration of the services beside the bot: its metrics endpoint, an outside
+ranker (``bot.rankers``) and a language model behind the OpenAI-compatible API
+(``bot.llm``).  Part of ``bot.config``, which reads it; never reads the environment
+itself, and a file only when a secret is asked for by ``resolved_api_key``."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import re
+from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from bot.config.errors import read_secret_file
 from bot.domain.ranking import BUILT_IN, RANKER_NAME
 from bot.domain.text import is_web_url
 
@@ -65,3 +70,66 @@ class RankerConfig(_Section):
         if value == BUILT_IN:
             raise ValueError(f"{BUILT_IN!r} names the built-in ranking; give the outside ranker another name")
         return value
+
+
+# A BCP 47 tag as operators write them: a language, then script, region or variant subtags.
+_LANGUAGE_TAG = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$")
+# A model's name as the servers take it ("llama3.1:8b", "Qwen/Qwen2.5-7B-Instruct").
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
+
+
+class LlmConfig(_Section):
+    # A language model behind the OpenAI-compatible API (docs/llm.md): the base URL
+    # ("http://127.0.0.1:11434/v1" for Ollama); "" asks none and sends nothing anywhere.
+    base_url: str = ""
+    chat_model: str = ""  # writes a TL;DR per entry and language; "" writes none
+    embedding_model: str = ""  # embeds entries and library papers; "" embeds none
+    # DIGESTBOT_LLM__API_KEY, else this file; never in the config file, never shown.
+    api_key: SecretStr = SecretStr("")
+    api_key_file: Path | None = None
+    # The languages a reader may choose for their TL;DR (BCP 47); the first is the default.
+    languages: list[str] = ["en"]
+    connect_seconds: float = Field(2.0, gt=0, le=60)
+    answer_seconds: float = Field(60.0, gt=0, le=600)  # one request's whole answer
+    concurrency: int = Field(2, ge=1, le=64)  # requests in flight at once
+    max_answer_kb: int = Field(256, ge=1, le=65_536)  # a longer answer is that entry's failure
+    # A day's budget (UTC): requests sent, and tokens as the API reports them (0: no limit).
+    requests_per_day: int = Field(2_000, ge=0)
+    tokens_per_day: int = Field(0, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _plain_url(cls, value: str) -> str:
+        if value and not is_web_url(value):
+            raise ValueError("must be an http(s) URL without spaces, quotes or angle brackets")
+        return value.rstrip("/")
+
+    @field_validator("chat_model", "embedding_model")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        if value and not _MODEL_NAME.match(value):
+            raise ValueError("must be a model's name: letters, digits and . _ : / @ + -, at most 200")
+        return value
+
+    @field_validator("languages")
+    @classmethod
+    def _language_tags(cls, tags: list[str]) -> list[str]:
+        if not tags:
+            raise ValueError("must name at least one language, e.g. ['en']")
+        for tag in tags:
+            if not _LANGUAGE_TAG.match(tag):
+                raise ValueError(f"{tag!r} is not a BCP 47 language tag such as en, zh, de-CH or zh-Hant")
+        if len({tag.casefold() for tag in tags}) != len(tags):
+            raise ValueError("names a language twice")
+        return tags
+
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is ever sent: a base URL and at least one model."""
+        return bool(self.base_url and (self.chat_model or self.embedding_model))
+
+    def resolved_api_key(self) -> SecretStr:
+        """The key from the environment, else from ``api_key_file``; never logged."""
+        if self.api_key.get_secret_value() or self.api_key_file is None:
+            return self.api_key
+        return SecretStr(read_secret_file(self.api_key_file, "llm.api_key_file"))

@@ -1,0 +1,178 @@
+"""Language-model stage, the call: requests to a model behind the OpenAI-compatible API
+(``/chat/completions``, ``/embeddings``), each bounded in time and size.
+
+A model can fail; a digest never waits for one.  Each request has a connect timeout, a
+time for its whole answer (checked while the bytes arrive, so a model that dribbles is
+cut off too) and a size cap; redirects are not followed, a streamed answer nobody asked
+for and an answer that is not the API's JSON are that request's failure.  A 429 pauses
+every later request until its ``Retry-After`` (at most ``PAUSE_CAP``): those are counted
+as skipped, never sent.  Failures are tallied by kind for the caller to log once a pass
+and count.  Never reads or writes the store, never sends anything of a reader.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from bot import __version__
+from bot.config.services import LlmConfig
+from bot.domain.text import one_line
+
+PAUSE_CAP = 3600.0  # seconds a 429's Retry-After may pause the requests, at most
+
+
+class LlmFailure(Exception):
+    """One request's failure; ``kind`` is what it is tallied as."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+@dataclass(frozen=True, slots=True)
+class ChatAnswer:
+    text: str  # the message's content, not yet judged (bot.llm.tldr.tldr_of does)
+    tokens: int  # as the API reports them (0 when it does not)
+
+
+@dataclass
+class LlmCall:
+    """One pass's requests to the model *settings* names."""
+
+    settings: LlmConfig
+    api_key: str = ""
+    clock: Callable[[], float] = time.monotonic
+    failures: Counter[str] = field(default_factory=Counter)  # kind -> requests
+    skipped: int = 0  # not sent: the model asked for a pause
+    sent: int = 0
+    _paused_until: float = 0.0
+    _client: httpx.Client | None = None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def chat(self, body: dict[str, Any]) -> ChatAnswer | None:
+        """The answer to one chat-completions request, None when it failed (tallied)."""
+        answer = self._json("/chat/completions", body)
+        if answer is None:
+            return None
+        try:
+            text = answer["choices"][0]["message"]["content"]
+            if not isinstance(text, str):
+                raise TypeError("content is not text")
+        except (KeyError, IndexError, TypeError):
+            self.failures["not the API's answer"] += 1
+            return None
+        return ChatAnswer(text, _tokens(answer))
+
+    def embed(self, model: str, texts: list[str]) -> list[list[float]] | None:
+        """One vector per text, in order; None when the request failed (tallied)."""
+        answer = self._json("/embeddings", {"model": model, "input": texts})
+        if answer is None:
+            return None
+        try:
+            rows = sorted(answer["data"], key=lambda row: row["index"])
+            vectors = [[float(x) for x in row["embedding"]] for row in rows]
+            if len(vectors) != len(texts) or len({len(v) for v in vectors}) > 1:
+                raise ValueError("not one vector of one size per text")
+        except (KeyError, TypeError, ValueError):
+            self.failures["not the API's answer"] += 1
+            return None
+        return vectors
+
+    def _json(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        if self.clock() < self._paused_until:
+            self.skipped += 1
+            return None
+        self.sent += 1
+        try:
+            data = self._post(path, json.dumps(body).encode())
+            try:
+                answer = json.loads(data)
+            except (ValueError, RecursionError):
+                raise LlmFailure("not the API's answer", "answer is not JSON") from None
+            if not isinstance(answer, dict):
+                raise LlmFailure("not the API's answer", "answer is not a JSON object")
+            return answer
+        except LlmFailure as failure:
+            self.failures[failure.kind] += 1
+            return None
+
+    def _post(self, path: str, body: bytes) -> bytes:
+        limits = self.settings
+        timeout = httpx.Timeout(
+            connect=limits.connect_seconds, read=limits.answer_seconds, write=limits.answer_seconds, pool=None
+        )
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "Accept-Encoding": "identity",
+            "User-Agent": f"digestbot/{__version__}",
+        }
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        if self._client is None:
+            self._client = httpx.Client(follow_redirects=False, trust_env=False)
+        ends = self.clock() + limits.answer_seconds
+        try:
+            with self._client.stream(
+                "POST", limits.base_url + path, content=body, headers=headers, timeout=timeout
+            ) as response:
+                self._check(response)
+                return self._read(response, ends)
+        except httpx.TimeoutException:
+            raise LlmFailure("timeout", f"no whole answer within {limits.answer_seconds:g} s") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as error:
+            raise LlmFailure("unreachable", one_line(f"{type(error).__name__}: {error}")[:200]) from None
+
+    def _check(self, response: httpx.Response) -> None:
+        status = response.status_code
+        if status == 429:
+            self._paused_until = self.clock() + _retry_after(response.headers.get("Retry-After", ""))
+            raise LlmFailure("busy (429)", "answered 429")
+        if status != 200:
+            kind = "server error (5xx)" if status >= 500 else "redirect" if 300 <= status < 400 else "refused (4xx)"
+            raise LlmFailure(kind, f"answered {status}")
+        if "event-stream" in response.headers.get("Content-Type", ""):
+            raise LlmFailure("streamed", "answered a stream, though asked not to")
+        if response.headers.get("Content-Encoding", "identity").lower() != "identity":
+            raise LlmFailure("not the API's answer", "answered compressed, though asked not to")
+
+    def _read(self, response: httpx.Response, ends: float) -> bytes:
+        cap = self.settings.max_answer_kb * 1024
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > cap:
+            raise LlmFailure("too long", f"answer of {int(declared):,} bytes, over {cap:,}")
+        received = bytearray()
+        for chunk in response.iter_raw():
+            received += chunk
+            if len(received) > cap:
+                raise LlmFailure("too long", f"answer over {cap:,} bytes")
+            if self.clock() > ends:
+                raise LlmFailure("timeout", f"no whole answer within {self.settings.answer_seconds:g} s")
+        return bytes(received)
+
+
+def _retry_after(value: str) -> float:
+    """Seconds a 429's ``Retry-After`` asks for (a number of seconds; a date or nothing:
+    one minute), within ``PAUSE_CAP``."""
+    try:
+        seconds = float(value.strip()) if value.strip().isascii() else 60.0
+    except ValueError:
+        seconds = 60.0
+    return min(max(seconds, 0.0), PAUSE_CAP) if seconds == seconds else 60.0
+
+
+def _tokens(answer: dict[str, Any]) -> int:
+    usage = answer.get("usage")
+    total = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else 0

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from bot.store import derived_tables, taste_tables  # noqa: F401  (registers their tables with Base.metadata)
+from bot.store import derived_tables, llm_tables, taste_tables  # noqa: F401  (registers their tables with Base.metadata)
 from bot.store.base import Base as Base  # imported from here, Base's metadata holds every table
 from bot.store.base import UTCDateTime
 
@@ -212,6 +212,7 @@ class Subscriber(Base):
     taste_threshold: Mapped[float] = mapped_column(Float, server_default="0.1")
     # When the last sign-up mail (confirmation or "already subscribed") went out.
     mailed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    language: Mapped[str | None] = mapped_column(String(35))  # their TL;DRs' (BCP 47); NULL: [llm]'s first
 
 
 class Digest(Base):

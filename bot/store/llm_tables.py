@@ -1,0 +1,37 @@
+"""The language-model stage's tables (``bot.llm``): each entry's TL;DR per language, and
+the requests and tokens spent each day.  ``bot.store.schema`` imports this module, so
+that ``Base.metadata`` holds them; change them only with a new Alembic revision."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from sqlalchemy import Date, ForeignKey, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from bot.store.base import Base, UTCDateTime
+
+LANGUAGE_TAG_LENGTH = 35  # BCP 47's longest tag in common use, as CLDR keeps them
+
+
+class EntryTldrRow(Base):
+    """One entry's TL;DR in one language, as ``bot.llm.tldr.tldr_of`` let it through,
+    with the model that wrote it and when: asked once per (entry, language)."""
+
+    __tablename__ = "entry_tldrs"
+
+    entry_id: Mapped[int] = mapped_column(ForeignKey("entries.id", ondelete="CASCADE"), primary_key=True)
+    language: Mapped[str] = mapped_column(String(LANGUAGE_TAG_LENGTH), primary_key=True)
+    text: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(200))
+    written_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class LlmUsageRow(Base):
+    """What one UTC day spent of ``[llm]``'s budget: requests sent, tokens reported."""
+
+    __tablename__ = "llm_usage"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    requests: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int] = mapped_column(Integer)

@@ -1,0 +1,82 @@
+"""The store's part of the language-model stage: each entry's TL;DR per language, the
+languages readers chose, and each day's spending against ``[llm]``'s budget.  SQL only:
+never asks a model, never judges an answer (``bot.llm`` does both)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import date, datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from bot.domain.llm import Tldr
+from bot.store.bulk import among, chunks
+from bot.store.llm_tables import EntryTldrRow, LlmUsageRow
+from bot.store.schema import Subscriber
+
+
+def save_tldr(session: Session, entry_id: int, tldr: Tldr) -> bool:
+    """Keep *tldr* for *entry_id*; False (nothing changed) when the entry has one in that
+    language already: a TL;DR is asked for once, and a resend shows what was sent."""
+    if session.get(EntryTldrRow, (entry_id, tldr.language)) is not None:
+        return False
+    session.add(
+        EntryTldrRow(
+            entry_id=entry_id, language=tldr.language, text=tldr.text, model=tldr.model, written_at=tldr.written_at
+        )
+    )
+    session.flush()
+    return True
+
+
+def tldrs_for(session: Session, entry_ids: Sequence[int], language: str) -> dict[int, Tldr]:
+    """The TL;DRs of *entry_ids* in *language*, by entry; an entry without one is absent."""
+    found: dict[int, Tldr] = {}
+    for part in chunks(list(entry_ids)):
+        rows = session.scalars(
+            select(EntryTldrRow).where(among(session, EntryTldrRow.entry_id, part), EntryTldrRow.language == language)
+        )
+        for row in rows:
+            found[row.entry_id] = Tldr(row.text, row.language, row.model, row.written_at)
+    return found
+
+
+def without_tldr(session: Session, entry_ids: Sequence[int], language: str) -> list[int]:
+    """Those of *entry_ids* with no TL;DR in *language*, in the order given."""
+    have = set(tldrs_for(session, entry_ids, language))
+    return [entry_id for entry_id in entry_ids if entry_id not in have]
+
+
+def readers_by_language(session: Session, default: str) -> Counter[str]:
+    """How many active readers chose each language (those who chose none: *default*)."""
+    rows = session.execute(
+        select(Subscriber.language, func.count()).where(Subscriber.status == "active").group_by(Subscriber.language)
+    )
+    counted: Counter[str] = Counter()
+    for language, count in rows:
+        counted[language or default] += count
+    return counted
+
+
+def set_language(session: Session, subscriber_id: int, language: str | None, now: datetime) -> None:
+    """A reader's TL;DR language (None: the operator's first)."""
+    session.execute(update(Subscriber).where(Subscriber.id == subscriber_id).values(language=language, updated_at=now))
+
+
+def spent_on(session: Session, day: date) -> tuple[int, int]:
+    """The requests sent and tokens reported on the UTC *day*."""
+    row = session.get(LlmUsageRow, day)
+    return (row.requests, row.tokens) if row is not None else (0, 0)
+
+
+def add_spending(session: Session, day: date, requests: int, tokens: int) -> None:
+    """Count *requests* and *tokens* against the UTC *day* (the row made on its first)."""
+    row = session.get(LlmUsageRow, day, with_for_update=True)
+    if row is None:
+        session.add(LlmUsageRow(day=day, requests=requests, tokens=tokens))
+    else:
+        row.requests += requests
+        row.tokens += tokens
+    session.flush()

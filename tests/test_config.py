@@ -224,7 +224,7 @@ def test_the_llm_section_is_off_by_default_and_its_key_never_shown(
         ('[llm]\nlanguages = ["en", "EN"]\n', "llm.languages: names a language twice"),
         ('[llm]\nbase_url = "ftp://x/v1"\n', "llm.base_url: must be an http(s) URL"),
         ('[llm]\nchat_model = "a model; rm -rf"\n', "llm.chat_model: must be a model's name"),
-        ("[llm]\nconcurrency = 0\n", "llm.concurrency"),
+        ("[llm]\nanswer_seconds = 0\n", "llm.answer_seconds"),
     ],
 )
 def test_a_bad_llm_setting_is_one_line_naming_it(tmp_path: Path, content: str, expected: str) -> None:

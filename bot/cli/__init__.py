@@ -15,6 +15,7 @@ from bot.cli import db_commands, digest_commands, report_commands, tag_commands 
 from bot.cli.admin import config_app, db_app, init_command, sink_command, smtp_app
 from bot.cli.ingest_commands import dumps_app, entries_app, feeds_app
 from bot.cli.library_commands import library_app
+from bot.cli.llm_commands import llm_app
 from bot.cli.report_commands import bounces_app, rankers_app
 from bot.cli.shell import EXIT_USAGE, app, err
 from bot.cli.subscriber_commands import subscribers_app
@@ -29,6 +30,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(smtp_app, name="smtp")
 app.add_typer(bounces_app, name="bounces")
 app.add_typer(rankers_app, name="rankers")
+app.add_typer(llm_app, name="llm")
 subscribers_app.add_typer(library_app, name="library")
 app.add_typer(subscribers_app, name="subscribers")
 app.add_typer(tags_app, name="tags")

@@ -91,7 +91,6 @@ class LlmConfig(_Section):
     languages: list[str] = ["en"]
     connect_seconds: float = Field(2.0, gt=0, le=60)
     answer_seconds: float = Field(60.0, gt=0, le=600)  # one request's whole answer
-    concurrency: int = Field(2, ge=1, le=64)  # requests in flight at once
     max_answer_kb: int = Field(256, ge=1, le=65_536)  # a longer answer is that entry's failure
     # A day's budget (UTC): requests sent, and tokens as the API reports them (0: no limit).
     requests_per_day: int = Field(2_000, ge=0)

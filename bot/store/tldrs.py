@@ -60,6 +60,17 @@ def readers_by_language(session: Session, default: str) -> Counter[str]:
     return counted
 
 
+def reader_filters(session: Session, default: str) -> list[tuple[str, str, int]]:
+    """(filter, language, readers) of the active readers: how many chose each filter and
+    language (those who chose no language: *default*)."""
+    rows = session.execute(
+        select(Subscriber.filter, Subscriber.language, func.count())
+        .where(Subscriber.status == "active")
+        .group_by(Subscriber.filter, Subscriber.language)
+    )
+    return [(text, language or default, count) for text, language, count in rows]
+
+
 def set_language(session: Session, subscriber_id: int, language: str | None, now: datetime) -> None:
     """A reader's TL;DR language (None: the operator's first)."""
     session.execute(update(Subscriber).where(Subscriber.id == subscriber_id).values(language=language, updated_at=now))

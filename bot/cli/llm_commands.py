@@ -1,0 +1,32 @@
+"""The ``digestbot llm`` commands: a language model's part, run by hand (docs/llm.md).
+A shell: parses, calls ``bot.llm.service``, prints."""
+
+from __future__ import annotations
+
+import typer
+
+from bot.cli.shell import EXIT_USAGE, command_group, ctx_of, fail, now, out, plural
+
+llm_app = command_group("A language model behind the OpenAI-compatible API ([llm], docs/llm.md).")
+
+
+@llm_app.command("tldrs")
+def llm_tldrs(ctx: typer.Context) -> None:
+    """Ask the chat model for the TL;DRs of the last two days' entries that readers will
+    get and that have none in their language, most read first, within the day's budget.
+    Prints what was written, refused, left for the budget, and each kind of failure."""
+    from bot.llm.service import write_tldrs
+
+    c = ctx_of(ctx)
+    llm = c.settings.llm
+    if not (llm.base_url and llm.chat_model):
+        fail("no chat model: set llm.base_url and llm.chat_model (docs/llm.md)", EXIT_USAGE)
+    done = write_tldrs(c.sessions(), c.settings, now=now())
+    out.print(
+        f"TL;DRs: {done.wanted} wanted, {done.written} written, {done.refused} refused"
+        f" (nothing of the answer may be shown), {done.over_budget} left for the day's budget,"
+        f" {done.skipped} not sent while the model asked for a pause",
+        markup=False,
+    )
+    for kind, count in sorted(done.failures.items()):
+        out.print(f"failed: {plural(count, 'request')} {kind}", markup=False)

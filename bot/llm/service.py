@@ -1,0 +1,101 @@
+"""Language-model stage, the service: one pass that asks the chat model for the TL;DRs
+readers will get and keeps those ``bot.llm.tldr`` lets through.
+
+Run after ingest, never inside a planning pass and never on the loop that answers
+unsubscribes (it waits on a model).  Asks the (entry, language) pairs most readers will
+get first, within the day's budget; each request is its own failure, tallied by kind;
+nothing is held locked while a model answers.  Sends an entry's title, authors and
+abstract and a language tag: never anything of a reader.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from bot.choose.select import doc_of
+from bot.config import Settings
+from bot.domain.llm import Tldr
+from bot.llm.client import LlmCall
+from bot.llm.tldr import tldr_of, tldr_request
+from bot.llm.wanted import WantedTldr, wanted_tldrs
+from bot.store.engine import transaction
+from bot.store.entry_reads import entries_first_seen_between
+from bot.store.tldrs import add_spending, reader_filters, save_tldr, spent_on, without_tldr
+
+RECENT = timedelta(days=2)  # entries first seen this long ago or less are the ones readers will get next
+
+
+@dataclass
+class TldrPass:
+    """What one pass did: shown by the command, logged once by the daemon."""
+
+    wanted: int = 0  # (entry, language) pairs readers will get that had no TL;DR
+    written: int = 0
+    refused: int = 0  # answered, but nothing of the answer may be shown
+    over_budget: int = 0  # left for another day
+    skipped: int = 0  # not sent: the model asked for a pause
+    failures: Counter[str] = field(default_factory=Counter)
+
+
+def write_tldrs(
+    factory: sessionmaker[Session], settings: Settings, *, now: datetime, call: LlmCall | None = None
+) -> TldrPass:
+    """Ask for the TL;DRs of the recent entries readers will get, most read first."""
+    done = TldrPass()
+    llm = settings.llm
+    if not (llm.base_url and llm.chat_model):
+        return done
+    with factory() as session:
+        views = entries_first_seen_between(session, now - RECENT, now)
+        docs = [(view.id, doc_of(view)) for view in views]
+        wanted = wanted_tldrs(docs, reader_filters(session, llm.languages[0]), offered=llm.languages)
+        wanted = _still_wanted(session, wanted)
+        requests_spent, tokens_spent = spent_on(session, now.date())
+    done.wanted = len(wanted)
+    by_id, docs_by_id = {view.id: view for view in views}, dict(docs)
+    call = call or LlmCall(llm, api_key=llm.resolved_api_key().get_secret_value())
+    try:
+        for item in wanted:
+            if _over(llm.requests_per_day, requests_spent) or _over(llm.tokens_per_day, tokens_spent):
+                done.over_budget += 1
+                continue
+            view, doc = by_id[item.entry_id], docs_by_id[item.entry_id]
+            sent_before = call.sent
+            answer = call.chat(
+                tldr_request(
+                    llm.chat_model,
+                    title=view.content.title,
+                    authors=view.content.authors,
+                    abstract=doc.summary,
+                    language=item.language,
+                )
+            )
+            spent = (call.sent - sent_before, answer.tokens if answer else 0)
+            requests_spent, tokens_spent = requests_spent + spent[0], tokens_spent + spent[1]
+            line = tldr_of(answer.text) if answer else None
+            with transaction(factory) as session:
+                if spent[0]:
+                    add_spending(session, now.date(), *spent)
+                if line is not None:
+                    done.written += save_tldr(session, item.entry_id, Tldr(line, item.language, llm.chat_model, now))
+            done.refused += answer is not None and line is None
+    finally:
+        call.close()
+    done.skipped, done.failures = call.skipped, call.failures
+    return done
+
+
+def _still_wanted(session: Session, wanted: list[WantedTldr]) -> list[WantedTldr]:
+    missing: set[tuple[int, str]] = set()
+    for language in {item.language for item in wanted}:
+        ids = [item.entry_id for item in wanted if item.language == language]
+        missing |= {(entry_id, language) for entry_id in without_tldr(session, ids, language)}
+    return [item for item in wanted if (item.entry_id, item.language) in missing]
+
+
+def _over(limit: int, spent: int) -> bool:
+    return limit > 0 and spent >= limit

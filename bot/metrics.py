@@ -65,6 +65,12 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.tldrs = Counter(
+            "digestbot_llm_tldrs",
+            "TL;DRs asked of the language model, by outcome (written, refused, over budget, paused, or a failure)",
+            ["outcome"],
+            registry=r,
+        )
         self.returned = Counter(
             "digestbot_returned_mail", "Messages read from inbox.url, by kind (or 'left')", ["kind"], registry=r
         )
@@ -95,6 +101,11 @@ class Metrics:
         self.ranked.labels("ranked").inc(ranked)
         self.ranked.labels("built-in").inc(fell_back)
         self.last_success.labels("plan").set_to_current_time()
+
+    def tldrs_done(self, outcomes: dict[str, int]) -> None:
+        for outcome, count in outcomes.items():
+            self.tldrs.labels(outcome).inc(count)
+        self.last_success.labels("tldrs").set_to_current_time()
 
     def delivery_done(self, report: DeliverReport) -> None:
         self.outcomes.labels("cancelled").inc(report.cancelled)

@@ -133,3 +133,47 @@ def test_the_command_asks_and_says_what_became_of_each_pair(tmp_path: Path) -> N
     assert "TL;DRs: 0 wanted, 0 written" in again.stdout and len(server.requests) == 1
     refused = Cli(tmp_path, {"DIGESTBOT_LLM__BASE_URL": "http://127.0.0.1:9/v1"})("llm", "tldrs", code=2)
     assert refused.stderr.strip() == "error: no chat model: set llm.base_url and llm.chat_model (docs/llm.md)"
+
+
+def test_the_daemon_asks_for_tldrs_when_a_dump_lands_and_stops_cleanly(tmp_path: Path, sink) -> None:
+    import signal
+    import sqlite3
+    import subprocess
+    import time
+
+    from tests.helpers import DIGESTBOT, DUMP, Cli, daemon_env
+
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    with model_server() as server:
+        env = daemon_env(
+            tmp_path,
+            "d.sqlite3",
+            folder,
+            sink.port,
+            watch__interval_seconds="1",
+            llm__base_url=server.base_url,
+            llm__chat_model="honest",
+        )
+        Cli(tmp_path, env, placed=False)("subscribers", "add", "ada@example.org", "--hour", "3")
+        daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            (folder / "a.txt.tmp").write_text(DUMP)
+            (folder / "a.txt.tmp").rename(folder / "a.txt")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and daemon.poll() is None:
+                with sqlite3.connect(tmp_path / "d.sqlite3") as db:
+                    if db.execute("SELECT COUNT(*) FROM entry_tldrs").fetchone()[0]:
+                        break
+                time.sleep(0.2)
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(timeout=60) == 0
+        finally:
+            if daemon.poll() is None:
+                daemon.kill()
+    assert daemon.stderr is not None
+    log = daemon.stderr.read()
+    assert "Traceback" not in log and "TL;DRs: 1 wanted; 1 written" in log, log
+    with sqlite3.connect(tmp_path / "d.sqlite3") as db:
+        assert db.execute("SELECT text, language, model FROM entry_tldrs").fetchall() == [(HONEST_TLDR, "en", "honest")]
+    assert len(server.requests) == 1

@@ -11,6 +11,7 @@ abstract and a language tag: never anything of a reader.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -40,11 +41,22 @@ class TldrPass:
     skipped: int = 0  # not sent: the model asked for a pause
     failures: Counter[str] = field(default_factory=Counter)
 
+    def outcomes(self) -> dict[str, int]:
+        """Requests and pairs by what became of them: for the metric and the log line."""
+        counted = {"written": self.written, "refused": self.refused, "over budget": self.over_budget}
+        return counted | {"paused": self.skipped} | dict(self.failures)
+
 
 def write_tldrs(
-    factory: sessionmaker[Session], settings: Settings, *, now: datetime, call: LlmCall | None = None
+    factory: sessionmaker[Session],
+    settings: Settings,
+    *,
+    now: datetime,
+    call: LlmCall | None = None,
+    keep_going: Callable[[], bool] = lambda: True,
 ) -> TldrPass:
-    """Ask for the TL;DRs of the recent entries readers will get, most read first."""
+    """Ask for the TL;DRs of the recent entries readers will get, most read first; a
+    *keep_going* that turns false (the daemon stopping) ends the pass between requests."""
     done = TldrPass()
     llm = settings.llm
     if not (llm.base_url and llm.chat_model):
@@ -60,6 +72,8 @@ def write_tldrs(
     call = call or LlmCall(llm, api_key=llm.resolved_api_key().get_secret_value())
     try:
         for item in wanted:
+            if not keep_going():
+                break
             if _over(llm.requests_per_day, requests_spent) or _over(llm.tokens_per_day, tokens_spent):
                 done.over_budget += 1
                 continue

@@ -74,3 +74,10 @@ def log_planned(report: PlanReport) -> None:
             report.ranker_failure,
             plural(report.ranker_skipped, "reader"),
         )
+
+
+def log_tldrs(wanted: int, outcomes: dict[str, int]) -> None:
+    """One line a TL;DR pass that asked anything: what became of the pairs and requests."""
+    said = [f"{count} {outcome}" for outcome, count in outcomes.items() if count]
+    if wanted or said:
+        log.info("TL;DRs: %d wanted; %s", wanted, ", ".join(said) or "none asked")

@@ -38,6 +38,7 @@ from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.domain.text import plural
 from bot.ingest.watcher import fetch_feeds, scan_folder
+from bot.llm.service import write_tldrs
 from bot.mail.mailer import Mailer
 from bot.metrics import Metrics
 from bot.plan import PlanReport, plan
@@ -46,7 +47,7 @@ from bot.plan.shared import plan_shared, shares_planning
 from bot.returns.mailboxes import MailboxError
 from bot.returns.service import read_configured_inbox
 from bot.run.exporter import Exporter
-from bot.run.job_logs import delivery_done, log_ingest, log_planned
+from bot.run.job_logs import delivery_done, log_ingest, log_planned, log_tldrs
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import refresh_statistics, transaction
@@ -59,6 +60,7 @@ HELP_EVERY_SECONDS = 2  # how soon a process joins a shared planning pass (Postg
 STATISTICS_EVERY_HOURS = 6  # the store grows by a day's digests between two
 ELECTION_EVERY_SECONDS = 3
 RETENTION_EVERY_HOURS = 1  # a day's digests are removed within the hour they expire
+TLDRS_EVERY_SECONDS = 120  # a dump's entries get their TL;DRs within minutes, before the send hour
 JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600}
 
 
@@ -129,6 +131,8 @@ class Daemon:
         self._watching = asyncio.Lock()
         self._planning = asyncio.Lock()
         self._reading = asyncio.Lock()
+        self._writing_tldrs = asyncio.Lock()
+        self._tldrs_after_ingest: asyncio.Future[None] | None = None
 
     def fresh_jobs(self) -> list[str]:
         """The jobs /healthz holds this process to: planning while it leads, delivery
@@ -168,6 +172,8 @@ class Daemon:
         self.metrics.ingested(results)
         if not any(r.status is SourceStatus.INGESTED and r.new for r in results):
             return False
+        if self.settings.llm.base_url and self.settings.llm.chat_model:  # asked beside planning, never awaited by it
+            self._tldrs_after_ingest = asyncio.ensure_future(_guarded("TL;DRs", self.write_tldrs)())
         await self.plan()
         return True
 
@@ -228,6 +234,19 @@ class Daemon:
         log_planned(report)
         if report.planned and self.deliver_jobs:
             await self.deliver()
+
+    async def write_tldrs(self) -> None:
+        """Ask the language model for the TL;DRs readers will get (``bot.llm.service``),
+        in a thread; a stop ends the pass between two requests."""
+        if self.stop.is_set() or not self.leadership.holds() or self._writing_tldrs.locked():
+            return
+        keep_going = functools.partial(lambda stop: not stop.is_set(), self.stop)
+        async with self._writing_tldrs:
+            done = await asyncio.to_thread(
+                write_tldrs, self.factory, self.settings, now=self.clock(), keep_going=keep_going
+            )
+        log_tldrs(done.wanted, done.outcomes())
+        self.metrics.tldrs_done(done.outcomes())
 
     async def refresh_statistics(self) -> None:
         """Give SQLite's query planner fresh statistics (``store.engine.refresh_statistics``)."""
@@ -333,6 +352,10 @@ class Daemon:
                 id="retention",
                 next_run_time=now + timedelta(minutes=2),
             )
+            if self.settings.llm.base_url and self.settings.llm.chat_model:
+                scheduler.add_job(
+                    _guarded("TL;DRs", self.write_tldrs), IntervalTrigger(seconds=TLDRS_EVERY_SECONDS), id="tldrs"
+                )
             if self.settings.inbox.url:
                 every = timedelta(minutes=self.settings.inbox.interval_minutes)
                 scheduler.add_job(

@@ -177,3 +177,20 @@ def test_the_daemon_asks_for_tldrs_when_a_dump_lands_and_stops_cleanly(tmp_path:
     with sqlite3.connect(tmp_path / "d.sqlite3") as db:
         assert db.execute("SELECT text, language, model FROM entry_tldrs").fetchall() == [(HONEST_TLDR, "en", "honest")]
     assert len(server.requests) == 1
+
+
+def test_an_operator_sets_a_readers_language_among_those_offered(tmp_path: Path) -> None:
+    import sqlite3
+
+    from tests.helpers import Cli
+
+    cli = Cli(tmp_path, {"DIGESTBOT_LLM__LANGUAGES": '["en", "zh-Hant"]'})
+    cli("subscribers", "add", "ada@example.org")
+    cli("subscribers", "edit", "ada@example.org", "--language", "ZH-hant", "--hour", "9")
+    with sqlite3.connect(tmp_path / "cli.sqlite3") as db:
+        assert db.execute("SELECT language, send_hour FROM subscribers").fetchall() == [("zh-Hant", 9)]
+    refused = cli("subscribers", "edit", "ada@example.org", "--language", "fr\x1b[2J", code=2)
+    assert refused.stderr == "error: --language: 'fr [2J' is not offered; llm.languages offers en, zh-Hant\n"
+    cli("subscribers", "edit", "nobody@example.org", "--language", "en", code=1)
+    with sqlite3.connect(tmp_path / "cli.sqlite3") as db:
+        assert db.execute("SELECT language FROM subscribers").fetchall() == [("zh-Hant",)]

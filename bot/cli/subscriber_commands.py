@@ -166,15 +166,21 @@ def _warn_about_filter(c: Context, filter_text: str | None) -> None:
 def subscribers_edit(
     ctx: typer.Context,
     email: Annotated[str, typer.Argument(help="The subscriber's address.")],
+    language: Annotated[
+        str | None,
+        typer.Option("--language", help="Their TL;DRs' language: one of llm.languages (docs/llm.md)."),
+    ] = None,
     choices: dict[str, Any] | None = None,
 ) -> None:
     """Change the given fields of a subscriber."""
-    from bot.subscribers.subscriptions import SubscriberNotFound, edit
+    from bot.subscribers.subscriptions import SubscriberInputError, SubscriberNotFound, edit
 
     c = ctx_of(ctx)
     fields = clean_or_exit(email, **(choices or {}))
     try:
-        subscriber = edit(c.sessions(), c.settings, fields, now())
+        subscriber = edit(c.sessions(), c.settings, fields, now(), language=language)
+    except SubscriberInputError as exc:
+        fail(str(exc).replace("language: ", "--language: ", 1), EXIT_USAGE)
     except SubscriberNotFound as exc:
         fail(str(exc))
         return

@@ -24,7 +24,7 @@ from bot.choose.tagging import TagRules
 from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
 from bot.domain import ConsentEvent, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
-from bot.domain.text import NOT_TYPED, header_text, hides_control_characters
+from bot.domain.text import NOT_TYPED, header_text, hides_control_characters, one_line
 from bot.plan.cadence import DAILY, CadenceError, clean_cadence
 from bot.store.consents import known_addresses, record_consent, record_operator_adds
 from bot.store.engine import transaction
@@ -41,6 +41,7 @@ from bot.store.subscribers import (
 from bot.store.subscribers import (
     set_setting as store_setting,
 )
+from bot.store.tldrs import set_language
 from bot.subscribers.settings import SETTINGS, SettingError, parse
 from bot.subscribers.statuses import OPERATOR_ACTIONS, consent_change
 from bot.subscribers.zones import canonical
@@ -252,11 +253,34 @@ def add(
         return _require(session, fields.email), existing is None
 
 
-def edit(factory: sessionmaker[Session], settings: Settings, fields: SubscriberFields, now: datetime) -> Subscriber:
+def edit(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    fields: SubscriberFields,
+    now: datetime,
+    *,
+    language: str | None = None,
+) -> Subscriber:
+    """Change the given *fields*, and with *language* the reader's TL;DR language (one of
+    ``llm.languages``; ``SubscriberInputError`` naming them otherwise)."""
+    chosen = offered_language(settings, language) if language is not None else None
     with transaction(factory) as session:
-        _require(session, fields.email)
+        found = _require(session, fields.email)
         upsert_subscribers(session, [fields], defaults=defaults(settings), now=now)
+        if chosen is not None:
+            set_language(session, found.id, chosen, now)
         return _require(session, fields.email)
+
+
+def offered_language(settings: Settings, tag: str) -> str:
+    """*tag* as ``llm.languages`` spells it (BCP 47 tags match whatever their case)."""
+    offered = settings.llm.languages
+    for language in offered:
+        if language.casefold() == tag.strip().casefold():
+            return language
+    raise SubscriberInputError(
+        f"language: {one_line(tag)[:40]!r} is not offered; llm.languages offers {', '.join(offered)}"
+    )
 
 
 def change_status(

@@ -35,7 +35,7 @@ _QUOTES = "\"'“”‘’«»「」『』"
 # What a mail client or feed reader would make a link of, or what is markup: refused.
 _MARKUP = re.compile(r"<[A-Za-z/!?]|\]\s*\(|!\[|&[#A-Za-z0-9]+;")  # "x < y" is no tag
 _LINKISH = re.compile(
-    r"[A-Za-z][A-Za-z0-9+.-]*://"  # any scheme with an authority
+    r"://"  # any scheme with an authority, or a URL's remains
     r"|\b(?:mailto|javascript|data|tel|sms|file|vbscript):"
     r"|\bwww\."
     r"|[^\s@]@[^\s@]+\.[^\s@]"  # an address
@@ -77,12 +77,12 @@ def tldr_of(answer: object) -> str | None:
     if not isinstance(answer, str) or len(answer) > MAX_ANSWER_CHARS:
         return None
     text = _visible(answer)
-    text = _LABEL.sub("", text.strip()).strip().strip(_QUOTES).strip()
-    # Judged as compatibility forms too ("ｈｔｔｐｓ：／／" is a URL to a reader), shown as written.
+    text = _LABEL.sub("", text.strip()).strip().strip(_QUOTES)
+    text = " ".join(_EMPHASIS.sub("", text).split())
+    # Judged as shown, and as compatibility forms ("ｈｔｔｐｓ：／／" is a URL to a reader).
     folded = unicodedata.normalize("NFKC", text)
     if not text or any(rule.search(form) for rule in (_REFUSAL, _MARKUP, _LINKISH) for form in (text, folded)):
         return None
-    text = " ".join(_EMPHASIS.sub("", text).split())
     return _cut(text) or None
 
 

@@ -38,7 +38,6 @@ from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.domain.text import plural
 from bot.ingest.watcher import fetch_feeds, scan_folder
-from bot.llm.service import write_tldrs
 from bot.mail.mailer import Mailer
 from bot.metrics import Metrics
 from bot.plan import PlanReport, plan
@@ -240,6 +239,8 @@ class Daemon:
         in a thread; a stop ends the pass between two requests."""
         if self.stop.is_set() or not self.leadership.holds() or self._writing_tldrs.locked():
             return
+        from bot.llm.service import write_tldrs  # httpx: only a scheduler with a model loads it
+
         keep_going = functools.partial(lambda stop: not stop.is_set(), self.stop)
         async with self._writing_tldrs:
             done = await asyncio.to_thread(

@@ -49,7 +49,7 @@ def _store(factory: sessionmaker[Session], tmp_path: Path, base_url: str, **llm:
     settings = settings.model_copy(
         update={
             "llm": settings.llm.model_validate(
-                {"base_url": base_url, "chat_model": "honest", "languages": ["en", "zh"], "answer_seconds": 2} | llm
+                {"base_url": base_url, "chat_model": "honest", "languages": ["en", "zh"], "answer_seconds": 60} | llm
             )
         }
     )

@@ -17,7 +17,7 @@ from bot.store.llm_tables import EntryTldrRow
 from bot.store.schema import Entry, Subscriber
 from bot.store.tldrs import (
     add_spending,
-    readers_by_language,
+    reader_filters,
     save_tldr,
     set_language,
     spent_on,
@@ -73,7 +73,7 @@ def test_readers_are_counted_by_the_language_they_chose(factory: sessionmaker[Se
         set_language(session, ids[0], "zh", NOW)
         set_language(session, ids[1], "de", NOW)
     with factory() as session:
-        assert readers_by_language(session, "en") == {"en": 2, "zh": 1, "de": 1}
+        assert sorted(reader_filters(session, "en")) == [("*", "de", 1), ("*", "en", 2), ("*", "zh", 1)]
 
 
 def test_a_days_spending_adds_up(factory: sessionmaker[Session]) -> None:

@@ -13,6 +13,7 @@ and count.  Never reads or writes the store, never sends anything of a reader.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -84,6 +85,8 @@ class LlmCall:
             vectors = [[float(x) for x in row["embedding"]] for row in rows]
             if len(vectors) != len(texts) or len({len(v) for v in vectors}) > 1:
                 raise ValueError("not one vector of one size per text")
+            if not all(math.isfinite(x) for vector in vectors for x in vector):
+                raise ValueError("not a number in a vector")
         except (KeyError, TypeError, ValueError):
             self.failures["not the API's answer"] += 1
             return None

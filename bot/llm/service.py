@@ -17,8 +17,11 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.matching import Doc
 from bot.choose.select import doc_of
 from bot.config import Settings
+from bot.config.services import LlmConfig
+from bot.domain import EntryView
 from bot.domain.llm import Tldr
 from bot.llm.client import LlmCall
 from bot.llm.tldr import tldr_of, tldr_request
@@ -62,38 +65,31 @@ def write_tldrs(
     if not (llm.base_url and llm.chat_model):
         return done
     with factory() as session:
-        views = entries_first_seen_between(session, now - RECENT, now)
-        docs = [(view.id, doc_of(view)) for view in views]
-        wanted = wanted_tldrs(docs, reader_filters(session, llm.languages[0]), offered=llm.languages)
-        wanted = _still_wanted(session, wanted)
+        wanted = _wanted(session, llm, now)
         requests_spent, tokens_spent = spent_on(session, now.date())
     done.wanted = len(wanted)
-    by_id, docs_by_id = {view.id: view for view in views}, dict(docs)
     call = call or LlmCall(llm, api_key=llm.resolved_api_key().get_secret_value())
     try:
-        for item in wanted:
+        for item, view, doc in wanted:
             if not keep_going():
                 break
             if _over(llm.requests_per_day, requests_spent) or _over(llm.tokens_per_day, tokens_spent):
                 done.over_budget += 1
                 continue
-            view, doc = by_id[item.entry_id], docs_by_id[item.entry_id]
             sent_before = call.sent
-            answer = call.chat(
-                tldr_request(
-                    llm.chat_model,
-                    title=view.content.title,
-                    authors=view.content.authors,
-                    abstract=doc.summary,
-                    language=item.language,
-                )
+            body = tldr_request(
+                llm.chat_model,
+                title=view.content.title,
+                authors=view.content.authors,
+                abstract=doc.summary,
+                language=item.language,
             )
+            answer = call.chat(body)
             spent = (call.sent - sent_before, answer.tokens if answer else 0)
             requests_spent, tokens_spent = requests_spent + spent[0], tokens_spent + spent[1]
             line = tldr_of(answer.text) if answer else None
             with transaction(factory) as session:
-                if spent[0]:
-                    add_spending(session, now.date(), *spent)
+                add_spending(session, now.date(), *spent)
                 if line is not None:
                     done.written += save_tldr(session, item.entry_id, Tldr(line, item.language, llm.chat_model, now))
             done.refused += answer is not None and line is None
@@ -103,12 +99,22 @@ def write_tldrs(
     return done
 
 
-def _still_wanted(session: Session, wanted: list[WantedTldr]) -> list[WantedTldr]:
-    missing: set[tuple[int, str]] = set()
-    for language in {item.language for item in wanted}:
-        ids = [item.entry_id for item in wanted if item.language == language]
-        missing |= {(entry_id, language) for entry_id in without_tldr(session, ids, language)}
-    return [item for item in wanted if (item.entry_id, item.language) in missing]
+def _wanted(session: Session, llm: LlmConfig, now: datetime) -> list[tuple[WantedTldr, EntryView, Doc]]:
+    """The (entry, language) pairs to ask for, most read first, each with its entry.  Only
+    entries still without a TL;DR in some language are matched against the readers'
+    filters: a pass that finds every one written costs a query per language."""
+    views = {view.id: view for view in entries_first_seen_between(session, now - RECENT, now)}
+    missing = {
+        (entry_id, language) for language in llm.languages for entry_id in without_tldr(session, list(views), language)
+    }
+    docs = {entry_id: doc_of(views[entry_id]) for entry_id, _ in missing}
+    readers = reader_filters(session, llm.languages[0]) if docs else []
+    wanted = wanted_tldrs(list(docs.items()), readers, offered=llm.languages)
+    return [
+        (item, views[item.entry_id], docs[item.entry_id])
+        for item in wanted
+        if (item.entry_id, item.language) in missing
+    ]
 
 
 def _over(limit: int, spent: int) -> bool:

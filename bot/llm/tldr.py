@@ -38,10 +38,14 @@ _LINKISH = re.compile(
     r"://"  # any scheme with an authority, or a URL's remains
     r"|\b(?:mailto|javascript|data|tel|sms|file|vbscript):"
     r"|\bwww\."
-    r"|[^\s@]@[^\s@]+\.[^\s@]"  # an address
-    r"|\b[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",  # a host name: example.org, Node.js
+    r"|[^\s@]@[^\s@]+\.[^\s@]",  # an address
     re.IGNORECASE,
 )
+# A host name (example.org, Node.js) is looked for run by run of the characters one is
+# made of, label by label: a single pattern for it backtracks quadratically over a run
+# such as "a-a-a-…" that is none.
+_HOST_RUN = re.compile(r"[A-Za-z0-9.-]+")
+_TOP_LABEL = re.compile(r"[A-Za-z]{2,}(?![A-Za-z0-9])")
 _REFUSAL = re.compile(
     r"\A(?:i['’]?m sorry|i am sorry|sorry[,.]|i can(?:no|['’])t|i['’]?m (?:not able|unable)|i am (?:not able|unable)"
     r"|as an ai|as a language model|i won['’]?t)",
@@ -81,9 +85,19 @@ def tldr_of(answer: object) -> str | None:
     text = " ".join(_EMPHASIS.sub("", text).split())
     # Judged as shown, and as compatibility forms ("ｈｔｔｐｓ：／／" is a URL to a reader).
     folded = unicodedata.normalize("NFKC", text)
-    if not text or any(rule.search(form) for rule in (_REFUSAL, _MARKUP, _LINKISH) for form in (text, folded)):
+    if not text or any(_links_or_refuses(form) for form in (text, folded)):
         return None
     return _cut(text) or None
+
+
+def _links_or_refuses(text: str) -> bool:
+    if _REFUSAL.match(text) or _MARKUP.search(text) or _LINKISH.search(text):
+        return True
+    for run in _HOST_RUN.findall(text):
+        labels = run.split(".")
+        if any(labels[n - 1] and _TOP_LABEL.match(labels[n]) for n in range(1, len(labels))):
+            return True
+    return False
 
 
 def _visible(text: str) -> str:

@@ -241,10 +241,9 @@ class Daemon:
             return
         from bot.llm.service import write_tldrs  # httpx: only a scheduler with a model loads it
 
-        keep_going = functools.partial(lambda stop: not stop.is_set(), self.stop)
         async with self._writing_tldrs:
             done = await asyncio.to_thread(
-                write_tldrs, self.factory, self.settings, now=self.clock(), keep_going=keep_going
+                write_tldrs, self.factory, self.settings, now=self.clock(), keep_going=lambda: not self.stop.is_set()
             )
         log_tldrs(done.wanted, done.outcomes())
         self.metrics.tldrs_done(done.outcomes())

@@ -4,11 +4,12 @@ never asks a model, never judges an answer (``bot.llm`` does both)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from datetime import date, datetime
 
 from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from bot.domain.llm import Tldr
@@ -19,16 +20,13 @@ from bot.store.schema import Subscriber
 
 def save_tldr(session: Session, entry_id: int, tldr: Tldr) -> bool:
     """Keep *tldr* for *entry_id*; False (nothing changed) when the entry has one in that
-    language already: a TL;DR is asked for once, and a resend shows what was sent."""
-    if session.get(EntryTldrRow, (entry_id, tldr.language)) is not None:
-        return False
-    session.add(
-        EntryTldrRow(
-            entry_id=entry_id, language=tldr.language, text=tldr.text, model=tldr.model, written_at=tldr.written_at
-        )
-    )
-    session.flush()
-    return True
+    language already, also one another process wrote a moment ago: a TL;DR is asked for
+    once, and a resend shows what was sent."""
+    build = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    values = {"entry_id": entry_id, "language": tldr.language, "text": tldr.text}
+    statement = build(EntryTldrRow).values(values | {"model": tldr.model, "written_at": tldr.written_at})
+    kept = session.execute(statement.on_conflict_do_nothing().returning(EntryTldrRow.entry_id))
+    return kept.scalar_one_or_none() is not None
 
 
 def tldrs_for(session: Session, entry_ids: Sequence[int], language: str) -> dict[int, Tldr]:
@@ -47,17 +45,6 @@ def without_tldr(session: Session, entry_ids: Sequence[int], language: str) -> l
     """Those of *entry_ids* with no TL;DR in *language*, in the order given."""
     have = set(tldrs_for(session, entry_ids, language))
     return [entry_id for entry_id in entry_ids if entry_id not in have]
-
-
-def readers_by_language(session: Session, default: str) -> Counter[str]:
-    """How many active readers chose each language (those who chose none: *default*)."""
-    rows = session.execute(
-        select(Subscriber.language, func.count()).where(Subscriber.status == "active").group_by(Subscriber.language)
-    )
-    counted: Counter[str] = Counter()
-    for language, count in rows:
-        counted[language or default] += count
-    return counted
 
 
 def reader_filters(session: Session, default: str) -> list[tuple[str, str, int]]:
@@ -83,7 +70,10 @@ def spent_on(session: Session, day: date) -> tuple[int, int]:
 
 
 def add_spending(session: Session, day: date, requests: int, tokens: int) -> None:
-    """Count *requests* and *tokens* against the UTC *day* (the row made on its first)."""
+    """Count *requests* and *tokens* against the UTC *day* (the row made on its first;
+    nothing spent, nothing written)."""
+    if not (requests or tokens):
+        return
     row = session.get(LlmUsageRow, day, with_for_update=True)
     if row is None:
         session.add(LlmUsageRow(day=day, requests=requests, tokens=tokens))

@@ -71,6 +71,12 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.embedded = Counter(
+            "digestbot_llm_embeddings",
+            "Papers given to the embedding model, by outcome (stored, refused, over budget, paused, or a failure)",
+            ["outcome"],
+            registry=r,
+        )
         self.returned = Counter(
             "digestbot_returned_mail", "Messages read from inbox.url, by kind (or 'left')", ["kind"], registry=r
         )
@@ -102,10 +108,11 @@ class Metrics:
         self.ranked.labels("built-in").inc(fell_back)
         self.last_success.labels("plan").set_to_current_time()
 
-    def tldrs_done(self, outcomes: dict[str, int]) -> None:
-        for outcome, count in outcomes.items():
-            self.tldrs.labels(outcome).inc(count)
-        self.last_success.labels("tldrs").set_to_current_time()
+    def model_pass_done(self, tldrs: dict[str, int], embedded: dict[str, int]) -> None:
+        for counter, outcomes in ((self.tldrs, tldrs), (self.embedded, embedded)):
+            for outcome, count in outcomes.items():
+                counter.labels(outcome).inc(count)
+        self.last_success.labels("llm").set_to_current_time()
 
     def delivery_done(self, report: DeliverReport) -> None:
         self.outcomes.labels("cancelled").inc(report.cancelled)

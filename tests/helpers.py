@@ -480,6 +480,7 @@ def rich_digest(*, sections: bool = False) -> tuple[str, str]:
     from dataclasses import replace
 
     from bot.domain import DigestContent, EntryKind, Update
+    from bot.domain.llm import Tldr
     from bot.mail.render import Renderer, web_links
 
     root = Path(__file__).resolve().parent.parent
@@ -511,7 +512,13 @@ def rich_digest(*, sections: bool = False) -> tuple[str, str]:
             summary_type="text/html",
         ),
         item(2, kind=EntryKind.REPO, arxiv_id=None, extra=(("owner", "lmcache"), ("description", "A KV cache"))),
-        *(item(n) for n in range(3, 9)),
+        item(
+            3,
+            tldr=Tldr(
+                "一个在 FPGA 上运行的脉冲网络 & 更快的内核。", "zh", "qwen2.5:7b", datetime(2026, 6, 14, tzinfo=UTC)
+            ),
+        ),
+        *(item(n) for n in range(4, 9)),
     )
     content = DigestContent(
         digest_id=1,

@@ -56,7 +56,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b'{"choices": [{"message": {"content": 42}}]}')
         elif self.path.endswith("/embeddings"):
             texts = body["input"]
-            data = [{"index": n, "embedding": [float(len(t)), float(n), 1.0]} for n, t in enumerate(texts)]
+            vector = (
+                (lambda t, n: [0.0, 0.0, 0.0]) if model == "zero" else (lambda t, n: [float(len(t)), float(n), 1.0])
+            )
+            data = [{"index": n, "embedding": vector(t, n)} for n, t in enumerate(texts)]
             self._send(200, json.dumps({"data": list(reversed(data)), "usage": {"total_tokens": 7}}).encode())
         else:
             self._send(200, json.dumps(_chat(self.server.answer)).encode())

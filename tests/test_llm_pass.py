@@ -129,13 +129,31 @@ def test_the_command_asks_and_says_what_became_of_each_pair(tmp_path: Path) -> N
         server.answer = "<b>x</b>"
         cli("subscribers", "add", "bo@example.org")
         again = cli("llm", "tldrs")
+        asked = len(server.requests)
+        told = " ".join(cli("stats").stdout.split())
+        broken = Cli(tmp_path, llm | {"DIGESTBOT_LLM__CHAT_MODEL": "broken", "DIGESTBOT_LLM__LANGUAGES": '["en","zh"]'})
+        broken("subscribers", "edit", "bo@example.org", "--language", "zh")
+        failed = broken("llm", "tldrs")
+        told_after = " ".join(broken("stats").stdout.split())
+        embedded = Cli(tmp_path, llm | {"DIGESTBOT_LLM__EMBEDDING_MODEL": "honest"})("llm", "embed")
     assert "TL;DRs: 1 wanted, 1 written, 0 refused" in done.stdout
-    assert "TL;DRs: 0 wanted, 0 written" in again.stdout and len(server.requests) == 1
+    assert "TL;DRs: 0 wanted, 0 written" in again.stdout and asked == 1
+    # stats: what was asked today, and when requests last failed and how.
+    assert "Language model (honest): 1 request of 2,000 a day today (UTC), " in told and "last failed" not in told
+    assert "failed: 1 request server error (5xx)" in failed.stdout
+    assert "Embeddings: 1 wanted, 1 stored, 0 refused" in embedded.stdout
+    assert "Language model (broken): 2 requests of 2,000 a day today (UTC)" in told_after
+    assert "TL;DR requests last failed " in told_after
+    assert " UTC: 1 server error (5xx); the next pass asks again." in told_after
     refused = Cli(tmp_path, {"DIGESTBOT_LLM__BASE_URL": "http://127.0.0.1:9/v1"})("llm", "tldrs", code=2)
+    no_embedding = Cli(tmp_path, {"DIGESTBOT_LLM__BASE_URL": "http://127.0.0.1:9/v1"})("llm", "embed", code=2)
+    assert no_embedding.stderr.strip() == (
+        "error: no embedding model: set llm.base_url and llm.embedding_model (docs/llm.md)"
+    )
     assert refused.stderr.strip() == "error: no chat model: set llm.base_url and llm.chat_model (docs/llm.md)"
 
 
-def test_the_daemon_asks_for_tldrs_when_a_dump_lands_and_stops_cleanly(tmp_path: Path, sink) -> None:
+def test_the_daemon_asks_for_tldrs_and_embeddings_when_a_dump_lands_and_stops_cleanly(tmp_path: Path, sink) -> None:
     import signal
     import sqlite3
     import subprocess
@@ -154,6 +172,7 @@ def test_the_daemon_asks_for_tldrs_when_a_dump_lands_and_stops_cleanly(tmp_path:
             watch__interval_seconds="1",
             llm__base_url=server.base_url,
             llm__chat_model="honest",
+            llm__embedding_model="honest",
         )
         Cli(tmp_path, env, placed=False)("subscribers", "add", "ada@example.org", "--hour", "3")
         daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
@@ -163,7 +182,10 @@ def test_the_daemon_asks_for_tldrs_when_a_dump_lands_and_stops_cleanly(tmp_path:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and daemon.poll() is None:
                 with sqlite3.connect(tmp_path / "d.sqlite3") as db:
-                    if db.execute("SELECT COUNT(*) FROM entry_tldrs").fetchone()[0]:
+                    if (
+                        db.execute("SELECT COUNT(*) FROM entry_tldrs").fetchone()[0]
+                        and db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+                    ):
                         break
                 time.sleep(0.2)
             daemon.send_signal(signal.SIGTERM)
@@ -174,9 +196,11 @@ def test_the_daemon_asks_for_tldrs_when_a_dump_lands_and_stops_cleanly(tmp_path:
     assert daemon.stderr is not None
     log = daemon.stderr.read()
     assert "Traceback" not in log and "TL;DRs: 1 wanted; 1 written" in log, log
+    assert "Embeddings: 1 wanted; 1 stored" in log, log
     with sqlite3.connect(tmp_path / "d.sqlite3") as db:
         assert db.execute("SELECT text, language, model FROM entry_tldrs").fetchall() == [(HONEST_TLDR, "en", "honest")]
-    assert len(server.requests) == 1
+        assert db.execute("SELECT model, length(vector) FROM embeddings").fetchall() == [("honest", 6)]
+    assert [path for path, _, _ in server.requests] == ["/v1/chat/completions", "/v1/embeddings"]
 
 
 def test_an_operator_sets_a_readers_language_among_those_offered(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import json
 import unicodedata
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bot.llm.tldr import MAX_ABSTRACT_CHARS, MAX_TLDR, tldr_of, tldr_request
@@ -82,11 +82,14 @@ def test_a_long_answer_keeps_whole_sentences_then_whole_words() -> None:
 
 
 @given(st.text(max_size=2_500))
+@example('*"TL;DR: **“A kernel.”**"*')
+@example("TL;DR: TL;DR: A kernel.")
 def test_any_answer_is_one_short_plain_line_without_a_link_or_nothing(answer: str) -> None:
     shown = tldr_of(answer)
     if shown is None:
         return
     assert shown and len(shown) <= MAX_TLDR and shown == shown.strip()
+    assert tldr_of(shown) == shown  # a digest judges a stored line again: it shows as kept
     assert not any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp", "Cs") for c in shown)
     folded = unicodedata.normalize("NFKC", shown).casefold()
     assert "://" not in folded and "www." not in folded and "](" not in folded

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -29,10 +29,13 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import Subscriber, SubscriberStatus
+from bot.domain.llm import Tldr
 from bot.store.consents import consents_of
 from bot.store.engine import make_engine, sessions
+from bot.store.schema import Entry
 from bot.store.subscribers import get_subscriber
 from bot.store.taste_tables import Feedback, LibraryPaperRow
+from bot.store.tldrs import save_tldr
 from bot.tokens import make_token
 from bot.tools.sink import Sink, SinkHandler, free_port
 from tests.browser import audit, axe_missing, browser_missing, chromium
@@ -106,6 +109,10 @@ from_name = "Research Digest"
 [web]
 public_url = "http://127.0.0.1:{port}"
 signup = true
+[llm]
+base_url = "http://127.0.0.1:9/v1"
+chat_model = "llama3.1:8b"
+languages = ["en", "de", "zh"]
 """,
             encoding="utf-8",
         )
@@ -496,6 +503,38 @@ def test_every_manage_form_by_clicking(site: Site, browser: Any, audited: Callab
     audited("manage page, unsubscribed")
     press(browser, "button", text="Subscribe again")
     assert site.subscriber("linus@example.org").status is SubscriberStatus.ACTIVE
+
+
+def test_a_reader_chooses_their_language_and_reads_the_models_tldrs(
+    site: Site, browser: Any, audited: Callable[[str], None]
+) -> None:
+    """The manage page offers the operator's languages; the one chosen is what the next
+    digest's TL;DRs are in, shown under each title and marked as the model's."""
+    token = site.add("lena@example.org", "--filter", "*", "--backfill", "all")
+    browser.get(f"{site.url}/m/{token}")
+    assert "Summaries in your language" in text_of(browser)
+    choose(browser, "language", "zh")
+    assert press(browser, "form:has(#language) button") == "Your digest"
+    assert "TL;DRs are in that language" in text_of(browser)
+    assert site.subscriber("lena@example.org").language == "zh"
+    audited("manage page, a language chosen")
+
+    with site.factory() as session, session.begin():
+        for entry_id in session.scalars(select(Entry.id)):
+            save_tldr(
+                session,
+                entry_id,
+                Tldr(f"第{entry_id}篇：一个更快的注意力内核。", "zh", "llama3.1:8b", datetime.now(UTC)),
+            )
+    site.cli("send-now", "lena@example.org")
+    html_part = site.wait_for_mail("lena@example.org").get_body(("html",))
+    assert html_part is not None
+    as_delivered = site.folder / "lena.html"
+    as_delivered.write_text(html_part.get_content(), encoding="utf-8")
+    browser.get(as_delivered.as_uri())
+    shown = text_of(browser)
+    assert "TL;DR by a language model (llama3.1:8b): 第" in shown and "一个更快的注意力内核。" in shown, shown[:2000]
+    audited("the digest with TL;DRs")
 
 
 def test_one_click_unsubscribe_page(site: Site, browser: Any, audited: Callable[[str], None]) -> None:

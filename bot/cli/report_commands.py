@@ -33,7 +33,12 @@ from bot.files import write_whole
 from bot.reports.list_picture import DEFAULT_DAYS, MAX_DAYS
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from rich.table import Table
+    from sqlalchemy.orm import Session
+
+    from bot.config.services import LlmConfig
 
 STATS_COLUMNS = ("planned", "sent", "failed", "bounced", "pending", "empty", "resent", "hard", "soft", "complaints")
 # Left out of a narrow terminal first: resends, empty days, then the queue and returned mail.
@@ -132,6 +137,7 @@ def _stats_table(c: Context, as_json: bool) -> None:
         returned = returns_by_day(session)
         gone = removed(session)
         ranker_failed = fact(session, RANKER_FAILURE_FACT) if c.settings.ranker.url else None
+        model = _model_lines(session, c.settings.llm, now()) if c.settings.llm.enabled else []
     digest_days = dict(days)
     rows: list[dict[str, Any]] = []
     for day in sorted(digest_days.keys() | returned.keys(), reverse=True):
@@ -164,6 +170,24 @@ def _stats_table(c: Context, as_json: bool) -> None:
         out.print(
             f"The outside ranker last failed {ranker_failed}; those readers kept the built-in order.", markup=False
         )
+    for line in model:
+        out.print(line, markup=False)
+
+
+def _model_lines(session: Session, llm: LlmConfig, at: datetime) -> list[str]:
+    """What the language model was asked today, and when its requests last failed."""
+    from bot.store.facts import EMBEDDING_FAILURE_FACT, TLDR_FAILURE_FACT, fact
+    from bot.store.tldrs import spent_on
+
+    requests, tokens = spent_on(session, at.date())
+    budget = f" of {llm.requests_per_day:,} a day" if llm.requests_per_day else ""
+    models = " and ".join(m for m in (llm.chat_model, llm.embedding_model) if m)
+    lines = [f"Language model ({models}): {plural(requests, 'request')}{budget} today (UTC), {tokens:,} tokens."]
+    for name, words in ((TLDR_FAILURE_FACT, "TL;DR"), (EMBEDDING_FAILURE_FACT, "Embedding")):
+        failed = fact(session, name)
+        if failed:
+            lines.append(f"{words} requests last failed {failed}; the next pass asks again.")
+    return lines
 
 
 def _write_picture(c: Context, file: Path, days: int) -> None:

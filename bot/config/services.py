@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from bot.config.errors import read_secret_file
+from bot.domain.llm import chosen_language
 from bot.domain.ranking import BUILT_IN, RANKER_NAME
 from bot.domain.text import is_web_url
 
@@ -126,6 +127,11 @@ class LlmConfig(_Section):
     def enabled(self) -> bool:
         """Whether anything is ever sent: a base URL and at least one model."""
         return bool(self.base_url and (self.chat_model or self.embedding_model))
+
+    def tldr_language(self, choice: str | None) -> str | None:
+        """The language a reader's digests show TL;DRs in (``chosen_language``); None
+        when no chat model writes any."""
+        return chosen_language(choice, self.languages) if self.enabled and self.chat_model else None
 
     def resolved_api_key(self) -> SecretStr:
         """The key from the environment, else from ``api_key_file``; never logged."""

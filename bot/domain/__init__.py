@@ -9,6 +9,8 @@ from datetime import date, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 
+from bot.domain.llm import Tldr
+
 # The window of the web's request limits (``web.signups_per_hour``,
 # ``subscribers.library_uploads_per_hour``): sign-ups and uploads share the store's request table.
 REQUEST_WINDOW = timedelta(hours=1)
@@ -199,6 +201,7 @@ class Subscriber:
     send_updates: bool = True  # "Updated since we sent it" in their digests
     cadence: str = "daily"  # bot.plan.cadence: daily | weekdays | weekly:<day>
     taste_threshold: float = 0.1  # model score above which an entry is ``liked`` (bot.taste.model)
+    language: str | None = None  # the TL;DRs' language they chose (BCP 47); None: [llm]'s first
     # A stored setting digestbot never writes (bot.domain.stored), read as a safe one: the
     # reader is never planned while it is there.
     fault: str | None = None
@@ -315,6 +318,7 @@ class DigestItem:
     url: str = ""  # where the title links; empty: work it out from the content
     taste: float | None = None  # the reader's taste score when planned (bot.taste.model); None: no model
     section: str = ""  # the reader's interest it is shown under; "" for a filter of one interest
+    tldr: Tldr | None = None  # a model's one line on it, in the digest's language, as it was sent
 
 
 @dataclass(frozen=True, slots=True)

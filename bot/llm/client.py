@@ -53,6 +53,7 @@ class LlmCall:
     failures: Counter[str] = field(default_factory=Counter)  # kind -> requests
     skipped: int = 0  # not sent: the model asked for a pause
     sent: int = 0
+    tokens: int = 0  # as the API reported them for the answers read
     _paused_until: float = 0.0
     _client: httpx.Client | None = None
 
@@ -73,6 +74,7 @@ class LlmCall:
         except (KeyError, IndexError, TypeError):
             self.failures["not the API's answer"] += 1
             return None
+        self.tokens += _tokens(answer)
         return ChatAnswer(text, _tokens(answer))
 
     def embed(self, model: str, texts: list[str]) -> list[list[float]] | None:
@@ -80,6 +82,7 @@ class LlmCall:
         answer = self._json("/embeddings", {"model": model, "input": texts})
         if answer is None:
             return None
+        self.tokens += _tokens(answer)
         try:
             rows = sorted(answer["data"], key=lambda row: row["index"])
             vectors = [[float(x) for x in row["embedding"]] for row in rows]

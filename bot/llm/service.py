@@ -24,10 +24,12 @@ from bot.config.services import LlmConfig
 from bot.domain import EntryView
 from bot.domain.llm import Tldr
 from bot.llm.client import LlmCall
+from bot.llm.embedding import EmbeddingPass, embed_papers
 from bot.llm.tldr import tldr_of, tldr_request
 from bot.llm.wanted import WantedTldr, wanted_tldrs
 from bot.store.engine import transaction
 from bot.store.entry_reads import entries_first_seen_between
+from bot.store.facts import TLDR_FAILURE_FACT, set_fact
 from bot.store.tldrs import add_spending, reader_filters, save_tldr, spent_on, without_tldr
 
 RECENT = timedelta(days=2)  # entries first seen this long ago or less are the ones readers will get next
@@ -43,6 +45,10 @@ class TldrPass:
     over_budget: int = 0  # left for another day
     skipped: int = 0  # not sent: the model asked for a pause
     failures: Counter[str] = field(default_factory=Counter)
+
+    def failure_words(self) -> str:
+        """ "3 timeout, 1 busy (429)": the failed requests by kind, most first."""
+        return ", ".join(f"{count} {kind}" for kind, count in self.failures.most_common())
 
     def outcomes(self) -> dict[str, int]:
         """Requests and pairs by what became of them: for the metric and the log line."""
@@ -96,6 +102,9 @@ def write_tldrs(
     finally:
         call.close()
     done.skipped, done.failures = call.skipped, call.failures
+    if done.failures:
+        with transaction(factory) as session:
+            set_fact(session, TLDR_FAILURE_FACT, f"{now:%Y-%m-%d %H:%M} UTC: {done.failure_words()}")
     return done
 
 
@@ -119,3 +128,13 @@ def _wanted(session: Session, llm: LlmConfig, now: datetime) -> list[tuple[Wante
 
 def _over(limit: int, spent: int) -> bool:
     return limit > 0 and spent >= limit
+
+
+def ask_the_model(
+    factory: sessionmaker[Session], settings: Settings, *, now: datetime, keep_going: Callable[[], bool]
+) -> tuple[TldrPass, EmbeddingPass]:
+    """The daemon's pass: the TL;DRs readers will get, then the papers to embed (each
+    part only when its model is named)."""
+    tldrs = write_tldrs(factory, settings, now=now, keep_going=keep_going)
+    embedded = embed_papers(factory, settings, now=now, since=now - RECENT, keep_going=keep_going)
+    return tldrs, embedded

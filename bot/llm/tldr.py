@@ -80,9 +80,11 @@ def tldr_of(answer: object) -> str | None:
     the renderer escapes like any other."""
     if not isinstance(answer, str) or len(answer) > MAX_ANSWER_CHARS:
         return None
-    text = _visible(answer)
-    text = _LABEL.sub("", text.strip()).strip().strip(_QUOTES)
-    text = " ".join(_EMPHASIS.sub("", text).split())
+    text, before = _visible(answer), ""
+    while text != before:  # labels in quotes in emphasis, any nesting: shown again, shown the same
+        before = text
+        text = _LABEL.sub("", text.strip()).strip().strip(_QUOTES)
+        text = " ".join(_EMPHASIS.sub("", text).split())
     # Judged as shown, and as compatibility forms ("ｈｔｔｐｓ：／／" is a URL to a reader).
     folded = unicodedata.normalize("NFKC", text)
     if not text or any(_links_or_refuses(form) for form in (text, folded)):

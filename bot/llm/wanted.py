@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from bot.choose.filters import FilterError, parse_filter
 from bot.choose.matching import Doc, matches
+from bot.domain.llm import chosen_language
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,7 @@ def wanted_tldrs(
     longer parses (a restored row) counts for nobody, as the planner gives them nothing."""
     groups: Counter[tuple[str, str]] = Counter()
     for text, language, count in readers:
-        groups[(text, language if language in offered else offered[0])] += count
+        groups[(text, chosen_language(language, offered))] += count
     parsed = []
     for (text, language), count in groups.items():
         try:

@@ -9,6 +9,7 @@ form instead, so Gmail never clips it.  Pure: never reads the store, never sends
 
 from __future__ import annotations
 
+import html
 import re
 import textwrap
 from collections import Counter
@@ -24,6 +25,7 @@ from bot.choose.filters import And, FilterError, Or, Phrase, Tag, parse_filter, 
 from bot.domain import DigestContent, DigestItem, EntryContent, EntryKind, RenderedDigest, Update
 from bot.domain.links import primary_url, side_links
 from bot.domain.text import one_line
+from bot.llm.tldr import tldr_of
 from bot.mail.prose import marks_pattern, summary_of, title_html, title_text
 from bot.mail.templates import digest_environment
 from bot.mail.why import library_paper, reader_why
@@ -200,6 +202,24 @@ def _update(update: Update) -> dict[str, str]:
     return {"title": title_text(update.title), "note": update.note, "url": update.url}
 
 
+def tldr_shown(item: DigestItem) -> dict[str, str]:
+    """A model's TL;DR as the templates show it, marked as the model's: judged again as
+    it is shown (a restored row is outside bytes), else nothing."""
+    text = tldr_of(item.tldr.text) if item.tldr is not None else None
+    if item.tldr is None or text is None:
+        return {"tldr": ""}
+    return {"tldr": text, "tldr_model": one_line(item.tldr.model)[:200], "tldr_language": item.tldr.language}
+
+
+def tldr_html(item: DigestItem) -> str:
+    """The TL;DR as one HTML paragraph outside the templates (the personal feed), or ""."""
+    shown = tldr_shown(item)
+    if not shown["tldr"]:
+        return ""
+    by, language, text = (html.escape(shown[name]) for name in ("tldr_model", "tldr_language", "tldr"))
+    return f'<p class="tldr"><em>TL;DR by a language model ({by}):</em> <span lang="{language}">{text}</span></p>'
+
+
 @dataclass(frozen=True, slots=True)
 class Links:
     unsubscribe_url: str
@@ -341,6 +361,7 @@ class Renderer:
             "pinned_why": item.why,  # as the planner pinned it: what the contents are grouped by
             "section": item.section,
             "compact": False,
+            **tldr_shown(item),
         }
 
     def _fit(self, context: dict[str, object], items: list[dict[str, object]]) -> None:

@@ -34,13 +34,7 @@ from bot.plan.standing import Standings
 from bot.plan.windows import claimed_in_windows, watermark, window_starts
 from bot.plan.writes import Batch, message_ids, write_batch, write_held
 from bot.store.entry_reads import latest_entry_at
-from bot.store.ledger import (
-    NewDigest,
-    Planned,
-    last_scheduled_at,
-    lock_subscribers,
-    scheduled_days,
-)
+from bot.store.ledger import NewDigest, Planned, last_scheduled_at, lock_subscribers, scheduled_days
 from bot.store.sources import latest_dump_at
 from bot.store.subscribers import subscribers_after
 from bot.taste.explain import models_usable
@@ -302,8 +296,11 @@ def _choose(session: Session, run: PlanningPass, due: list[tuple[Subscriber, dat
         chosen, entries = sectioner.place(subscriber.filter, chosen, entries, liked)
         if taste is not None:
             entries = taste.planned(chosen, entries)
+        language = settings.llm.tldr_language(subscriber.language)
         batch.choices.append(
-            NewDigest(subscriber.id, day, run.kind, state, entries, picked.left, fill, subscriber.filter)
+            NewDigest(
+                subscriber.id, day, run.kind, state, entries, picked.left, fill, subscriber.filter, language=language
+            )
         )
     return batch
 

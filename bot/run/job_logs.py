@@ -76,8 +76,10 @@ def log_planned(report: PlanReport) -> None:
         )
 
 
-def log_tldrs(wanted: int, outcomes: dict[str, int]) -> None:
-    """One line a TL;DR pass that asked anything: what became of the pairs and requests."""
-    said = [f"{count} {outcome}" for outcome, count in outcomes.items() if count]
-    if wanted or said:
-        log.info("TL;DRs: %d wanted; %s", wanted, ", ".join(said) or "none asked")
+def log_model_pass(wanted: int, outcomes: dict[str, int], to_embed: int, embedded: dict[str, int]) -> None:
+    """One line for each part of a language-model pass that asked anything: what became
+    of the TL;DR pairs and of the papers to embed."""
+    for what, count, done in (("TL;DRs", wanted, outcomes), ("Embeddings", to_embed, embedded)):
+        said = [f"{n} {outcome}" for outcome, n in done.items() if n]
+        if count or said:
+            log.info("%s: %d wanted; %s", what, count, ", ".join(said) or "none asked")

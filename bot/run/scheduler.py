@@ -46,7 +46,7 @@ from bot.plan.shared import plan_shared, shares_planning
 from bot.returns.mailboxes import MailboxError
 from bot.returns.service import read_configured_inbox
 from bot.run.exporter import Exporter
-from bot.run.job_logs import delivery_done, log_ingest, log_planned, log_tldrs
+from bot.run.job_logs import delivery_done, log_ingest, log_model_pass, log_planned
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.store.digests import expire_leases
 from bot.store.engine import refresh_statistics, transaction
@@ -59,7 +59,7 @@ HELP_EVERY_SECONDS = 2  # how soon a process joins a shared planning pass (Postg
 STATISTICS_EVERY_HOURS = 6  # the store grows by a day's digests between two
 ELECTION_EVERY_SECONDS = 3
 RETENTION_EVERY_HOURS = 1  # a day's digests are removed within the hour they expire
-TLDRS_EVERY_SECONDS = 120  # a dump's entries get their TL;DRs within minutes, before the send hour
+MODEL_EVERY_SECONDS = 120  # a dump's entries get their TL;DRs within minutes, before the send hour
 JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600}
 
 
@@ -171,8 +171,8 @@ class Daemon:
         self.metrics.ingested(results)
         if not any(r.status is SourceStatus.INGESTED and r.new for r in results):
             return False
-        if self.settings.llm.base_url and self.settings.llm.chat_model:  # asked beside planning, never awaited by it
-            self._tldrs_after_ingest = asyncio.ensure_future(_guarded("TL;DRs", self.write_tldrs)())
+        if self.settings.llm.enabled:  # asked beside planning, never awaited by it
+            self._tldrs_after_ingest = asyncio.ensure_future(_guarded("the language model", self.ask_the_model)())
         await self.plan()
         return True
 
@@ -234,19 +234,19 @@ class Daemon:
         if report.planned and self.deliver_jobs:
             await self.deliver()
 
-    async def write_tldrs(self) -> None:
-        """Ask the language model for the TL;DRs readers will get (``bot.llm.service``),
-        in a thread; a stop ends the pass between two requests."""
+    async def ask_the_model(self) -> None:
+        """Ask the language model for the TL;DRs readers will get and the embeddings of new
+        papers (``bot.llm.service``), in a thread; a stop ends the pass between two requests."""
         if self.stop.is_set() or not self.leadership.holds() or self._writing_tldrs.locked():
             return
-        from bot.llm.service import write_tldrs  # httpx: only a scheduler with a model loads it
+        from bot.llm.service import ask_the_model  # httpx: only a scheduler with a model loads it
 
         async with self._writing_tldrs:
-            done = await asyncio.to_thread(
-                write_tldrs, self.factory, self.settings, now=self.clock(), keep_going=lambda: not self.stop.is_set()
+            tldrs, embedded = await asyncio.to_thread(
+                ask_the_model, self.factory, self.settings, now=self.clock(), keep_going=lambda: not self.stop.is_set()
             )
-        log_tldrs(done.wanted, done.outcomes())
-        self.metrics.tldrs_done(done.outcomes())
+        log_model_pass(tldrs.wanted, tldrs.outcomes(), embedded.wanted, embedded.outcomes())
+        self.metrics.model_pass_done(tldrs.outcomes(), embedded.outcomes())
 
     async def refresh_statistics(self) -> None:
         """Give SQLite's query planner fresh statistics (``store.engine.refresh_statistics``)."""
@@ -352,10 +352,9 @@ class Daemon:
                 id="retention",
                 next_run_time=now + timedelta(minutes=2),
             )
-            if self.settings.llm.base_url and self.settings.llm.chat_model:
-                scheduler.add_job(
-                    _guarded("TL;DRs", self.write_tldrs), IntervalTrigger(seconds=TLDRS_EVERY_SECONDS), id="tldrs"
-                )
+            if self.settings.llm.enabled:
+                every = IntervalTrigger(seconds=MODEL_EVERY_SECONDS)
+                scheduler.add_job(_guarded("the language model", self.ask_the_model), every, id="llm")
             if self.settings.inbox.url:
                 every = timedelta(minutes=self.settings.inbox.interval_minutes)
                 scheduler.add_job(

@@ -14,6 +14,7 @@ from sqlalchemy import Text, func, select, type_coerce
 from sqlalchemy.orm import Session, aliased
 
 from bot.domain import DigestContent, DigestItem, Subscriber, Update
+from bot.domain.llm import Tldr
 from bot.domain.ranking import Interleaving
 from bot.store.bulk import chunks
 from bot.store.entry_content import CONTENT_COLUMNS, content_of
@@ -21,6 +22,7 @@ from bot.store.ledger import ItemRow
 from bot.store.schema import Appearance, BodyItem, Digest, Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import _view as subscriber_view
+from bot.store.tldrs import tldrs_for
 
 _ENTRY_COLUMNS = (Entry.id, Entry.updated_at, Entry.key, *CONTENT_COLUMNS)
 
@@ -43,6 +45,9 @@ class ContentCache:
         self.items: dict[tuple[ItemRow, datetime], DigestItem] = {}
         # body_key -> its items: digests of one body read them once.
         self.bodies: dict[str, list[ItemRow]] = {}
+        # (entry, language) -> its TL;DR: written once, never replaced, so kept once read.
+        self.tldrs: dict[tuple[int, str], Tldr] = {}
+        self.told: dict[tuple[ItemRow, datetime, Tldr], DigestItem] = {}
 
     def load(self, session: Session, entry_ids: list[int]) -> None:
         """Make sure every entry of *entry_ids* and its pinned summary variants are current.
@@ -55,6 +60,8 @@ class ContentCache:
             self.pinned.clear()
             self.items.clear()
             self.bodies.clear()
+            self.tldrs.clear()
+            self.told.clear()
         stale = []
         for part in chunks(entry_ids):
             for entry_id, updated_at in session.execute(select(Entry.id, Entry.updated_at).where(Entry.id.in_(part))):
@@ -73,6 +80,29 @@ class ContentCache:
                     self.pinned.pop((entry_id, source_id), None)
                 else:
                     self.pinned[(entry_id, source_id)] = summary
+
+    def load_tldrs(self, session: Session, wanted: set[tuple[int, str]]) -> None:
+        """Read the TL;DRs of *wanted* (entry, language) pairs not known yet: one written
+        since the last read may belong in a digest planned since."""
+        by_language: dict[str, list[int]] = {}
+        for entry_id, language in wanted - self.tldrs.keys():
+            by_language.setdefault(language, []).append(entry_id)
+        for language, entry_ids in sorted(by_language.items()):
+            for entry_id, tldr in tldrs_for(session, sorted(entry_ids), language).items():
+                self.tldrs[(entry_id, language)] = tldr
+
+    def item_told(self, row: ItemRow, language: str | None, by: datetime) -> DigestItem:
+        """``item`` with the entry's TL;DR in *language* as written *by* then (what a
+        digest planned then shows, and its resends after it)."""
+        found = self.item(row)
+        tldr = self.tldrs.get((row[0], language)) if language is not None else None
+        if tldr is None or tldr.written_at > by:
+            return found
+        key = (row, self.entries[row[0]][0], tldr)
+        told = self.told.get(key)
+        if told is None:
+            told = self.told[key] = replace(found, tldr=tldr)
+        return told
 
     def item(self, row: ItemRow) -> DigestItem:
         entry_id, source_id, why, tags, url, taste, section = row
@@ -103,19 +133,31 @@ def digest_contents(
     heads = _heads(session, digest_ids)
     rows = _rows_by_digest(session, heads, cache)
     cache.load(session, sorted({row[0] for found in rows.values() for row in found}))
+    told = {head.digest_id: _told_as(head) for head in heads}
+    wanted = {(row[0], language) for n, (language, _) in told.items() if language for row in rows.get(n, ())}
+    if wanted:
+        cache.load_tldrs(session, wanted)
     return {
         head.digest_id: DigestContent(
             digest_id=head.digest_id,
             kind=head.kind,
             local_date=head.local_date,
             subscriber=_as_planned(subscriber_view(head), head),
-            items=tuple(map(cache.item, rows.get(head.digest_id, ()))),
+            items=tuple(cache.item_told(row, *told[head.digest_id]) for row in rows.get(head.digest_id, ())),
             pending=head.pending_count,
             resend_of=head.resend_of_id,
             updates=_updates(head.original_updates if head.resend_of_id else head.own_updates),
         )
         for head in heads
     }
+
+
+def _told_as(head: Any) -> tuple[str | None, datetime]:
+    """The language a digest shows TL;DRs in and the moment they must have been written
+    by: pinned when it was planned (a resend: its original's)."""
+    if head.resend_of_id:
+        return head.original_language, head.original_planned_at
+    return head.digest_language, head.digest_planned_at
 
 
 def _as_planned(subscriber: Subscriber, head: Any) -> Subscriber:
@@ -154,6 +196,10 @@ def _heads(session: Session, digest_ids: Sequence[int]) -> list[Any]:
                 Digest.updates.label("own_updates"),
                 original.updates.label("original_updates"),  # a resend shows its original's
                 func.coalesce(original.filter, Digest.filter).label("planned_filter"),
+                Digest.language.label("digest_language"),
+                Digest.planned_at.label("digest_planned_at"),
+                original.language.label("original_language"),
+                original.planned_at.label("original_planned_at"),
                 *SubscriberRow.__table__.c,
             )
             .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)

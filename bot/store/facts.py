@@ -13,6 +13,8 @@ from bot.store.schema import StoreFact
 
 RETAGGED_AT = "tags_retagged_at"  # when every entry's rule tags were last made again
 RANKER_FAILURE_FACT = "ranker_last_failure"  # when the outside ranker last failed a pass, and why
+EMBEDDING_FAILURE_FACT = "embedding_last_failure"  # when an embedding pass last had requests fail, and how
+TLDR_FAILURE_FACT = "tldr_last_failure"  # when a TL;DR pass last had requests fail, and how many of which kind
 
 
 def fact(session: Session, name: str) -> str | None:

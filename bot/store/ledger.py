@@ -154,6 +154,7 @@ class NewDigest:
     fills: int | None = None  # the empty scheduled digest of the same day this one fills
     filter: str | None = None  # the subscriber's filter it was chosen with
     not_before: datetime | None = None  # held back until then (an outside ranker may reorder it)
+    language: str | None = None  # its TL;DRs' language (``digests.language``); None: none
 
 
 def body_key(rows: Iterable[tuple[object, ...]]) -> str:
@@ -228,6 +229,7 @@ def insert_digests(
                 "nothing_at": now if d.state is DigestState.EMPTY else None,
                 "checked_at": now if d.state is DigestState.EMPTY else None,
                 "filter": d.filter,
+                "language": d.language,
             }
             for digest_id, d in zip(ids, digests, strict=True)
         ],
@@ -341,6 +343,7 @@ def fill_empty_days(
                     checked_at=now,
                     body_key=keys.body(d.entries),
                     filter=d.filter,
+                    language=d.language,
                 )
             ),
         )

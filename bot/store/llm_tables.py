@@ -1,12 +1,12 @@
-"""The language-model stage's tables (``bot.llm``): each entry's TL;DR per language, and
-the requests and tokens spent each day.  ``bot.store.schema`` imports this module, so
+"""The language-model stage's tables (``bot.llm``): each entry's TL;DR per language, each
+paper's embedding, and the requests and tokens spent each day.  ``bot.store.schema`` imports this module, so
 that ``Base.metadata`` holds them; change them only with a new Alembic revision."""
 
 from __future__ import annotations
 
 from datetime import date, datetime
 
-from sqlalchemy import Date, ForeignKey, Integer, String
+from sqlalchemy import Date, ForeignKey, Integer, LargeBinary, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from bot.store.base import Base, UTCDateTime
@@ -35,3 +35,16 @@ class LlmUsageRow(Base):
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     requests: Mapped[int] = mapped_column(Integer)
     tokens: Mapped[int] = mapped_column(Integer)
+
+
+class EmbeddingRow(Base):
+    """One paper's embedding, keyed as entries and library papers are (an entry and the
+    library paper it is share one), by the model named: a unit vector as little-endian
+    half floats (``bot.domain.llm.packed``).  Another model's row is embedded again."""
+
+    __tablename__ = "embeddings"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200))
+    vector: Mapped[bytes] = mapped_column(LargeBinary)
+    embedded_at: Mapped[datetime] = mapped_column(UTCDateTime)

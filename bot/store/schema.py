@@ -254,6 +254,8 @@ class Digest(Base):
     # Its order drafted with an outside ranker, over its body's (``Interleaving``, JSON;
     # NULL: not interleaved, the body's order; migration 0029).
     interleaving: Mapped[str | None] = mapped_column(Text)
+    # The language its TL;DRs are shown in, as written by ``planned_at`` (NULL: none; 0031).
+    language: Mapped[str | None] = mapped_column(String(35))
 
     __table_args__ = (
         Index(

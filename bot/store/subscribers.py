@@ -61,6 +61,7 @@ def _view(row: SubscriberRow) -> Subscriber:
         cadence=read.cadence,
         taste_threshold=read.taste_threshold,
         fault=read.fault,
+        language=row.language,
         **{name: bool(getattr(row, name)) for name in SUBSCRIBER_SETTINGS},
     )
 

@@ -17,6 +17,8 @@ from bot.store.bulk import among, chunks
 from bot.store.llm_tables import EntryTldrRow, LlmUsageRow
 from bot.store.schema import Subscriber
 
+MOST_COUNTED = 2**31 - 1  # an INTEGER column's largest value on PostgreSQL
+
 
 def save_tldr(session: Session, entry_id: int, tldr: Tldr) -> bool:
     """Keep *tldr* for *entry_id*; False (nothing changed) when the entry has one in that
@@ -76,8 +78,9 @@ def add_spending(session: Session, day: date, requests: int, tokens: int) -> Non
         return
     row = session.get(LlmUsageRow, day, with_for_update=True)
     if row is None:
-        session.add(LlmUsageRow(day=day, requests=requests, tokens=tokens))
-    else:
-        row.requests += requests
-        row.tokens += tokens
+        row = LlmUsageRow(day=day, requests=0, tokens=0)
+        session.add(row)
+    # What a model reports is outside bytes: a day's count stops at what the column holds.
+    row.requests = min(row.requests + requests, MOST_COUNTED)
+    row.tokens = min(row.tokens + tokens, MOST_COUNTED)
     session.flush()

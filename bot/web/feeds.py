@@ -31,6 +31,7 @@ from bot.config import Settings
 from bot.domain import DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.domain.links import primary_url
 from bot.mail.prose import summary_of, title_text
+from bot.mail.render import tldr_html
 from bot.mail.why import reader_why
 from bot.store.contents import digest_contents
 from bot.store.digests import list_digests
@@ -178,8 +179,8 @@ class PersonalFeeds:
                 ET.SubElement(entry, "summary", type="text").text = summary_of(
                     item.content, FEED_SUMMARY_CHARACTERS
                 ).text
-                why = escape(reader_why(item.why, item.section))
-                ET.SubElement(entry, "content", type="html").text = f'{summary.html}<p class="why"><em>{why}</em></p>'
+                why = f'<p class="why"><em>{escape(reader_why(item.why, item.section))}</em></p>'
+                ET.SubElement(entry, "content", type="html").text = f"{tldr_html(item)}{summary.html}{why}"
         for element in feed.iter():
             if element.text:
                 element.text = NOT_XML.sub("", element.text)

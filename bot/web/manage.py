@@ -18,7 +18,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from bot.config import site_url
-from bot.domain import Subscriber
+from bot.domain import Subscriber, SubscriberFields
 from bot.subscribers.settings import by_action
 from bot.subscribers.statuses import StatusAction, reader_action
 from bot.subscribers.subscriptions import (
@@ -41,7 +41,7 @@ from bot.web.forms import (
     is_multipart,
     same_origin,
 )
-from bot.web.manage_view import Told, manage_choices, toggles
+from bot.web.manage_view import Told, language_choices, manage_choices, toggles
 from bot.web.outlooks import Outlooks, rules_or_none
 from bot.web.pages import too_large
 from bot.web.site import Site, with_reader
@@ -83,6 +83,7 @@ class ManagePage:
             next_digest=await self.outlooks.next_digest(subscriber, site.now()),
             taste=await run_in_threadpool(taste_summary, site.reader, subscriber),
             toggles=toggles(subscriber),
+            languages=language_choices(subscriber, site.settings.llm),
         )
 
     @with_reader
@@ -113,6 +114,8 @@ class ManagePage:
             return await self.change_settings(request, subscriber, lists)
         if action == "filter":
             return await self.change_filter(request, subscriber, (lists.get("filter") or [""])[0])
+        if action == "language":
+            return await self.change_language(request, subscriber, (lists.get("language") or [""])[0])
         if action == "threshold":
             changed, told = await self.uploads.threshold(subscriber, (lists.get("threshold") or [""])[0])
             return await self.page(request, changed, told)
@@ -169,6 +172,20 @@ class ManagePage:
         except SubscriberInputError as exc:
             return await self.page(request, subscriber, Told(400, error=str(exc)), {"filter": [raw]})
         return await self.saved(request, subscriber, "Filter saved.")
+
+    async def change_language(self, request: Request, subscriber: Subscriber, raw: str) -> Response:
+        """The language of the reader's TL;DRs, one of those offered."""
+        site = self.site
+        fields = SubscriberFields(email=subscriber.email)
+        try:
+            subscriber = await run_in_threadpool(
+                partial(edit, language=raw), site.factory, site.settings, fields, site.now()
+            )
+        except SubscriberInputError as exc:
+            return await self.page(request, subscriber, Told(400, error=str(exc)))
+        return await self.page(
+            request, subscriber, Told(message="Saved: your next digests' TL;DRs are in that language.")
+        )
 
     async def saved(self, request: Request, subscriber: Subscriber, said: str) -> HTMLResponse:
         """The page after new digest choices, warning of a filter that matches nothing."""

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.choose.filters import shown_filter
+from bot.config.services import LlmConfig
 from bot.domain import Subscriber
 from bot.subscribers.settings import SETTINGS
 from bot.web.choices import ChoicesForm, hour_or, menu, ticked_tags
@@ -51,3 +52,12 @@ def toggles(subscriber: Subscriber) -> list[tuple[str, str]]:
     return [
         (f"{s.flag}_off", s.turn_off) if getattr(subscriber, s.name) else (f"{s.flag}_on", s.turn_on) for s in SETTINGS
     ]
+
+
+def language_choices(subscriber: Subscriber, llm: LlmConfig) -> list[tuple[str, bool]]:
+    """The TL;DR languages a reader may choose, each with whether it is theirs; none when
+    no model writes TL;DRs or only one language is offered."""
+    shown = llm.tldr_language(subscriber.language)
+    if shown is None or len(llm.languages) < 2:
+        return []
+    return [(language, language == shown) for language in llm.languages]

@@ -27,11 +27,15 @@ from typing import Any
 
 from bot.choose.select import Candidate, SelectionCache, select_for
 from bot.choose.tagging import TagRules
-from bot.domain.ranking import BUILT_IN, RankerCandidate, RankerReader
+from bot.config import Settings
+from bot.domain.ranking import BUILT_IN, RankerCandidate, RankerReader, RankerScore
+from bot.llm.embedding import embed_papers
+from bot.plan.scorers import EmbeddingRanker
 from bot.rankers.client import RankerCall, RankerLimits
 from bot.rankers.interleave import Verdict, team_draft, verdict
 from bot.store.feedback import feedback_of
 from bot.store.library import library_of
+from bot.taste.embedded_models import refresh_embedding_models
 from bot.taste.ranking import TastePass
 from bot.taste.service import give_feedback
 
@@ -92,17 +96,34 @@ def _ranker_readers(session: Any, readers: list[Any], found: dict[int, list[Cand
     ]
 
 
+Scores = Callable[[dict[int, RankerCandidate], list[RankerReader]], dict[str, dict[int, RankerScore]] | None]
+
+
+def asking(url: str) -> Scores:
+    """The challenger at *url*, asked over HTTP (``bot.rankers.client``)."""
+
+    def scores(candidates: dict[int, RankerCandidate], asked: list[RankerReader]) -> Any:
+        call = RankerCall(url, LIMITS)
+        try:
+            return call.scores(candidates, asked)
+        finally:
+            call.close()
+
+    return scores
+
+
 def rank_day_interleaved(
     factory: Any,
     readers: list[Any],
     liked: Callable[[int, str], bool],
     now: datetime,
     rng: random.Random,
-    url: str,
+    scorer: Scores,
     verdicts: list[Verdict],
 ) -> tuple[float, float]:
     """Today's digests, interleaved; the readers' ratings of them.  Precision@5 of the
-    built-in order and of the challenger's, averaged over readers."""
+    built-in order and of the challenger's, averaged over readers.  A reader the
+    challenger left out (too few papers) gets the built-in order twice."""
     cache = SelectionCache()
     start = now - timedelta(hours=1)
     with factory() as session:
@@ -123,19 +144,15 @@ def rank_day_interleaved(
         for cs in found.values()
         for c in cs
     }
-    call = RankerCall(url, LIMITS)
-    try:
-        scores = call.scores(candidates, asked)
-    finally:
-        call.close()
+    scores = scorer(candidates, asked)
     assert scores is not None, "the challenger failed"
     precision: list[tuple[float, float]] = []
     pressed: list[tuple[int, int, str]] = []
     for reader in readers:
         title_of = {c.entry.id: c.entry.content.title for c in found[reader.id]}
-        mine = scores[f"r{reader.id}"]
+        mine = scores.get(f"r{reader.id}", {})
         ours = [c.entry.id for c in built_in[reader.id]]
-        theirs = sorted(ours, key=lambda entry: -mine[entry].score)
+        theirs = sorted(ours, key=lambda entry: -mine[entry].score) if mine else ours
         hits = [sum(liked(reader.id, title_of[e]) for e in order[:5]) / 5 for order in (ours, theirs)]
         precision.append((hits[0], hits[1]))
         digest = team_draft(ours, theirs, SHOWN, random.Random(f"{reader.id}:{now.date()}"))
@@ -150,3 +167,26 @@ def rank_day_interleaved(
     for reader_id, entry_id, said in pressed:  # after the read: SQLite has one writer
         give_feedback(factory, reader_id, entry_id, said, now)
     return sum(p for p, _ in precision) / len(precision), sum(p for _, p in precision) / len(precision)
+
+
+READER_SECONDS: list[float] = []  # --embeddings: training a reader's model, each day's mean and slowest
+
+
+def embedding_scorer(factory: Any, now: datetime, url: str, model: str) -> Scores:
+    """The day's new papers and library papers embedded through the product's pass
+    (``bot.llm.embedding``) at *url*, the readers' models trained again where their
+    papers or ratings changed (``bot.taste.embedded_models``), then scored as a planning
+    pass scores them (``bot.plan.scorers.EmbeddingRanker``)."""
+    settings = Settings.model_validate({"llm": {"base_url": url, "embedding_model": model, "answer_seconds": 120}})
+    done = embed_papers(factory, settings, now=now, since=now - timedelta(days=2))
+    assert not done.failures, done.failures
+    trained = refresh_embedding_models(factory, model, now)
+    if trained.trained:
+        READER_SECONDS.extend([trained.seconds / trained.trained, trained.slowest])
+    ranker = EmbeddingRanker(model)
+
+    def scores(candidates: dict[int, RankerCandidate], asked: list[RankerReader]) -> dict[str, dict[int, RankerScore]]:
+        ranker.read(factory, {int(reader.reader[1:]): reader for reader in asked})
+        return ranker.scores(candidates, asked)
+
+    return scores

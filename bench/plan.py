@@ -39,8 +39,14 @@ library (the readers an outside ranker is asked about), trains their models (as 
 daemon has before any pass but the first after a library changes), and prints the
 planning time of --repeat pairs of passes, each pass in a fresh process, without a
 ranker and with the example ranker (examples/rankers/bm25/, a process on localhost)
-named in ``ranker.url``, and the median ratio (target: 1.5 x).  --models and --ranker
-build SQLite stores only.
+named in ``ranker.url``, and the median ratio (target: 1.5 x).
+
+--embeddings PERCENT is --ranker with the readers' models on embeddings as the challenger
+(``llm.embedding_model``): every paper embedded as a random unit vector of 256
+dimensions, stored as the embedding pass stores it, and the readers' models trained on
+them before the passes as the daemon's language-model job trains them (printed: the
+time a reader, target <= 20 ms); the same pairs of passes, without and with it (target:
+1.5 x).  --models, --ranker and --embeddings build SQLite stores only.
 """
 
 from __future__ import annotations
@@ -356,12 +362,11 @@ def models_mode(args: argparse.Namespace, filters: list[str], folder: Path, sett
     print(f"ratio models/none: {with_s / base_s:.2f}  target <= 1.5; peak RSS target <= 200 MB")
 
 
-def ranker_mode(args: argparse.Namespace, filters: list[str], folder: Path) -> None:
-    """--ranker PERCENT: one store with history and libraries for PERCENT of the
-    subscribers, their models trained; pairs of passes without a ranker and with the example
-    ranker on localhost."""
-    import subprocess
-
+def _store_with_libraries(args: argparse.Namespace, filters: list[str], folder: Path, percent: float):
+    """One SQLite store with history and today's entries, libraries for *percent* of the
+    subscribers and their models trained (as the daemon has them before any pass but the
+    first after a library changes, so no timed pass is mostly training): its file, the
+    readers with a library, the models trained."""
     from bot.taste.service import refresh_models
 
     engine, factory = store(Place(folder), "ranker", filters, args.days)
@@ -369,14 +374,39 @@ def ranker_mode(args: argparse.Namespace, filters: list[str], folder: Path) -> N
     ingest_bytes(
         factory, dump_text(args.entries, seed=3).encode(), name="today", now=DAY - timedelta(hours=2), rules=RULES
     )
-    readers = give_libraries(factory, args.ranker)
-    # The daemon trains a reader's models when their library changes, not each pass:
-    # trained here, so neither timed pass is mostly training.
+    readers = give_libraries(factory, percent)
     trained = refresh_models(factory, DAY).trained
-    original = Path(engine.url.database)
+    return Path(engine.url.database), engine, factory, readers, trained
+
+
+def _checkpointed(engine, original: Path) -> None:
     engine.dispose()
     with closing(sqlite3.connect(original)) as connection:
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def _pairs(args: argparse.Namespace, original: Path, folder: Path, base: dict, challenged: dict, name: str) -> None:
+    """--repeat pairs of passes, each in a fresh process: without a challenger, with it."""
+    ratios = []
+    for n in range(args.repeat):  # alternating, so a slow minute of the machine's weighs on both
+        base_s, base_n, _ = pass_in_process(original, folder, 1, base)
+        with_s, with_n, _ = pass_in_process(original, folder, 1, challenged)
+        ratios.append(with_s / base_s)
+        print(
+            f"pass {n + 1}: without {name} {base_s:6.2f} s ({base_n:,} digests); "
+            f"with it {with_s:6.2f} s ({with_n:,} digests); ratio {ratios[-1]:.2f}"
+        )
+    print(f"ratio {name}/none, median of {len(ratios)}: {statistics.median(ratios):.2f}  target <= 1.5")
+
+
+def ranker_mode(args: argparse.Namespace, filters: list[str], folder: Path) -> None:
+    """--ranker PERCENT: one store with history and libraries for PERCENT of the
+    subscribers, their models trained; pairs of passes without a ranker and with the example
+    ranker on localhost."""
+    import subprocess
+
+    original, engine, _, readers, trained = _store_with_libraries(args, filters, folder, args.ranker)
+    _checkpointed(engine, original)
     example = Path(__file__).resolve().parent.parent / "examples" / "rankers" / "bm25" / "ranker.py"
     ranker = subprocess.Popen([sys.executable, str(example), "--port", "0"], stdout=subprocess.PIPE, text=True)
     try:
@@ -387,19 +417,42 @@ def ranker_mode(args: argparse.Namespace, filters: list[str], folder: Path) -> N
             f"{args.subscribers:,} subscribers, {readers:,} with a library (asked about; {trained:,} models trained "
             "before the passes), example ranker on localhost"
         )
-        ratios = []
-        for n in range(args.repeat):  # alternating, so a slow minute of the machine's weighs on both
-            base_s, base_n, _ = pass_in_process(original, folder, 1, key)
-            with_s, with_n, _ = pass_in_process(original, folder, 1, {**key, "ranker": {"url": url}})
-            ratios.append(with_s / base_s)
-            print(
-                f"pass {n + 1}: without a ranker {base_s:6.2f} s ({base_n:,} digests); "
-                f"with it {with_s:6.2f} s ({with_n:,} digests); ratio {ratios[-1]:.2f}"
-            )
+        _pairs(args, original, folder, key, {**key, "ranker": {"url": url}}, "a ranker")
     finally:
         ranker.terminate()
         ranker.wait(10)
-    print(f"ratio ranker/none, median of {len(ratios)}: {statistics.median(ratios):.2f}  target <= 1.5")
+
+
+def embeddings_mode(args: argparse.Namespace, filters: list[str], folder: Path) -> None:
+    """--embeddings PERCENT: as --ranker, with every entry and library paper embedded (random
+    unit vectors of 256 dimensions, as stored) and the readers' embeddings models as the
+    challenger (``llm.embedding_model``) instead of a ranker over HTTP."""
+    import random
+
+    from bot.domain.llm import packed
+    from bot.store.embeddings import save_embeddings
+    from bot.store.schema import Entry
+    from bot.taste.embedded_models import refresh_embedding_models
+
+    original, engine, factory, readers, trained = _store_with_libraries(args, filters, folder, args.embeddings)
+    rng = random.Random(11)
+    with transaction(factory) as session:
+        keys = list(session.scalars(select(Entry.key)))
+        vectors = [(key, packed([rng.gauss(0, 1) for _ in range(256)]) or b"") for key in keys]
+        save_embeddings(session, vectors, "bench-256", DAY - timedelta(hours=1))
+    models = refresh_embedding_models(factory, "bench-256", DAY - timedelta(minutes=30))
+    _checkpointed(engine, original)
+    key = {"web": {"signing_key": "k" * 32}}
+    print(
+        f"{args.subscribers:,} subscribers, {readers:,} with a library ({trained:,} TF-IDF models trained before "
+        f"the passes), {len(keys):,} papers embedded ({len(vectors[0][1]):,} bytes each)"
+    )
+    print(
+        f"their models on the embeddings: {models.trained:,} trained in {models.seconds:.1f} s, "
+        f"{1000 * models.seconds / max(1, models.trained):.1f} ms a reader, slowest {1000 * models.slowest:.1f} ms "
+        "(target <= 20 ms)"
+    )
+    _pairs(args, original, folder, key, {**key, "llm": {"embedding_model": "bench-256"}}, "embeddings")
 
 
 def main() -> None:
@@ -412,18 +465,24 @@ def main() -> None:
     parser.add_argument(
         "--ranker", type=float, default=0, help="percent of subscribers an outside ranker is asked about"
     )
+    parser.add_argument(
+        "--embeddings", type=float, default=0, help="percent of subscribers whose embeddings model is interleaved"
+    )
     parser.add_argument("--left-overs", action="store_true", help="history at the steady state (see above)")
     parser.add_argument("--warm", action="store_true", help="each timed pass keeps an earlier pass's caches")
     parser.add_argument("--database-url", default="", help="a PostgreSQL database to make the stores beside")
     args = parser.parse_args()
-    if (args.models or args.ranker) and args.database_url:
-        parser.error("--models and --ranker build SQLite stores only; leave out --database-url")
+    if (args.models or args.ranker or args.embeddings) and args.database_url:
+        parser.error("--models, --ranker and --embeddings build SQLite stores only; leave out --database-url")
     filters = list(zipf_choices(filter_expressions(), args.subscribers))
     with tempfile.TemporaryDirectory(prefix="digestbot-plan-") as tmp:
         folder = Path(tmp)
         settings = Settings.model_validate({"paths": {"var_dir": str(folder / "var")}})
         if args.ranker:
             ranker_mode(args, filters, folder)
+            return
+        if args.embeddings:
+            embeddings_mode(args, filters, folder)
             return
         if args.models:
             models_mode(args, filters, folder, settings)

@@ -51,12 +51,23 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.challenger import challenger, rank_day_interleaved  # noqa: E402
+from bench.challenger import (  # noqa: E402
+    READER_SECONDS,
+    Scores,
+    asking,
+    challenger,
+    embedding_scorer,
+    rank_day_interleaved,
+)
+from bench.english import COMMON, topic_words  # noqa: E402
 from bench.send import add_subscribers  # noqa: E402
 from bot.choose.filters import sections_of  # noqa: E402
 from bot.choose.select import SelectionCache, select_for  # noqa: E402
@@ -79,11 +90,13 @@ SYLLABLES = "ka lo mi ne ru sa te vo zi pa qu ro fe di gu ba he ji mo nu".split(
 class Corpus:
     """Topics with words of their own, and the words every abstract uses."""
 
-    def __init__(self, topics: int, rng: random.Random) -> None:
+    def __init__(self, topics: int, rng: random.Random, *, english: bool = False) -> None:
         words = sorted({a + b + c for a in SYLLABLES for b in SYLLABLES for c in SYLLABLES})
         rng.shuffle(words)
-        self.common = words[:400]
-        self.topic_words = [words[400 + 30 * t : 430 + 30 * t] for t in range(topics)]
+        self.common = COMMON if english else words[:400]
+        self.topic_words = (
+            topic_words()[:topics] if english else [words[400 + 30 * t : 430 + 30 * t] for t in range(topics)]
+        )
         self.rng = rng
         self.count = 0
 
@@ -149,15 +162,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--two-interests", action="store_true", help="readers of two named interests (see above)")
     parser.add_argument("--challenger", choices=("bm25", "random"), help="interleave an outside ranker (see above)")
+    parser.add_argument("--embeddings", metavar="URL", help="interleave the readers' embeddings models (see above)")
+    parser.add_argument("--embedding-model", default="wordllama-l2-256", help="the model --embeddings names")
     args = parser.parse_args()
     if args.days < 1 or args.readers < 1:
         parser.error("--days and --readers must be at least 1")
+    if args.embeddings:
+        args.topics = min(args.topics, len(topic_words()))
     rng = random.Random(args.seed)
-    corpus = Corpus(args.topics, rng)
+    corpus = Corpus(args.topics, rng, english=bool(args.embeddings))
     if args.two_interests:
         two_interests(args, corpus, rng)
         return
-    if args.challenger:
+    if args.challenger or args.embeddings:
         interleaved(args, corpus, rng)
         return
     with tempfile.TemporaryDirectory() as folder:
@@ -246,8 +263,9 @@ def rank_day(factory, readers, interests, topic_of, likes, now, rng) -> tuple[fl
 
 
 def interleaved(args: argparse.Namespace, corpus: Corpus, rng: random.Random) -> None:
-    """The readers of main(), each day's digest interleaved with --challenger's order."""
-    with tempfile.TemporaryDirectory() as folder, challenger(args.challenger, args.seed) as url:
+    """The readers of main(), each day's digest interleaved with --challenger's order or,
+    with --embeddings, with the order of each reader's model on the embeddings."""
+    with tempfile.TemporaryDirectory() as folder, day_scorers(args) as (name, day_scorer):
         engine, factory, readers, interests = readers_of_two_topics(args, corpus, rng, Path(folder))
         topic_of: dict[str, int] = {}
         likes: dict[tuple[int, str], bool] = {}
@@ -258,36 +276,50 @@ def interleaved(args: argparse.Namespace, corpus: Corpus, rng: random.Random) ->
                 likes[reader_id, title] = rng.random() < odds
             return likes[reader_id, title]
 
-        print(f"{args.readers} readers with `*`, {args.per_day} entries a day, challenger {args.challenger}")
-        print(f"{'day':>3} {'p@5 built-in':>12} {'p@5 challenger':>14} {'wins':>5} {'losses':>6} {'ties':>5} {'p':>7}")
+        print(f"{args.readers} readers with `*`, {args.per_day} entries a day, challenger {name}")
+        print(f"{'day':>3} {'p@5 built-in':>12} {'p@5 ' + name:>14} {'wins':>5} {'losses':>6} {'ties':>5} {'p':>7}")
         verdicts: list[Verdict] = []
         rows = []
         for day in range(args.days):
             now = START + timedelta(days=day)
-            todays = [corpus.paper(rng.randrange(args.topics)) for _ in range(args.per_day)]
+            todays = [corpus.paper(rng.randrange(len(corpus.topic_words))) for _ in range(args.per_day)]
             for title, _, topic in todays:
                 topic_of[title] = topic
             dump = render_dump([(t, ["A. Author"], date(2026, 3, 2) + timedelta(days=day), a) for t, a, _ in todays])
             ingest_bytes(factory, dump.encode(), name=f"day{day}.txt", now=now, rules=TagRules(()))
             refresh_models(factory, now)
-            rows.append(rank_day_interleaved(factory, readers, liked, now, rng, url, verdicts))
-            so_far = tally(args.challenger, verdicts)
+            rows.append(rank_day_interleaved(factory, readers, liked, now, rng, day_scorer(factory, now), verdicts))
+            so_far = tally(name, verdicts)
             print(
                 f"{day:>3} {rows[-1][0]:>12.3f} {rows[-1][1]:>14.3f} {so_far.wins:>5} {so_far.losses:>6} "
                 f"{so_far.ties:>5} {so_far.p_value:>7.2g}"
             )
         ours, theirs = statistics.mean(r[0] for r in rows), statistics.mean(r[1] for r in rows)
-        final = tally(args.challenger, verdicts)
-        print(f"precision@5 over {args.days} days: built-in {ours:.3f}, {args.challenger} {theirs:.3f}")
-        said = f"{args.challenger} won {final.wins}, lost {final.losses}, tied {final.ties}; sign test p = "
+        final = tally(name, verdicts)
+        print(f"precision@5 over {args.days} days: built-in {ours:.3f}, {name} {theirs:.3f}")
+        said = f"{name} won {final.wins}, lost {final.losses}, tied {final.ties}; sign test p = "
         if final.p_value >= 0.05:
             verdict = "no difference shown at p < 0.05"
         else:
-            better = args.challenger if final.wins > final.losses else "built-in"
-            agrees = (better == args.challenger) == (theirs > ours)
+            better = name if final.wins > final.losses else "built-in"
+            agrees = (better == name) == (theirs > ours)
             verdict = f"{better} better; agrees with precision: {'yes' if agrees else 'NO'}"
         print(f"interleaving over {final.digests} digests: {said}{final.p_value:.2g}: {verdict}")
+        if READER_SECONDS:
+            mean, slowest = statistics.mean(READER_SECONDS[::2]) * 1000, max(READER_SECONDS) * 1000
+            print(f"training a reader's embeddings model: {mean:.1f} ms on average, slowest {slowest:.1f} ms")
         engine.dispose()
+
+
+@contextmanager
+def day_scorers(args: argparse.Namespace) -> Iterator[tuple[str, Callable[[Any, datetime], Scores]]]:
+    """The challenger's name and, for a day, what scores its readers: --challenger's
+    server, or --embeddings (the day's papers embedded by the product's pass first)."""
+    if not args.embeddings:
+        with challenger(args.challenger, args.seed) as url:
+            yield args.challenger, lambda factory, now: asking(url)
+        return
+    yield "embeddings", lambda factory, now: embedding_scorer(factory, now, args.embeddings, args.embedding_model)
 
 
 FIELDS = ("fieldalpha", "fieldbeta")  # the word each paper of a field carries

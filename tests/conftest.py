@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,9 +15,9 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.store.engine import make_engine, sessions, upgrade
-from bot.tools.sink import Sink, SinkHandler
+from bot.tools.sink import Sink, SinkHandler, free_port
 from bot.unsubscribes import close_journal
-from tests.helpers import postgres_copy, postgres_template
+from tests.helpers import postgres_copy, postgres_template, wait_until_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = ROOT / "seeds"
@@ -112,3 +114,32 @@ def sink(handler: SinkHandler) -> Iterator[Sink]:
     """A real SMTP server (aiosmtpd) on 127.0.0.1 for the test's duration."""
     with Sink(handler) as running:
         yield running
+
+
+def _wordllama_missing() -> str | None:
+    try:
+        import wordllama  # noqa: F401, PLC0415 - only to know it is there
+    except ImportError:
+        return "wordllama is not installed (pip install -e '.[test]' installs it)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def wordllama_url() -> Iterator[str]:
+    """The example embedding server (examples/embeddings/) with WordLlama, as a process."""
+    missing = _wordllama_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "embeddings" / "wordllama_server.py"), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until_serving(server, port, seconds=60)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

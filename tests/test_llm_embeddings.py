@@ -7,9 +7,6 @@ by the example in examples/embeddings/) gives vectors that put like papers toget
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,9 +29,8 @@ from bot.store.llm_tables import EmbeddingRow
 from bot.store.schema import Entry, Subscriber
 from bot.store.tldrs import spent_on
 from bot.subscribers.subscriptions import clean_fields, save
-from bot.tools.sink import free_port
 from tests.conftest import ROOT
-from tests.helpers import render_dump, settings_for, wait_until_serving
+from tests.helpers import render_dump, settings_for
 from tests.model_server import model_server
 
 NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
@@ -158,34 +154,6 @@ def test_a_pause_and_the_budget_leave_papers_unasked(factory: sessionmaker[Sessi
 
 
 # --- a real model -----------------------------------------------------------------------
-
-
-def _wordllama_missing() -> str | None:
-    try:
-        import wordllama  # noqa: F401, PLC0415 - only to know it is there
-    except ImportError:
-        return "wordllama is not installed (pip install -e '.[test]' installs it)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def wordllama_url() -> Iterator[str]:
-    missing = _wordllama_missing()
-    if missing is not None:
-        pytest.skip(missing)
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "examples" / "embeddings" / "wordllama_server.py"), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_until_serving(server, port, seconds=60)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.mark.slow

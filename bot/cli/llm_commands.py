@@ -35,17 +35,16 @@ def llm_tldrs(ctx: typer.Context) -> None:
 @llm_app.command("embed")
 def llm_embed(ctx: typer.Context) -> None:
     """Embed, with the embedding model, the last two days' entries and every library paper
-    that it has not embedded yet (at most 1,024 a run), within the day's budget.  Prints
-    what was stored, refused, left for the budget, and each kind of failure."""
-    from bot.llm.embedding import embed_papers
-    from bot.llm.service import RECENT
+    that it has not embedded yet (at most 1,024 a run), within the day's budget, then
+    train the model of each reader whose papers or ratings changed.  Prints what was
+    stored, refused, left for the budget, each kind of failure, and the models trained."""
+    from bot.llm.service import embed_and_train
 
     c = ctx_of(ctx)
     llm = c.settings.llm
     if not (llm.base_url and llm.embedding_model):
         fail("no embedding model: set llm.base_url and llm.embedding_model (docs/llm.md)", EXIT_USAGE)
-    at = now()
-    done = embed_papers(c.sessions(), c.settings, now=at, since=at - RECENT)
+    done = embed_and_train(c.sessions(), c.settings, now=now())
     out.print(
         f"Embeddings: {done.wanted} wanted, {done.stored} stored, {done.refused} refused (not a vector),"
         f" {done.over_budget} left for the day's budget, {done.skipped} requests not sent while the model"
@@ -54,3 +53,8 @@ def llm_embed(ctx: typer.Context) -> None:
     )
     for kind, count in sorted(done.failures.items()):
         out.print(f"failed: {plural(count, 'request')} {kind}", markup=False)
+    if done.models is not None and (done.models.trained or done.models.unfitted):
+        out.print(
+            f"Readers' models: {done.models.trained} trained, {done.models.unfitted} with too few papers embedded",
+            markup=False,
+        )

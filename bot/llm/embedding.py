@@ -26,6 +26,7 @@ from bot.store.embeddings import PaperText, entries_to_embed, library_to_embed, 
 from bot.store.engine import transaction
 from bot.store.facts import EMBEDDING_FAILURE_FACT, set_fact
 from bot.store.tldrs import add_spending, spent_on
+from bot.taste.embedded_models import EmbeddedModelsReport
 
 TEXTS_PER_REQUEST = 32
 TEXTS_PER_PASS = 1024  # the rest waits for the next pass: a pass stays short
@@ -41,6 +42,7 @@ class EmbeddingPass:
     over_budget: int = 0  # papers left for another day
     skipped: int = 0  # requests not sent: the model asked for a pause
     failures: Counter[str] = field(default_factory=Counter)
+    models: EmbeddedModelsReport | None = None  # the readers' models trained after it
 
     def outcomes(self) -> dict[str, int]:
         counted = {"stored": self.stored, "refused": self.refused, "over budget": self.over_budget}

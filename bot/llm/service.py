@@ -31,6 +31,7 @@ from bot.store.engine import transaction
 from bot.store.entry_reads import entries_first_seen_between
 from bot.store.facts import TLDR_FAILURE_FACT, set_fact
 from bot.store.tldrs import add_spending, reader_filters, save_tldr, spent_on, without_tldr
+from bot.taste.embedded_models import refresh_embedding_models
 
 RECENT = timedelta(days=2)  # entries first seen this long ago or less are the ones readers will get next
 
@@ -133,8 +134,19 @@ def _over(limit: int, spent: int) -> bool:
 def ask_the_model(
     factory: sessionmaker[Session], settings: Settings, *, now: datetime, keep_going: Callable[[], bool]
 ) -> tuple[TldrPass, EmbeddingPass]:
-    """The daemon's pass: the TL;DRs readers will get, then the papers to embed (each
-    part only when its model is named)."""
+    """The daemon's pass: the TL;DRs readers will get, then the papers to embed and the
+    readers' models on them (each part only when its model is named)."""
     tldrs = write_tldrs(factory, settings, now=now, keep_going=keep_going)
-    embedded = embed_papers(factory, settings, now=now, since=now - RECENT, keep_going=keep_going)
+    embedded = embed_and_train(factory, settings, now=now, keep_going=keep_going)
     return tldrs, embedded
+
+
+def embed_and_train(
+    factory: sessionmaker[Session], settings: Settings, *, now: datetime, keep_going: Callable[[], bool] = lambda: True
+) -> EmbeddingPass:
+    """The recent entries and the library papers embedded, then the model of each reader
+    whose papers or ratings changed trained on them (``bot.taste.embedded_models``)."""
+    embedded = embed_papers(factory, settings, now=now, since=now - RECENT, keep_going=keep_going)
+    if settings.llm.embedding_model and keep_going():
+        embedded.models = refresh_embedding_models(factory, settings.llm.embedding_model, now)
+    return embedded

@@ -1,5 +1,7 @@
 """Plan stage, the challenger: a batch's digests interleaved with an outside ranker's
-order (``ranker.url``; ``bot.rankers``, docs/rankers.md).
+order (``ranker.url``; ``bot.rankers``, docs/rankers.md) or, without one, with the
+order of each reader's model on the stored embeddings (``llm.embedding_model``;
+``bot.plan.scorers``, docs/llm.md), which is judged the same way.
 
 The ranker orders what the filter and the built-in ranking chose for a digest; it
 cannot bring in an entry they left out, so what rolls into the next digest is the
@@ -33,9 +35,10 @@ from bot.config import Settings
 from bot.domain import DigestState, EntryView
 from bot.domain.ranking import Interleaving, RankerCandidate, RankerReader, RankerScore
 from bot.plan.report import PlanReport
+from bot.plan.scorers import EmbeddingRanker, OutsideRanker, Scorer
 from bot.rankers.client import RankerCall, RankerLimits
 from bot.rankers.interleave import team_draft
-from bot.rankers.protocol import batches, reader_id
+from bot.rankers.protocol import reader_id
 from bot.store.engine import transaction
 from bot.store.entry_reads import entries_by_ids
 from bot.store.facts import RANKER_FAILURE_FACT, set_fact
@@ -43,6 +46,7 @@ from bot.store.feedback import newest_feedback_of
 from bot.store.interleaved import interleave_held, release_held
 from bot.store.ledger import NewDigest
 from bot.store.library import newest_papers_of
+from bot.taste import ranking_installed
 
 SUMMARY_CHARACTERS = 2000  # of a candidate's summary sent: enough to rank by, bounded per request
 HOLD_MARGIN_SECONDS = 60  # a held digest waits this beyond the ranker's time, should its planner die
@@ -54,7 +58,7 @@ class Challenger:
 
     settings: Settings
     key: bytes  # the store's signing key: readers' ids for the ranker are made with it
-    call: RankerCall
+    scorer: Scorer  # the outside ranker, or the readers' models on embeddings
     asked: dict[int, RankerReader] = field(default_factory=dict)  # this batch's, by subscriber id
     _pool: ThreadPoolExecutor | None = None  # one thread: the requests about one batch at a time
     _pending: _Asked | None = None  # the batch whose answer is awaited
@@ -62,9 +66,13 @@ class Challenger:
 
     @classmethod
     def open(cls, settings: Settings, key: bytes) -> Challenger | None:
-        """None when no ranker is configured: nothing is sent anywhere."""
+        """The outside ranker when ``ranker.url`` names one, else the embeddings when
+        ``llm.embedding_model`` does (and the taste extra is there to train on them);
+        None for neither: the built-in order alone."""
         ranker = settings.ranker
         if not ranker.url:
+            if settings.llm.embedding_model and ranking_installed():
+                return cls(settings, key, EmbeddingRanker(settings.llm.embedding_model))
             return None
         limits = RankerLimits(
             connect_seconds=ranker.connect_seconds,
@@ -73,14 +81,17 @@ class Challenger:
             max_answer_bytes=ranker.max_answer_mb * 2**20,
             attempts=ranker.attempts,
         )
-        return cls(settings, key, RankerCall(ranker.url, limits))
+        outside = OutsideRanker(
+            RankerCall(ranker.url, limits), ranker.name, ranker.pass_seconds, ranker.readers_per_request
+        )
+        return cls(settings, key, outside)
 
     def hold(self, session: Session, choices: list[NewDigest], now: datetime) -> list[NewDigest]:
         """*choices* with the mailed digests of readers the ranker will be asked about
         held back (``NewDigest.not_before``) until it has had its time: read in the
         batch's transaction, which is not kept waiting for the ranker."""
         self.asked = self._readers(session, [d for d in choices if d.entries and d.state is DigestState.QUEUED])
-        until = now + timedelta(seconds=self.settings.ranker.pass_seconds + HOLD_MARGIN_SECONDS)
+        until = now + timedelta(seconds=self.scorer.hold_seconds + HOLD_MARGIN_SECONDS)
         return [replace(d, not_before=until) if d.subscriber_id in self.asked else d for d in choices]
 
     def ask(self, factory: sessionmaker[Session], written: Sequence[tuple[int, NewDigest]]) -> None:
@@ -98,6 +109,7 @@ class Challenger:
             with factory() as session:
                 self._known.update(_candidates(entries_by_ids(session, sorted(unread))))
         candidates = {e: self._known[e] for e in wanted}
+        self.scorer.read(factory, {d.subscriber_id: self.asked[d.subscriber_id] for _, d in held})
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ranker")
         self._pending = _Asked(held, dict(self.asked), self._pool.submit(self._scores, candidates, readers))
@@ -110,8 +122,8 @@ class Challenger:
         if pending is None:
             return
         scores = pending.answer.result()
-        report.ranker_failure = self.call.failure
-        report.ranker_ranked, report.ranker_skipped = self.call.ranked, self.call.skipped
+        report.ranker_failure = self.scorer.failure
+        report.ranker_ranked, report.ranker_skipped = self.scorer.ranked, self.scorer.skipped
         drafts = [
             (digest_id, self._interleaved(d, theirs))
             for digest_id, d in pending.held
@@ -120,8 +132,8 @@ class Challenger:
         with transaction(factory) as session:
             interleave_held(session, drafts, now=now)
             release_held(session, [digest_id for digest_id, _ in pending.held], now=now)
-            if self.call.failure is not None:  # for `stats`: the last pass it failed, and why
-                set_fact(session, RANKER_FAILURE_FACT, f"{now:%Y-%m-%d %H:%M} UTC: {self.call.failure}")
+            if self.scorer.failure is not None:  # for `stats`: the last pass it failed, and why
+                set_fact(session, RANKER_FAILURE_FACT, f"{now:%Y-%m-%d %H:%M} UTC: {self.scorer.failure}")
 
     def close(self, factory: sessionmaker[Session], now: datetime, report: PlanReport) -> None:
         """The end of the pass: the last answer settled, the request thread and its connection gone."""
@@ -129,16 +141,13 @@ class Challenger:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-        self.call.close()
+        self.scorer.close()
 
     def _scores(
         self, candidates: Mapping[int, RankerCandidate], readers: Sequence[RankerReader]
     ) -> dict[str, dict[int, RankerScore]]:
         """In the request thread: every request about *readers*; never touches the store."""
-        scores: dict[str, dict[int, RankerScore]] = {}
-        for batch in batches(readers, self.settings.ranker.readers_per_request):
-            scores.update(self.call.scores(candidates, batch) or {})
-        return scores
+        return self.scorer.scores(candidates, readers)
 
     def _readers(self, session: Session, digests: Sequence[NewDigest]) -> dict[int, RankerReader]:
         ranker = self.settings.ranker
@@ -147,7 +156,7 @@ class Challenger:
         rated = newest_feedback_of(session, ids, ranker.ratings)
         return {
             d.subscriber_id: RankerReader(
-                reader_id(self.key, ranker.name, d.subscriber_id),
+                reader_id(self.key, self.scorer.name, d.subscriber_id),
                 tuple(p.entry_id for p in d.entries),
                 library=tuple(papers.get(d.subscriber_id, ())),
                 ratings=tuple(rated.get(d.subscriber_id, ())),
@@ -171,7 +180,7 @@ class Challenger:
                 order.append(at[entry])
                 if team:
                     placed.add(at[entry])
-        return Interleaving(self.settings.ranker.name, tuple(order), frozenset(placed))
+        return Interleaving(self.scorer.name, tuple(order), frozenset(placed))
 
 
 @dataclass(frozen=True)

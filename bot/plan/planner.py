@@ -150,7 +150,7 @@ def open_pass(
             from bot.taste.ranking import TastePass
 
             run.taste = TastePass.open(session)
-    if settings.ranker.url:  # only then are the ranker's client and protocol (httpx, pydantic) loaded
+    if settings.ranker.url or settings.llm.embedding_model:  # only then are httpx and pydantic loaded
         from bot.plan.challenger import Challenger
         from bot.tokens import signing_key
 

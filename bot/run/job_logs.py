@@ -7,11 +7,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.domain.text import plural
 from bot.metrics import Metrics
 from bot.plan import PlanReport
+
+if TYPE_CHECKING:
+    from bot.llm.embedding import EmbeddingPass
+    from bot.llm.service import TldrPass
 
 # The daemon's lines keep the scheduler's logger name, which operators filter by.
 log = logging.getLogger("bot.run.scheduler")
@@ -76,10 +81,22 @@ def log_planned(report: PlanReport) -> None:
         )
 
 
-def log_model_pass(wanted: int, outcomes: dict[str, int], to_embed: int, embedded: dict[str, int]) -> None:
-    """One line for each part of a language-model pass that asked anything: what became
-    of the TL;DR pairs and of the papers to embed."""
-    for what, count, done in (("TL;DRs", wanted, outcomes), ("Embeddings", to_embed, embedded)):
+def log_model_pass(tldrs: TldrPass, embedded: EmbeddingPass) -> None:
+    """One line for each part of a language-model pass that did anything: what became of
+    the TL;DR pairs, of the papers to embed, and the readers' models trained on them."""
+    for what, count, done in (
+        ("TL;DRs", tldrs.wanted, tldrs.outcomes()),
+        ("Embeddings", embedded.wanted, embedded.outcomes()),
+    ):
         said = [f"{n} {outcome}" for outcome, n in done.items() if n]
         if count or said:
             log.info("%s: %d wanted; %s", what, count, ", ".join(said) or "none asked")
+    models = embedded.models
+    if models is not None and (models.trained or models.unfitted or models.removed):
+        log.info(
+            "readers' models on embeddings: %d trained in %.1f s, %d with too few papers embedded, %d removed",
+            models.trained,
+            models.seconds,
+            models.unfitted,
+            models.removed,
+        )

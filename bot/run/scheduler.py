@@ -245,7 +245,7 @@ class Daemon:
             tldrs, embedded = await asyncio.to_thread(
                 ask_the_model, self.factory, self.settings, now=self.clock(), keep_going=lambda: not self.stop.is_set()
             )
-        log_model_pass(tldrs.wanted, tldrs.outcomes(), embedded.wanted, embedded.outcomes())
+        log_model_pass(tldrs, embedded)
         self.metrics.model_pass_done(tldrs.outcomes(), embedded.outcomes())
 
     async def refresh_statistics(self) -> None:

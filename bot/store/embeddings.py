@@ -1,5 +1,5 @@
 """The store's part of the embeddings: one vector per paper and model, keyed as entries
-and library papers are, and the papers still without one.  SQL only: never asks a
+and library papers are, the papers still without one, and each reader's model on them.  SQL only: never asks a
 model, never trains or scores (``bot.llm`` and ``bot.taste.embedded`` do)."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from bot.store.bulk import among, chunks
-from bot.store.llm_tables import EmbeddingRow
+from bot.store.llm_tables import EmbeddingModelRow, EmbeddingRow
 from bot.store.schema import Entry
-from bot.store.taste_tables import LibraryPaperRow
+from bot.store.taste_tables import Feedback, LibraryPaperRow
 
 PaperText = tuple[str, str, str]  # (key, title, abstract)
 
@@ -99,3 +99,81 @@ def recent_embedded_keys(session: Session, since: datetime, model: str, most: in
         .limit(most)
     )
     return list(session.scalars(query))
+
+
+def models_trained(session: Session, model: str) -> dict[int, tuple[str, datetime]]:
+    """Each reader's model on the embeddings: what it was trained from and when (a model
+    on another embedding model's vectors reads as trained from nothing)."""
+    query = select(
+        EmbeddingModelRow.subscriber_id, EmbeddingModelRow.model, EmbeddingModelRow.signal, EmbeddingModelRow.trained_at
+    )
+    return {sid: (signal if made_by == model else "", at) for sid, made_by, signal, at in session.execute(query)}
+
+
+def newest_positive_embedded(session: Session, model: str) -> dict[int, datetime]:
+    """Per reader, when the newest vector of one of their papers (library, "more like
+    this") was stored: a model trained before it has not learned that paper."""
+    found: dict[int, datetime] = {}
+    embedded = (EmbeddingRow.model == model) & (EmbeddingRow.key == LibraryPaperRow.key)
+    library = select(LibraryPaperRow.subscriber_id, func.max(EmbeddingRow.embedded_at)).join(EmbeddingRow, embedded)
+    rated = (
+        select(Feedback.subscriber_id, func.max(EmbeddingRow.embedded_at))
+        .join(Entry, Entry.id == Feedback.entry_id)
+        .join(EmbeddingRow, (EmbeddingRow.key == Entry.key) & (EmbeddingRow.model == model))
+        .where(Feedback.verdict == "more")
+    )
+    for query in (library.group_by(LibraryPaperRow.subscriber_id), rated.group_by(Feedback.subscriber_id)):
+        for sid, at in session.execute(query):
+            found[sid] = max(found.get(sid, at), at)
+    return found
+
+
+def examples_of(session: Session, subscriber_ids: Sequence[int]) -> dict[int, tuple[set[str], set[str]]]:
+    """Per reader, the keys of their papers (library and "more like this") and of what
+    they marked "less like this"."""
+    found: dict[int, tuple[set[str], set[str]]] = {sid: (set(), set()) for sid in subscriber_ids}
+    for part in chunks(list(subscriber_ids)):
+        for sid, key in session.execute(
+            select(LibraryPaperRow.subscriber_id, LibraryPaperRow.key).where(
+                among(session, LibraryPaperRow.subscriber_id, part)
+            )
+        ):
+            found[sid][0].add(key)
+        for sid, key, verdict in session.execute(
+            select(Feedback.subscriber_id, Entry.key, Feedback.verdict)
+            .join(Entry, Entry.id == Feedback.entry_id)
+            .where(among(session, Feedback.subscriber_id, part))
+        ):
+            found[sid][0 if verdict == "more" else 1].add(key)
+    return found
+
+
+def save_models(session: Session, models: Sequence[dict[str, object]]) -> None:
+    """Replace the readers' models by *models* (rows of ``embedding_models``)."""
+    if models:
+        forget_models(session, [int(str(m["subscriber_id"])) for m in models])
+        session.execute(insert(EmbeddingModelRow), list(models))
+
+
+def forget_models(session: Session, subscriber_ids: Sequence[int]) -> int:
+    """Delete the models of *subscriber_ids*; how many there were."""
+    gone = 0
+    for part in chunks(list(subscriber_ids)):
+        result = session.execute(delete(EmbeddingModelRow).where(among(session, EmbeddingModelRow.subscriber_id, part)))
+        gone += int(getattr(result, "rowcount", 0) or 0)
+    return gone
+
+
+def models_of(session: Session, subscriber_ids: Sequence[int], model: str) -> dict[int, tuple[bytes, float]]:
+    """The weights and intercept of each reader's model on *model*'s vectors."""
+    found: dict[int, tuple[bytes, float]] = {}
+    for part in chunks(sorted(set(subscriber_ids))):
+        rows = session.execute(
+            select(EmbeddingModelRow.subscriber_id, EmbeddingModelRow.weights, EmbeddingModelRow.intercept).where(
+                among(session, EmbeddingModelRow.subscriber_id, part), EmbeddingModelRow.model == model
+            )
+        )
+        for sid, weights, intercept in rows:
+            if weights:  # none: the reader's model could not be fitted
+                found[sid] = (bytes(weights), float(intercept))
+    return found

@@ -219,3 +219,12 @@ def entries_with_news(session: Session, since: datetime) -> dict[int, EntryNews]
         ):
             found[entry_id] = EntryNews(entry_id, title, arxiv_id, revised_at, note, linked_at, tuple(links or ()))
     return found
+
+
+def keys_of(session: Session, entry_ids: Sequence[int]) -> dict[int, str]:
+    """The key of each stored entry of *entry_ids* (missing ids left out)."""
+    found: dict[int, str] = {}
+    for part in chunks(sorted(set(entry_ids))):
+        for entry_id, key in session.execute(select(Entry.id, Entry.key).where(among(session, Entry.id, part))):
+            found[entry_id] = key
+    return found

@@ -1,12 +1,13 @@
 """The language-model stage's tables (``bot.llm``): each entry's TL;DR per language, each
-paper's embedding, and the requests and tokens spent each day.  ``bot.store.schema`` imports this module, so
+paper's embedding and each reader's model on them, and the requests and tokens spent
+each day.  ``bot.store.schema`` imports this module, so
 that ``Base.metadata`` holds them; change them only with a new Alembic revision."""
 
 from __future__ import annotations
 
 from datetime import date, datetime
 
-from sqlalchemy import Date, ForeignKey, Integer, LargeBinary, String
+from sqlalchemy import Date, Float, ForeignKey, Integer, LargeBinary, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from bot.store.base import Base, UTCDateTime
@@ -48,3 +49,19 @@ class EmbeddingRow(Base):
     model: Mapped[str] = mapped_column(String(200))
     vector: Mapped[bytes] = mapped_column(LargeBinary)
     embedded_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class EmbeddingModelRow(Base):
+    """A reader's model on the embeddings *model* made (``bot.taste.embedded``): weights
+    as little-endian float32, trained from what *signal* fingerprints (their library and
+    ratings, as ``taste_signals``) at *trained_at*, with *papers* of theirs embedded."""
+
+    __tablename__ = "embedding_models"
+
+    subscriber_id: Mapped[int] = mapped_column(ForeignKey("subscribers.id", ondelete="CASCADE"), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200))
+    signal: Mapped[str] = mapped_column(String(64))
+    weights: Mapped[bytes] = mapped_column(LargeBinary)
+    intercept: Mapped[float] = mapped_column(Float)
+    papers: Mapped[int] = mapped_column(Integer)
+    trained_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -30,6 +30,9 @@ class _Handler(BaseHTTPRequestHandler):
         if model == "hang":
             self.server.stopping.wait(30)
             return
+        if model == "together":  # answers requests in groups of `together`, each once it is whole
+            self._together()
+            return
         if model == "dribble":
             self._head(200, length=10_000)
             for _ in range(100):
@@ -64,6 +67,22 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(200, json.dumps(_chat(self.server.answer)).encode())
 
+    def _together(self) -> None:
+        server = self.server
+        with server.flight:
+            group = server.arrived // server.together  # answered together with the rest of its group
+            server.arrived += 1
+            server.in_flight += 1
+            server.most_in_flight = max(server.most_in_flight, server.in_flight)
+            server.flight.notify_all()
+            whole = (group + 1) * server.together
+            server.flight.wait_for(lambda: server.arrived >= whole or server.stopping.is_set(), timeout=20)
+        try:
+            self._send(200, json.dumps(_chat(server.answer)).encode())
+        finally:
+            with server.flight:
+                server.in_flight -= 1
+
     def _head(
         self, status: int, *, length: int, content_type: str = "application/json", extra: dict | None = None
     ) -> None:
@@ -97,6 +116,11 @@ class _ModelServer(ThreadingHTTPServer):
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.stopping = threading.Event()
         self.answer = HONEST_TLDR
+        self.flight = threading.Condition()
+        self.together = 1  # the "together" model: requests it waits for in flight at once
+        self.arrived = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
 
     @property
     def base_url(self) -> str:

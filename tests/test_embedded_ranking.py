@@ -35,17 +35,11 @@ from bot.taste.embedded_models import refresh_embedding_models
 from bot.taste.service import give_feedback, import_library
 from tests.conftest import ROOT
 from tests.helpers import digest_entry_ids, render_dump, settings_for
+from tests.test_challenger import TITLES
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 NOW = datetime(2026, 11, 23, 9, tzinfo=UTC)
-TODAY = [
-    "Graph databases and query planning",
-    "Spiking neural networks with surrogate gradients",
-    "A survey of protein folding",
-    "Surrogate gradient learning in spiking networks",
-    "Query optimisation for graph stores",
-    "Weather forecasting with transformers",
-]
+TODAY = TITLES  # the outside ranker's day: the embeddings are judged on the same papers
 EARLIER = [f"{topic} study {n}" for n in range(4) for topic in ("Graph store", "Protein", "Weather", "Compiler")]
 LIBRARY = (
     b"@article{a, title = {Training spiking neural networks}, abstract = {Spiking neurons, surrogate gradients.}}\n"

@@ -87,6 +87,26 @@ def test_a_pass_asks_once_per_entry_and_language_and_sends_nothing_of_a_reader(
         assert spent_on(session, NOW.date()) == (6, 6 * 102)
 
 
+def test_requests_go_out_together_up_to_the_concurrency_asked(factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """The "together" model answers requests in groups of three, each once all three have
+    come: a pass that sent one at a time would see one in flight at most (and wait 20 s)."""
+    with model_server() as server:
+        server.together = 3
+        settings = _store(factory, tmp_path, server.base_url, chat_model="together", concurrency=3)
+        done = write_tldrs(factory, settings, now=NOW)
+        assert (done.wanted, done.written, dict(done.failures)) == (6, 6, {})
+        assert server.most_in_flight == 3  # never more in flight than asked
+        with factory() as session:
+            assert spent_on(session, NOW.date()) == (6, 6 * 102)
+
+
+def test_requests_in_flight_count_against_the_budget(factory: sessionmaker[Session], tmp_path: Path) -> None:
+    with model_server() as server:
+        settings = _store(factory, tmp_path, server.base_url, concurrency=4, requests_per_day=4)
+        done = write_tldrs(factory, settings, now=NOW)
+    assert (done.wanted, done.written, done.over_budget) == (6, 4, 2) and len(server.requests) == 4
+
+
 def test_a_hostile_answer_keeps_its_entry_without_and_the_budget_stops_the_pass(
     factory: sessionmaker[Session], tmp_path: Path
 ) -> None:

@@ -263,7 +263,9 @@ def bounces_fetch(ctx: typer.Context) -> None:
         out.print(f"{email}: now {status.value}", markup=False)
 
 
-rankers_app = command_group("Outside rankers (ranker.url), judged by the readers' ratings of interleaved digests.")
+rankers_app = command_group(
+    "Outside rankers (ranker.url) and the embeddings, judged by the readers' ratings of interleaved digests."
+)
 
 
 @rankers_app.command("report")
@@ -274,10 +276,11 @@ def rankers_report(
     ] = 28,
     as_json: JsonOption = False,
 ) -> None:
-    """Per outside ranker: the interleaved digests sent in the window, the digests its
-    entries earned more "More like this" than the built-in ranking's (wins), fewer
-    (losses) or as many (ties), and the two-sided sign test's p-value (ties left out):
-    below 0.05, the difference is unlikely to be chance."""
+    """Per outside ranker (and 'embeddings', the readers' models on llm.embedding_model's
+    vectors): the interleaved digests sent in the window, the digests its entries earned
+    more "More like this" than the built-in ranking's (wins), fewer (losses) or as many
+    (ties), and the two-sided sign test's p-value (ties left out): below 0.05, the
+    difference is unlikely to be chance."""
     from datetime import timedelta
 
     from bot.rankers.interleave import tallies

@@ -93,6 +93,8 @@ class LlmConfig(_Section):
     connect_seconds: float = Field(2.0, gt=0, le=60)
     answer_seconds: float = Field(60.0, gt=0, le=600)  # one request's whole answer
     max_answer_kb: int = Field(256, ge=1, le=65_536)  # a longer answer is that entry's failure
+    # Requests in flight at once (vLLM and llama.cpp's server answer several together).
+    concurrency: int = Field(1, ge=1, le=64)
     # A day's budget (UTC): requests sent, and tokens as the API reports them (0: no limit).
     requests_per_day: int = Field(2_000, ge=0)
     tokens_per_day: int = Field(0, ge=0)

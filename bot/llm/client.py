@@ -14,17 +14,22 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from bot import __version__
 from bot.config.services import LlmConfig
 from bot.domain.text import one_line
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 PAUSE_CAP = 3600.0  # seconds a 429's Retry-After may pause the requests, at most
 
@@ -56,6 +61,9 @@ class LlmCall:
     tokens: int = 0  # as the API reported them for the answers read
     _paused_until: float = 0.0
     _client: httpx.Client | None = None
+    # Requests may be in flight from several threads (``llm.concurrency``): the tallies,
+    # the pause and the client are changed under this lock.
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def close(self) -> None:
         if self._client is not None:
@@ -72,9 +80,9 @@ class LlmCall:
             if not isinstance(text, str):
                 raise TypeError("content is not text")
         except (KeyError, IndexError, TypeError):
-            self.failures["not the API's answer"] += 1
+            self._tally("not the API's answer")
             return None
-        self.tokens += _tokens(answer)
+        self._tally(tokens=_tokens(answer))
         return ChatAnswer(text, _tokens(answer))
 
     def embed(self, model: str, texts: list[str]) -> list[list[float]] | None:
@@ -82,7 +90,7 @@ class LlmCall:
         answer = self._json("/embeddings", {"model": model, "input": texts})
         if answer is None:
             return None
-        self.tokens += _tokens(answer)
+        self._tally(tokens=_tokens(answer))
         try:
             rows = sorted(answer["data"], key=lambda row: row["index"])
             vectors = [[float(x) for x in row["embedding"]] for row in rows]
@@ -91,15 +99,17 @@ class LlmCall:
             if not all(math.isfinite(x) for vector in vectors for x in vector):
                 raise ValueError("not a number in a vector")
         except (KeyError, TypeError, ValueError):
-            self.failures["not the API's answer"] += 1
+            self._tally("not the API's answer")
             return None
         return vectors
 
     def _json(self, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
-        if self.clock() < self._paused_until:
-            self.skipped += 1
+        with self._lock:
+            paused = self.clock() < self._paused_until
+            self.skipped += paused
+            self.sent += not paused
+        if paused:
             return None
-        self.sent += 1
         try:
             data = self._post(path, json.dumps(body).encode())
             try:
@@ -110,8 +120,14 @@ class LlmCall:
                 raise LlmFailure("not the API's answer", "answer is not a JSON object")
             return answer
         except LlmFailure as failure:
-            self.failures[failure.kind] += 1
+            self._tally(failure.kind)
             return None
+
+    def _tally(self, failure: str | None = None, *, tokens: int = 0) -> None:
+        with self._lock:
+            if failure is not None:
+                self.failures[failure] += 1
+            self.tokens += tokens
 
     def _post(self, path: str, body: bytes) -> bytes:
         limits = self.settings
@@ -126,11 +142,13 @@ class LlmCall:
         }
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        if self._client is None:
-            self._client = httpx.Client(follow_redirects=False, trust_env=False)
+        with self._lock:
+            if self._client is None:
+                self._client = httpx.Client(follow_redirects=False, trust_env=False)
+            client = self._client
         ends = self.clock() + limits.answer_seconds
         try:
-            with self._client.stream(
+            with client.stream(
                 "POST", limits.base_url + path, content=body, headers=headers, timeout=timeout
             ) as response:
                 self._check(response)
@@ -143,7 +161,8 @@ class LlmCall:
     def _check(self, response: httpx.Response) -> None:
         status = response.status_code
         if status == 429:
-            self._paused_until = self.clock() + _retry_after(response.headers.get("Retry-After", ""))
+            with self._lock:
+                self._paused_until = self.clock() + _retry_after(response.headers.get("Retry-After", ""))
             raise LlmFailure("busy (429)", "answered 429")
         if status != 200:
             kind = "server error (5xx)" if status >= 500 else "redirect" if 300 <= status < 400 else "refused (4xx)"
@@ -182,3 +201,38 @@ def _tokens(answer: dict[str, Any]) -> int:
     usage = answer.get("usage")
     total = usage.get("total_tokens") if isinstance(usage, dict) else None
     return total if isinstance(total, int) and not isinstance(total, bool) and total >= 0 else 0
+
+
+def answered(
+    items: Iterable[T],
+    ask: Callable[[T], R],
+    *,
+    concurrency: int,
+    admit: Callable[[T], bool],
+    keep_going: Callable[[], bool],
+) -> Iterator[tuple[T, R]]:
+    """Each of *items* that *admit* lets through (asked in order, just before it is sent:
+    the budget), asked with *ask* at most *concurrency* at once, yielded with its answer in
+    the order given, in the caller's thread.  A *keep_going* that turns false sends no
+    more; those in flight are waited for (each bounded by the call's own limits)."""
+    if concurrency <= 1:
+        for item in items:
+            if not keep_going():
+                return
+            if admit(item):
+                yield item, ask(item)
+        return
+    in_flight: deque[tuple[T, Future[R]]] = deque()
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="llm") as pool:
+        for item in items:
+            if not keep_going():
+                break
+            if not admit(item):
+                continue
+            in_flight.append((item, pool.submit(ask, item)))
+            if len(in_flight) >= concurrency:
+                item, answer = in_flight.popleft()
+                yield item, answer.result()
+        while in_flight:
+            item, answer = in_flight.popleft()
+            yield item, answer.result()

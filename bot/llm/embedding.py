@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain.llm import packed
-from bot.llm.client import LlmCall
+from bot.llm.client import LlmCall, answered
 from bot.llm.tldr import MAX_ABSTRACT_CHARS
 from bot.store.embeddings import PaperText, entries_to_embed, library_to_embed, save_embeddings
 from bot.store.engine import transaction
@@ -77,15 +77,26 @@ def embed_papers(
         spent = list(spent_on(session, now.date()))
     done.wanted = len(wanted)
     call = call or LlmCall(llm, api_key=llm.resolved_api_key().get_secret_value())
+    batches = [wanted[start : start + TEXTS_PER_REQUEST] for start in range(0, len(wanted), TEXTS_PER_REQUEST)]
+    recorded = [call.sent, call.tokens]  # the call's totals already counted in the store
+
+    def admit(batch: list[PaperText]) -> bool:
+        if any(limit > 0 and used >= limit for limit, used in zip(_limits(settings), spent, strict=True)):
+            done.over_budget += len(batch)
+            return False
+        spent[0] += 1  # reserved before it is sent: requests in flight count against the day
+        return True
+
+    def ask(batch: list[PaperText]) -> list[list[float]] | None:
+        return call.embed(llm.embedding_model, [paper_text(title, abstract) for _, title, abstract in batch])
+
     try:
-        for start in range(0, len(wanted), TEXTS_PER_REQUEST):
-            if not keep_going():
-                break
-            batch = wanted[start : start + TEXTS_PER_REQUEST]
-            if any(limit > 0 and used >= limit for limit, used in zip(_limits(settings), spent, strict=True)):
-                done.over_budget += len(batch)
-                continue
-            _embed_batch(factory, settings, call, batch, done, spent, now)
+        for batch, vectors in answered(batches, ask, concurrency=llm.concurrency, admit=admit, keep_going=keep_going):
+            totals = [call.sent, call.tokens]
+            requests, tokens = totals[0] - recorded[0], totals[1] - recorded[1]
+            recorded = totals
+            spent[1] += tokens
+            _keep(factory, settings, batch, vectors, done, (requests, tokens), now)
     finally:
         call.close()
     done.skipped, done.failures = call.skipped, call.failures
@@ -100,21 +111,16 @@ def _limits(settings: Settings) -> tuple[int, int]:
     return settings.llm.requests_per_day, settings.llm.tokens_per_day
 
 
-def _embed_batch(
+def _keep(
     factory: sessionmaker[Session],
     settings: Settings,
-    call: LlmCall,
     batch: list[PaperText],
+    vectors: list[list[float]] | None,
     done: EmbeddingPass,
-    spent: list[int],
+    spent: tuple[int, int],
     now: datetime,
 ) -> None:
-    """One request for *batch*; what it answers kept, what it spent counted."""
-    sent_before, tokens_before = call.sent, call.tokens
-    vectors = call.embed(settings.llm.embedding_model, [paper_text(title, abstract) for _, title, abstract in batch])
-    requests, tokens = call.sent - sent_before, call.tokens - tokens_before
-    spent[0] += requests
-    spent[1] += tokens
+    """What one request answered for *batch* kept, and what it spent counted."""
     kept = []
     for (key, _, _), vector in zip(batch, vectors or (), strict=False):
         stored = packed(vector)
@@ -123,6 +129,6 @@ def _embed_batch(
         else:
             kept.append((key, stored))
     with transaction(factory) as session:
-        add_spending(session, now.date(), requests, tokens)
+        add_spending(session, now.date(), *spent)
         save_embeddings(session, kept, settings.llm.embedding_model, now)
     done.stored += len(kept)

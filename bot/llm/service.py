@@ -23,7 +23,7 @@ from bot.config import Settings
 from bot.config.services import LlmConfig
 from bot.domain import EntryView
 from bot.domain.llm import Tldr
-from bot.llm.client import LlmCall
+from bot.llm.client import ChatAnswer, LlmCall, answered
 from bot.llm.embedding import EmbeddingPass, embed_papers
 from bot.llm.tldr import tldr_of, tldr_request
 from bot.llm.wanted import WantedTldr, wanted_tldrs
@@ -76,27 +76,35 @@ def write_tldrs(
         requests_spent, tokens_spent = spent_on(session, now.date())
     done.wanted = len(wanted)
     call = call or LlmCall(llm, api_key=llm.resolved_api_key().get_secret_value())
+    spent = [requests_spent, tokens_spent]  # as counted before the pass, and reserved by it
+    recorded = [call.sent, call.tokens]  # the call's totals already counted in the store
+
+    def admit(_: object) -> bool:
+        if _over(llm.requests_per_day, spent[0]) or _over(llm.tokens_per_day, spent[1]):
+            done.over_budget += 1
+            return False
+        spent[0] += 1  # reserved before it is sent: requests in flight count against the day
+        return True
+
+    def ask(pair: tuple[WantedTldr, EntryView, Doc]) -> ChatAnswer | None:
+        item, view, doc = pair
+        content = view.content
+        body = tldr_request(
+            llm.chat_model, title=content.title, authors=content.authors, abstract=doc.summary, language=item.language
+        )
+        return call.chat(body)
+
     try:
-        for item, view, doc in wanted:
-            if not keep_going():
-                break
-            if _over(llm.requests_per_day, requests_spent) or _over(llm.tokens_per_day, tokens_spent):
-                done.over_budget += 1
-                continue
-            sent_before = call.sent
-            body = tldr_request(
-                llm.chat_model,
-                title=view.content.title,
-                authors=view.content.authors,
-                abstract=doc.summary,
-                language=item.language,
-            )
-            answer = call.chat(body)
-            spent = (call.sent - sent_before, answer.tokens if answer else 0)
-            requests_spent, tokens_spent = requests_spent + spent[0], tokens_spent + spent[1]
+        for (item, _, _), answer in answered(
+            wanted, ask, concurrency=llm.concurrency, admit=admit, keep_going=keep_going
+        ):
+            totals = [call.sent, call.tokens]
+            requests, tokens = totals[0] - recorded[0], totals[1] - recorded[1]
+            recorded = totals
+            spent[1] += tokens
             line = tldr_of(answer.text) if answer else None
             with transaction(factory) as session:
-                add_spending(session, now.date(), *spent)
+                add_spending(session, now.date(), requests, tokens)
                 if line is not None:
                     done.written += save_tldr(session, item.entry_id, Tldr(line, item.language, llm.chat_model, now))
             done.refused += answer is not None and line is None

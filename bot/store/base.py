@@ -1,12 +1,13 @@
-"""The declarative base every table derives from, its naming convention and the UTC
-datetime column type: SQL only, imported by ``schema`` and ``taste_tables`` alike."""
+"""The declarative base every table derives from, its naming convention, the UTC
+datetime column type and the partial index both backends read: SQL only, imported by
+``schema``, ``taste_tables`` and ``llm_tables`` alike."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import DateTime, MetaData, Table, TypeDecorator
+from sqlalchemy import DateTime, Index, MetaData, Table, TypeDecorator, text
 from sqlalchemy.orm import DeclarativeBase
 
 NAMING = {
@@ -40,3 +41,10 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
     # Every model maps one Table (the store's bulk statements take it as such).
     __table__: ClassVar[Table]  # narrows DeclarativeBase's FromClause
+
+
+def partial_index(name: str, *columns: str, where: str, unique: bool = False) -> Index:
+    """An index of the rows *where* holds: SQLite and PostgreSQL both read the clause
+    (each dialect takes it under its own keyword, so it is written once, here)."""
+    clause = text(where)
+    return Index(name, *columns, unique=unique, sqlite_where=clause, postgresql_where=clause)

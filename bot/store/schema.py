@@ -19,14 +19,13 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Text,
-    text,
     true,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
 from bot.store import derived_tables, llm_tables, taste_tables  # noqa: F401  (registers their tables with Base.metadata)
 from bot.store.base import Base as Base  # imported from here, Base's metadata holds every table
-from bot.store.base import UTCDateTime
+from bot.store.base import UTCDateTime, partial_index
 
 
 class Source(Base):
@@ -51,13 +50,7 @@ class Source(Base):
 
     __table_args__ = (
         # Two processes ingesting the same bytes at once: the second insert fails.
-        Index(
-            "uq_sources_ingested_sha256",
-            "sha256",
-            unique=True,
-            sqlite_where=text("status = 'ingested'"),
-            postgresql_where=text("status = 'ingested'"),
-        ),
+        partial_index("uq_sources_ingested_sha256", "sha256", where="status = 'ingested'", unique=True),
         Index("ix_sources_path_stamp", "path", "size", "mtime_ns"),
     )
 
@@ -112,38 +105,11 @@ class Entry(Base):
 
     __table_args__ = (
         # Partial: most entries have neither id, and NULLs need no index entry.
-        Index(
-            "uq_entries_arxiv_id",
-            "arxiv_id",
-            unique=True,
-            sqlite_where=text("arxiv_id IS NOT NULL"),
-            postgresql_where=text("arxiv_id IS NOT NULL"),
-        ),
-        Index(
-            "ix_entries_title_hash",
-            "title_hash",
-            sqlite_where=text("title_hash IS NOT NULL"),
-            postgresql_where=text("title_hash IS NOT NULL"),
-        ),
-        Index(
-            "ix_entries_revised_at",
-            "revised_at",
-            sqlite_where=text("revised_at IS NOT NULL"),
-            postgresql_where=text("revised_at IS NOT NULL"),
-        ),
-        Index(
-            "ix_entries_linked_at",
-            "linked_at",
-            sqlite_where=text("linked_at IS NOT NULL"),
-            postgresql_where=text("linked_at IS NOT NULL"),
-        ),
-        Index(
-            "uq_entries_doi",
-            "doi",
-            unique=True,
-            sqlite_where=text("doi IS NOT NULL"),
-            postgresql_where=text("doi IS NOT NULL"),
-        ),
+        partial_index("uq_entries_arxiv_id", "arxiv_id", where="arxiv_id IS NOT NULL", unique=True),
+        partial_index("ix_entries_title_hash", "title_hash", where="title_hash IS NOT NULL"),
+        partial_index("ix_entries_revised_at", "revised_at", where="revised_at IS NOT NULL"),
+        partial_index("ix_entries_linked_at", "linked_at", where="linked_at IS NOT NULL"),
+        partial_index("uq_entries_doi", "doi", where="doi IS NOT NULL", unique=True),
     )
 
 
@@ -258,23 +224,13 @@ class Digest(Base):
     language: Mapped[str | None] = mapped_column(String(35))
 
     __table_args__ = (
-        Index(
-            "uq_digests_scheduled_day",
-            "subscriber_id",
-            "local_date",
-            unique=True,
-            sqlite_where=text("kind = 'scheduled'"),
-            postgresql_where=text("kind = 'scheduled'"),
+        partial_index(
+            "uq_digests_scheduled_day", "subscriber_id", "local_date", where="kind = 'scheduled'", unique=True
         ),
         # id last: claim_due reads due digests in (next_attempt_at, id) order from it.
         Index("ix_digests_due", "state", "next_attempt_at", "id"),
         # Resends are looked up by their original (resend --failed, stats, "on its way").
-        Index(
-            "ix_digests_resend_of",
-            "resend_of_id",
-            sqlite_where=text("resend_of_id IS NOT NULL"),
-            postgresql_where=text("resend_of_id IS NOT NULL"),
-        ),
+        partial_index("ix_digests_resend_of", "resend_of_id", where="resend_of_id IS NOT NULL"),
         # A subscriber's digests, and what a planning pass reads of those planned since
         # their window starts without reading the rows: which bodies (``ledger.bodies_since``,
         # migration 0026).
@@ -282,13 +238,7 @@ class Digest(Base):
         # Who a body's entries were sent to (``bot.store.ledger``: the planner reads the
         # claims of a batch of subscribers, a range of ids, on a day's entries), and
         # whether a body is still shown by some digest (retention, purge); migration 0021.
-        Index(
-            "ix_digests_body_key_subscriber_id",
-            "body_key",
-            "subscriber_id",
-            sqlite_where=text("body_key IS NOT NULL"),
-            postgresql_where=text("body_key IS NOT NULL"),
-        ),
+        partial_index("ix_digests_body_key_subscriber_id", "body_key", "subscriber_id", where="body_key IS NOT NULL"),
     )
 
 
@@ -350,14 +300,7 @@ class UnsubscribeRequest(Base):
     received_at: Mapped[datetime] = mapped_column(UTCDateTime)
     applied: Mapped[bool] = mapped_column(Boolean, default=False)
 
-    __table_args__ = (
-        Index(
-            "ix_unsubscribe_requests_pending",
-            "subscriber_id",
-            sqlite_where=text("NOT applied"),
-            postgresql_where=text("NOT applied"),
-        ),
-    )
+    __table_args__ = (partial_index("ix_unsubscribe_requests_pending", "subscriber_id", where="NOT applied"),)
 
 
 class AppliedUnsubscribe(Base):

@@ -10,7 +10,6 @@ from sqlalchemy import (
     JSON,
     Float,
     ForeignKey,
-    Index,
     Integer,
     LargeBinary,
     PrimaryKeyConstraint,
@@ -18,10 +17,9 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from bot.store.base import Base, UTCDateTime
+from bot.store.base import Base, UTCDateTime, partial_index
 
 
 class LibraryPaperRow(Base):
@@ -34,23 +32,10 @@ class LibraryPaperRow(Base):
         UniqueConstraint("subscriber_id", "key"),
         # Planning looks up who keeps the few entries with news; ingest, the papers still
         # waiting for their entry: each index holds only the rows it is for.
-        Index(
-            "ix_library_papers_entry_id",
-            "entry_id",
-            sqlite_where=sql_text("entry_id IS NOT NULL"),
-            postgresql_where=sql_text("entry_id IS NOT NULL"),
-        ),
-        Index(
-            "ix_library_papers_unmatched_key",
-            "key",
-            sqlite_where=sql_text("entry_id IS NULL"),
-            postgresql_where=sql_text("entry_id IS NULL"),
-        ),
-        Index(
-            "ix_library_papers_unmatched_title_key",
-            "title_key",
-            sqlite_where=sql_text("entry_id IS NULL AND title_key IS NOT NULL"),
-            postgresql_where=sql_text("entry_id IS NULL AND title_key IS NOT NULL"),
+        partial_index("ix_library_papers_entry_id", "entry_id", where="entry_id IS NOT NULL"),
+        partial_index("ix_library_papers_unmatched_key", "key", where="entry_id IS NULL"),
+        partial_index(
+            "ix_library_papers_unmatched_title_key", "title_key", where="entry_id IS NULL AND title_key IS NOT NULL"
         ),
     )
 

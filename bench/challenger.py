@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 from bot.choose.select import Candidate, SelectionCache, select_for
@@ -38,8 +35,8 @@ from bot.store.library import library_of
 from bot.taste.embedded_models import refresh_embedding_models
 from bot.taste.ranking import TastePass
 from bot.taste.service import give_feedback
+from tests.helpers import example_ranker
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "rankers" / "bm25" / "ranker.py"
 SHOWN = 10  # entries of a digest
 LIMITS = RankerLimits(answer_seconds=60, pass_seconds=600)
 
@@ -48,13 +45,8 @@ LIMITS = RankerLimits(answer_seconds=60, pass_seconds=600)
 def challenger(kind: str, seed: int) -> Iterator[str]:
     """The URL of a running challenger of *kind*, stopped at the end."""
     if kind == "bm25":
-        process = subprocess.Popen([sys.executable, str(EXAMPLE), "--port", "0"], stdout=subprocess.PIPE, text=True)
-        try:
-            assert process.stdout is not None
-            yield process.stdout.readline().split()[-1]
-        finally:
-            process.terminate()
-            process.wait(10)
+        with example_ranker() as url:
+            yield url
         return
     coin = random.Random(seed)
 

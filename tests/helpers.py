@@ -10,12 +10,13 @@ import logging
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime, timedelta
@@ -27,7 +28,7 @@ import uvicorn
 from sqlalchemy import Subquery, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.tagging import load_rules
+from bot.choose.tagging import TagRules, load_rules
 from bot.config import Settings
 from bot.domain import DigestItem, EntryContent, EntryView, ParsedEntry
 from bot.ingest.service import ingest_bytes
@@ -96,6 +97,55 @@ TAGS = ["GPU", "LLM", "AI", "MoE", "FPGA", "SNN", "Compilers", "Security", "Serv
 
 def _sentence(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+
+
+EXAMPLE_RANKER = Path(__file__).resolve().parent.parent / "examples" / "rankers" / "bm25" / "ranker.py"
+
+
+@contextmanager
+def example_ranker() -> Iterator[str]:
+    """The example BM25 ranker (examples/rankers/bm25/) as a process of its own; its URL."""
+    process = subprocess.Popen([sys.executable, str(EXAMPLE_RANKER), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        yield process.stdout.readline().split()[-1]
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def daemon_until(folder: Path, env: dict[str, str], done: Callable[[], bool], seconds: float = 90) -> str:
+    """``digestbot run`` in *folder* until *done* (asked every 0.2 s) or *seconds* pass,
+    then SIGTERM: it must stop cleanly (exit 0).  What it logged."""
+    daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=folder, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and daemon.poll() is None and not done():
+            time.sleep(0.2)
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+    return daemon.stderr.read() if daemon.stderr else ""
+
+
+def expected_digests(
+    factory: sessionmaker[Session], cfg: Settings, now: datetime, rules: TagRules
+) -> dict[int, list[int]]:
+    """Per active subscriber, the entry ids the definition of a digest gives at *now*: the
+    best ``digest.max_entries`` of what their filter matches that they were not sent."""
+    from bot.choose.select import select_for
+    from bot.domain import SubscriberStatus
+    from bot.store.ledger import claimed_entry_ids
+    from bot.store.subscribers import list_subscribers
+
+    with factory() as session:
+        out = {}
+        for subscriber in list_subscribers(session, status=SubscriberStatus.ACTIVE):
+            found = select_for(session, subscriber, rules, as_of=now, exclude=claimed_entry_ids(session, subscriber.id))
+            out[subscriber.id] = [c.entry.id for c in found[: cfg.digest.max_entries]]
+        return out
 
 
 def daemon_env(folder: Path, store: str, dumps: Path, smtp_port: int, **more: str) -> dict[str, str]:

@@ -21,10 +21,9 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.select import select_for
 from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.domain import DigestKind, SubscriberStatus
+from bot.domain import DigestKind
 from bot.ingest.service import ingest_bytes
 from bot.plan import IdRuns, plan
 from bot.plan.cadence import (
@@ -38,12 +37,11 @@ from bot.plan.cadence import (
     sends_on,
 )
 from bot.store.engine import make_engine, sessions, upgrade
-from bot.store.ledger import claimed_entry_ids
 from bot.store.schema import Digest
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import SubscriberFields, clean_fields, edit, save
 from tests.conftest import ROOT
-from tests.helpers import claims, digest_entry_ids, render_dump, settings_for, sized
+from tests.helpers import claims, digest_entry_ids, expected_digests, render_dump, settings_for, sized
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 
@@ -153,12 +151,7 @@ def _run(folder: Path, case: dict) -> None:
 
 
 def _definition(factory: sessionmaker[Session], cfg: Settings, now: datetime) -> dict[int, list[int]]:
-    with factory() as session:
-        out = {}
-        for subscriber in list_subscribers(session, status=SubscriberStatus.ACTIVE):
-            found = select_for(session, subscriber, RULES, as_of=now, exclude=claimed_entry_ids(session, subscriber.id))
-            out[subscriber.id] = [c.entry.id for c in found[: cfg.digest.max_entries]]
-        return out
+    return expected_digests(factory, cfg, now, RULES)
 
 
 def _check_pass(

@@ -38,9 +38,9 @@ from bot.taste.service import give_feedback, import_library
 from bot.web.versions import WebVersions
 from tests.conftest import ROOT
 from tests.helpers import Cli, digest_entry_ids, render_dump, settings_for
+from tests.helpers import example_ranker as running_example_ranker
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
-EXAMPLE = ROOT / "examples" / "rankers" / "bm25" / "ranker.py"
 NOW = datetime(2026, 11, 23, 9, tzinfo=UTC)
 TITLES = [
     "Graph databases and query planning",
@@ -55,13 +55,8 @@ LIBRARY = b"@article{a, title = {Training spiking neural networks}, abstract = {
 
 @pytest.fixture(scope="module")
 def example_ranker() -> Iterator[str]:
-    process = subprocess.Popen([sys.executable, str(EXAMPLE), "--port", "0"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        yield process.stdout.readline().split()[-1]
-    finally:
-        process.terminate()
-        process.wait(10)
+    with running_example_ranker() as url:
+        yield url
 
 
 def _store(engine: Engine, tmp_path: Path, url: str, **ranker: object) -> tuple[sessionmaker[Session], Settings]:

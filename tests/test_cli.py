@@ -16,7 +16,7 @@ import pytest
 from bot.subscribers.settings import SETTINGS
 from bot.tools.sink import Fault
 from tests.conftest import ROOT, SEEDS
-from tests.helpers import DIGESTBOT, Cli, daemon_env
+from tests.helpers import DIGESTBOT, Cli, daemon_env, daemon_until
 from tests.seed_facts import MINIMAX
 
 
@@ -380,8 +380,6 @@ def test_build_processes_work_with_settings_as_the_program_loads_them(
 ) -> None:
     """digest.build_processes sends the settings into each build process: loaded from a
     file or from the environment, through the commands that deliver, they get there."""
-    import signal
-    import time
 
     env = daemon_env(tmp_path, "b.sqlite3", SEEDS, sink.port)
     if source == "file":
@@ -397,17 +395,7 @@ def test_build_processes_work_with_settings_as_the_program_loads_them(
         said = cli(*command, own_process=True).stdout  # the build process starts from the console script
         assert "sent 1," in said, said
     else:
-        daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=tmp_path, env=cli.env, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 90
-            while not sink.received and time.monotonic() < deadline and daemon.poll() is None:
-                time.sleep(0.2)
-            daemon.send_signal(signal.SIGTERM)
-            assert daemon.wait(timeout=60) == 0
-        finally:
-            if daemon.poll() is None:
-                daemon.kill()
-        logged = daemon.stderr.read() if daemon.stderr else ""
+        logged = daemon_until(tmp_path, cli.env, lambda: bool(sink.received))
         assert "Traceback" not in logged and "delivery stopped" not in logged, logged
     assert [r.recipients for r in sink.received] == [["ada@example.org"]]
 

@@ -174,12 +174,9 @@ def test_the_command_asks_and_says_what_became_of_each_pair(tmp_path: Path) -> N
 
 
 def test_the_daemon_asks_for_tldrs_and_embeddings_when_a_dump_lands_and_stops_cleanly(tmp_path: Path, sink) -> None:
-    import signal
     import sqlite3
-    import subprocess
-    import time
 
-    from tests.helpers import DIGESTBOT, DUMP, Cli, daemon_env
+    from tests.helpers import DUMP, Cli, daemon_env, daemon_until
 
     folder = tmp_path / "dumps"
     folder.mkdir()
@@ -195,26 +192,14 @@ def test_the_daemon_asks_for_tldrs_and_embeddings_when_a_dump_lands_and_stops_cl
             llm__embedding_model="honest",
         )
         Cli(tmp_path, env, placed=False)("subscribers", "add", "ada@example.org", "--hour", "3")
-        daemon = subprocess.Popen([DIGESTBOT, "run"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-        try:
-            (folder / "a.txt.tmp").write_text(DUMP)
-            (folder / "a.txt.tmp").rename(folder / "a.txt")
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and daemon.poll() is None:
-                with sqlite3.connect(tmp_path / "d.sqlite3") as db:
-                    if (
-                        db.execute("SELECT COUNT(*) FROM entry_tldrs").fetchone()[0]
-                        and db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
-                    ):
-                        break
-                time.sleep(0.2)
-            daemon.send_signal(signal.SIGTERM)
-            assert daemon.wait(timeout=60) == 0
-        finally:
-            if daemon.poll() is None:
-                daemon.kill()
-    assert daemon.stderr is not None
-    log = daemon.stderr.read()
+        (folder / "a.txt.tmp").write_text(DUMP)
+        (folder / "a.txt.tmp").rename(folder / "a.txt")
+
+        def asked() -> bool:
+            with sqlite3.connect(tmp_path / "d.sqlite3") as db:
+                return all(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("entry_tldrs", "embeddings"))
+
+        log = daemon_until(tmp_path, env, asked, seconds=60)
     assert "Traceback" not in log and "TL;DRs: 1 wanted; 1 written" in log, log
     assert "Embeddings: 1 wanted; 1 stored" in log, log
     with sqlite3.connect(tmp_path / "d.sqlite3") as db:

@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.select import SelectionCache, select_for
+from bot.choose.select import SelectionCache
 from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.domain import DigestState, SubscriberStatus
+from bot.domain import DigestState
 from bot.ingest.service import ingest_bytes
 from bot.plan import IdRuns, plan
 from bot.plan.days import closes_at, local_time
@@ -38,7 +38,16 @@ from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save, set_filter
 from tests.conftest import ROOT
-from tests.helpers import claims, digest_entry_ids, dump_text, filter_expressions, render_dump, settings_for, sized
+from tests.helpers import (
+    claims,
+    digest_entry_ids,
+    dump_text,
+    expected_digests,
+    filter_expressions,
+    render_dump,
+    settings_for,
+    sized,
+)
 
 RULES = load_rules(ROOT / "config" / "tags.toml")
 START = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -47,12 +56,7 @@ FILTERS = filter_expressions(40)
 
 def _expected(factory: sessionmaker[Session], cfg: Settings, now: datetime) -> dict[int, list[int]]:
     """Per active subscriber, the entry ids the definition gives at *now*."""
-    with factory() as session:
-        out = {}
-        for subscriber in list_subscribers(session, status=SubscriberStatus.ACTIVE):
-            found = select_for(session, subscriber, RULES, as_of=now, exclude=claimed_entry_ids(session, subscriber.id))
-            out[subscriber.id] = [c.entry.id for c in found[: cfg.digest.max_entries]]
-        return out
+    return expected_digests(factory, cfg, now, RULES)
 
 
 @given(st.lists(st.integers(-(2**62), 2**62) | st.integers(0, 20), max_size=60))

@@ -25,8 +25,7 @@ from bot.domain import Subscriber, SubscriberStatus
 from bot.mail.prose import title_text
 from bot.store.feedback import VERDICTS, entry_ids_of, verdicts_on
 from bot.taste.service import give_feedback
-from bot.web.forms import form_of, form_token_ok, same_origin
-from bot.web.pages import too_large
+from bot.web.doors import RATING, behind, posted, through
 from bot.web.site import Site, with_reader
 from bot.web.versions import WebVersions
 
@@ -63,29 +62,32 @@ class FeedbackPages:
         return [Route("/d/{token}/{day}/{ref}/{verdict}", self.rate, methods=["GET", "POST"])]
 
     @with_reader
+    @behind(RATING)
     async def rate(self, request: Request, subscriber: Subscriber) -> Response:
-        """The confirmation page (GET), or the verdict recorded (POST)."""
+        """The confirmation page (GET), or the verdict recorded (POST), once the address
+        names an entry of a digest the reader was sent (404 otherwise, whatever the method)."""
         params = request.path_params
         asked = rated(params["day"], params["ref"], params["verdict"])
         found = await run_in_threadpool(self._entry, subscriber, asked) if asked is not None else None
-        site, render = self.site, self.site.pages.render
         if asked is None or found is None:
-            return site.pages.not_found()
-        entry_id, title, section = found
-        token = params["token"]
-        left = subscriber.status is SubscriberStatus.UNSUBSCRIBED
+            return self.site.pages.not_found()
         if request.method in ("GET", "HEAD"):
-            said = await run_in_threadpool(self._said, subscriber, entry_id)
-            return render("rate", token=token, said=said, left=left, done=None, title=title, asked=asked)
-        if not same_origin(request, site.settings.web.public_url):
-            return site.pages.forbidden()
-        fields = await form_of(request)
-        if fields is None:
-            return too_large()
-        form = {name: values[0] for name, values in fields.items()}
-        if not form_token_ok(site.key, token, form.get("form", "")):
-            return site.pages.forbidden()
-        action = form.get("action", "")
+            said = await run_in_threadpool(self._said, subscriber, found[0])
+            left = subscriber.status is SubscriberStatus.UNSUBSCRIBED
+            return self.site.pages.render(
+                "rate", token=params["token"], said=said, left=left, done=None, title=found[1], asked=asked
+            )
+        return await self.record(request, subscriber, asked, found)
+
+    @through(RATING)
+    async def record(
+        self, request: Request, subscriber: Subscriber, asked: Rated, found: tuple[int, str, str]
+    ) -> Response:
+        site, render = self.site, self.site.pages.render
+        entry_id, title, section = found
+        token = request.path_params["token"]
+        left = subscriber.status is SubscriberStatus.UNSUBSCRIBED
+        action = (posted(request).get("action") or [""])[0]
         if left or action not in ACTIONS:
             said = await run_in_threadpool(self._said, subscriber, entry_id)
             status = 409 if left else 400

@@ -3,7 +3,7 @@
 The reader changes their tags or filter, cadence, zone and hour, their yes/no
 settings, pauses, resumes or subscribes again, and sees their next digest; a
 ``multipart/form-data`` POST adds to their library (``bot.web.uploads``).  Every
-POST must come from the page itself (its origin and form token).  A thin shell
+POST comes through the manage door (``bot.web.doors``: its origin and form token).  A thin shell
 over ``bot.subscribers``: never writes SQL itself, never logs tokens.
 """
 
@@ -32,18 +32,10 @@ from bot.subscribers.subscriptions import (
 )
 from bot.taste.service import taste_summary
 from bot.web.choices import read_choices
-from bot.web.forms import (
-    MAX_CHOICES_FIELDS,
-    MAX_CHOICES_FORM_BYTES,
-    address_of,
-    form_of,
-    form_token_ok,
-    is_multipart,
-    same_origin,
-)
+from bot.web.doors import MANAGE, posted, through
+from bot.web.forms import address_of, is_multipart
 from bot.web.manage_view import Told, language_choices, manage_choices, toggles
 from bot.web.outlooks import Outlooks, rules_or_none
-from bot.web.pages import too_large
 from bot.web.site import Site, with_reader
 from bot.web.uploads import LibraryUploads
 
@@ -87,22 +79,17 @@ class ManagePage:
         )
 
     @with_reader
+    @through(MANAGE)
     async def manage(self, request: Request, subscriber: Subscriber) -> Response:
         site = self.site
         if request.method in ("GET", "HEAD"):
             return await self.page(request, subscriber)
-        if not same_origin(request, site.settings.web.public_url):
-            return site.pages.forbidden()
         if is_multipart(request.headers.get("content-type", "")):
             # The library upload: every form of the page posts to the page's own address,
             # so the page a POST answers with is at the address its relative links expect.
             told = await self.uploads.upload(request, subscriber)
             return told if isinstance(told, Response) else await self.page(request, subscriber, told)
-        lists = await form_of(request, MAX_CHOICES_FORM_BYTES, MAX_CHOICES_FIELDS)
-        if lists is None:
-            return too_large()
-        if not form_token_ok(site.key, request.path_params["token"], (lists.get("form") or [""])[0]):
-            return site.pages.forbidden()
+        lists = posted(request)
         if not await run_in_threadpool(site.readers.settle, subscriber):
             return await self.page(request, subscriber, BUSY)
         return await self.act(request, subscriber, lists)

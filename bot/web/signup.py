@@ -39,24 +39,10 @@ from bot.subscribers.optin import (
 from bot.subscribers.subscriptions import SubscriberInputError
 from bot.tokens import make_token
 from bot.web.choices import ChoicesForm, hour_or, menu, read_signup
-from bot.web.forms import (
-    MAX_CHOICES_FIELDS,
-    MAX_CHOICES_FORM_BYTES,
-    MAX_FORM_BYTES,
-    address_of,
-    csrf_ok,
-    csrf_pair,
-    form_token,
-    form_token_ok,
-    parse_form_lists,
-    read_body,
-    same_origin,
-)
+from bot.web.doors import CONFIRMATION, CSRF_COOKIE, SIGNUP, behind, posted, through
+from bot.web.forms import address_of, csrf_pair, form_token
 from bot.web.limits import client_key
-from bot.web.pages import too_large
 from bot.web.site import Site
-
-CSRF_COOKIE = "digestbot_signup"
 
 # Puts the browser's own zone first in the time zone menu, chosen (an alias it reports
 # is stored as the zone it names); without script the default stays.
@@ -123,20 +109,16 @@ class SignupPages:
         )
         return response
 
+    async def expired(self, form: dict[str, list[str]]) -> Response:
+        """The sign-up door's answer to a form without its live token: the form again, as sent."""
+        error = "This form has expired or did not come from this site: please send it again."
+        return await self.form_page(403, values=form, error=error)
+
+    @through(SIGNUP)
     async def subscribe(self, request: Request) -> Response:
         if request.method in ("GET", "HEAD"):
             return await self.form_page()
-        if not same_origin(request, self.settings.web.public_url):
-            return self.site.pages.forbidden(refused="signup")
-        body = await read_body(request, MAX_CHOICES_FORM_BYTES)
-        if body is None:
-            return too_large()
-        form = parse_form_lists(request.headers.get("content-type", ""), body, max_fields=MAX_CHOICES_FIELDS)
-        csrf = (form.get("csrf") or [""])[0]
-        if not csrf_ok(self.key, csrf, request.cookies.get(CSRF_COOKIE, ""), time.time()):
-            return await self.form_page(
-                403, values=form, error="This form has expired or did not come from this site: please send it again."
-            )
+        form = posted(request)
         try:
             fields = read_signup(form)
         except SubscriberInputError as exc:
@@ -156,25 +138,27 @@ class SignupPages:
         if not await send(self.settings, outgoing):
             await run_in_threadpool(mail_not_sent, self.factory, email)
 
+    @behind(CONFIRMATION)
     async def confirmation(self, request: Request) -> Response:
+        """The page behind a confirmation link, or (a POST from it) the confirmation, once
+        the link's token is found: a forged one is answered 404 and spends the budget
+        forged link tokens spend, whatever the method."""
         token = request.path_params["token"]
-        now = self.now()
-        client = address_of(request)
-        state, subscriber = await run_in_threadpool(check_confirmation, self.factory, self.key, token, now)
+        state, subscriber = await run_in_threadpool(check_confirmation, self.factory, self.key, token, self.now())
         if state is Confirmation.UNKNOWN or subscriber is None:
-            # Forged confirmation tokens spend the budget forged link tokens spend.
             self.site.readers.miss(request)
             return self.site.pages.not_found()
         if request.method in ("GET", "HEAD") or state is not Confirmation.CONFIRMED:
             return self._confirm_page(state, subscriber, token)
-        if not same_origin(request, self.settings.web.public_url):
-            return self.site.pages.forbidden(refused="confirm")
-        body = await read_body(request, MAX_FORM_BYTES)
-        form = parse_form_lists(request.headers.get("content-type", ""), body or b"", max_fields=20)
-        if not form_token_ok(self.key, "confirm:" + token, (form.get("form") or [""])[0]):
-            return self.site.pages.forbidden(refused="confirm")
-        origin = Origin(f"{site_url(self.settings.web)}/c/", client, "confirmation link")
-        state, subscriber = await run_in_threadpool(confirm, self.factory, self.key, token, origin=origin, now=now)
+        return await self.confirming(request)
+
+    @through(CONFIRMATION)
+    async def confirming(self, request: Request) -> Response:
+        token = request.path_params["token"]
+        origin = Origin(f"{site_url(self.settings.web)}/c/", address_of(request), "confirmation link")
+        state, subscriber = await run_in_threadpool(
+            confirm, self.factory, self.key, token, origin=origin, now=self.now()
+        )
         if subscriber is None:
             return self.site.pages.not_found()
         return self._confirm_page(state, subscriber, token)

@@ -17,8 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bot.domain import Subscriber, SubscriberStatus
-from bot.web.forms import form_of
-from bot.web.pages import too_large
+from bot.web.doors import ONE_CLICK, posted, through
 from bot.web.site import Site, with_reader
 
 
@@ -30,14 +29,13 @@ class UnsubscribePage:
         return [Route("/u/{token}", self.unsubscribe, methods=["GET", "POST"])]
 
     @with_reader
+    @through(ONE_CLICK)
     async def unsubscribe(self, request: Request, subscriber: Subscriber) -> Response:
         render, token = self.site.pages.render, request.path_params["token"]
         if request.method in ("GET", "HEAD"):
             done = subscriber.status is SubscriberStatus.UNSUBSCRIBED
             return render("unsubscribe", token=token, subscriber=subscriber, done=done)
-        lists = await form_of(request)
-        if lists is None:
-            return too_large()
+        lists = posted(request)
         # RFC 8058 asks for exactly this field; our own button posts it too.
         if (lists.get("List-Unsubscribe") or [""])[0] != "One-Click":
             return render("unsubscribe", 400, token=token, subscriber=subscriber, done=False)

@@ -27,7 +27,7 @@ from bot.domain import Subscriber, SubscriberStatus
 from bot.taste import ranking_installed
 from bot.taste.library import LibraryFileError
 from bot.taste.service import LibraryImport, add_library, set_taste_threshold, upload_allowed
-from bot.web.forms import MAX_UPLOAD_BYTES, discard_body, form_token_ok, form_with_file, read_body, same_origin
+from bot.web.forms import MAX_UPLOAD_BYTES, discard_body, form_with_file, read_body
 from bot.web.manage_view import Told
 from bot.web.site import Site
 from bot.web.upload_reader import read_upload
@@ -81,11 +81,8 @@ class LibraryUploads:
         return Told(message=said(found), warning=problems(found, most))
 
     async def _refusal(self, request: Request, subscriber: Subscriber) -> Told | Response | None:
-        """Why this upload is refused, from its headers and the store alone; None when it is not."""
-        if not same_origin(request, self.site.settings.web.public_url):
-            return self.site.pages.forbidden()
-        if not form_token_ok(self.site.key, request.path_params["token"], request.query_params.get("form", "")):
-            return self.site.pages.forbidden()
+        """Why this upload is refused, from its headers and the store alone; None when it is
+        not.  Its origin and token were checked at the manage page's door (``bot.web.doors``)."""
         declared = request.headers.get("content-length", "")
         if not declared.isascii() or not declared.isdigit():
             return Told(411, error="Your browser did not say the file's size.")

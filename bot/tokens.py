@@ -5,7 +5,9 @@ expiring link that confirms a sign-up.
 one subscriber, revocable by rotating that subscriber's secret, unforgeable
 without the key.  Made for links in digests, checked by the subscriber
 endpoint (``bot.web``).  The key never leaves this module's callers and is
-never logged.
+never logged.  The token functions are pure; ``store_signing_key`` reads (and, the
+first time, writes) the one store fact that names the key the store's links were
+signed with, so a new key is refused before it breaks every link already mailed.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """The store's part of the embeddings: one vector per paper and model, keyed as entries
-and library papers are, the papers still without one, and each reader's model on them.  SQL only: never asks a
-model, never trains or scores (``bot.llm`` and ``bot.taste.embedded`` do)."""
+and library papers are, the papers still without one, and each reader's model on them.
+SQL only: never asks a model, never trains or scores (``bot.llm`` and ``bot.taste``
+do).  Rows are written in key order, upserted: the daemon and ``digestbot llm embed``
+may write the same ones at once without a deadlock or a duplicate key."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -35,7 +37,7 @@ def save_embeddings(session: Session, vectors: Sequence[tuple[str, bytes]], mode
                 "embedded_at": statement.excluded.embedded_at,
             },
         ),
-        [{"key": key, "model": model, "vector": vector, "embedded_at": now} for key, vector in vectors],
+        [{"key": key, "model": model, "vector": vector, "embedded_at": now} for key, vector in sorted(vectors)],
     )
 
 
@@ -150,9 +152,18 @@ def examples_of(session: Session, subscriber_ids: Sequence[int]) -> dict[int, tu
 
 def save_models(session: Session, models: Sequence[dict[str, object]]) -> None:
     """Replace the readers' models by *models* (rows of ``embedding_models``)."""
-    if models:
-        forget_models(session, [int(str(m["subscriber_id"])) for m in models])
-        session.execute(insert(EmbeddingModelRow), list(models))
+    if not models:
+        return
+    build = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    statement = build(EmbeddingModelRow)
+    replaced = ("model", "signal", "weights", "intercept", "papers", "trained_at")
+    session.execute(
+        statement.on_conflict_do_update(
+            index_elements=[EmbeddingModelRow.subscriber_id],
+            set_={name: statement.excluded[name] for name in replaced},
+        ),
+        sorted(models, key=lambda row: int(str(row["subscriber_id"]))),
+    )
 
 
 def forget_models(session: Session, subscriber_ids: Sequence[int]) -> int:

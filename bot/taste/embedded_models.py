@@ -67,23 +67,25 @@ def refresh_embedding_models(factory: sessionmaker[Session], model: str, now: da
     if not ranking_installed():
         say_extra_missing()
         return report
+    with factory() as session:
+        sample = recent_embedded_keys(session, now - timedelta(days=SAMPLE_DAYS), model, SAMPLE_SIZE)
     for start in range(0, len(stale), BATCH):
-        _train_batch(factory, model, now, stale[start : start + BATCH], signals, report)
+        _train_batch(factory, model, sample, stale[start : start + BATCH], signals, report, now)
     return report
 
 
 def _train_batch(
     factory: sessionmaker[Session],
     model: str,
-    now: datetime,
+    sample: list[str],
     readers: list[int],
     signals: dict[int, str],
     report: EmbeddedModelsReport,
+    now: datetime,
 ) -> None:
     from bot.taste.embedded import as_matrix, train_embedded  # numpy and scikit-learn
 
     with factory() as session:
-        sample = recent_embedded_keys(session, now - timedelta(days=SAMPLE_DAYS), model, SAMPLE_SIZE)
         examples = examples_of(session, readers)
         wanted = set(sample).union(*(mine | less for mine, less in examples.values()))
         vectors = embeddings_of(session, sorted(wanted), model)

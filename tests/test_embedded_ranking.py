@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import struct
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from bot.plan import plan
 from bot.rankers.interleave import tallies
 from bot.store.embeddings import save_embeddings
 from bot.store.interleaved import judged_since
-from bot.store.llm_tables import EmbeddingRow
+from bot.store.llm_tables import EmbeddingModelRow, EmbeddingRow
 from bot.store.schema import Digest, Entry
 from bot.store.taste_tables import LibraryPaperRow
 from bot.subscribers.subscriptions import clean_fields, save
@@ -166,6 +167,19 @@ def test_a_model_is_trained_again_only_when_what_it_learns_from_changed(
     with factory() as session, session.begin():
         session.execute(delete(LibraryPaperRow).where(LibraryPaperRow.subscriber_id == grace))
     assert refresh_embedding_models(factory, "m", NOW + timedelta(minutes=5)).removed == 1
+
+
+@pytest.mark.parametrize("weights", [b"\x00\x01\x02", struct.pack("<11f", *([math.inf] * 11)), b""])
+def test_a_restored_model_that_is_no_model_keeps_the_built_in_order(
+    factory: sessionmaker[Session], tmp_path: Path, weights: bytes
+) -> None:
+    settings = _store(factory, tmp_path)
+    _embed_by_topic(factory)
+    with factory() as session, session.begin():
+        session.execute(update(EmbeddingModelRow).values(weights=weights))
+    report = plan(factory, settings, RULES, now=NOW)
+    assert report.ranker_failure is None and (report.ranker_ranked, report.ranker_skipped) == (0, 1)
+    assert {by for _, _, placed in _orders(factory).values() for by in placed} == {None}
 
 
 def test_an_outside_ranker_named_wins_over_the_embeddings(factory: sessionmaker[Session], tmp_path: Path) -> None:

@@ -135,14 +135,19 @@ class EmbeddingRanker:
         import numpy as np  # only when embeddings rank (the taste extra)
 
         model = self._models.get(reader.reader)
-        if model is None:
+        # A row a restore brings is outside bytes: weights or vectors of no whole width,
+        # or scores that are not numbers, leave the reader in the built-in order.
+        if model is None or not reader.candidates or not model[0] or len(model[0]) % 4:
             return None
         weights = np.frombuffer(model[0], dtype="<f4")
         vectors = [self._vectors.get(e, b"") for e in reader.candidates]
         if any(len(v) != 2 * len(weights) for v in vectors):
             return None
         rows = np.vstack([np.frombuffer(v, dtype="<f2") for v in vectors]).astype(np.float32)
-        found = rows @ weights + model[1]
+        with np.errstate(all="ignore"):
+            found = rows @ weights + model[1]
+        if not np.isfinite(found).all():
+            return None
         return {e: RankerScore(float(s)) for e, s in zip(reader.candidates, found, strict=True)}
 
     def close(self) -> None:

@@ -73,8 +73,8 @@ def test_the_loop_keeps_beating_while_a_big_dump_is_ingested(
     async def work() -> None:
         daemon = Daemon(factory, settings, RULES, engine=engine, deliver_jobs=False)
         assert daemon.leadership.try_acquire()
-        await daemon.watch()
-        await daemon.plan()
+        await daemon.watching.watch()
+        await daemon.planning.plan()
         daemon.leadership.release()
 
     spent, longest_gap = asyncio.run(timed_with_heartbeat(work))

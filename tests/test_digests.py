@@ -494,7 +494,7 @@ def test_stopping_the_daemon_mid_delivery_is_clean_and_loses_nothing(
         ingest_file(factory, path, now=DAY1 - timedelta(hours=1), rules=RULES)
     queued = len(plan(factory, settings, RULES, now=DAY1, all_due=True).planned)
     assert queued >= 4
-    monkeypatch.setattr(bot.run.scheduler, "DELIVER_EVERY_SECONDS", 0.3)
+    monkeypatch.setattr(bot.run.scheduler, "DELIVER_EVERY", timedelta(seconds=0.3))
     handler.faults = lambda recipient, attempt: Fault("data", stall=1.2)  # a slow server, then 250
 
     async def run() -> None:

@@ -285,7 +285,7 @@ def test_the_scheduler_removes_what_is_no_longer_kept_on_its_own_job(
         jobs = [job.id for job in daemon._scheduler(later).get_jobs()]
         assert daemon.leadership.try_acquire()
         with caplog.at_level(logging.INFO):
-            await daemon.remove_expired()
+            await daemon.upkeep.remove_expired()
         daemon.leadership.release()
         return jobs
 

@@ -288,10 +288,10 @@ def test_the_daemon_reads_the_inbox_on_its_own_job(
         with caplog.at_level(logging.INFO):
             await daemon.elect()  # becoming the scheduler reads the inbox at once, not an interval later
         assert daemon.leadership.is_leader
-        assert daemon.metrics.returned.labels("hard")._value.get() == 1
+        assert daemon.parts.metrics.returned.labels("hard")._value.get() == 1
         assert "inbox: read 1 message, recorded 1, left 0 for a person; 1 subscriber changed status" in caplog.text
         shutil.rmtree(maildir)  # the mailbox goes away: a warning, and the daemon goes on
-        await daemon.read_inbox()
+        await daemon.inbox.read()
         daemon.leadership.release()
         return jobs
 

@@ -48,6 +48,11 @@ _ENTRY = (
 )
 
 
+# An SMTP port nothing listens on: the discard port, which no test binds (a free port
+# picked for "nobody" may be bound a moment later by another worker's sink).
+NOBODY_LISTENS = 9
+
+
 def dump_of_size(size: int) -> bytes:
     """A well-formed text dump of distinct papers, at least *size* bytes long."""
     parts: list[str] = []
@@ -664,8 +669,8 @@ class Cli:
 
     def _in_process(self, argv: list[str], environment: dict[str, str], data: bytes) -> CliResult:
         from bot.cli import main
-        from bot.cli.shell import err as console_err
-        from bot.cli.shell import out as console_out
+        from bot.cli.output import err as console_err
+        from bot.cli.output import out as console_out
 
         saved = (dict(os.environ), os.getcwd(), sys.argv, sys.stdin)
         # A console takes COLUMNS when it is made (this process's, once): the call's here.

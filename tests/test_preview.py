@@ -17,9 +17,9 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_file
+from bot.mail.preview import next_message
 from bot.plan import plan
 from bot.plan.next_digest import day_table, next_day
-from bot.preview import next_message
 from bot.store.schema import Base
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.subscriptions import clean_fields, save

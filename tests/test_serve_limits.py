@@ -25,7 +25,7 @@ from bot.store.engine import make_engine, sessions
 from bot.store.subscribers import get_subscriber
 from bot.tokens import make_token
 from bot.tools.sink import free_port
-from tests.helpers import DIGESTBOT, Cli, wait_until_serving
+from tests.helpers import DIGESTBOT, NOBODY_LISTENS, Cli, wait_until_serving
 
 KEY = "serve-limits-signing-key-0123456789"
 
@@ -73,7 +73,7 @@ def serving(folder: Path, *, files: int | None = None, **web: str) -> Iterator[S
         "DIGESTBOT_WEB__SIGNING_KEY": KEY,
         "DIGESTBOT_WEB__PUBLIC_URL": f"http://127.0.0.1:{port}",
         "DIGESTBOT_WEB__SIGNUP": "true",
-        "DIGESTBOT_SMTP__PORT": str(free_port()),  # nobody listens: sign-up mail is not sent
+        "DIGESTBOT_SMTP__PORT": str(NOBODY_LISTENS),  # nobody listens: sign-up mail is not sent
     }
     env |= {f"DIGESTBOT_WEB__{name.upper()}": value for name, value in web.items()}
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bot.delivery.smtp import helo_name
-from bot.tools.sink import Sink, SinkHandler, free_port
-from tests.helpers import Cli, CliResult
+from bot.tools.sink import Sink, SinkHandler
+from tests.helpers import NOBODY_LISTENS, Cli, CliResult
 
 OPENSSL = shutil.which("openssl")
 SECRET = "pa55-w0rd-\u00e9"
@@ -104,7 +104,7 @@ def test_login_refused_is_the_failing_step_and_the_password_never_shows(tmp_path
 
 
 def test_nothing_listening_or_no_such_host_fails_at_that_step(tmp_path: Path) -> None:
-    env = {"DIGESTBOT_PATHS__VAR_DIR": str(tmp_path), "DIGESTBOT_SMTP__PORT": str(free_port())}
+    env = {"DIGESTBOT_PATHS__VAR_DIR": str(tmp_path), "DIGESTBOT_SMTP__PORT": str(NOBODY_LISTENS)}
     shown = lines(run(env=env, code=1))
     assert shown[0].startswith("ok resolve") and shown[1].startswith("FAIL connect 127.0.0.1:") and len(shown) == 2
     nowhere = lines(run(env={**env, "DIGESTBOT_SMTP__HOST": "no-such-host.invalid"}, code=1))

@@ -11,17 +11,41 @@ from __future__ import annotations
 
 import sys
 
-from bot.cli import db_commands, digest_commands, report_commands, tag_commands  # noqa: F401 - they register on the app
+from bot.cli import (  # noqa: F401 - they register on their groups
+    db_commands,
+    db_restore_commands,
+    subscriber_csv_commands,
+    subscriber_show_commands,
+    tag_commands,
+)
 from bot.cli.admin import config_app, db_app, init_command, sink_command, smtp_app
-from bot.cli.ingest_commands import dumps_app, entries_app, feeds_app
+from bot.cli.daemon_commands import demo, run_command, scheduler_command, serve_command, worker_command
+from bot.cli.digest_commands import resend_command, send_now
+from bot.cli.entry_commands import entries_app
+from bot.cli.ingest_commands import dumps_app, feeds_app
 from bot.cli.library_commands import library_app
 from bot.cli.llm_commands import llm_app
-from bot.cli.report_commands import bounces_app, rankers_app
-from bot.cli.shell import EXIT_USAGE, app, err
+from bot.cli.output import EXIT_USAGE, err
+from bot.cli.preview_commands import preview
+from bot.cli.ranker_commands import rankers_app
+from bot.cli.report_commands import history, stats
+from bot.cli.returned_mail_commands import bounces_app
+from bot.cli.shell import app
 from bot.cli.subscriber_commands import subscribers_app
 from bot.cli.tag_commands import tags_app
 from bot.domain.text import is_utf8_name
 
+# The top-level commands, in the order --help lists them: a day's work first.
+app.command("preview")(preview)
+app.command("run")(run_command)
+app.command("scheduler")(scheduler_command)
+app.command("worker")(worker_command)
+app.command("serve")(serve_command)
+app.command("send-now")(send_now)
+app.command("resend")(resend_command)
+app.command("demo")(demo)
+app.command("history")(history)
+app.command("stats")(stats)
 app.add_typer(dumps_app, name="dumps")
 app.add_typer(entries_app, name="entries")
 app.add_typer(feeds_app, name="feeds")
@@ -40,6 +64,7 @@ app.command("sink")(sink_command)
 
 def main() -> None:
     import typer.main
+    from typer.core import TyperGroup
 
     from bot.cli.command_line import plain_help, run_command_line
 
@@ -49,5 +74,7 @@ def main() -> None:
             err.print(f"error: argument {position} is not valid UTF-8: {shown!r}", markup=False)
             raise SystemExit(EXIT_USAGE)
     command = typer.main.get_command(app)
+    if not isinstance(command, TyperGroup):  # the app has command groups: Typer makes it a group
+        raise TypeError(f"the command line is a {type(command).__name__}, not a group")
     plain_help(command)
     raise SystemExit(run_command_line(command))

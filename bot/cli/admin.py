@@ -10,7 +10,10 @@ from typing import Annotated
 
 import typer
 
-from bot.cli.shell import EXIT_USAGE, command_group, ctx_of, fail, out, plural
+from bot.cli.context import upgrade_store
+from bot.cli.output import EXIT_USAGE, fail, out
+from bot.cli.shell import command_group, ctx_of
+from bot.domain.text import plural
 
 db_app = command_group(
     "The store as a whole: its schema (Alembic migrations), retention, backup, restore, the copy to "
@@ -76,7 +79,7 @@ def db_upgrade(ctx: typer.Context) -> None:
     from bot.store import engine as store_engine
 
     c = ctx_of(ctx)
-    c.upgrade_store()
+    upgrade_store(c.engine)
     out.print(f"database at revision {store_engine.current_revision(c.engine)}")
 
 

@@ -3,18 +3,18 @@ them.  Prints what it is given; never decides anything."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from bot.cli.shell import out, print_json_lines
+from bot.cli.output import out, print_json_lines
 from bot.cli.tables import Column, fitted
 
+if TYPE_CHECKING:
+    from bot.taste.explain import Scored
 
-def print_candidates(found: list[Any], title: str, as_json: bool) -> None:
-    """Entries with their relevance, and their model's taste score when there is one:
-    ``bot.taste.explain.Scored`` values, or plain candidates (no model)."""
-    rows = [
-        (f, None, f.explanation.why()) if hasattr(f, "explanation") else (f.candidate, f.score, f.why) for f in found
-    ]
+
+def print_candidates(found: list[Scored], title: str, as_json: bool) -> None:
+    """Entries with their relevance, and their model's taste score when there is one."""
+    rows = [(f.candidate, f.score, f.why) for f in found]
     with_model = any(taste is not None for _, taste, _ in rows)
     if as_json:
         print_json_lines(

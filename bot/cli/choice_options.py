@@ -8,15 +8,31 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Annotated, Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated
 
 import typer
 
 from bot.subscribers.settings import SETTINGS
 
-# Each option: (its parameter, the subscriber service's name for it, its type and option).
-CHOICES: tuple[tuple[str, str, Any], ...] = (
+
+@dataclass(frozen=True)
+class DigestChoices:
+    """The digest choices and yes/no settings an operator gave on the command line; None
+    (or absent) leaves one as it is.  The subscriber service validates them."""
+
+    name: str | None = None
+    filter: str | None = None
+    timezone: str | None = None
+    send_hour: int | None = None
+    backfill: str | None = None
+    cadence: str | None = None
+    settings: Mapping[str, bool] = field(default_factory=dict)
+
+
+# Each option: (its parameter, its field of DigestChoices, its type and option).
+CHOICES: tuple[tuple[str, str, object], ...] = (
     ("name", "name", Annotated[str | None, typer.Option("--name", help="Display name.")]),
     (
         "filter",
@@ -59,10 +75,11 @@ CHOICES: tuple[tuple[str, str, Any], ...] = (
 )
 
 
-def with_choice_options(command: Callable[..., None]) -> Callable[..., None]:
+# A command's parameters are whatever Typer reads off its signature, which this rewrites.
+def with_choice_options(command: Callable[..., None]) -> Callable[..., None]:  # type: ignore[explicit-any]
     """*command* with the digest-choice options and a ``--FLAG/--no-FLAG`` per setting;
-    it gets those given as ``choices`` (the service's name -> value), and none of the
-    options itself.  Typer reads the options from the wrapper's signature."""
+    it gets those given as ``choices`` (``DigestChoices``), and none of the options
+    itself.  Typer reads the options from the wrapper's signature."""
     signature = inspect.signature(command, eval_str=True)
     kept = [p for p in signature.parameters.values() if p.name != "choices"]
     keyword = inspect.Parameter.KEYWORD_ONLY
@@ -76,15 +93,35 @@ def with_choice_options(command: Callable[..., None]) -> Callable[..., None]:
         )
         for s in SETTINGS
     ]
-    named = {name: field for name, field, _ in CHOICES} | {s.name: s.name for s in SETTINGS}
+    named = {name: field for name, field, _ in CHOICES}
 
     @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
+    def wrapper(*args: object, **kwargs: object) -> None:
         given = {field: kwargs.pop(name) for name, field in named.items()}
-        command(*args, **kwargs, choices={field: value for field, value in given.items() if value is not None})
+        flags = {s.name: kwargs.pop(s.name) for s in SETTINGS}
+        command(*args, **kwargs, choices=_choices(given, flags))
 
     parameters = [*kept, *options, *flags]
     wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
     del wrapper.__wrapped__  # Typer must see the wrapper's signature, not the command's
     return wrapper
+
+
+def _choices(given: Mapping[str, object], flags: Mapping[str, object]) -> DigestChoices:
+    """What Typer parsed, as ``DigestChoices`` (an option not given is None)."""
+
+    def text(name: str) -> str | None:
+        value = given[name]
+        return value if isinstance(value, str) else None
+
+    hour = given["send_hour"]
+    return DigestChoices(
+        name=text("name"),
+        filter=text("filter"),
+        timezone=text("timezone"),
+        send_hour=hour if isinstance(hour, int) else None,
+        backfill=text("backfill"),
+        cadence=text("cadence"),
+        settings={name: value for name, value in flags.items() if isinstance(value, bool)},
+    )

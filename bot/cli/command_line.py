@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from typing import Protocol
 
 import typer
-from typer.core import TyperArgument, TyperGroup, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
-from bot.cli.shell import EXIT_INPUT_FAILED, EXIT_USAGE, err
+from bot.cli.output import EXIT_INPUT_FAILED, EXIT_USAGE, err
 from bot.cli.troubles import store_trouble
 
 
-def plain_help(command: Any) -> None:
+def plain_help(command: TyperCommand | TyperGroup) -> None:
     """Help screens in the usual Unix shape: ``EMAIL`` and ``[EMAIL]`` for arguments,
     ``--hour N`` for options, nothing after a flag.  Typer labels every parameter with
     its Python type (``--failed <bool>``, ``<list[Path]>``, ``{email}``)."""
@@ -33,7 +33,12 @@ def plain_help(command: Any) -> None:
             named = [_OPTION_LABELS[o] for o in param.opts if o in _OPTION_LABELS]
             param.metavar = named[0] if named else _value_label(param.type_descriptor)
     if isinstance(command, TyperGroup):
-        for sub in command.commands.values():
+        _plain_group(command)
+
+
+def _plain_group(group: TyperGroup) -> None:
+    for sub in group.commands.values():
+        if isinstance(sub, (TyperCommand, TyperGroup)):
             plain_help(sub)
 
 
@@ -62,7 +67,18 @@ _OPTION_LABELS = {
 }
 
 
-def _value_label(described: Any) -> str:
+class _Described(Protocol):
+    """What Typer says of a parameter's annotation (its own class is private)."""
+
+    @property
+    def choices(self) -> tuple[object, ...] | None: ...
+    @property
+    def is_path(self) -> bool: ...
+    @property
+    def annotation(self) -> object: ...
+
+
+def _value_label(described: _Described) -> str:
     """The value's label from Typer's description of the parameter's annotation."""
     if described.choices:
         return "[" + "|".join(str(getattr(choice, "value", choice)) for choice in described.choices) + "]"
@@ -81,7 +97,7 @@ _VALUE_WORDING = (
 )
 
 
-def run_command_line(command: Any) -> int:
+def run_command_line(command: TyperGroup) -> int:
     """Run the CLI; a usage error is one ``error:`` line naming the option and where
     to find help, exit 2.  Returns the exit code."""
     try:

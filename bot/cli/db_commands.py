@@ -1,5 +1,6 @@
-"""CLI commands on the store as a whole: ``db prune`` (retention, now), ``db backup``,
-``db restore`` and ``db copy``.  Thin shells over ``bot.plan.retention`` and
+"""CLI commands on the store as a whole: ``db prune`` (retention, now), ``db backup``
+and ``db copy`` (``db restore`` in ``db_restore_commands``), and what they share: the
+SQLite store's file, held alone.  Thin shells over ``bot.plan.retention`` and
 ``bot.store.copies``."""
 
 from __future__ import annotations
@@ -7,12 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from bot.cli.admin import db_app
-from bot.cli.shell import EXIT_USAGE, Context, JsonOption, ctx_of, fail, now, out, plural, print_json_lines
+from bot.cli.context import Context
+from bot.cli.output import EXIT_USAGE, fail, out, print_json_lines
+from bot.cli.shell import JsonOption, ctx_of, now
+from bot.domain.text import plural
 
 
 @db_app.command("prune")
@@ -37,7 +41,7 @@ def db_prune(ctx: typer.Context, as_json: JsonOption = False) -> None:
     )
 
 
-def _sqlite_store(c: Context, command: str, other: str) -> Path:
+def sqlite_store(c: Context, command: str, other: str) -> Path:
     """The SQLite store's file; a usage error naming *other* on PostgreSQL."""
     from sqlalchemy.engine import make_url
 
@@ -47,14 +51,14 @@ def _sqlite_store(c: Context, command: str, other: str) -> Path:
     return Path(url.database)
 
 
-def _journal_file(store: Path) -> Path:
+def journal_file(store: Path) -> Path:
     from bot.store.journal import journal_url
 
     return Path(journal_url(f"sqlite:///{store}").removeprefix("sqlite:///"))
 
 
 @contextmanager
-def _alone(store: Path, doing: str) -> Iterator[None]:
+def alone(store: Path, doing: str) -> Iterator[None]:
     """The store held by this command alone (``bot.store.holders``): a usage error naming
     the processes that have it open (the scheduler, workers, serve, another command)."""
     from bot.store.errors import StoreError
@@ -74,7 +78,7 @@ def _family(c: Context, store: Path) -> set[Path]:
     journal's, the lock files, the signing key), as they resolve: no backup goes there."""
     from bot.tokens import key_file
 
-    journal = _journal_file(store)
+    journal = journal_file(store)
     parts = [Path(f"{base}{suffix}") for base in (store, journal) for suffix in ("", "-wal", "-shm", "-journal")]
     parts += [Path(f"{store}.{lock}") for lock in ("lock", "scheduler.lock", "worker.lock")]
     key = key_file(c.settings)
@@ -97,7 +101,7 @@ def db_backup(
     from bot.tokens import backup_key, key_beside
 
     c = ctx_of(ctx)
-    store = _sqlite_store(c, "backup", f"pg_dump --format=custom --file {file} '<database.url>'")
+    store = sqlite_store(c, "backup", f"pg_dump --format=custom --file {file} '<database.url>'")
     if not store.is_file():
         fail(f"{store}: no store here to back up (database.url)", EXIT_USAGE)
     family = _family(c, store)
@@ -110,7 +114,7 @@ def db_backup(
         fail(f"{file.parent}: no such folder")
     _ = c.engine  # held open by this command: no restore or copy meanwhile
     try:
-        facts = backup_sqlite(store, _journal_file(store), file)
+        facts = backup_sqlite(store, journal_file(store), file)
         key = backup_key(c.settings, file)
     except StoreError as exc:
         fail(str(exc))
@@ -126,119 +130,6 @@ def db_backup(
         markup=False,
     )
     out.print(key, markup=False)
-
-
-@db_app.command("restore")
-def db_restore(
-    ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="A backup written by 'digestbot db backup'.", metavar="FILE")],
-) -> None:
-    """Put a backup in the SQLite store's place; refused while any digestbot process
-    (scheduler, worker, serve, another command) has the store open.  A backup is
-    untrusted: only the schema digestbot makes is accepted, and its rows are copied
-    into a store made afresh.  The store it replaces is moved aside, and what it
-    recorded since the backup is kept: digests sent are not sent again, unsubscribes,
-    bounces and purges stay; readers it added since are named.  Without a readable
-    store to replace, digests on their way in the backup are marked failed (they may
-    have gone out; 'digestbot resend' sends one again).  FILE.key, the signing key
-    'db backup' wrote beside it, is put back when the restored links need it."""
-    import sqlite3
-
-    from bot.files import exclusive_file
-    from bot.store import restores
-    from bot.store.errors import StoreError
-
-    c = ctx_of(ctx)
-    store = _sqlite_store(c, "restore", f"pg_restore --clean --if-exists --dbname '<database.url>' {file}")
-    store.parent.mkdir(parents=True, exist_ok=True)  # a new machine's var/
-    with _alone(store, "restoring"):
-        try:
-            revision = restores.backup_revision(file)
-        except restores.BackupRefused as exc:
-            fail(str(exc), EXIT_USAGE if exc.newer else 1)
-        except StoreError as exc:
-            fail(str(exc))
-        stamp = now().strftime("%Y%m%dT%H%M%SZ")
-        report = restores.RestoreReport(revision)
-        try:
-            partial = exclusive_file(store.with_name(f"{store.name}.restore-{stamp}"))
-        except OSError as exc:
-            fail(f"{file}: restore stopped, {store} is as it was: {_said(exc)}")
-        try:
-            _rebuild(restores, file, store, partial, report)
-        except (StoreError, OSError, sqlite3.DatabaseError) as exc:
-            restores.remove(partial)
-            fail(f"{file}: restore stopped, {store} is as it was: {_said(exc)}")
-        report.aside = restores.put_in_place(partial, store, now())
-        try:
-            restores.journal_from_backup(store, _journal_file(store), report)
-        except (StoreError, OSError, sqlite3.DatabaseError) as exc:
-            failed = restores.put_back(store, report.aside, now())
-            kept = f"; the restored copy is at {failed}" if failed else ""
-            fail(f"{file}: restore stopped, {store} is as it was: {_said(exc)}{kept}")
-        key = _restore_key(c, file, store, stamp)
-    _say_restored(store, file, report, key)
-
-
-def _said(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
-
-
-def _rebuild(restores: Any, file: Path, store: Path, partial: Path, report: Any) -> None:
-    """The backup's rows in a store made afresh at its schema, brought to this one's, with
-    what the live store recorded since (or, without one, its digests in flight settled)."""
-    from bot.choose.filters import filter_fault
-
-    restores.rebuild(file, partial, report.revision, filter_fault=filter_fault)
-    if store.exists() and restores.readable(store) and restores.is_current(store):
-        restores.carry_forward(partial, store, report)
-    else:
-        note = f"on its way when the backup {file.name} was taken: it may have gone out"
-        restores.settle_in_flight(partial, report, note)
-
-
-def _restore_key(c: Context, file: Path, store: Path, stamp: str) -> str | None:
-    from bot.config import ConfigError
-    from bot.store.restores import read_fact
-    from bot.tokens import KEY_ID_FACT, restore_key
-
-    try:
-        return restore_key(c.settings, file, read_fact(store, KEY_ID_FACT), stamp)
-    except (ConfigError, OSError) as exc:
-        return f"the signing key was not put back: {_said(exc)}"
-
-
-def _say_restored(store: Path, file: Path, report: Any, key: str | None) -> None:
-    out.print(f"restored {file} (schema {report.revision}) into {store}", markup=False)
-    if report.aside is not None:
-        out.print(f"the store it replaced is kept at {report.aside}", markup=False)
-    if report.carried:
-        out.print(
-            f"kept from it: {plural(report.digests_carried, 'digest')} with what they carried, "
-            f"{plural(report.statuses_kept, 'subscriber')} unsubscribed or bounced since, "
-            f"{plural(report.purged_again, 'purged subscriber')} purged again",
-            markup=False,
-        )
-        for readers, what in (
-            (report.added_since, "added since the backup, not in it"),
-            (report.changed_since, "whose settings are as they were at the backup"),
-        ):
-            if readers:
-                shown = ", ".join(readers[:5]) + (", ..." if len(readers) > 5 else "")
-                out.print(f"gone since the backup: {plural(len(readers), 'reader')} {what} ({shown})", markup=False)
-    elif report.in_flight_failed:
-        shown = ", ".join(f"#{n}" for n in report.in_flight_failed[:10])
-        more = "" if len(report.in_flight_failed) <= 10 else ", ..."
-        out.print(
-            f"no store to compare with: {plural(len(report.in_flight_failed), 'digest')} on its way in the backup "
-            f"marked failed ({shown}{more}); 'digestbot resend N' sends one again. Digests sent after the "
-            "backup was taken are not known to it.",
-            markup=False,
-        )
-    if report.requests_to_apply:
-        out.print(f"{plural(report.requests_to_apply, 'unsubscribe request')} will be applied on start", markup=False)
-    if key:
-        out.print(key, markup=False)
 
 
 @db_app.command("copy")
@@ -262,7 +153,7 @@ def db_copy(
     from bot.unsubscribes import journal_of
 
     c = ctx_of(ctx)
-    store = _sqlite_store(c, "copy", "copy a PostgreSQL database with pg_dump and pg_restore")
+    store = sqlite_store(c, "copy", "copy a PostgreSQL database with pg_dump and pg_restore")
     try:
         target_url = make_url(to)
     except ArgumentError:
@@ -271,7 +162,7 @@ def db_copy(
         fail(f"--to: {target_url.get_backend_name()} is not PostgreSQL (postgresql+psycopg://USER@HOST/DB)", EXIT_USAGE)
     shown = target_url.render_as_string(hide_password=True)
     factory = c.sessions()
-    with _alone(store, "copying"):
+    with alone(store, "copying"):
         journal_of(factory).apply_pending(factory)
         target = store_engine.make_engine(to)
         try:

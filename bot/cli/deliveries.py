@@ -1,15 +1,24 @@
-"""CLI: what a delivery a command starts did (``run --once``, ``send-now``, ``resend``),
+"""CLI: what a planning pass and a delivery a command starts did (``run --once``, ``send-now``, ``resend``),
 and what became of each digest it queued, a running worker's sends included.  A thin
 shell over ``bot.delivery.loop``; prints what happened, never decides it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from bot.cli.shell import Context, now, out, progress_bar
+from bot.cli.context import Context
+from bot.cli.output import err, out, progress_bar
+from bot.cli.shell import now
+from bot.domain.text import plural
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from bot.domain import DeliverReport
+    from bot.plan.report import PlanReport
 
 
-def report_delivery(report: Any) -> bool:
+def report_delivery(report: DeliverReport) -> bool:
     """Print what a delivery run did; whether any message failed for good."""
     out.print(
         f"sent {report.sent}, retrying {report.retrying}, failed {report.failed}, bounced {report.bounced}, "
@@ -19,7 +28,7 @@ def report_delivery(report: Any) -> bool:
     return bool(report.failed or report.bounced)
 
 
-def deliver_with_progress(c: Context, factory: Any) -> Any:
+def deliver_with_progress(c: Context, factory: sessionmaker[Session]) -> DeliverReport:
     import asyncio
 
     from bot.delivery.loop import deliver_now, due_count
@@ -35,7 +44,7 @@ SETTLE_SECONDS = 120.0
 TOLD_ONE_BY_ONE = 10
 
 
-def deliver_and_tell(c: Context, factory: Any, queued: list[int]) -> bool:
+def deliver_and_tell(c: Context, factory: sessionmaker[Session], queued: list[int]) -> bool:
     """Deliver what is due, then say what became of each queued digest: a running
     worker (the daemon's) may have claimed it first, and its outcome is waited for and
     told, not this command's "sent 0".  Whether any failed for good."""
@@ -67,3 +76,13 @@ def deliver_and_tell(c: Context, factory: Any, queued: list[int]) -> bool:
         counts = Counter(row.state.value for row in rows)
         out.print("now: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())), markup=False)
     return failed or any(row.state is DigestState.FAILED for row in rows)
+
+
+def tell_ranker_failure(planned: PlanReport) -> None:
+    """A warning, not a failure: the readers got their digests in the built-in order."""
+    if planned.ranker_failure is not None:
+        skipped = plural(planned.ranker_skipped, "reader")
+        err.print(
+            f"warning: the outside ranker failed ({planned.ranker_failure}): {skipped} kept the built-in order",
+            markup=False,
+        )

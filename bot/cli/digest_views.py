@@ -4,15 +4,18 @@ its JSON object and a table of several.  Prints nothing itself."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from bot.cli.output import JsonObject
 from bot.cli.tables import Column, fitted
 
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from bot.store.digests import DigestRow
 
-def digest_story(d: Any, close_hour: int, at: datetime) -> str:
+
+def digest_story(d: DigestRow, close_hour: int, at: datetime) -> str:
     """What happened to a digest's day, in a few words (``bot.plan.days.day_story``),
     each time in the subscriber's zone and saying which."""
     from bot.domain import DigestKind
@@ -27,7 +30,7 @@ def digest_story(d: Any, close_hour: int, at: datetime) -> str:
     return day_story(facts, timezone=tz, closes_at=closes, now=at, zone=True)
 
 
-def digest_json(d: Any, story: str = "") -> dict[str, Any]:
+def digest_json(d: DigestRow, story: str = "") -> JsonObject:
     return {
         "id": d.id,
         "subscriber": d.subscriber_email,
@@ -47,7 +50,9 @@ def digest_json(d: Any, story: str = "") -> dict[str, Any]:
     }
 
 
-def digest_table(digests: list[Any], title: str, stories: list[str], *, width: int, subscriber: bool = True) -> Table:
+def digest_table(
+    digests: list[DigestRow], title: str, stories: list[str], *, width: int, subscriber: bool = True
+) -> Table:
     """Digests as ``history`` lists them; without *subscriber*, one reader's (their
     address is the title's)."""
     columns = [

@@ -5,30 +5,24 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from bot.cli.shell import (
-    EXIT_INPUT_FAILED,
-    EXIT_USAGE,
-    JsonOption,
-    command_group,
-    ctx_of,
-    err,
-    fail,
-    find_subscriber,
-    now,
-    out,
-    plural,
-    print_json_lines,
-)
+from bot.cli.output import EXIT_INPUT_FAILED, EXIT_USAGE, err, fail, out, print_json_lines
+from bot.cli.shell import JsonOption, command_group, ctx_of, find_subscriber, now
 from bot.cli.tables import Column, fitted
+from bot.domain.text import plural
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from bot.choose.tagging import TagRules
 
 library_app = command_group("A reader's library: the papers their digest is ranked by.")
 
 
-def train_on_demand(factory: Any, subscriber_id: int, rules: Any = None) -> None:
+def train_on_demand(factory: sessionmaker[Session], subscriber_id: int, rules: TagRules | None = None) -> None:
     """Train the subscriber's models now if their library or feedback changed since (the
     daemon would at its next planning pass): what the operator asks about is ranked by
     them.  Without the tag *rules*, the models of a reader of several interests are

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from bot.cli.shell import EXIT_USAGE, command_group, ctx_of, fail, now, out, plural
+from bot.cli.output import EXIT_USAGE, fail, out
+from bot.cli.shell import command_group, ctx_of, now
+from bot.domain.text import plural
 
 llm_app = command_group("A language model behind the OpenAI-compatible API ([llm], docs/llm.md).")
 

@@ -1,41 +1,27 @@
-"""CLI commands that report and read what came back: ``history``, ``stats`` and
-``bounces fetch``.  Thin shells over the store's reports and ``bot.returns``."""
+"""CLI commands that report what was sent: ``history`` and ``stats``.  Thin shells over
+the store's reports (``bot.reports``, ``bot.store.digests``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from bot.cli.context import Context
 from bot.cli.digest_views import digest_json, digest_story, digest_table
-from bot.cli.shell import (
-    EXIT_INPUT_FAILED,
-    EXIT_USAGE,
-    MAX_ROWS,
-    Context,
-    JsonOption,
-    app,
-    command_group,
-    ctx_of,
-    fail,
-    find_subscriber,
-    jsonable,
-    new_table,
-    now,
-    out,
-    plural,
-    print_json_lines,
-)
+from bot.cli.output import EXIT_USAGE, JsonObject, fail, jsonable, out, print_json_lines
+from bot.cli.returned_mail_commands import returns_table
+from bot.cli.shell import MAX_ROWS, JsonOption, ctx_of, find_subscriber, now
 from bot.cli.tables import Column, fitted
-from bot.domain import DigestState, Removed, ReturnEvent, ReturnKind
+from bot.domain import DigestState, Removed, ReturnKind
+from bot.domain.text import plural
 from bot.files import write_whole
 from bot.reports.list_picture import DEFAULT_DAYS, MAX_DAYS
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from rich.table import Table
     from sqlalchemy.orm import Session
 
     from bot.config.services import LlmConfig
@@ -43,19 +29,8 @@ if TYPE_CHECKING:
 STATS_COLUMNS = ("planned", "sent", "failed", "bounced", "pending", "empty", "resent", "hard", "soft", "complaints")
 # Left out of a narrow terminal first: resends, empty days, then the queue and returned mail.
 _STATS_DROP = {"resent": 5, "empty": 4, "pending": 3, "soft": 2, "hard": 1}
-_KIND_WORDS = {
-    ReturnKind.HARD: "hard bounce",
-    ReturnKind.SOFT: "soft bounce",
-    ReturnKind.DELAYED: "delay notice",
-    ReturnKind.COMPLAINT: "complaint",
-    ReturnKind.UNSUBSCRIBE: "unsubscribe mail",
-    ReturnKind.CLEARED: "bounce cleared",
-}
-
-bounces_app = command_group("Read bounces, complaints and unsubscribe mails from inbox.url.")
 
 
-@app.command("history")
 def history(
     ctx: typer.Context,
     email: Annotated[str | None, typer.Argument(help="Only this subscriber.")] = None,
@@ -97,7 +72,6 @@ def say_removed(gone: Removed | None, keep_days: int) -> None:
         )
 
 
-@app.command("stats")
 def stats(
     ctx: typer.Context,
     html: Annotated[
@@ -139,7 +113,7 @@ def _stats_table(c: Context, as_json: bool) -> None:
         ranker_failed = fact(session, RANKER_FAILURE_FACT) if c.settings.ranker.url else None
         model = _model_lines(session, c.settings.llm, now()) if c.settings.llm.enabled else []
     digest_days = dict(days)
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     for day in sorted(digest_days.keys() | returned.keys(), reverse=True):
         states = digest_days.get(day, {})
         mail = returned.get(day, {})
@@ -163,7 +137,7 @@ def _stats_table(c: Context, as_json: bool) -> None:
         print_json_lines(rows)
         return
     columns = [Column("day", whole=True), *(Column(k, whole=True, drop=_STATS_DROP.get(k, 0)) for k in STATS_COLUMNS)]
-    shown = [[r["day"].isoformat(), *(str(r[k]) for k in STATS_COLUMNS)] for r in rows]
+    shown = [[str(jsonable(r["day"])), *(str(r[k]) for k in STATS_COLUMNS)] for r in rows]
     out.print(fitted(columns, shown, width=out.width, title="Digests per day"))
     say_removed(gone, c.settings.database.keep_days)
     if ranker_failed:
@@ -206,106 +180,3 @@ def _write_picture(c: Context, file: Path, days: int) -> None:
     except OSError as exc:
         fail(f"{file}: cannot write: {exc.strerror}")
     out.print(f"wrote {file} ({len(data):,} bytes): open it in a browser", markup=False)
-
-
-def return_json(event: ReturnEvent) -> dict[str, Any]:
-    return {
-        "at": jsonable(event.at),
-        "kind": event.kind.value,
-        "address": event.address,
-        "status": event.status,
-        "diagnostic": event.diagnostic,
-        "digest": event.digest_id,
-    }
-
-
-def return_line(event: ReturnEvent) -> str:
-    """ "2026-11-24 08:00 UTC hard bounce 5.1.1 (digest #42): 550 5.1.1 User unknown"."""
-    parts = [f"{event.at:%Y-%m-%d %H:%M} UTC", _KIND_WORDS.get(event.kind, event.kind.value)]
-    if event.status:
-        parts.append(event.status)
-    if event.digest_id is not None:
-        parts.append(f"(digest #{event.digest_id})")
-    line = " ".join(parts)
-    return f"{line}: {event.diagnostic}" if event.diagnostic else line
-
-
-def returns_table(events: list[ReturnEvent]) -> Table:
-    table = new_table("returned mail", title="Bounces and complaints read from the inbox")
-    for event in events:
-        table.add_row(return_line(event))
-    return table
-
-
-@bounces_app.command("fetch")
-def bounces_fetch(ctx: typer.Context) -> None:
-    """Read inbox.url once: record each bounce, complaint and unsubscribe mail, mark it
-    seen, and leave everything else for a person (exit 1 when the mailbox fails)."""
-    from bot.returns.mailboxes import MailboxError
-    from bot.returns.service import read_configured_inbox
-
-    c = ctx_of(ctx)
-    if not c.settings.inbox.url:
-        fail("inbox.url is not set: nothing to read (docs/deliverability.md, 'Mail that comes back')", EXIT_USAGE)
-    try:
-        report = read_configured_inbox(c.sessions(), c.settings, c.signing_key())
-    except MailboxError as exc:
-        fail(str(exc), EXIT_INPUT_FAILED)
-    counts = ", ".join(plural(n, _KIND_WORDS[kind]) for kind, n in sorted(report.kinds.items()))
-    out.print(
-        f"read {plural(report.read, 'message')}: {counts or 'nothing recorded'}"
-        f"; {report.left} left for a person; {report.repeated} read before",
-        markup=False,
-    )
-    if report.unknown:
-        out.print(f"{plural(report.unknown, 'message')} named no subscriber (recorded)", markup=False)
-    for email, status in report.changed:
-        out.print(f"{email}: now {status.value}", markup=False)
-
-
-rankers_app = command_group(
-    "Outside rankers (ranker.url) and the embeddings, judged by the readers' ratings of interleaved digests."
-)
-
-
-@rankers_app.command("report")
-def rankers_report(
-    ctx: typer.Context,
-    days: Annotated[
-        int, typer.Option("--days", help="The window: digests sent in the last DAYS days.", min=1, max=3650)
-    ] = 28,
-    as_json: JsonOption = False,
-) -> None:
-    """Per outside ranker (and 'embeddings', the readers' models on llm.embedding_model's
-    vectors): the interleaved digests sent in the window, the digests its entries earned
-    more "More like this" than the built-in ranking's (wins), fewer (losses) or as many
-    (ties), and the two-sided sign test's p-value (ties left out): below 0.05, the
-    difference is unlikely to be chance."""
-    from datetime import timedelta
-
-    from bot.rankers.interleave import tallies
-    from bot.store.interleaved import judged_since
-
-    c = ctx_of(ctx)
-    with c.sessions()() as session:
-        found = tallies(judged_since(session, now() - timedelta(days=days)))
-    rows = [
-        {
-            "ranker": t.ranker,
-            "digests": t.digests,
-            "wins": t.wins,
-            "losses": t.losses,
-            "ties": t.ties,
-            "p_value": t.p_value,
-        }
-        for t in found
-    ]
-    if as_json:
-        print_json_lines(rows)
-        return
-    if not rows:
-        out.print(f"No interleaved digest was sent in the last {plural(days, 'day')}.", markup=False)
-        return
-    columns = [Column(name, whole=True) for name in ("ranker", "digests", "wins", "losses", "ties", "p")]
-    shown = [[t.ranker, str(t.digests), str(t.wins), str(t.losses), str(t.ties), f"{t.p_value:.2g}"] for t in found]
-    out.print(fitted(columns, shown, width=out.width, title=f"Rankers, last {plural(days, 'day')}"))

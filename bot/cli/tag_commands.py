@@ -9,21 +9,10 @@ import typer
 
 from bot.cli.candidates import print_candidates
 from bot.cli.library_commands import train_on_demand
-from bot.cli.shell import (
-    EXIT_USAGE,
-    MAX_ROWS,
-    JsonOption,
-    command_group,
-    ctx_of,
-    err,
-    fail,
-    find_subscriber,
-    out,
-    plural,
-    print_json_lines,
-    progress_bar,
-)
+from bot.cli.output import EXIT_USAGE, err, fail, out, print_json_lines, progress_bar
+from bot.cli.shell import MAX_ROWS, JsonOption, command_group, ctx_of, find_subscriber
 from bot.cli.tables import Column, fitted
+from bot.domain.text import plural
 
 tags_app = command_group("Tags and tag rules: counts, test a filter, re-apply rules.")
 

@@ -18,14 +18,14 @@ from bot.choose.select import SelectionCache, effective_start, local_send_time, 
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
-from bot.plan.cadence import next_send_day, sends_on
+from bot.plan.cadence import mails, next_send_day, sends_on
 from bot.plan.days import DayFacts, closes_at, local_time, local_today, today_note
 from bot.plan.resend import find_scheduled
 from bot.plan.retention import kept_since
 from bot.plan.sections import Sectioner
 from bot.store.entry_reads import entries_first_seen_between
 from bot.store.ledger import claimed_entry_ids, scheduled_days
-from bot.taste.explain import liked_for, reader_taste, scored
+from bot.taste.explain import Scored, liked_for, reader_taste, scored
 
 LOOKBACK = timedelta(days=7)
 SHOWN_TAGS = 8
@@ -97,6 +97,48 @@ def outlook_note(seen: Outlook, *, to_reader: bool = True, mailed: bool = True) 
     tags = ", ".join(f"{tag} ({count})" for tag, count in seen.tags)
     hint = f" Their tags: {tags}; a filter naming some of them would bring them." if tags else ""
     return f"{nothing}: {seen.unseen} {noun} {you} were not sent arrived {since}, and none matches {your} filter.{hint}"
+
+
+@dataclass(frozen=True, slots=True)
+class EntriesPreview:
+    """What ``preview EMAIL`` says: the entries the next digest would hold as of one
+    moment, best first, and, when none, why; the model's scores when they have one."""
+
+    as_of: datetime
+    found: list[Scored]
+    ranked_by_taste: bool  # the reader has a model: score + 3 x taste orders them
+    empty_note: str  # why nothing matches (said only when nothing does)
+
+
+def preview_entries(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    rules: TagRules,
+    subscriber: Subscriber,
+    *,
+    as_of: datetime,
+    now: datetime,
+) -> EntriesPreview:
+    """The entries *subscriber*'s digest would hold as of *as_of*, as the planner would
+    choose and order them, with each one's relevance and taste; nothing is written."""
+    cache = SelectionCache()
+    with factory() as session:
+        start = effective_start(subscriber, kept_since(settings, now))
+        taste = reader_taste(session, subscriber, start, cache.entries(session, start, as_of))
+        liked = liked_for(subscriber.filter, taste, subscriber.taste_threshold)
+        exclude = claimed_entry_ids(session, subscriber.id)
+        found = select_for(
+            session, subscriber, rules, as_of=as_of, start=start, exclude=exclude, cache=cache, liked=liked
+        )
+        note = (
+            ""
+            if found
+            else outlook_note(
+                outlook(session, subscriber, rules, as_of=as_of), to_reader=False, mailed=mails(subscriber.cadence)
+            )
+        )
+    placing = Sectioner(cache, rules).interest_of(subscriber.filter, liked)
+    return EntriesPreview(as_of, scored(taste, found, placing), taste is not None, note)
 
 
 # Why nothing goes out to a reader who is not active, as an operator reads it.

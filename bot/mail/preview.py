@@ -1,4 +1,4 @@
-"""Preview service: the message a subscriber's next digest would be, made by the real
+"""Mail stage: the message a subscriber's next digest would be, made by the real
 planner and mailer inside a database transaction that is then rolled back.
 
 The bytes are the sender's, but for Date and Message-ID (the digest id the

@@ -22,7 +22,8 @@ from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from bot.choose.select import Candidate, SelectionCache, select_for
+from bot.choose.candidates import Candidate
+from bot.choose.select import SelectionCache, select_for
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain.ranking import BUILT_IN, RankerCandidate, RankerReader, RankerScore

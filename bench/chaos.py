@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
-from bot.delivery.loop import RECORD_EVERY  # noqa: E402
+from bot.delivery.outcomes import RECORD_EVERY  # noqa: E402
 from bot.tokens import make_token  # noqa: E402
 from bot.tools.sink import Fault, Received, Sink, SinkHandler, free_port  # noqa: E402
 from tests.helpers import postgres_schema, render_dump  # noqa: E402

@@ -72,7 +72,8 @@ from sqlalchemy import select, update  # noqa: E402
 
 from bench.places import Place  # noqa: E402
 from bench.send import DAY, RULES, add_subscribers, zipf_choices  # noqa: E402
-from bot.choose.select import Candidate, SelectionCache, pick, rank  # noqa: E402
+from bot.choose.candidates import Candidate, pick, rank
+from bot.choose.select import SelectionCache  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from bot.ingest.service import ingest_bytes  # noqa: E402
 from bot.plan import plan, planned_key  # noqa: E402
@@ -319,7 +320,7 @@ def give_libraries(factory, percent: float, papers: int = 5) -> int:
 
 def models_mode(args: argparse.Namespace, filters: list[str], folder: Path, settings: Settings) -> None:
     from bot.store.taste_tables import TasteModel
-    from bot.taste.service import refresh_models
+    from bot.taste.training import refresh_models
 
     engine, factory = store(Place(folder), "models", filters, args.days)
     write_history(factory, filters, args.days, args.entries)
@@ -367,7 +368,7 @@ def _store_with_libraries(args: argparse.Namespace, filters: list[str], folder: 
     subscribers and their models trained (as the daemon has them before any pass but the
     first after a library changes, so no timed pass is mostly training): its file, the
     readers with a library, the models trained."""
-    from bot.taste.service import refresh_models
+    from bot.taste.training import refresh_models
 
     engine, factory = store(Place(folder), "ranker", filters, args.days)
     write_history(factory, filters, args.days, args.entries)

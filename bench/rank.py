@@ -78,7 +78,8 @@ from bot.rankers.interleave import Verdict, tally  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.subscribers import list_subscribers  # noqa: E402
 from bot.taste.ranking import TastePass  # noqa: E402
-from bot.taste.service import ModelsReport, give_feedback, import_library, refresh_models  # noqa: E402
+from bot.taste.service import give_feedback, import_library  # noqa: E402
+from bot.taste.training import ModelsReport, refresh_models
 from tests.helpers import render_dump  # noqa: E402
 
 START = datetime(2026, 3, 2, 6, tzinfo=UTC)

@@ -206,7 +206,7 @@ def main() -> None:
 
 def after_the_click(factory, acked: dict[int, float]) -> str:  # noqa: ANN001 - a sessionmaker
     """How long after their one-click was acknowledged readers were still sent a digest
-    (its ``sent_at`` is written up to bot.delivery.loop.RECORD_SECONDS after the 250)."""
+    (its ``sent_at`` is written up to bot.delivery.outcomes.RECORD_SECONDS after the 250)."""
     with factory() as session:
         sent = session.execute(select(Digest.subscriber_id, Digest.sent_at).where(Digest.state == "sent")).all()
     late = sorted(at.timestamp() - acked[sid] for sid, at in sent if sid in acked and at.timestamp() > acked[sid])

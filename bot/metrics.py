@@ -154,7 +154,7 @@ class QueueCollector(Collector):
         self.factory, self.clock = factory, clock
 
     def collect(self) -> Iterator[Any]:
-        from bot.store.digests import count_due, live_counts, oldest_due_at
+        from bot.store.queue import count_due, live_counts, oldest_due_at
 
         now = self.clock()
         with self.factory() as session:

@@ -142,7 +142,7 @@ def expected_digests(
     best ``digest.max_entries`` of what their filter matches that they were not sent."""
     from bot.choose.select import select_for
     from bot.domain import SubscriberStatus
-    from bot.store.ledger import claimed_entry_ids
+    from bot.store.claims import claimed_entry_ids
     from bot.store.subscribers import list_subscribers
 
     with factory() as session:

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.store.bulk import allocate_ids, bulk_insert
 from bot.store.engine import transaction
-from bot.store.schema import Consent, Digest, Entry, ReturnEvent, Source, Subscriber
+from bot.store.response_tables import Consent, ReturnEvent
+from bot.store.schema import Digest, Entry, Source, Subscriber
 from bot.store.taste_tables import Feedback
 
 FEEDS = (

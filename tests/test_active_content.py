@@ -26,7 +26,8 @@ from bot.ingest.service import ingest_bytes
 from bot.mail import render
 from bot.mail.prose import ALLOWED_TAGS, sanitize_html
 from bot.plan import plan
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Sink
 from tests.conftest import ROOT
 from tests.helpers import render_dump, settings_for

@@ -11,21 +11,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.filters import (
-    Author,
-    FilterError,
-    make_author,
-    normalize_filter,
-    parse_filter,
-    to_text,
-)
+from bot.choose.filter_terms import Author, make_author, to_text
+from bot.choose.filters import FilterError, normalize_filter, parse_filter
 from bot.choose.matching import Doc, explain, matches
 from bot.choose.names import fold_name, same_person
 from bot.choose.select import select_for
 from bot.choose.tagging import load_rules
 from bot.ingest.service import ingest_bytes
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from tests.conftest import ROOT
 from tests.helpers import render_dump, settings_for
 

@@ -192,7 +192,8 @@ def _subscriber_pages(folder: Path) -> dict[str, str]:
     from bot.ingest.service import ingest_bytes
     from bot.store.engine import make_engine, sessions, upgrade
     from bot.store.subscribers import get_subscriber
-    from bot.subscribers.subscriptions import clean_fields, save
+    from bot.subscribers.fields import clean_fields
+    from bot.subscribers.subscriptions import save
     from bot.tokens import make_token, signing_key
     from bot.web import create_app
     from tests.helpers import Server, render_dump

@@ -39,7 +39,8 @@ from bot.plan.cadence import (
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest
 from bot.store.subscribers import list_subscribers
-from bot.subscribers.subscriptions import SubscriberFields, clean_fields, edit, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import SubscriberFields, edit, save
 from tests.conftest import ROOT
 from tests.helpers import claims, digest_entry_ids, expected_digests, render_dump, settings_for, sized
 

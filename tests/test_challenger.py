@@ -33,7 +33,8 @@ from bot.store.interleaved import judged_since
 from bot.store.schema import Digest
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.taste.service import give_feedback, import_library
 from bot.web.versions import WebVersions
 from tests.conftest import ROOT

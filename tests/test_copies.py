@@ -30,7 +30,8 @@ from bot.store.engine import HEAD_REVISION, make_engine, sessions, transaction, 
 from bot.store.schema import BodyItem, Digest, Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, remove, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import remove, save
 from bot.tools.sink import Sink
 from bot.unsubscribes import close_journal, journal_of
 from tests.conftest import PG_SKIP, PG_URL, ROOT

@@ -24,7 +24,8 @@ from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT, settings_for, sized

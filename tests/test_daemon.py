@@ -165,7 +165,8 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
     from bot.delivery.loop import deliver_now
     from bot.ingest.service import ingest_bytes
     from bot.plan import plan
-    from bot.subscribers.subscriptions import clean_fields, save
+    from bot.subscribers.fields import clean_fields
+    from bot.subscribers.subscriptions import save
     from bot.tools.sink import Sink, SinkHandler
 
     day = datetime(2026, 6, 14, 12, tzinfo=UTC)

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bot.config import SmtpConfig
-from bot.delivery.loop import RECORD_EVERY, RECORD_SECONDS, _Outcomes
+from bot.delivery.outcomes import RECORD_EVERY, RECORD_SECONDS, Outcomes
 from bot.delivery.smtp import Outcome, SendResult, SmtpPool, _can_send_prepared, _unstuffed, transmit
 from bot.mail.message import Prepared, prepared
 from bot.store.digests import DigestRow
@@ -144,7 +144,7 @@ def test_outcomes_are_written_in_groups_on_time_and_a_failed_write_is_raised() -
 
     async def scenario() -> None:
         writes: list[int] = []
-        outcomes = _Outcomes(lambda done: writes.append(len(done)))
+        outcomes = Outcomes(lambda done: writes.append(len(done)))
         for _ in range(RECORD_EVERY + 1):
             outcomes.add(row, sent)
         assert writes == [RECORD_EVERY]  # a full group at once, the next one waits ...
@@ -156,7 +156,7 @@ def test_outcomes_are_written_in_groups_on_time_and_a_failed_write_is_raised() -
         def broken(done: object) -> None:
             raise OSError("disk full")
 
-        failing = _Outcomes(broken)
+        failing = Outcomes(broken)
         failing.add(row, sent)
         await asyncio.sleep(RECORD_SECONDS * 2)  # fails on the timer, where nobody sees it ...
         with pytest.raises(OSError, match="disk full"):

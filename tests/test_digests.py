@@ -26,7 +26,8 @@ from bot.plan import plan, resend
 from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.csv_io import import_csv
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.taste.service import import_library
 from bot.tools.sink import Fault, Received, Sink, SinkHandler
 from tests.conftest import ROOT
@@ -392,8 +393,8 @@ def test_resend_carries_the_same_entries_and_leaves_the_ledger(
 def test_a_sending_row_whose_lease_expired_is_sent_again_with_the_same_message_id(
     factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
 ) -> None:
-    from bot.store.digests import claim_due
     from bot.store.engine import transaction
+    from bot.store.queue import claim_due
 
     save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
@@ -524,8 +525,8 @@ def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, 
     and sending rows whose lease ran out, ties broken by id, nothing else."""
     import random
 
-    from bot.store.digests import _due_queries, claim_due, count_due
     from bot.store.engine import transaction
+    from bot.store.queue import _due_queries, claim_due, count_due
     from bot.store.schema import Digest
 
     def claim() -> list[int]:

@@ -24,7 +24,8 @@ from bot.mail.dkim import SIGNED_HEADERS, signer_of
 from bot.mail.mailer import Mailer
 from bot.plan import plan
 from bot.store.digests import get_digest
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Sink
 from tests.conftest import ROOT
 from tests.helpers import settings_for

@@ -23,20 +23,34 @@ def test_the_readme_is_a_front_door() -> None:
         assert f"docs/{page.name}" in readme, f"the README's map leaves out docs/{page.name}"
 
 
+def holds_code(path: Path) -> bool:
+    """Whether a package's ``__init__.py`` holds more than its docstring, imports and ``__all__``."""
+    import ast
+
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    return any(
+        not isinstance(node, (ast.Import, ast.ImportFrom))
+        and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+        and not (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"])
+        for node in body
+    )
+
+
 def unnamed_modules(architecture: str, package: Path) -> list[str]:
-    """The modules of *package* (but packages' ``__init__``/``__main__`` and migrations)
-    that *architecture* names neither by path nor by file name on a line that names
-    their package."""
+    """The modules of *package* that *architecture* names neither by path nor by file name
+    on a line that names their package: every module, ``__main__.py``, the migrations'
+    ``env.py`` and each ``__init__.py`` that holds code (the migrations' versions are
+    named by the rule for their file names, not one by one)."""
     lines = architecture.splitlines()
     missing = []
     for path in sorted(package.rglob("*.py")):
         relative = path.relative_to(package.parent).as_posix()
-        if "/migrations/" in relative or path.name in ("__init__.py", "__main__.py"):
+        if "/migrations/versions/" in relative or (path.name == "__init__.py" and not holds_code(path)):
             continue
         folder = relative.rsplit("/", 1)[0] + "/"
         if f"`{relative}`" in architecture or relative + "`" in architecture:
             continue
-        if not any(f"`{folder}`" in line and f"`{path.name}`" in line for line in lines):
+        if path.name == "__init__.py" or not any(f"`{folder}`" in line and f"`{path.name}`" in line for line in lines):
             missing.append(relative)
     return missing
 
@@ -48,7 +62,15 @@ def test_the_architecture_names_every_module(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "bot", tmp_path / "bot", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "bot" / "newcomer.py").write_text('"""New."""\n')
     (tmp_path / "bot" / "store" / "newcomers.py").write_text('"""New."""\n')
-    assert unnamed_modules(architecture, tmp_path / "bot") == ["bot/newcomer.py", "bot/store/newcomers.py"]
+    # A package whose __init__ gains code is found too; one of imports and __all__ is not.
+    (tmp_path / "bot" / "fresh").mkdir()
+    (tmp_path / "bot" / "fresh" / "__init__.py").write_text('"""Fresh."""\nfrom os import sep\n__all__ = ["sep"]\n')
+    (tmp_path / "bot" / "run" / "__init__.py").write_text('"""Run."""\nEVERY = 3\n')
+    assert unnamed_modules(architecture, tmp_path / "bot") == [
+        "bot/newcomer.py",
+        "bot/run/__init__.py",
+        "bot/store/newcomers.py",
+    ]
 
 
 def test_the_reference_pages_are_what_the_code_generates() -> None:

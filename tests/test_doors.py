@@ -25,7 +25,8 @@ from bot.store.schema import Digest
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import get_subscriber
 from bot.store.taste_tables import Feedback
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tokens import make_token
 from bot.tools.sink import Sink
 from bot.web import create_app

@@ -30,7 +30,8 @@ from bot.store.interleaved import judged_since
 from bot.store.llm_tables import EmbeddingModelRow, EmbeddingRow
 from bot.store.schema import Digest, Entry
 from bot.store.taste_tables import LibraryPaperRow
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.taste.embedded import MIN_POSITIVES, as_matrix, train_embedded
 from bot.taste.embedded_models import refresh_embedding_models
 from bot.taste.service import give_feedback, import_library

@@ -33,7 +33,8 @@ from bot.mail.lines import to_line
 from bot.mail.message import Headers, build_message, display_name
 from bot.plan import plan
 from bot.store.entry_reads import list_entries
-from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, save
+from bot.subscribers.fields import SubscriberInputError, clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import settings_for

@@ -41,9 +41,11 @@ from bot.store.entry_reads import find_entry
 from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel
-from bot.subscribers.subscriptions import clean_fields, remove, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import remove, save
 from bot.taste.library import csl_json, read_library
-from bot.taste.service import feedback, give_feedback, import_library, library, refresh_models, set_taste_threshold
+from bot.taste.service import feedback, give_feedback, import_library, library, set_taste_threshold
+from bot.taste.training import refresh_models
 from bot.tools.sink import Sink, SinkHandler
 from bot.web import create_app
 from bot.web.uploads import READ_SECONDS

@@ -6,19 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.choose.filters import (
-    And,
-    Everything,
-    FilterError,
-    Not,
-    Or,
-    Phrase,
-    Tag,
-    make_and,
-    make_or,
-    parse_filter,
-    to_text,
-)
+from bot.choose.filter_terms import And, Everything, Not, Or, Phrase, Tag, make_and, make_or, to_text
+from bot.choose.filters import FilterError, parse_filter
 from bot.choose.matching import Doc, explain, matches
 
 

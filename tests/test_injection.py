@@ -22,7 +22,8 @@ from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
 from bot.store.entry_reads import list_entries
-from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, save
+from bot.subscribers.fields import SubscriberInputError, clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Sink
 from tests.conftest import ROOT
 from tests.helpers import settings_for

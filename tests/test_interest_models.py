@@ -24,9 +24,11 @@ from bot.store.digests import list_digests
 from bot.store.schema import Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.taste_tables import Feedback, TasteModel
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.taste.interests import Example, Examples, by_interest
-from bot.taste.service import give_feedback, import_library, refresh_models
+from bot.taste.service import give_feedback, import_library
+from bot.taste.training import refresh_models
 from bot.tools.sink import Sink
 from bot.web import create_app
 from tests.conftest import ROOT, SEEDS

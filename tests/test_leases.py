@@ -18,8 +18,8 @@ from bot.delivery.loop import deliver
 from bot.delivery.smtp import SmtpPool
 from bot.domain import DigestState
 from bot.mail.mailer import Mailer
-from bot.store.digests import Finished, claim_due, expire_leases, finish_many
 from bot.store.engine import transaction
+from bot.store.queue import Finished, claim_due, expire_leases, finish_many
 from bot.store.schema import Digest
 from bot.tools.sink import Fault, Sink, SinkHandler
 from tests.helpers import queue_digests, settings_for

@@ -18,7 +18,8 @@ from bot.ingest.service import ingest_bytes
 from bot.store.engine import transaction
 from bot.store.library import add_papers, library_of, remove_papers
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, remove, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import remove, save
 from bot.taste.library import LibraryFileError, csl_json, read_library
 from tests.conftest import ROOT
 from tests.helpers import Cli, CliResult

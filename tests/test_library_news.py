@@ -31,7 +31,8 @@ from bot.plan import plan
 from bot.plan.news import LIBRARY_PER_DIGEST, library_news, news_line
 from bot.store.library import library_of
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, save, set_setting
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save, set_setting
 from bot.taste.service import import_library
 from bot.tools.sink import Sink
 from tests.conftest import FIXTURES, ROOT

@@ -28,7 +28,8 @@ from bot.store.library import add_papers
 from bot.store.llm_tables import EmbeddingRow
 from bot.store.schema import Entry, Subscriber
 from bot.store.tldrs import spent_on
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from tests.conftest import ROOT
 from tests.helpers import render_dump, settings_for
 from tests.model_server import model_server

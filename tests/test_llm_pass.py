@@ -19,7 +19,8 @@ from bot.llm.service import write_tldrs
 from bot.llm.wanted import WantedTldr, wanted_tldrs
 from bot.store.schema import Entry, Subscriber
 from bot.store.tldrs import set_language, spent_on, tldrs_for
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from tests.conftest import ROOT
 from tests.helpers import render_dump, settings_for
 from tests.model_server import HONEST_TLDR, model_server

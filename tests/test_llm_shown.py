@@ -21,15 +21,16 @@ from bot.config import Settings
 from bot.domain import DigestItem, EntryKind, SubscriberFields
 from bot.domain.llm import Tldr, chosen_language
 from bot.ingest.service import ingest_bytes
+from bot.mail.framing import tldr_html
 from bot.mail.mailer import Mailer
-from bot.mail.render import tldr_html
 from bot.plan import plan, resend
 from bot.store.digests import list_digests
 from bot.store.llm_tables import EntryTldrRow
 from bot.store.schema import Digest, Entry
 from bot.store.subscribers import get_subscriber
 from bot.store.tldrs import save_tldr
-from bot.subscribers.subscriptions import clean_fields, edit, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import edit, save
 from bot.web.feeds import FeedDigest, PersonalFeeds
 from bot.web.versions import WebVersions
 from tests.conftest import ROOT

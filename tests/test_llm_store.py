@@ -24,7 +24,8 @@ from bot.store.tldrs import (
     tldrs_for,
     without_tldr,
 )
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from tests.conftest import ROOT
 from tests.helpers import render_dump, settings_for
 

@@ -19,7 +19,8 @@ from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
 from bot.ingest.service import ingest_file
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tokens import make_token, signing_key
 from bot.unsubscribes import journal_of
 from bot.web import create_app

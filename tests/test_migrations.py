@@ -32,7 +32,8 @@ from bot.store.engine import (
 )
 from bot.store.interleaved import judged_since
 from bot.store.schema import Base, Digest, Entry
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from tests.conftest import FIXTURES, ROOT
 from tests.helpers import claims, settings_for
 

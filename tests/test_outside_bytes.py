@@ -28,7 +28,7 @@ from bot.ingest.formats import storable as bounds
 from bot.ingest.service import ingest_bytes
 from bot.returns.classify import Addresses, classify
 from bot.subscribers.csv_io import read_csv
-from bot.subscribers.subscriptions import SubscriberInputError, clean_fields
+from bot.subscribers.fields import SubscriberInputError, clean_fields
 from bot.taste.library import LibraryFileError, read_library
 from bot.web.forms import form_with_file, parse_form_lists
 

@@ -24,7 +24,8 @@ from bot.domain import DigestContent, EntryKind
 from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tokens import make_token, signing_key
 from bot.tools.sink import Sink
 from bot.web import create_app

@@ -31,12 +31,14 @@ from bot.domain import DigestState
 from bot.ingest.service import ingest_bytes
 from bot.plan import IdRuns, plan
 from bot.plan.days import closes_at, local_time
+from bot.store.claims import claimed_entry_ids, claimed_from
 from bot.store.engine import make_engine, sessions, transaction, upgrade
-from bot.store.ledger import claimed_entry_ids, claimed_from, release_entries
+from bot.store.ledger import release_entries
 from bot.store.schema import Digest, Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
-from bot.subscribers.subscriptions import clean_fields, save, set_filter
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save, set_filter
 from tests.conftest import ROOT
 from tests.helpers import (
     claims,
@@ -261,6 +263,7 @@ def test_a_rival_waits_for_the_batch_and_then_refuses(
     written), then finds the entry taken and refuses: no reader is given an entry twice."""
     import threading
 
+    import bot.plan.batch_choice as batch_choice
     import bot.plan.planner as planner
     from bot.domain import DigestKind
     from bot.store.ledger import EntriesTaken, NewDigest, Planned, insert_digests, lock_subscribers
@@ -282,7 +285,7 @@ def test_a_rival_waits_for_the_batch_and_then_refuses(
         except EntriesTaken as refused:
             outcome.append(refused)
 
-    choose = planner._choose
+    choose = batch_choice.choose_batch
     thread = threading.Thread(target=rival)
 
     def choose_while_a_rival_tries(*args: Any) -> Any:
@@ -292,7 +295,7 @@ def test_a_rival_waits_for_the_batch_and_then_refuses(
         assert thread.is_alive(), "the rival wrote while the batch held what it had read"
         return batch
 
-    monkeypatch.setattr(planner, "_choose", choose_while_a_rival_tries)
+    monkeypatch.setattr(planner, "choose_batch", choose_while_a_rival_tries)
     report = plan(factory, cfg, RULES, now=START, all_due=True)
     thread.join(timeout=10)
     assert len(report.planned) == 5 and isinstance(outcome[0], EntriesTaken)

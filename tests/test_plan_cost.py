@@ -27,7 +27,8 @@ from bot.delivery.loop import deliver_now
 from bot.ingest.service import ingest_bytes
 from bot.plan import plan
 from bot.store.engine import make_engine, refresh_statistics, sessions, upgrade
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import dump_text, filter_expressions

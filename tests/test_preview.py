@@ -22,7 +22,8 @@ from bot.plan import plan
 from bot.plan.next_digest import day_table, next_day
 from bot.store.schema import Base
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Sink, SinkHandler
 from bot.unsubscribes import journal_of
 from tests.conftest import ROOT, SEEDS

@@ -26,14 +26,16 @@ from bot.domain import DigestItem, EntryKind
 from bot.domain.links import primary_url, side_links
 from bot.ingest.service import ingest_bytes, ingest_file
 from bot.mail.bibtex import bibtex_of
+from bot.mail.framing import filter_marks
 from bot.mail.prose import cut_at_sentence, latex_to_text, marks_pattern, summary_of, title_text
-from bot.mail.render import HTML_BUDGET, filter_marks
+from bot.mail.render import HTML_BUDGET
 from bot.plan import plan, resend
 from bot.plan.next_digest import outlook, outlook_note
 from bot.plan.revisions import PER_DIGEST, to_tell
 from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, save, set_setting
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save, set_setting
 from bot.tokens import make_token, signing_key
 from bot.tools.sink import Sink
 from bot.web import create_app

@@ -17,7 +17,8 @@ from bot.domain import DigestKind, DigestState
 from bot.ingest.service import ingest_file
 from bot.plan import ResendPending, plan, resend, resend_failed
 from bot.store.digests import list_digests, stats_by_day
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Fault, Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import settings_for

@@ -29,7 +29,8 @@ from bot.store.ledger import release_entries
 from bot.store.retention import removed
 from bot.store.schema import Appearance, BodyItem, Digest, Entry, Source
 from bot.store.subscribers import list_subscribers
-from bot.subscribers.subscriptions import clean_fields, remove, save, set_filter
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import remove, save, set_filter
 from tests.conftest import ROOT
 from tests.helpers import Cli, claims, digest_entry_ids, dump_text, filter_expressions, settings_for
 

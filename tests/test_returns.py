@@ -24,7 +24,7 @@ from bot.domain import ReturnKind, SubscriberStatus
 from bot.returns.mailboxes import MailboxError, MaildirBox, open_mailbox
 from bot.returns.rules import Limits, status_after
 from bot.returns.service import read_inbox, reading_of
-from bot.store.schema import ReturnEvent
+from bot.store.response_tables import ReturnEvent
 from bot.subscribers.subscriptions import change_status, remove
 from tests.helpers import Cli, CliResult
 from tests.returned_mail import KEY, PEOPLE, add_people, deliver, inbox_settings, new_maildir, seen, statuses
@@ -414,7 +414,8 @@ def test_a_bounce_naming_an_internationalized_domain_in_ascii_finds_its_subscrib
 ) -> None:
     """Mail goes out to ``linus@xn--bcher-kva.example`` (IDNA), the store holds
     ``linus@bücher.example``: a DSN without VERP naming the first marks the second."""
-    from bot.subscribers.subscriptions import clean_fields, save
+    from bot.subscribers.fields import clean_fields
+    from bot.subscribers.subscriptions import save
 
     save(factory, Settings(), [clean_fields("linus@bücher.example")], NOW)
     dsn = (

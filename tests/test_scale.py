@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.delivery.loop import RECORD_EVERY
+from bot.delivery.outcomes import RECORD_EVERY
 from bot.domain import DigestState
 from bot.store.derived_tables import PlanningSlice
 from bot.store.engine import make_engine, sessions, transaction, upgrade

@@ -26,7 +26,8 @@ from bot.domain import DeliverReport
 from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.store.digests import list_digests
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tokens import signing_key
 from bot.tools.sink import Sink, SinkHandler
 from tests.conftest import ROOT, SEEDS

@@ -17,9 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.candidates import Candidate
 from bot.choose.filters import FilterError, normalize_filter, parse_filter, sections_of
 from bot.choose.matching import Explanation, Hit
-from bot.choose.select import Candidate, SelectionCache
+from bot.choose.select import SelectionCache
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
@@ -33,7 +34,8 @@ from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.ledger import Planned
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Sink
 from tests.conftest import FIXTURES, ROOT, SEEDS
 from tests.helpers import entry_view, render_dump, settings_for

@@ -8,14 +8,16 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.select import local_send_time, select_for
+from bot.choose.candidates import local_send_time
+from bot.choose.select import select_for
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.ingest.service import ingest_file
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.csv_io import import_csv
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from tests.conftest import ROOT
 from tests.seed_facts import (
     AGING,

@@ -29,7 +29,8 @@ from bot.store.derived_tables import PlanningSlice
 from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.planning_slices import finish_slice, open_slices, take_slice
 from bot.store.schema import Subscriber as SubscriberRow
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from tests.conftest import PG_SKIP, PG_URL
 from tests.helpers import dump_text, postgres_schema, settings_for
 from tests.test_standing import FILTERS, RULES, START, _planned, _sqlite_store

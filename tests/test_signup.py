@@ -24,9 +24,10 @@ from bot.domain import SubscriberStatus
 from bot.store.consents import consents_of
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import get_subscriber
+from bot.subscribers.fields import clean_fields
 from bot.subscribers.optin import expire_signups
 from bot.subscribers.settings import SETTINGS
-from bot.subscribers.subscriptions import change_status, clean_fields, save
+from bot.subscribers.subscriptions import change_status, save
 from bot.tokens import confirm_token_parts
 from bot.tools.sink import Sink
 from bot.web import create_app

@@ -26,7 +26,8 @@ from bot.plan import plan
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import list_subscribers
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Fault, FaultRates, Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import DIGESTBOT, settings_for, sized

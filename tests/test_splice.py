@@ -33,7 +33,8 @@ from bot.mail.splice import MessageTemplate, Personal
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import get_digest
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from tests.conftest import ROOT
 from tests.helpers import render_dump
 
@@ -363,7 +364,7 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
     readmore, rate = html.count('class="readmore"'), html.count('<p class="rate"')
     assert readmore > 0 and rate == len(content.items)
     per_subscriber = [getattr(p, "__qualname__", type(p).__qualname__) for p in template.wire_pieces if callable(p)]
-    footer_lines = "MessageTemplate._text_pieces.<locals>.footer_lines"
+    footer_lines = "text_pieces.<locals>.footer_lines"
     assert len(per_subscriber) == (11 if footer == "shipped" else 8) + readmore + 3 * rate, per_subscriber
     assert (footer_lines in per_subscriber) is (footer == "wrapping")
 

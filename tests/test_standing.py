@@ -20,8 +20,9 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 import bot.plan.standing as standing_module
+from bot.choose.candidates import Candidate, pick, rank
 from bot.choose.matching import Explanation, Hit
-from bot.choose.select import Candidate, SelectionCache, pick, rank
+from bot.choose.select import SelectionCache
 from bot.choose.standing import Match, Standing
 from bot.choose.tagging import load_rules
 from bot.domain import EntryKind, EntryView
@@ -32,7 +33,8 @@ from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import list_subscribers
-from bot.subscribers.subscriptions import clean_fields, save, set_filter
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save, set_filter
 from tests.conftest import ROOT
 from tests.helpers import dump_text, entry_view, filter_expressions, render_dump, settings_for
 

@@ -12,14 +12,9 @@ from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.csv_io import export_csv, import_csv
+from bot.subscribers.fields import SubscriberInputError, clean_fields
 from bot.subscribers.settings import SETTINGS
-from bot.subscribers.subscriptions import (
-    AlreadySubscribed,
-    SubscriberInputError,
-    add,
-    clean_fields,
-    remove,
-)
+from bot.subscribers.subscriptions import AlreadySubscribed, add, remove
 
 NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
 
@@ -267,7 +262,7 @@ def test_every_yes_no_setting_is_on_every_surface(tmp_path) -> None:
 @pytest.mark.parametrize("zone", ["posixrules", "Factory", "localtime", "posix/Europe/Berlin", "right/UTC", "../UTC"])
 def test_only_a_zone_of_a_place_is_a_time_zone(zone: str) -> None:
     """The zone folder holds files ZoneInfo opens that are no zone of a place."""
-    from bot.subscribers.subscriptions import clean_timezone
+    from bot.subscribers.fields import clean_timezone
 
     with pytest.raises(SubscriberInputError, match="is not an IANA time zone"):
         clean_timezone(zone)

@@ -24,9 +24,11 @@ from bot.store.contents import digest_content
 from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
 from bot.store.taste_tables import TasteModel
-from bot.subscribers.subscriptions import clean_fields, remove, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import remove, save
 from bot.taste.features import RowCache, Vocabulary, fit_vocabulary, vectors, words
-from bot.taste.service import import_library, refresh_models
+from bot.taste.service import import_library
+from bot.taste.training import refresh_models
 from tests.conftest import ROOT
 from tests.helpers import settings_for
 

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.store.engine import make_engine, sessions
 from bot.store.subscribers import list_subscribers
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tokens import make_token
 from bot.web.lookups import TokenLookups
 

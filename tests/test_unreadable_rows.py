@@ -22,7 +22,8 @@ from bot.plan import plan
 from bot.plan.cadence import CHOICES
 from bot.store.engine import transaction
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscribers.subscriptions import clean_fields, save, sendable
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save, sendable
 from bot.tokens import make_token, signing_key
 from bot.web import create_app
 from tests.conftest import ROOT, SEEDS

@@ -29,9 +29,11 @@ from bot.domain import DigestState, SubscriberStatus
 from bot.ingest.service import ingest_file
 from bot.plan import plan
 from bot.store.engine import make_engine, sessions
-from bot.store.schema import AppliedUnsubscribe, Digest, UnsubscribeRequest
+from bot.store.response_tables import AppliedUnsubscribe, UnsubscribeRequest
+from bot.store.schema import Digest
 from bot.store.subscribers import get_subscriber, list_subscribers
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tokens import make_token, signing_key
 from bot.tools.sink import Sink, free_port
 from bot.unsubscribes import close_journal, journal_of, reader_of

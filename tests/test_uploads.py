@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.store.library import library_of
 from bot.store.subscribers import get_subscriber
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tokens import make_token, signing_key
 from bot.web import create_app
 from tests.conftest import ROOT

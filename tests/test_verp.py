@@ -20,7 +20,8 @@ from bot.ingest.service import ingest_file
 from bot.mail.verp import digest_of, return_path
 from bot.plan import plan
 from bot.store.schema import Digest
-from bot.subscribers.subscriptions import clean_fields, save
+from bot.subscribers.fields import clean_fields
+from bot.subscribers.subscriptions import save
 from bot.tools.sink import Sink
 from tests.conftest import ROOT
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bot.choose.filters import Phrase, Tag, parse_filter
+from bot.choose.filter_terms import Phrase, Tag
+from bot.choose.filters import parse_filter
 from bot.choose.vocabulary import UnknownTag, idle_atoms_note, unknown_tags, unknown_tags_note
 
 KNOWN = {"gpu", "llm", "fpga", "snn", "hardware", "moe"}

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from bot.choose.filters import LIKED, And, Author, Everything, Expr, Liked, Not, Or, Phrase, Tag, to_text
+from bot.choose.filter_terms import LIKED, And, Author, Everything, Expr, Liked, Not, Or, Phrase, Tag, to_text
 from bot.choose.names import fold_name, same_person
 
 

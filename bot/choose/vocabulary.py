@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from bot.choose.filters import Atom, Expr, Tag, atoms, to_text
+from bot.choose.filter_terms import Atom, Expr, Tag, atoms, to_text
 
 
 @dataclass(frozen=True, slots=True)

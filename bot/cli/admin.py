@@ -43,7 +43,7 @@ def smtp_test(
     from bot.delivery.smtp import helo_name
     from bot.mail.message import envelope_address
     from bot.mail.notices import test_message
-    from bot.subscribers.subscriptions import SubscriberInputError, clean_email
+    from bot.subscribers.fields import SubscriberInputError, clean_email
 
     c = ctx_of(ctx)
     recipient = None

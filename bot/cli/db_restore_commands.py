@@ -38,6 +38,7 @@ def db_restore(
 
     from bot.files import exclusive_file
     from bot.store import restores
+    from bot.store.carried import journal_from_backup
     from bot.store.errors import StoreError
 
     c = ctx_of(ctx)
@@ -63,7 +64,7 @@ def db_restore(
             fail(f"{file}: restore stopped, {store} is as it was: {_said(exc)}")
         report.aside = restores.put_in_place(partial, store, now())
         try:
-            restores.journal_from_backup(store, journal_file(store), report)
+            journal_from_backup(store, journal_file(store), report)
         except (StoreError, OSError, sqlite3.DatabaseError) as exc:
             failed = restores.put_back(store, report.aside, now())
             kept = f"; the restored copy is at {failed}" if failed else ""
@@ -81,13 +82,14 @@ def _rebuild(file: Path, store: Path, partial: Path, report: RestoreReport) -> N
     what the live store recorded since (or, without one, its digests in flight settled)."""
     from bot.choose.filters import filter_fault
     from bot.store import restores
+    from bot.store.carried import carry_forward, settle_in_flight
 
     restores.rebuild(file, partial, report.revision, filter_fault=filter_fault)
     if store.exists() and restores.readable(store) and restores.is_current(store):
-        restores.carry_forward(partial, store, report)
+        carry_forward(partial, store, report)
     else:
         note = f"on its way when the backup {file.name} was taken: it may have gone out"
-        restores.settle_in_flight(partial, report, note)
+        settle_in_flight(partial, report, note)
 
 
 def _restore_key(c: Context, file: Path, store: Path, stamp: str) -> str | None:

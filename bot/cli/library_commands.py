@@ -28,7 +28,7 @@ def train_on_demand(factory: sessionmaker[Session], subscriber_id: int, rules: T
     them.  Without the tag *rules*, the models of a reader of several interests are
     left to the next planning pass.  A few queries when nothing changed."""
     from bot.taste import EXTRA_MISSING, ranking_installed
-    from bot.taste.service import refresh_models
+    from bot.taste.training import refresh_models
 
     if ranking_installed():
         refresh_models(factory, now(), only=[subscriber_id], rules=rules)
@@ -109,7 +109,8 @@ def library_remove(
     keys: Annotated[list[str], typer.Argument(help="Keys as 'library list' shows them.")],
 ) -> None:
     """Remove papers from EMAIL's library (exit 1 when a key is not in it)."""
-    from bot.taste.service import refresh_models, remove_from_library
+    from bot.taste.service import remove_from_library
+    from bot.taste.training import refresh_models
 
     factory = ctx_of(ctx).sessions()
     subscriber_id = find_subscriber(factory, email).id

@@ -61,7 +61,7 @@ def preview(
 def _preview_entries(
     c: Context, factory: sessionmaker[Session], subscriber: Subscriber, day: date | None, as_json: bool
 ) -> None:
-    from bot.choose.select import local_send_time
+    from bot.choose.candidates import local_send_time
     from bot.plan.next_digest import preview_entries, when_note
 
     at = now()

@@ -119,7 +119,7 @@ def clean_or_exit(email: str, choices: DigestChoices | None = None) -> Subscribe
     import dataclasses
 
     from bot.cli.choice_options import DigestChoices
-    from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, clean_settings
+    from bot.subscribers.fields import SubscriberInputError, clean_fields, clean_settings
 
     given = choices or DigestChoices()
     try:

@@ -96,7 +96,8 @@ def subscribers_edit(
     choices: DigestChoices | None = None,
 ) -> None:
     """Change the given fields of a subscriber."""
-    from bot.subscribers.subscriptions import SubscriberInputError, SubscriberNotFound, edit
+    from bot.subscribers.fields import SubscriberInputError
+    from bot.subscribers.subscriptions import SubscriberNotFound, edit
 
     c = ctx_of(ctx)
     fields = clean_or_exit(email, choices)
@@ -112,15 +113,14 @@ def subscribers_edit(
 
 
 def _set_status(ctx: typer.Context, email: str, command: str) -> None:
-    from bot.subscribers import subscriptions as service
+    from bot.subscribers.fields import StatusChangeRefused, SubscriberInputError
+    from bot.subscribers.subscriptions import SubscriberNotFound, operator_change
 
     try:
-        subscriber, said = service.operator_change(
-            ctx_of(ctx).sessions(), email, command, now(), detail=operator_user()
-        )
-    except service.SubscriberInputError as exc:
-        fail(str(exc), EXIT_INPUT_FAILED if isinstance(exc, service.StatusChangeRefused) else EXIT_USAGE)
-    except service.SubscriberNotFound as exc:
+        subscriber, said = operator_change(ctx_of(ctx).sessions(), email, command, now(), detail=operator_user())
+    except SubscriberInputError as exc:
+        fail(str(exc), EXIT_INPUT_FAILED if isinstance(exc, StatusChangeRefused) else EXIT_USAGE)
+    except SubscriberNotFound as exc:
         fail(str(exc))
     out.print(f"{said} {subscriber.email}", markup=False)
 
@@ -152,7 +152,8 @@ def subscribers_remove(
     ] = False,
 ) -> None:
     """Unsubscribe EMAIL, keeping what was sent so a re-subscribe never resends old entries."""
-    from bot.subscribers.subscriptions import SubscriberInputError, SubscriberNotFound, clean_email, remove
+    from bot.subscribers.fields import SubscriberInputError, clean_email
+    from bot.subscribers.subscriptions import SubscriberNotFound, remove
 
     c = ctx_of(ctx)
     try:

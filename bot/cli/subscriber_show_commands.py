@@ -26,7 +26,8 @@ def subscribers_list(
     as_json: JsonOption = False,
 ) -> None:
     """Subscribers, by address."""
-    from bot.choose.filters import Tag, atoms, parse_filter
+    from bot.choose.filter_terms import Tag, atoms
+    from bot.choose.filters import parse_filter
     from bot.store.subscribers import list_subscribers
 
     with ctx_of(ctx).sessions()() as session:

@@ -65,7 +65,8 @@ def tags_test(
 ) -> None:
     """The stored entries a filter matches, best first, with why; with --subscriber,
     in the order and with the scores of that subscriber's model."""
-    from bot.choose.filters import FilterError, Liked, atoms, parse_filter, to_text
+    from bot.choose.filter_terms import Liked, atoms, to_text
+    from bot.choose.filters import FilterError, parse_filter
     from bot.choose.select import every_entry, matching
     from bot.choose.vocabulary import idle_atoms_note, unknown_tags
     from bot.store.entry_reads import tag_names

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AfterValidator, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,20 +24,25 @@ from pydantic_settings import (
 from bot.config.errors import ENV_PREFIX
 from bot.config.errors import ConfigError as ConfigError  # where the rest of bot imports them from
 from bot.config.errors import read_secret_file as read_secret_file
-from bot.config.services import LlmConfig, MetricsConfig, RankerConfig
-from bot.config.values import address_or_network, dns_name, greeting_name
-from bot.domain.text import CONTROL_CHARACTERS, hides_control_characters, is_web_url, shown_url
+from bot.config.mail import DkimConfig as DkimConfig  # where the rest of bot imports them from
+from bot.config.mail import DkimKey as DkimKey
+from bot.config.mail import InboxConfig as InboxConfig
+from bot.config.mail import SenderConfig as SenderConfig
+from bot.config.mail import SmtpConfig as SmtpConfig
+from bot.config.mail import feedback_id_of as feedback_id_of
+from bot.config.services import LlmConfig, MetricsConfig, RankerConfig, Section
+from bot.config.values import address_or_network
+from bot.config.values import dns_name as dns_name
+from bot.config.values import greeting_name as greeting_name
+from bot.domain.text import CONTROL_CHARACTERS as CONTROL_CHARACTERS
+from bot.domain.text import hides_control_characters as hides_control_characters
+from bot.domain.text import is_web_url, shown_url
 from bot.shipped import TAG_RULES, TEMPLATES, shipped
 
 DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
 
 
-class _Section(BaseModel):
-    # A misspelled key ("prot") is an error, not a silently kept default.
-    model_config = ConfigDict(extra="forbid")
-
-
-class PathsConfig(_Section):
+class PathsConfig(Section):
     var_dir: Path = Path("var")
     dump_dir: Path = Path("seeds")
     # The shipped templates and tag rules wherever digestbot runs from; point these
@@ -46,7 +51,7 @@ class PathsConfig(_Section):
     tags_file: Path = Field(default_factory=lambda: shipped(TAG_RULES))
 
 
-class DatabaseConfig(_Section):
+class DatabaseConfig(Section):
     # Empty means "SQLite file digestbot.sqlite3 inside paths.var_dir".
     url: str = ""
     busy_timeout_ms: int = Field(5000, ge=0)
@@ -56,7 +61,7 @@ class DatabaseConfig(_Section):
     keep_days: int = Field(365, ge=60, le=36500)
 
 
-class FeedsConfig(_Section):
+class FeedsConfig(Section):
     urls: list[str] = []
     timeout_seconds: float = Field(20.0, gt=0)
     max_bytes: int = Field(20_000_000, gt=0)
@@ -70,7 +75,7 @@ class FeedsConfig(_Section):
         return urls
 
 
-class WatchConfig(_Section):
+class WatchConfig(Section):
     interval_seconds: int = Field(60, ge=1)
     # A file whose mtime is younger than this is assumed to be still written.
     quiet_seconds: float = Field(5.0, ge=0)
@@ -78,7 +83,7 @@ class WatchConfig(_Section):
     max_file_bytes: int = Field(32_000_000, gt=0)
 
 
-class ScheduleConfig(_Section):
+class ScheduleConfig(Section):
     default_timezone: str = "UTC"
     default_send_hour: int = Field(8, ge=0, le=23)
     # A day found with nothing new at the send time stays open until this local hour
@@ -89,7 +94,7 @@ class ScheduleConfig(_Section):
     wait_for_dump_minutes: int = Field(0, ge=0, le=720)
 
 
-class SubscribersConfig(_Section):
+class SubscribersConfig(Section):
     # What a new subscriber receives first: entries first seen in the last N
     # days ("7d"), "all", or "none".
     default_backfill: str = Field("7d", pattern=r"^(?:all|none|\d{1,4}d)$")
@@ -98,73 +103,6 @@ class SubscribersConfig(_Section):
     # the manage page reads at most this many uploads of theirs an hour.
     library_max_papers: int = Field(5000, ge=1, le=100_000)
     library_uploads_per_hour: int = Field(10, ge=1, le=1000)
-
-
-class SmtpConfig(_Section):
-    host: str = "127.0.0.1"
-    port: int = Field(1025, ge=1, le=65535)
-    tls: Literal["none", "starttls", "tls"] = "none"
-    verify_certificates: bool = True
-    username: str = ""
-    password: SecretStr = SecretStr("")
-    password_file: Path | None = None
-    timeout_seconds: float = Field(30.0, gt=0)  # one whole message: connect to 250 after DATA
-    pool_size: int = Field(2, ge=1, le=64)  # connections kept open and reused
-    rate_per_second: float = Field(0.0, ge=0)  # 0: no limit
-    max_attempts: int = Field(6, ge=1)  # 4xx/disconnect/timeout retries before "failed"
-    retry_base_seconds: float = Field(60.0, gt=0)  # backoff: base * 2^(attempt-1), plus jitter
-    retry_max_seconds: float = Field(3600.0, gt=0)
-    bounce_codes: list[int] = [550, 551, 553]
-    bounce_threshold: int = Field(1, ge=1)  # permanent failures with those codes before "bounced"
-    # The name EHLO gives; "" chooses one (bot.delivery.smtp.helo_name), never "localhost".
-    helo_name: Annotated[str, AfterValidator(greeting_name)] = ""
-
-    def resolved_password(self) -> SecretStr:
-        """The password from the env, else from ``password_file``; never logged."""
-        return _password(self.password, self.password_file, "smtp.password_file")
-
-
-def _password(given: SecretStr, path: Path | None, setting: str) -> SecretStr:
-    if given.get_secret_value():
-        return given
-    return SecretStr(read_secret_file(path, setting)) if path is not None else SecretStr("")
-
-
-class SenderConfig(_Section):
-    from_address: str = "digestbot@localhost"
-    from_name: str = "digestbot"
-    list_id: str = "digest.digestbot.localhost"
-    # Where "mailto:" unsubscribe requests go (default: from_address).
-    unsubscribe_address: str = ""
-    # VERP: each digest's envelope sender becomes bounces+<token>@domain (bot.mail.verp);
-    # "" sends with from_address.  The domain must deliver "+" addresses to this mailbox.
-    bounce_address: str = ""
-    # Gmail's feedback loop: "" sends no Feedback-ID header; "{list_id}" and "{domain}"
-    # are filled in, e.g. "digest:{list_id}:{domain}".
-    feedback_id: str = ""
-
-    # These go into every message's headers: a line break in one would add headers.
-    @field_validator("from_name")
-    @classmethod
-    def _one_line_name(cls, value: str) -> str:
-        if CONTROL_CHARACTERS.search(value) or hides_control_characters(value):
-            raise ValueError("contains control characters (line breaks included, RFC 2047 encoded or not)")
-        return value
-
-    @field_validator("bounce_address")
-    @classmethod
-    def _verp_base(cls, value: str) -> str:
-        local, at, domain = value.rpartition("@")
-        if value and (not at or not local or not domain or "+" in local):
-            raise ValueError("must be an address like bounces@example.org, without '+' (digestbot adds +TOKEN)")
-        return value
-
-    @field_validator("from_address", "list_id", "unsubscribe_address", "feedback_id", "bounce_address")
-    @classmethod
-    def _no_spaces_or_controls(cls, value: str) -> str:
-        if "=?" in value or CONTROL_CHARACTERS.search(value) or any(c.isspace() or c in '<>",' for c in value):
-            raise ValueError("must not contain spaces, control characters, quotes, commas, angle brackets or '=?'")
-        return value
 
 
 def site_url(web: WebConfig) -> str:
@@ -176,13 +114,7 @@ def site_url(web: WebConfig) -> str:
     return f"http://[{host}]:{web.listen_port}" if ":" in host else f"http://{host}:{web.listen_port}"
 
 
-def feedback_id_of(sender: SenderConfig) -> str:
-    """The Feedback-ID header's value ("" for none)."""
-    domain = sender.from_address.rpartition("@")[2] or "localhost"
-    return sender.feedback_id.replace("{list_id}", sender.list_id).replace("{domain}", domain)
-
-
-class DigestConfig(_Section):
+class DigestConfig(Section):
     max_entries: int = Field(30, ge=1)  # the rest rolls into the next digest, best first
     # Left-over entries (beyond max_entries) roll over for at most this many days.
     max_age_days: int = Field(30, ge=1, le=3650)
@@ -200,7 +132,7 @@ class DigestConfig(_Section):
     top_picks: int = Field(3, ge=0, le=10)
 
 
-class WebConfig(_Section):
+class WebConfig(Section):
     # e.g. "https://digest.example.org": enables https List-Unsubscribe and manage links.
     public_url: str = ""
 
@@ -238,80 +170,6 @@ class WebConfig(_Section):
     # open at once (fewer where the process may open fewer files).
     header_timeout_seconds: float = Field(10.0, gt=0, le=300)
     max_connections: int = Field(1000, ge=8)
-
-
-DnsName = Annotated[str, AfterValidator(dns_name)]
-DkimAlgorithm = Literal["rsa-sha256", "ed25519-sha256"]
-
-
-class DkimKey(_Section):
-    """One more key every message is signed with, for the same domain."""
-
-    selector: DnsName
-    key_file: Path
-    algorithm: DkimAlgorithm = "ed25519-sha256"
-
-
-class DkimConfig(_Section):
-    # DKIM-sign every message (off while domain is empty; most relays sign for you).
-    domain: DnsName = ""
-    selector: DnsName = ""
-    key_file: Path | None = None  # RSA: a PEM private key; Ed25519: dknewkey's base64 key
-    algorithm: DkimAlgorithm = "rsa-sha256"
-    # More signatures on every message (RFC 8463: RSA and Ed25519 together, since not
-    # every verifier knows Ed25519), each [[dkim.additional_keys]] with its own selector.
-    additional_keys: list[DkimKey] = []
-
-
-class InboxConfig(_Section):
-    # Where bounces, complaints and unsubscribe mails arrive (docs/deliverability.md, "Mail that comes
-    # back"): "imaps://user@host[:port]/FOLDER" or "maildir:///path"; "" reads nothing.
-    url: str = ""
-    password: SecretStr = SecretStr("")  # IMAP only: DIGESTBOT_INBOX__PASSWORD, else password_file
-    password_file: Path | None = None
-    verify_certificates: bool = True
-    timeout_seconds: float = Field(30.0, gt=0)
-    interval_minutes: int = Field(10, ge=1)  # how often `run` and `scheduler` read it
-    # Mail that is none of those stays unread where it is, or is moved to this folder.
-    other_folder: str = ""
-    # This many soft bounces (4.x.x, mailbox full) within soft_bounce_days make an address bounced.
-    soft_bounce_limit: int = Field(3, ge=1)
-    soft_bounce_days: int = Field(14, ge=1)
-    # A bigger message is left for a person unread: no bounce or report is that long.
-    max_message_bytes: int = Field(5_000_000, ge=10_000)
-
-    @field_validator("url")
-    @classmethod
-    def _mailbox_url(cls, value: str) -> str:
-        from urllib.parse import urlsplit
-
-        if not value:
-            return value
-        if CONTROL_CHARACTERS.search(value) or any(c.isspace() for c in value):
-            raise ValueError("must not contain spaces or control characters")
-        parts = urlsplit(value)
-        try:
-            _ = parts.port
-        except ValueError:
-            raise ValueError("the port must be a number from 1 to 65535") from None
-        if parts.scheme == "maildir" and parts.path and not parts.netloc:
-            return value
-        if parts.scheme == "imaps" and parts.hostname and parts.username:
-            if parts.password is not None:
-                raise ValueError(f"holds a password; set {ENV_PREFIX}INBOX__PASSWORD or inbox.password_file instead")
-            return value
-        raise ValueError("must be imaps://user@host/FOLDER or maildir:///path/to/Maildir")
-
-    @field_validator("other_folder")
-    @classmethod
-    def _folder_name(cls, value: str) -> str:
-        if CONTROL_CHARACTERS.search(value) or any(c in value for c in '"\\*%/'):
-            raise ValueError("must be a folder name without quotes, backslashes, '/', '*' or '%'")
-        return value.strip()
-
-    def resolved_password(self) -> SecretStr:
-        """The password from the env, else from ``password_file``; never logged."""
-        return _password(self.password, self.password_file, "inbox.password_file")
 
 
 class _TomlWithoutSecrets(TomlConfigSettingsSource):

@@ -16,11 +16,11 @@ from bot.domain.ranking import BUILT_IN, RANKER_NAME
 from bot.domain.text import is_web_url
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")  # as bot.config's sections: a misspelled key is an error
 
 
-class MetricsConfig(_Section):
+class MetricsConfig(Section):
     # /metrics and /healthz of run, scheduler and worker, on a port of their own (0: off).
     listen_host: str = "127.0.0.1"
     listen_port: int = Field(0, ge=0, le=65535)
@@ -43,7 +43,7 @@ class MetricsConfig(_Section):
         return networks
 
 
-class RankerConfig(_Section):
+class RankerConfig(Section):
     # An outside ranker (docs/rankers.md): "" asks none and sends nothing anywhere.
     url: str = ""
     # Its name in reports and in the readers' ids it is sent (each ranker sees others).
@@ -79,7 +79,7 @@ _LANGUAGE_TAG = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 
 
-class LlmConfig(_Section):
+class LlmConfig(Section):
     # A language model behind the OpenAI-compatible API (docs/llm.md): the base URL
     # ("http://127.0.0.1:11434/v1" for Ollama); "" asks none and sends nothing anywhere.
     base_url: str = ""

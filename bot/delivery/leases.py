@@ -20,8 +20,8 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.store.digests import renew_leases
 from bot.store.engine import transaction
+from bot.store.queue import renew_leases
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,7 @@
 """Domain types shared by every stage: small frozen dataclasses, no behaviour
-beyond what their fields imply.  Must never import the store or do I/O."""
+beyond what their fields imply (mail that came back in ``returned``, a reader's
+library, ratings and stored models in ``taste``; every stage imports them from
+here).  Must never import the store or do I/O."""
 
 from __future__ import annotations
 
@@ -10,6 +12,13 @@ from enum import StrEnum
 from pathlib import Path
 
 from bot.domain.llm import Tldr
+from bot.domain.returned import Returned as Returned  # bot.domain is where every stage imports them from
+from bot.domain.returned import ReturnEvent as ReturnEvent
+from bot.domain.returned import ReturnKind as ReturnKind
+from bot.domain.taste import LibraryPaper as LibraryPaper
+from bot.domain.taste import RatedEntry as RatedEntry
+from bot.domain.taste import StoredModel as StoredModel
+from bot.domain.taste import StoredVocabulary as StoredVocabulary
 
 # The window of the web's request limits (``web.signups_per_hour``,
 # ``subscribers.library_uploads_per_hour``): sign-ups and uploads share the store's request table.
@@ -234,70 +243,6 @@ class ConsentEvent:
     detail: str
 
 
-class ReturnKind(StrEnum):
-    """What a message in the returned-mail inbox is (``bot.returns.classify``)."""
-
-    HARD = "hard"  # a permanent bounce (5.x.x): counts toward smtp.bounce_threshold
-    SOFT = "soft"  # a temporary one that gave up (4.x.x, mailbox full): counted over inbox.soft_bounce_days
-    DELAYED = "delayed"  # "still trying": recorded, never counted
-    COMPLAINT = "complaint"  # an ARF abuse report: unsubscribed at once
-    UNSUBSCRIBE = "unsubscribe"  # a mail to the List-Unsubscribe mailto address
-    CLEARED = "cleared"  # not a mail: `subscribers resume` cleared a bounce; earlier hard bounces no longer count
-    OTHER = "other"  # anything else: left in the mailbox for a person
-
-
-@dataclass(frozen=True, slots=True)
-class Returned:
-    """One returned message as ``classify`` reads it: who it names and how (never verified
-    here; the store tells whether the digest, token and addresses are anyone's)."""
-
-    kind: ReturnKind
-    digest_id: int | None = None  # from a VERP return path whose signature checked out
-    token: str | None = None  # an unsubscribe token (the mail, or the original a report quotes)
-    addresses: tuple[str, ...] = ()  # the recipients it reports, lower-cased
-    status: str = ""  # the enhanced status code, e.g. "5.1.1"
-    diagnostic: str = ""  # the server's words (or the complaint's feedback type), one line
-
-
-@dataclass(frozen=True, slots=True)
-class ReturnEvent:
-    """A returned message's outcome for one subscriber, as ``subscribers show`` and ``history`` list it."""
-
-    at: datetime
-    kind: ReturnKind
-    address: str
-    status: str
-    diagnostic: str
-    digest_id: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class LibraryPaper:
-    """A paper a subscriber vouches for (``bot.taste``): read from a reference manager's
-    export, matched to a stored entry where one has the same identity."""
-
-    key: str  # "arxiv:<id>", "doi:<doi>" or "paper:<title hash>", as entries are keyed
-    title: str
-    abstract: str = ""
-    arxiv_id: str | None = None
-    doi: str | None = None
-    entry_id: int | None = None  # the stored entry it is, when there is one
-    source: str = ""  # bibtex | ris | csl-json | ids
-
-
-@dataclass(frozen=True, slots=True)
-class RatedEntry:
-    """An entry a subscriber rated from their digest (``bot.taste``): "more like this"
-    counts as a library paper, "less like this" as one they do not want."""
-
-    entry_id: int
-    key: str
-    title: str
-    verdict: str  # more | less
-    at: datetime
-    section: str = ""  # the interest it was shown under; "" in a digest of one
-
-
 @dataclass(frozen=True, slots=True)
 class UpsertCounts:
     """What saving a batch of subscriber fields did."""
@@ -388,28 +333,6 @@ class ScheduledDay:
     state: DigestState
     nothing_at: datetime | None  # when the planner first found nothing new that day
     checked_at: datetime | None  # when it last looked again
-
-
-@dataclass(frozen=True, slots=True)
-class StoredVocabulary:
-    """A TF-IDF vocabulary as the store keeps it: the idf as float32 bytes."""
-
-    id: int
-    terms: tuple[str, ...]
-    idf: bytes
-    entries: int  # how many entries it was fitted on
-
-
-@dataclass(frozen=True, slots=True)
-class StoredModel:
-    """A reader's model as the store keeps it: term indices as int32 bytes, weights and
-    each library paper's values as float32 bytes."""
-
-    vocabulary_id: int
-    intercept: float
-    indices: bytes
-    weights: bytes
-    library: tuple[tuple[str, bytes, bytes], ...]  # (title, term indices, values) per paper
 
 
 # Digests in these states are settled: nothing will send them or change them again.

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.candidates import doc_of
 from bot.choose.matching import Doc
-from bot.choose.select import doc_of
 from bot.config import Settings
 from bot.config.services import LlmConfig
 from bot.domain import EntryView

@@ -22,6 +22,7 @@ from bot.config import Settings
 from bot.domain import DigestContent, Subscriber
 from bot.mail.chunks import ChunkPool
 from bot.mail.dkim import signer_of
+from bot.mail.framing import Keywords, period_words
 from bot.mail.holes import Personal, footer_allows_substitution, templates_allow_splicing
 from bot.mail.message import (
     Headers,
@@ -32,7 +33,7 @@ from bot.mail.message import (
     message_bytes,
     prepared,
 )
-from bot.mail.render import Keywords, Links, Renderer, period_words, web_links
+from bot.mail.render import Links, Renderer, web_links
 from bot.mail.splice import MessageTemplate
 from bot.mail.verp import return_path
 from bot.store.contents import ContentCache, digest_content, digest_contents

@@ -18,7 +18,7 @@ from datetime import date, datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.select import local_send_time
+from bot.choose.candidates import local_send_time
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import DigestKind, Subscriber, SubscriberStatus

@@ -3,7 +3,8 @@ subscriber's local day (``days``), and manual resends (``resend``)."""
 
 from __future__ import annotations
 
-from bot.plan.planner import digest_state, plan, planned_key
+from bot.plan.batch_choice import digest_state, planned_key
+from bot.plan.planner import plan
 from bot.plan.report import IdRuns, PlanReport
 from bot.plan.resend import DigestNotFound, ResendPending, find_scheduled, resend, resend_failed
 

@@ -14,7 +14,8 @@ from datetime import date, datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.select import SelectionCache, effective_start, local_send_time, select_for
+from bot.choose.candidates import effective_start, local_send_time
+from bot.choose.select import SelectionCache, select_for
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
@@ -23,8 +24,9 @@ from bot.plan.days import DayFacts, closes_at, local_time, local_today, today_no
 from bot.plan.resend import find_scheduled
 from bot.plan.retention import kept_since
 from bot.plan.sections import Sectioner
+from bot.store.claims import claimed_entry_ids
 from bot.store.entry_reads import entries_first_seen_between
-from bot.store.ledger import claimed_entry_ids, scheduled_days
+from bot.store.ledger import scheduled_days
 from bot.taste.explain import Scored, liked_for, reader_taste, scored
 
 LOOKBACK = timedelta(days=7)

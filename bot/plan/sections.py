@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from bot.choose.candidates import Candidate
 from bot.choose.filters import Section, sections_of
 from bot.choose.matching import Explanation
-from bot.choose.select import Candidate, SelectionCache
+from bot.choose.select import SelectionCache
 from bot.choose.tagging import TagRules
 from bot.store.ledger import Planned
 

@@ -21,12 +21,13 @@ from bot.choose.select import SelectionCache
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import SubscriberStatus
-from bot.plan.planner import PLAN_BATCH, PlanningPass, close_pass, open_pass, plan_subscribers
+from bot.plan.batch_choice import PlanningPass
+from bot.plan.planner import PLAN_BATCH, close_pass, open_pass, plan_subscribers
 from bot.plan.report import PlanReport
 from bot.store.engine import transaction
 from bot.store.planning_slices import finish_slice, open_slices, take_slice
 from bot.store.subscribers import subscribers_after
-from bot.taste.service import refresh_models
+from bot.taste.training import refresh_models
 from bot.unsubscribes import journal_of
 
 # A pass begun longer ago than this is planned no further: its time is too old to say

@@ -23,8 +23,9 @@ from datetime import UTC, datetime, time, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.choose.candidates import Candidate, Picked
 from bot.choose.filters import uses_liked
-from bot.choose.select import Candidate, Picked, SelectionCache
+from bot.choose.select import SelectionCache
 from bot.choose.standing import Match, Standing, StandingPick, micros
 from bot.choose.tagging import TagRules
 from bot.domain import EntryView
@@ -263,25 +264,13 @@ class Standings:
         ]
         if not served:
             return {}
-        groups = self._groups(session, served)
+        groups = reader_groups(session, self.bodies, served)
         chosen = {sid: (text, start, groups.get(sid, frozenset())) for sid, text, start in served}
         new = {key: self._standing_pick(*key) for key in set(chosen.values()) if key not in self.picks}
         self._read_views(session, [entry_id for raw in new.values() for entry_id in raw.chosen])
         for key, raw in new.items():
             self.picks[key] = self._candidates(key[0], raw)
         return {sid: picked for sid, key in chosen.items() if (picked := self.picks[key]) is not None}
-
-    def _groups(self, session: Session, served: list[tuple[int, str, datetime]]) -> dict[int, frozenset[str]]:
-        """Per reader of *served*, the bodies of their digests planned since their window
-        could start (readers of one filter share them); what those bodies hold is read."""
-        ids = [sid for sid, _, _ in served]
-        since = min(start for _, _, start in served)
-        groups: dict[int, frozenset[str]] = {}
-        for keys, subscriber_ids in body_groups_since(session, min(ids), max(ids), since):
-            group = frozenset(keys.split())
-            groups.update((sid, group) for sid in subscriber_ids)
-        read_bodies(session, {key for keys in set(groups.values()) for key in keys}, self.bodies)
-        return groups
 
     def _read_views(self, session: Session, entry_ids: list[int]) -> None:
         views = self.memory.views
@@ -307,3 +296,19 @@ class Standings:
                 return None  # the ranking and the store disagree: the long way decides
             chosen.append(Candidate(entry, explanation))
         return Picked(chosen, raw.left, raw.oldest_left)
+
+
+def reader_groups(
+    session: Session, bodies: dict[str, frozenset[int]], served: list[tuple[int, str, datetime]]
+) -> dict[int, frozenset[str]]:
+    """Per reader of *served*, the bodies of their digests planned since their window
+    could start (readers of one filter share them); what those bodies hold is read into
+    *bodies*."""
+    ids = [sid for sid, _, _ in served]
+    since = min(start for _, _, start in served)
+    groups: dict[int, frozenset[str]] = {}
+    for keys, subscriber_ids in body_groups_since(session, min(ids), max(ids), since):
+        group = frozenset(keys.split())
+        groups.update((sid, group) for sid in subscriber_ids)
+    read_bodies(session, {key for keys in set(groups.values()) for key in keys}, bodies)
+    return groups

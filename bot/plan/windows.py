@@ -11,10 +11,11 @@ from datetime import date, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
+from bot.choose.candidates import effective_start
 from bot.choose.filters import uses_liked
-from bot.choose.select import SelectionCache, effective_start
+from bot.choose.select import SelectionCache
 from bot.domain import EntryView, Subscriber
-from bot.store.ledger import claimed_from
+from bot.store.claims import claimed_from
 from bot.store.subscribers import watermarks
 
 # Entries first seen this long before a watermark are weighed again: an ingest

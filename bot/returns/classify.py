@@ -12,13 +12,11 @@ never decides whose status changes: the service checks what a message names.
 
 from __future__ import annotations
 
-import codecs
 import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from email import message_from_bytes
-from email.header import decode_header, make_header
 from email.iterators import typed_subpart_iterator
 from email.message import Message
 from email.policy import compat32
@@ -29,6 +27,13 @@ from flufl.bounce import all_failures
 from bot.domain import Returned, ReturnKind
 from bot.domain.text import CONTROL_CHARACTERS, one_line
 from bot.mail.verp import digest_of
+from bot.returns.message_text import (
+    bounded,
+    decoded_header,
+    own_lines,
+    search_text,
+    text_of,
+)
 
 _TOKEN = r"(\d{1,18}\.[A-Za-z0-9_-]{24})(?![A-Za-z0-9_-])"
 # "unsubscribe <token>": the subject our mailto sets, as typed, URL-encoded or form-encoded.
@@ -47,12 +52,7 @@ _VACATION_SUBJECT = re.compile(
 )
 _VACATION_HEADERS = ("x-autoreply", "x-autorespond", "x-auto-response-suppress", "x-vacation")
 RECIPIENT_HEADERS = ("delivered-to", "x-original-to", "envelope-to", "x-envelope-to", "to", "cc")
-TEXT_CHARACTERS = 300_000  # of a message's text, searched for status codes and tokens
 CLASSIFIED_BYTES = 500_000  # a bounce says what it must near its start; the rest is its quote
-TEXT_LINES = 500  # of each text part, for flufl.bounce (a bounce says what it must in a few dozen)
-PART_BYTES = 100_000
-MAX_PARTS = 20
-_BLANK_RUN = re.compile(rb"\n(?:[ \t\r]*\n){2,}")
 DIAGNOSTIC_CHARACTERS = 300
 
 
@@ -93,37 +93,6 @@ def _classify(message: Message, raw: bytes, known: Addresses) -> Returned:
     return Returned(ReturnKind.OTHER)
 
 
-def bounded(message: Message) -> Message:
-    """*message* cut to what telling a bounce needs, so that the work is bounded whatever
-    the bytes: flufl.bounce tries dozens of patterns on every line of every text part
-    (about 40 µs a line: a part of a megabyte of newlines took 23 s).  At most
-    ``MAX_PARTS`` parts are kept, and each text part keeps its first ``TEXT_LINES`` lines
-    (a run of blank lines counted as one) of at most ``PART_BYTES``.  Headers and
-    delivery-status fields are kept; a From header no address can be read from (an empty
-    one) is read as no address, which flufl.bounce's detectors need."""
-    if "from" in message and not getaddresses([str(value) for value in message.get_all("from", [])]):
-        del message["from"]
-        message["From"] = "<>"
-    kept = 0
-    for part in message.walk():
-        kept += 1
-        if part.is_multipart():
-            room = max(0, MAX_PARTS - kept)
-            payload = part.get_payload()
-            if isinstance(payload, list) and len(payload) > room:
-                part.set_payload(payload[:room])
-            continue
-        if part.get_content_maintype() != "text":
-            continue
-        payload = part.get_payload(decode=True)
-        if not isinstance(payload, bytes) or (len(payload) <= PART_BYTES and payload.count(b"\n") <= TEXT_LINES):
-            continue
-        lines = _BLANK_RUN.sub(b"\n\n", payload[:PART_BYTES]).split(b"\n", TEXT_LINES)[:TEXT_LINES]
-        del part["content-transfer-encoding"]
-        part.set_payload(b"\n".join(lines).decode("latin-1"))  # read back byte for byte (compat32)
-    return message
-
-
 # Bounces ---------------------------------------------------------------------------
 
 
@@ -152,7 +121,7 @@ def _bounce(message: Message, temporary: frozenset[bytes], permanent: frozenset[
         return Returned(ReturnKind.DELAYED, addresses=addresses)
     if not permanent:
         return None  # a DSN reporting only deliveries ("relayed", "delivered"): nothing went wrong
-    text = _text_of(message)
+    text = text_of(message)
     diagnostic = _diagnostic_line(text)
     status = _status_in(diagnostic) or _status_in(text)
     return Returned(_severity(status, text), addresses=addresses, status=status, diagnostic=diagnostic)
@@ -261,7 +230,7 @@ def _complaint(message: Message, raw: bytes, report: Message, known: Addresses) 
     addresses = [a for _, a in getaddresses([str(v) for v in report.get_all("original-rcpt-to", [])]) if "@" in a]
     for original in _originals(message):
         addresses += [a for _, a in getaddresses([str(v) for v in original.get_all("to", [])]) if "@" in a]
-    text = _search_text(raw)
+    text = search_text(raw)
     token = _LINK_TOKEN.search(text) or _UNSUBSCRIBE.search(text)
     return Returned(
         ReturnKind.COMPLAINT,
@@ -288,7 +257,7 @@ def _originals(message: Message) -> Iterator[Message]:
 
 
 def _with_sender(found: Returned, message: Message, raw: bytes, known: Addresses) -> Returned:
-    text = _search_text(raw)
+    text = search_text(raw)
     token = _LINK_TOKEN.search(text)
     return Returned(
         found.kind,
@@ -321,10 +290,6 @@ def _verp_digest(message: Message, text: str, known: Addresses) -> int | None:
     return None
 
 
-def _search_text(raw: bytes) -> str:
-    return raw[: TEXT_CHARACTERS * 4].decode("latin-1")
-
-
 # Unsubscribe mails and automatic replies -------------------------------------------
 
 
@@ -335,7 +300,7 @@ def _looks_like_vacation(message: Message) -> bool:
         return True
     if str(message.get("precedence", "")).strip().lower() == "auto_reply":
         return True
-    return bool(_VACATION_SUBJECT.search(_decoded(message.get("subject"))))
+    return bool(_VACATION_SUBJECT.search(decoded_header(message.get("subject"))))
 
 
 def _unsubscribe_token(message: Message, known: Addresses) -> str | None:
@@ -344,7 +309,7 @@ def _unsubscribe_token(message: Message, known: Addresses) -> str | None:
     address and its own words, quoting and a signature aside, are that line alone.
     A reply that says anything else (with the digest below it, footer and all) is for
     a person."""
-    found = _UNSUBSCRIBE.fullmatch(_REPLY_PREFIX.sub("", _decoded(message.get("subject")).strip()))
+    found = _UNSUBSCRIBE.fullmatch(_REPLY_PREFIX.sub("", decoded_header(message.get("subject")).strip()))
     if found:
         return found.group(1)
     recipients = [
@@ -352,52 +317,10 @@ def _unsubscribe_token(message: Message, known: Addresses) -> str | None:
     ]
     if not known.unsubscribe_address or known.unsubscribe_address.lower() not in recipients:
         return None
-    own = _own_lines(_text_of(message, plain_only=True))
+    own = own_lines(text_of(message, plain_only=True))
     found = _UNSUBSCRIBE.fullmatch(own[0]) if len(own) == 1 else None
     return found.group(1) if found else None
 
 
-def _own_lines(text: str) -> list[str]:
-    """The non-blank lines a person wrote: none quoted ("> "), none after the signature
-    separator ("-- ")."""
-    own = []
-    for line in text.splitlines():
-        if line.rstrip() == "--":
-            break
-        if line.strip() and not line.lstrip().startswith(">"):
-            own.append(line.strip())
-    return own
-
-
 def _senders(message: Message) -> tuple[str, ...]:
     return tuple(a.lower() for _, a in getaddresses([str(v) for v in message.get_all("from", [])]) if _plausible(a))
-
-
-def _decoded(header: object) -> str:
-    if header is None:
-        return ""
-    try:
-        return one_line(str(make_header(decode_header(str(header)))))
-    except (LookupError, ValueError, UnicodeError):
-        return one_line(str(header))
-
-
-def _text_of(message: Message, *, plain_only: bool = False) -> str:
-    """The decoded text parts, up to ``TEXT_CHARACTERS``."""
-    texts: list[str] = []
-    size = 0
-    for part in message.walk():
-        wanted = part.get_content_type() == "text/plain" if plain_only else part.get_content_maintype() == "text"
-        payload = part.get_payload(decode=True) if wanted else None
-        if not isinstance(payload, bytes):
-            continue
-        charset = part.get_content_charset() or "latin-1"
-        try:
-            codecs.lookup(charset)
-        except LookupError:
-            charset = "latin-1"
-        texts.append(payload.decode(charset, "replace"))
-        size += len(texts[-1])
-        if size >= TEXT_CHARACTERS:
-            break
-    return "\n".join(texts)[:TEXT_CHARACTERS]

@@ -46,8 +46,8 @@ from bot.run.jobs import (
     guarded,
 )
 from bot.run.roles import Leadership, claim_sqlite_worker
-from bot.store.digests import expire_leases
 from bot.store.engine import transaction
+from bot.store.queue import expire_leases
 
 log = logging.getLogger(__name__)
 

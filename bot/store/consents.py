@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from bot.domain import ConsentEvent, SubscriberStatus
 from bot.store.bulk import bulk_insert, chunks
-from bot.store.schema import Consent, SignupRequest
+from bot.store.response_tables import Consent, SignupRequest
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import email_key
 

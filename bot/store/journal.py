@@ -22,7 +22,7 @@ from bot.domain import SubscriberStatus
 from bot.store.bulk import bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.engine import make_engine
 from bot.store.errors import StoreError, meaning
-from bot.store.schema import AppliedUnsubscribe, Consent, UnsubscribeRequest
+from bot.store.response_tables import AppliedUnsubscribe, Consent, UnsubscribeRequest
 from bot.store.schema import Subscriber as SubscriberRow
 
 REQUESTS = UnsubscribeRequest.__table__

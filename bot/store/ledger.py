@@ -1,5 +1,6 @@
 """Store: the ledger (which digest carried which entry to whom) and the digests the
-planner and resends create.  SQL only; the planning rules live in ``bot.plan``.
+planner and resends create (read back in ``claims``).  SQL only; the planning rules
+live in ``bot.plan``.
 
 The ledger is the digests' bodies: a digest with a ``body_key`` claims its body's
 entries for its subscriber (``BodyItem``).  No table holds a row per (entry,
@@ -11,7 +12,7 @@ that no entry it writes is another digest's for the same subscriber
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, cast
@@ -20,7 +21,7 @@ from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestKind, DigestState, ScheduledDay
-from bot.store.bulk import CHUNK, allocate_ids, among, bulk_insert, chunks, insert_ignoring_conflicts
+from bot.store.bulk import allocate_ids, among, bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.retention import drop_unshown_bodies
 from bot.store.schema import BodyItem, Digest
 from bot.store.schema import Subscriber as SubscriberRow
@@ -39,86 +40,6 @@ class Planned:
     url: str
     taste: float | None = None
     section: str | None = None  # the reader's interest it is shown under (``filters.sections_of``)
-
-
-def claimed_entry_ids(session: Session, subscriber_id: int) -> set[int]:
-    """Entries already carried (or being carried) by a digest to this subscriber."""
-    return set(
-        session.scalars(
-            select(BodyItem.entry_id)
-            .join(Digest, Digest.body_key == BodyItem.body_key)
-            .where(Digest.subscriber_id == subscriber_id)
-        )
-    )
-
-
-def claimed_from(session: Session, subscriber_ids: Sequence[int], entry_ids: Sequence[int]) -> dict[int, set[int]]:
-    """Per subscriber, which of *entry_ids* (their window's entries) are claimed.
-
-    A watermarked window is about a day of entries shared by a batch of
-    subscribers: then the bodies holding each entry (an index on the entry) and
-    their digests, however long the history.  A window longer than the
-    subscribers are many (no watermark yet, a changed filter or tag rules) is read
-    through the subscribers' digests instead: their own bodies, not one look-up per
-    entry of their whole backfill."""
-    wanted = set(subscriber_ids)
-    window = set(entry_ids)
-    if len(entry_ids) > max(CHUNK, len(wanted)):
-        rows = _claims_of_subscribers(session, sorted(wanted), min(entry_ids))
-    else:
-        rows = ((sid, eid) for _, sid, eid in claims_on(session, entry_ids, min(wanted), max(wanted)))
-    found: dict[int, set[int]] = {}
-    for subscriber_id, entry_id in rows:
-        if subscriber_id in wanted and entry_id in window:
-            found.setdefault(subscriber_id, set()).add(entry_id)
-    return found
-
-
-def _claims_of_subscribers(session: Session, subscriber_ids: list[int], first_entry: int) -> Iterator[tuple[int, int]]:
-    """(subscriber, entry) of these subscribers' claims on entries from *first_entry* on:
-    their own digests' bodies, each body read once however many of them it went to."""
-    shown: dict[str, list[int]] = {}
-    for part in chunks(subscriber_ids):
-        query = select(Digest.body_key, Digest.subscriber_id).where(
-            Digest.subscriber_id.in_(part), Digest.body_key.is_not(None)
-        )
-        for key, subscriber_id in session.execute(query):
-            shown.setdefault(key or "", []).append(subscriber_id)
-    for keys in chunks(sorted(shown)):
-        query = select(BodyItem.body_key, BodyItem.entry_id).where(
-            BodyItem.body_key.in_(keys), BodyItem.entry_id >= first_entry
-        )
-        for key, entry_id in session.execute(query):
-            for subscriber_id in shown[key]:
-                yield subscriber_id, entry_id
-
-
-def claims_on(
-    session: Session, entry_ids: Sequence[int], lowest: int, highest: int, before: int | None = None
-) -> Iterator[tuple[int, int, int]]:
-    """(digest, subscriber, entry) of the claims on *entry_ids* by subscribers whose ids
-    lie in [lowest, highest] (by digests older than *before*, if given).
-
-    Two look-ups, each down one index, joined here: the bodies holding the entries
-    (``ix_body_items_entry_id``), then those bodies' digests in the subscriber range
-    (``ix_digests_body_key_subscriber_id``).  As one join, SQLite's planner may start
-    from the subscriber range instead and read every digest those subscribers were
-    ever sent."""
-    bodies: dict[str, list[int]] = {}
-    for part in chunks(list(entry_ids)):
-        for key, entry_id in session.execute(
-            select(BodyItem.body_key, BodyItem.entry_id).where(BodyItem.entry_id.in_(part))
-        ):
-            bodies.setdefault(key, []).append(entry_id)
-    for keys in chunks(sorted(bodies)):
-        query = select(Digest.id, Digest.subscriber_id, Digest.body_key).where(
-            Digest.body_key.in_(keys), Digest.subscriber_id.between(lowest, highest)
-        )
-        if before is not None:
-            query = query.where(Digest.id < before)
-        for digest_id, subscriber_id, shown in session.execute(query):
-            for entry_id in bodies[shown or ""]:
-                yield digest_id, subscriber_id, entry_id
 
 
 class EntriesTaken(Exception):

@@ -9,8 +9,8 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from bot.domain import ReturnEvent, ReturnKind
+from bot.store.response_tables import ReturnEvent as ReturnRow
 from bot.store.schema import Digest
-from bot.store.schema import ReturnEvent as ReturnRow
 
 
 def is_recorded(session: Session, message_key: str) -> bool:

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from bot.domain import DigestState
 from bot.store.bulk import chunks
-from bot.store.ledger import claims_on
+from bot.store.claims import claims_on
 from bot.store.schema import BodyItem, Digest, Entry, RevisionNotice
 from bot.store.schema import Subscriber as SubscriberRow
 

@@ -22,8 +22,9 @@ from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
 from bot.store.subscribers import email_key, list_subscribers
+from bot.subscribers.fields import SubscriberInputError, clean_fields
 from bot.subscribers.settings import SETTINGS, shown
-from bot.subscribers.subscriptions import SubscriberInputError, clean_fields, known_tags, save
+from bot.subscribers.subscriptions import known_tags, save
 
 # The yes/no settings (bot.subscribers.settings) follow, one column each, by name.
 CSV_COLUMNS = (

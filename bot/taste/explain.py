@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
+from bot.choose.candidates import Candidate
 from bot.choose.filters import uses_liked
-from bot.choose.select import Candidate
 from bot.domain import EntryView, Subscriber
 from bot.store.taste import any_models
 from bot.taste import ranking_installed, say_extra_missing

@@ -27,7 +27,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from sqlalchemy.orm import Session
 
-from bot.choose.select import Candidate
+from bot.choose.candidates import Candidate
 from bot.domain import EntryView, match_text
 from bot.store.ledger import Planned
 from bot.store.taste import any_models, interest_models_of, latest_vocabulary, models_of

@@ -12,20 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from bot.choose.filters import (
-    Everything,
-    FilterError,
-    Or,
-    Tag,
-    make_or,
-    make_tag,
-    parse_filter,
-    sections_of,
-    to_text,
-)
+from bot.choose.filter_terms import Everything, Or, Tag, make_or, make_tag, to_text
+from bot.choose.filters import FilterError, parse_filter, sections_of
 from bot.domain import SubscriberFields
 from bot.plan.cadence import CHOICES, describe
-from bot.subscribers.subscriptions import (
+from bot.subscribers.fields import (
     SubscriberInputError,
     clean_cadence_field,
     clean_email,

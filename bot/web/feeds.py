@@ -30,8 +30,8 @@ from starlette.routing import Route
 from bot.config import Settings
 from bot.domain import DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.domain.links import primary_url
+from bot.mail.framing import tldr_html
 from bot.mail.prose import summary_of, title_text
-from bot.mail.render import tldr_html
 from bot.mail.why import reader_why
 from bot.store.contents import digest_contents
 from bot.store.digests import list_digests

@@ -19,17 +19,10 @@ from starlette.routing import Route
 
 from bot.config import site_url
 from bot.domain import Subscriber, SubscriberFields
+from bot.subscribers.fields import StatusChangeRefused, SubscriberInputError
 from bot.subscribers.settings import by_action
 from bot.subscribers.statuses import StatusAction, reader_action
-from bot.subscribers.subscriptions import (
-    StatusChangeRefused,
-    SubscriberInputError,
-    change_status,
-    edit,
-    filter_warning,
-    set_filter,
-    set_setting,
-)
+from bot.subscribers.subscriptions import change_status, edit, filter_warning, set_filter, set_setting
 from bot.taste.service import taste_summary
 from bot.web.choices import read_choices
 from bot.web.doors import MANAGE, posted, through

@@ -25,6 +25,7 @@ from bot.choose.filters import shown_filter
 from bot.config import site_url
 from bot.domain import Subscriber
 from bot.plan.cadence import describe
+from bot.subscribers.fields import SubscriberInputError
 from bot.subscribers.optin import (
     Confirmation,
     Origin,
@@ -36,7 +37,6 @@ from bot.subscribers.optin import (
     request_signup,
     send,
 )
-from bot.subscribers.subscriptions import SubscriberInputError
 from bot.tokens import make_token
 from bot.web.choices import ChoicesForm, hour_or, menu, read_signup
 from bot.web.doors import CONFIRMATION, CSRF_COOKIE, SIGNUP, behind, posted, through

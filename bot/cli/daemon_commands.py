@@ -166,6 +166,7 @@ def demo(ctx: typer.Context) -> None:
     count = len(list(inbox.glob("*.eml")))
     out.print(f"{plural(count, 'message')} in {inbox}/ (open {inbox / 'index.html'} in a browser)", markup=False)
     from bot.config import site_url
+    from bot.domain.routes import SIGNUP
 
     state = "on" if c.settings.web.signup else "off until web.signup = true"
-    out.print(f"sign-up page: {site_url(c.settings.web)}/subscribe ('digestbot serve'; {state})", markup=False)
+    out.print(f"sign-up page: {SIGNUP.url(site_url(c.settings.web))} ('digestbot serve'; {state})", markup=False)

@@ -19,6 +19,7 @@ from jinja2 import FileSystemLoader
 
 from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest
 from bot.domain.links import primary_url, side_links
+from bot.domain.routes import MANAGE, RATING, UNSUBSCRIBE, WEB_VERSION, WEB_VERSION_PART, WEB_VERSIONS
 from bot.mail.framing import (
     Keywords,
     byline,
@@ -70,8 +71,20 @@ def _savings(whole: bytes, compact: bytes, refs: list[object]) -> list[int]:
 
 def web_links(public_url: str, token: str) -> Links:
     """The https links of a subscriber whose endpoint is served at *public_url*."""
-    public = public_url.rstrip("/")
-    return Links(f"{public}/u/{token}", f"{public}/m/{token}", f"{public}/d/{token}")
+    return Links(
+        UNSUBSCRIBE.url(public_url, token=token),
+        MANAGE.url(public_url, token=token),
+        WEB_VERSIONS.url(public_url, token=token),
+    )
+
+
+def entry_paths(day: str, ref: int) -> dict[str, str]:
+    """Where an entry's links go under its reader's web versions (``Links.web_url``)."""
+    return {
+        "bib_path": WEB_VERSION_PART.below(WEB_VERSIONS, day=day, ref=f"{ref}.bib"),
+        "more_path": RATING.below(WEB_VERSIONS, day=day, ref=ref, verdict="more"),
+        "less_path": RATING.below(WEB_VERSIONS, day=day, ref=ref, verdict="less"),
+    }
 
 
 def personal_context(email: str, links: Links) -> dict[str, object]:
@@ -131,14 +144,17 @@ class Renderer:
 
     def context(self, content: DigestContent, links: Links) -> dict[str, object]:
         marks = filter_marks(content.subscriber.filter, self.keywords)
-        items = [self._item(n, item, marks) for n, item in enumerate(content.items, start=1)]
+        day = content.local_date.isoformat()
+        items = [self._item(n, item, marks, day) for n, item in enumerate(content.items, start=1)]
         count = len(content.items)
         context: dict[str, object] = {
             "subject": subject_of(content),
             "heading": "Your weekly research digest" if period_words(content) else "Your research digest",
             "preheader": preheader(items),
             "date_label": content.local_date.strftime("%A, %d %B %Y"),
-            "date_iso": content.local_date.isoformat(),
+            "date_iso": day,
+            "page_path": WEB_VERSION.below(WEB_VERSIONS, day=day),
+            "page_bib_path": WEB_VERSION.below(WEB_VERSIONS, day=f"{day}.bib"),
             "web_page": not self.fit,
             "count_label": f"{count} new {'entry' if count == 1 else 'entries'}{period_words(content)}",
             "subscriber_filter": filter_in_words(content.subscriber.filter),
@@ -154,7 +170,7 @@ class Renderer:
         self._fit(context, items)
         return context
 
-    def _item(self, ref: int, item: DigestItem, marks: re.Pattern[str] | None) -> dict[str, object]:
+    def _item(self, ref: int, item: DigestItem, marks: re.Pattern[str] | None, day: str) -> dict[str, object]:
         shown = self._shown.get((item, marks))
         if shown is None:
             if len(self._shown) >= self.SHOWN_ITEMS:
@@ -162,7 +178,8 @@ class Renderer:
             shown = self._shown[item, marks] = self._shown_item(item, marks)
         summary_text, cut = shown["summary_text"], shown["cut"]
         more = cut and not shown["searched"]
-        return {**shown, "ref": ref, "summary_text": f"{summary_text} (more: [{ref}])" if more else summary_text}
+        text = f"{summary_text} (more: [{ref}])" if more else summary_text
+        return {**shown, "ref": ref, "summary_text": text, **entry_paths(day, ref)}
 
     def _shown_item(self, item: DigestItem, marks: re.Pattern[str] | None) -> dict[str, object]:
         """What the templates show of *item*, but its number in the digest."""

@@ -25,6 +25,7 @@ from email.utils import getaddresses
 from flufl.bounce import all_failures
 
 from bot.domain import Returned, ReturnKind
+from bot.domain.routes import MANAGE, UNSUBSCRIBE, WEB_VERSIONS
 from bot.domain.text import CONTROL_CHARACTERS, one_line
 from bot.mail.verp import digest_of
 from bot.returns.message_text import (
@@ -40,7 +41,10 @@ _TOKEN = r"(\d{1,18}\.[A-Za-z0-9_-]{24})(?![A-Za-z0-9_-])"
 _UNSUBSCRIBE = re.compile(r"unsubscribe(?:\s+|%20|\+)" + _TOKEN, re.IGNORECASE)
 _REPLY_PREFIX = re.compile(r"^(?:(?:re|aw|sv|fwd?|wg)\s*:\s*)+", re.IGNORECASE)
 # A subscriber's own link (unsubscribe, manage, web version), as a quoted original shows it.
-_LINK_TOKEN = re.compile(r"/[umd]/" + _TOKEN)
+# A reader's signed token in a link of ours that a returned mail quotes.
+_LINK_TOKEN = re.compile(
+    "(?:" + "|".join(re.escape(r.prefix) for r in (UNSUBSCRIBE, MANAGE, WEB_VERSIONS)) + ")" + _TOKEN
+)
 _STATUS = re.compile(r"(?<![\d.])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
 _SMTP_REPLY = re.compile(r"(?<!\d)[45]\d\d[ -]")
 _MAILBOX_FULL = re.compile(

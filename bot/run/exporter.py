@@ -16,6 +16,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from bot.domain.routes import HEALTH, METRICS
 from bot.metrics import Metrics, health
 
 log = logging.getLogger(__name__)
@@ -51,13 +52,13 @@ class Exporter:
 
     def app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         path = environ.get("PATH_INFO", "")
-        if path == "/metrics":
+        if path == METRICS.path():
             try:
                 body, status, kind = self.metrics.exposition(), "200 OK", CONTENT_TYPE_LATEST
             except Exception as exc:  # the store is down: say so, and keep serving
                 log.warning("metrics unavailable: %s: %s", type(exc).__name__, exc)
                 body, status, kind = b"metrics unavailable\n", "500 Internal Server Error", "text/plain"
-        elif path == "/healthz":
+        elif path == HEALTH.path():
             healthy, text = health(self.metrics, jobs=self.jobs(), stale_after=self.stale_after)
             body, kind = text.encode(), "text/plain; charset=utf-8"
             status = "200 OK" if healthy else "503 Service Unavailable"

@@ -31,6 +31,7 @@ from bot import __version__
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.delivery.loop import worker_name
+from bot.domain.routes import HEALTH, METRICS
 from bot.domain.text import plural
 from bot.metrics import Metrics
 from bot.plan.shared import shares_planning
@@ -203,7 +204,8 @@ class Daemon:
             log.info("returned mail read from %s every %d minutes", inbox.url, inbox.interval_minutes)
         if self.exporter is not None:
             host = self.settings.metrics.listen_host
-            log.info("metrics on http://%s:%d/metrics, health on /healthz", host, self.exporter.port)
+            where = f"http://{host}:{self.exporter.port}"
+            log.info("metrics on %s, health on %s", METRICS.url(where), HEALTH.path())
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

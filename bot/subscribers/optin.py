@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings, site_url
 from bot.domain import REQUEST_WINDOW, ConsentEvent, Subscriber, SubscriberFields, SubscriberStatus
+from bot.domain.routes import CONFIRMATION
 from bot.mail.message import envelope_address
 from bot.mail.notices import Choices, already_subscribed, confirmation
 from bot.mail.render import web_links
@@ -140,7 +141,7 @@ def request_signup(
         data = confirmation(
             settings.sender,
             to_address=subscriber.email,
-            url=f"{public}/c/{token}",
+            url=CONFIRMATION.url(public, token=token),
             expires=expires,
             choices=Choices(subscriber.cadence, subscriber.send_hour, subscriber.timezone),
             now=now,

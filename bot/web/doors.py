@@ -87,11 +87,11 @@ class Door:
     retry: str = ""
 
 
-RATING = Door()
-MANAGE = Door(MAX_CHOICES_FORM_BYTES, MAX_CHOICES_FIELDS, uploads=True)
-SIGNUP = Door(MAX_CHOICES_FORM_BYTES, MAX_CHOICES_FIELDS, token=signup_pair, refused="signup", retry="expired")
-CONFIRMATION = Door(token=confirmation_token, refused="confirm")
-ONE_CLICK = Door(token=None, cross_site=True)
+RATING_DOOR = Door()
+MANAGE_DOOR = Door(MAX_CHOICES_FORM_BYTES, MAX_CHOICES_FIELDS, uploads=True)
+SIGNUP_DOOR = Door(MAX_CHOICES_FORM_BYTES, MAX_CHOICES_FIELDS, token=signup_pair, refused="signup", retry="expired")
+CONFIRMATION_DOOR = Door(token=confirmation_token, refused="confirm")
+ONE_CLICK_DOOR = Door(token=None, cross_site=True)
 
 Handler = Callable[Concatenate[Any, Request, P], Awaitable[Response]]
 

@@ -22,10 +22,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bot.domain import Subscriber, SubscriberStatus
+from bot.domain.routes import RATING
 from bot.mail.prose import title_text
 from bot.store.feedback import VERDICTS, entry_ids_of, verdicts_on
 from bot.taste.service import give_feedback
-from bot.web.doors import RATING, behind, posted, through
+from bot.web.doors import RATING_DOOR, behind, posted, through
 from bot.web.site import Site, with_reader
 from bot.web.versions import WebVersions
 
@@ -59,10 +60,10 @@ class FeedbackPages:
         self.site, self.versions = site, versions
 
     def routes(self) -> list[Route]:
-        return [Route("/d/{token}/{day}/{ref}/{verdict}", self.rate, methods=["GET", "POST"])]
+        return [Route(RATING.pattern, self.rate, methods=["GET", "POST"])]
 
     @with_reader
-    @behind(RATING)
+    @behind(RATING_DOOR)
     async def rate(self, request: Request, subscriber: Subscriber) -> Response:
         """The confirmation page (GET), or the verdict recorded (POST), once the address
         names an entry of a digest the reader was sent (404 otherwise, whatever the method)."""
@@ -79,7 +80,7 @@ class FeedbackPages:
             )
         return await self.record(request, subscriber, asked, found)
 
-    @through(RATING)
+    @through(RATING_DOOR)
     async def record(
         self, request: Request, subscriber: Subscriber, asked: Rated, found: tuple[int, str, str]
     ) -> Response:

@@ -30,6 +30,7 @@ from starlette.routing import Route
 from bot.config import Settings
 from bot.domain import DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.domain.links import primary_url
+from bot.domain.routes import FEED, FEED_IDENTITY, MANAGE, WEB_VERSION
 from bot.mail.framing import tldr_html
 from bot.mail.prose import summary_of, title_text
 from bot.mail.why import reader_why
@@ -143,17 +144,19 @@ class PersonalFeeds:
 
     def atom(self, subscriber: Subscriber, token: str, digests: list[FeedDigest]) -> bytes:
         """The feed document (UTF-8 XML)."""
-        public = self.settings.web.public_url.rstrip("/")
+        public = self.settings.web.public_url
         name = self.settings.sender.from_name or "digestbot"
         feed = ET.Element("feed", xmlns=ATOM)
-        ET.SubElement(feed, "id").text = uuid.uuid5(uuid.NAMESPACE_URL, f"{public}/f/{subscriber.id}").urn
+        ET.SubElement(feed, "id").text = uuid.uuid5(
+            uuid.NAMESPACE_URL, FEED_IDENTITY.url(public, subscriber_id=subscriber.id)
+        ).urn
         ET.SubElement(feed, "title").text = f"{name}: your papers"
         ET.SubElement(feed, "subtitle").text = "What your recent digests carried, one entry per paper."
         updated = max((d.sent_at for d in digests), default=subscriber.created_at)
         ET.SubElement(feed, "updated").text = _stamp(updated)
         ET.SubElement(ET.SubElement(feed, "author"), "name").text = name
-        ET.SubElement(feed, "link", rel="self", type="application/atom+xml", href=f"{public}/f/{token}.atom")
-        ET.SubElement(feed, "link", rel="related", type="text/html", href=f"{public}/m/{token}")
+        ET.SubElement(feed, "link", rel="self", type="application/atom+xml", href=FEED.url(public, token=token))
+        ET.SubElement(feed, "link", rel="related", type="text/html", href=MANAGE.url(public, token=token))
         ET.SubElement(feed, "generator").text = "digestbot"
         search = self.settings.digest.search_url
         for digest in digests:
@@ -166,7 +169,13 @@ class PersonalFeeds:
                 ET.SubElement(
                     entry, "link", rel="alternate", type="text/html", href=primary_url(item.content, search, item.url)
                 )
-                ET.SubElement(entry, "link", rel="via", type="text/html", href=f"{public}/d/{token}/{day}#e{ref}")
+                ET.SubElement(
+                    entry,
+                    "link",
+                    rel="via",
+                    type="text/html",
+                    href=f"{WEB_VERSION.url(public, token=token, day=day)}#e{ref}",
+                )
                 for author in item.content.authors[:20]:
                     ET.SubElement(ET.SubElement(entry, "author"), "name").text = author
                 if item.section:  # the reader's interest it was shown under, first
@@ -200,7 +209,7 @@ class FeedPage:
         self.feeds = PersonalFeeds(site.settings, site.reader)
 
     def routes(self) -> list[Route]:
-        return [Route("/f/{token}.atom", self.feed, methods=["GET"])]
+        return [Route(FEED.pattern, self.feed, methods=["GET"])]
 
     @with_reader
     async def feed(self, request: Request, subscriber: Subscriber) -> Response:

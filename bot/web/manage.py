@@ -19,13 +19,14 @@ from starlette.routing import Route
 
 from bot.config import site_url
 from bot.domain import Subscriber, SubscriberFields
+from bot.domain.routes import MANAGE
 from bot.subscribers.fields import StatusChangeRefused, SubscriberInputError
 from bot.subscribers.settings import by_action
 from bot.subscribers.statuses import StatusAction, reader_action
 from bot.subscribers.subscriptions import change_status, edit, filter_warning, set_filter, set_setting
 from bot.taste.service import taste_summary
 from bot.web.choices import read_choices
-from bot.web.doors import MANAGE, posted, through
+from bot.web.doors import MANAGE_DOOR, posted, through
 from bot.web.forms import address_of, is_multipart
 from bot.web.manage_view import Told, language_choices, manage_choices, toggles
 from bot.web.outlooks import Outlooks, rules_or_none
@@ -45,7 +46,7 @@ class ManagePage:
         self.uploads = LibraryUploads(site)
 
     def routes(self) -> list[Route]:
-        return [Route("/m/{token}", self.manage, methods=["GET", "POST"])]
+        return [Route(MANAGE.pattern, self.manage, methods=["GET", "POST"])]
 
     async def page(
         self,
@@ -72,7 +73,7 @@ class ManagePage:
         )
 
     @with_reader
-    @through(MANAGE)
+    @through(MANAGE_DOOR)
     async def manage(self, request: Request, subscriber: Subscriber) -> Response:
         site = self.site
         if request.method in ("GET", "HEAD"):
@@ -121,7 +122,7 @@ class ManagePage:
         an unsubscribe or resubscribe goes in the consent record with the page (never
         its token) and the client's address."""
         site = self.site
-        page = f"{site_url(site.settings.web)}/m/ (their manage page)"
+        page = f"{site_url(site.settings.web)}{MANAGE.prefix} (their manage page)"
         try:
             changed = await run_in_threadpool(
                 partial(change_status, page=page, client=address_of(request), only_from=change.before),

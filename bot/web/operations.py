@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from bot.domain.routes import HEALTH, METRICS
 from bot.metrics import Metrics
 from bot.web.site import Site
 
@@ -27,8 +28,8 @@ class OperatorPages:
 
     def routes(self) -> list[Route]:
         return [
-            Route("/healthz", self.health, methods=["GET"]),
-            Route("/metrics", self.metrics_page, methods=["GET"]),
+            Route(HEALTH.pattern, self.health, methods=["GET"]),
+            Route(METRICS.pattern, self.metrics_page, methods=["GET"]),
         ]
 
     async def health(self, _request: Request) -> Response:

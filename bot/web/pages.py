@@ -21,6 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from bot.config import Settings
+from bot.domain.routes import BY_NAME, base_path
 from bot.store.errors import is_busy
 from bot.web.forms import SECURITY_HEADERS, BodyStalled, form_token
 from bot.web.limits import TooManyMisses
@@ -40,7 +41,9 @@ class Pages:
             autoescape=select_autoescape(enabled_extensions=("html.j2",)),
             undefined=StrictUndefined,
         )
-        self.templates.globals.update(list_name=settings.sender.from_name, signup=settings.web.signup)
+        self.templates.globals.update(
+            list_name=settings.sender.from_name, signup=settings.web.signup, link=page_link(settings.web.public_url)
+        )
 
     def render(
         self,
@@ -110,3 +113,15 @@ class Pages:
 def too_large() -> Response:
     """The answer to a form body over its limit."""
     return PlainTextResponse("request body too large", 413, headers=SECURITY_HEADERS)
+
+
+def page_link(public_url: str) -> Callable[..., str]:
+    """The ``link(name, **fields)`` a page's template builds its links with: the named
+    route's path under the endpoint's own (``routes.base_path``), so that a link works
+    whatever host the page was reached by, behind a proxy's path too."""
+    base = base_path(public_url)
+
+    def link(name: str, **values: object) -> str:
+        return base + BY_NAME[name].path(**values)
+
+    return link

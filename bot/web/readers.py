@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from bot.domain import Subscriber, SubscriberStatus
+from bot.domain.routes import UNSUBSCRIBE
 from bot.unsubscribes import Journal
 from bot.web.acks import Acknowledger
 from bot.web.limits import MissBudget, client_key
@@ -54,7 +55,7 @@ class Readers:
             return found
         # A one-click POST is journaled whatever the journal holds already (applying
         # twice is harmless): it skips the journal look-up that pages need.
-        one_click = request.method == "POST" and request.url.path.startswith("/u/")
+        one_click = request.method == "POST" and request.url.path.startswith(UNSUBSCRIBE.prefix)
         if found.id in self.acks.acknowledged or (
             not one_click and bool(await run_in_threadpool(self.journal.pending_subscribers, [found.id]))
         ):

@@ -24,6 +24,7 @@ from starlette.routing import Route
 from bot.choose.filters import shown_filter
 from bot.config import site_url
 from bot.domain import Subscriber
+from bot.domain.routes import CONFIRMATION, SIGNUP, base_path
 from bot.plan.cadence import describe
 from bot.subscribers.fields import SubscriberInputError
 from bot.subscribers.optin import (
@@ -39,7 +40,7 @@ from bot.subscribers.optin import (
 )
 from bot.tokens import make_token
 from bot.web.choices import ChoicesForm, hour_or, menu, read_signup
-from bot.web.doors import CONFIRMATION, CSRF_COOKIE, SIGNUP, behind, posted, through
+from bot.web.doors import CONFIRMATION_DOOR, CSRF_COOKIE, SIGNUP_DOOR, behind, posted, through
 from bot.web.forms import address_of, csrf_pair, form_token
 from bot.web.limits import client_key
 from bot.web.site import Site
@@ -61,16 +62,17 @@ class SignupPages:
         self.settings, self.factory, self.key, self.now = site.settings, site.factory, site.key, site.now
         self.render = site.pages.render
         public = site_url(site.settings.web)
-        self.page_url = f"{public}/subscribe"
+        self.page_url = SIGNUP.url(public)
+        self.cookie_path = base_path(public) + SIGNUP.path()  # the page's own path, behind a proxy too
         self.secure_cookie = public.startswith("https://")
 
     def routes(self) -> list[Route]:
         """The confirmation link always (a link already mailed keeps working when sign-up
         is turned off); the sign-up form only with ``web.signup``."""
-        confirmation = Route("/c/{token}", self.confirmation, methods=["GET", "POST"])
+        confirmation = Route(CONFIRMATION.pattern, self.confirmation, methods=["GET", "POST"])
         if not self.settings.web.signup:
             return [confirmation]
-        return [confirmation, Route("/subscribe", self.subscribe, methods=["GET", "POST"])]
+        return [confirmation, Route(SIGNUP.pattern, self.subscribe, methods=["GET", "POST"])]
 
     async def form_page(
         self, status_code: int = 200, *, values: dict[str, list[str]] | None = None, error: str | None = None
@@ -102,7 +104,7 @@ class SignupPages:
             CSRF_COOKIE,
             cookie,
             max_age=4 * 3600,
-            path="/subscribe",
+            path=self.cookie_path,
             httponly=True,
             samesite="strict",
             secure=self.secure_cookie,
@@ -114,7 +116,7 @@ class SignupPages:
         error = "This form has expired or did not come from this site: please send it again."
         return await self.form_page(403, values=form, error=error)
 
-    @through(SIGNUP)
+    @through(SIGNUP_DOOR)
     async def subscribe(self, request: Request) -> Response:
         if request.method in ("GET", "HEAD"):
             return await self.form_page()
@@ -138,7 +140,7 @@ class SignupPages:
         if not await send(self.settings, outgoing):
             await run_in_threadpool(mail_not_sent, self.factory, email)
 
-    @behind(CONFIRMATION)
+    @behind(CONFIRMATION_DOOR)
     async def confirmation(self, request: Request) -> Response:
         """The page behind a confirmation link, or (a POST from it) the confirmation, once
         the link's token is found: a forged one is answered 404 and spends the budget
@@ -152,10 +154,10 @@ class SignupPages:
             return self._confirm_page(state, subscriber, token)
         return await self.confirming(request)
 
-    @through(CONFIRMATION)
+    @through(CONFIRMATION_DOOR)
     async def confirming(self, request: Request) -> Response:
         token = request.path_params["token"]
-        origin = Origin(f"{site_url(self.settings.web)}/c/", address_of(request), "confirmation link")
+        origin = Origin(f"{site_url(self.settings.web)}{CONFIRMATION.prefix}", address_of(request), "confirmation link")
         state, subscriber = await run_in_threadpool(
             confirm, self.factory, self.key, token, origin=origin, now=self.now()
         )

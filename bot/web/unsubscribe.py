@@ -17,7 +17,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from bot.domain import Subscriber, SubscriberStatus
-from bot.web.doors import ONE_CLICK, posted, through
+from bot.domain.routes import UNSUBSCRIBE
+from bot.web.doors import ONE_CLICK_DOOR, posted, through
 from bot.web.site import Site, with_reader
 
 
@@ -26,10 +27,10 @@ class UnsubscribePage:
         self.site = site
 
     def routes(self) -> list[Route]:
-        return [Route("/u/{token}", self.unsubscribe, methods=["GET", "POST"])]
+        return [Route(UNSUBSCRIBE.pattern, self.unsubscribe, methods=["GET", "POST"])]
 
     @with_reader
-    @through(ONE_CLICK)
+    @through(ONE_CLICK_DOOR)
     async def unsubscribe(self, request: Request, subscriber: Subscriber) -> Response:
         render, token = self.site.pages.render, request.path_params["token"]
         if request.method in ("GET", "HEAD"):

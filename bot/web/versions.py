@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from bot.config import Settings
 from bot.domain import DigestContent, DigestState, Subscriber
+from bot.domain.routes import FEED, WEB_VERSION, WEB_VERSION_PART
 from bot.mail.bibtex import bibtex_entry, bibtex_of
 from bot.mail.mailer import rule_keywords
 from bot.mail.render import Renderer, web_links
@@ -89,7 +90,7 @@ class WebVersions:
         (*verdicts*: what the subscriber said already, by the entry's number)."""
         context = self.renderer.context(content, web_links(self.settings.web.public_url, token))
         context.update(form_token=form_token, verdicts=verdicts)
-        context["feed_url"] = f"{self.settings.web.public_url.rstrip('/')}/f/{token}.atom"
+        context["feed_url"] = FEED.url(self.settings.web.public_url, token=token)
         return self.renderer.render_context(context).html
 
     def verdicts(self, subscriber: Subscriber, content: DigestContent) -> dict[int, str]:
@@ -115,8 +116,8 @@ class WebVersionPages:
 
     def routes(self) -> list[Route]:
         return [
-            Route("/d/{token}/{day}", self.web_version, methods=["GET"]),
-            Route("/d/{token}/{day}/{ref}", self.web_version, methods=["GET"]),
+            Route(WEB_VERSION.pattern, self.web_version, methods=["GET"]),
+            Route(WEB_VERSION_PART.pattern, self.web_version, methods=["GET"]),
         ]
 
     @with_reader

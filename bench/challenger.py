@@ -34,8 +34,8 @@ from bot.rankers.interleave import Verdict, team_draft, verdict
 from bot.store.feedback import feedback_of
 from bot.store.library import library_of
 from bot.taste.embedded_models import refresh_embedding_models
+from bot.taste.libraries import give_feedback
 from bot.taste.ranking import TastePass
-from bot.taste.service import give_feedback
 from tests.helpers import example_ranker
 
 SHOWN = 10  # entries of a digest

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bot.choose.tagging import load_rules  # noqa: E402
 from bot.ingest.formats import parse_dump  # noqa: E402
-from bot.ingest.service import ingest_bytes  # noqa: E402
+from bot.ingest.storing import ingest_bytes  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from tests.helpers import dump_text, postgres_schema  # noqa: E402
 

@@ -19,7 +19,7 @@ subscribers were sent the best `digest.max_entries` of what matched since they w
 last sent everything (as `bot.choose.select` ranks and picks them), and the rest was
 left for later, for at most `digest.max_age_days`; the watermarks are what the planner
 leaves after such a day, and each filter's standing ranking as that day's pass left it
-(``bot.plan.standing``).  Prints the ratio steady/none (target <= 1.5) and the planning
+(``bot.plan.standings``).  Prints the ratio steady/none (target <= 1.5) and the planning
 time a subscriber (target <= 0.3 ms).
 
 Each timed pass is a new process's first (cold) unless --warm: then it keeps the caches
@@ -75,9 +75,9 @@ from bench.send import DAY, RULES, add_subscribers, zipf_choices  # noqa: E402
 from bot.choose.candidates import Candidate, pick, rank
 from bot.choose.select import SelectionCache  # noqa: E402
 from bot.config import Settings  # noqa: E402
-from bot.ingest.service import ingest_bytes  # noqa: E402
+from bot.ingest.storing import ingest_bytes  # noqa: E402
 from bot.plan import plan, planned_key  # noqa: E402
-from bot.plan.standing import Standings  # noqa: E402
+from bot.plan.standings import Standings  # noqa: E402
 from bot.plan.windows import watermark  # noqa: E402
 from bot.store.bulk import allocate_ids, among, bulk_insert, chunks
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
@@ -139,7 +139,7 @@ def write_history(factory, filters: list[str], days: int, entries: int, settings
         with factory() as session:
             todays = entries_first_seen_between(session, day - timedelta(hours=3), day)
             # What the day's real planning pass left in the store besides digests: each
-            # filter's standing ranking, brought up to the day (``bot.plan.standing``).
+            # filter's standing ranking, brought up to the day (``bot.plan.standings``).
             standings = Standings(cache, RULES, day, kept.digest.max_age_days, kept.digest.max_entries)
             standings.prepare(session, list(by_filter))
         standings.save(factory)

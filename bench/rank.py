@@ -72,13 +72,13 @@ from bench.send import add_subscribers  # noqa: E402
 from bot.choose.filters import sections_of  # noqa: E402
 from bot.choose.select import SelectionCache, select_for  # noqa: E402
 from bot.choose.tagging import TagRules  # noqa: E402
-from bot.ingest.service import ingest_bytes  # noqa: E402
+from bot.ingest.storing import ingest_bytes  # noqa: E402
 from bot.plan.sections import Sectioner  # noqa: E402
 from bot.rankers.interleave import Verdict, tally  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.subscribers import list_subscribers  # noqa: E402
+from bot.taste.libraries import give_feedback, import_library  # noqa: E402
 from bot.taste.ranking import TastePass  # noqa: E402
-from bot.taste.service import give_feedback, import_library  # noqa: E402
 from bot.taste.training import ModelsReport, refresh_models
 from tests.helpers import render_dump  # noqa: E402
 

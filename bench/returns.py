@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bot.config import Settings  # noqa: E402
 from bot.mail.verp import return_path  # noqa: E402
 from bot.returns.classify import Addresses, classify  # noqa: E402
+from bot.returns.inbox_reading import read_inbox, reading_of  # noqa: E402
 from bot.returns.mailboxes import MaildirBox  # noqa: E402
-from bot.returns.service import read_inbox, reading_of  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from tests.helpers import queue_digests  # noqa: E402
 

@@ -59,7 +59,7 @@ from sqlalchemy import select  # noqa: E402
 from bot.choose.tagging import load_rules  # noqa: E402
 from bot.config import Settings  # noqa: E402
 from bot.delivery.loop import deliver_now
-from bot.ingest.service import ingest_bytes  # noqa: E402
+from bot.ingest.storing import ingest_bytes  # noqa: E402
 from bot.mail.mailer import Mailer
 from bot.mail.message import Prepared  # noqa: E402
 from bot.plan import plan  # noqa: E402

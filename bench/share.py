@@ -37,7 +37,7 @@ from bench.places import Place  # noqa: E402
 from bench.plan import store, write_history  # noqa: E402
 from bench.send import DAY, RULES, zipf_choices  # noqa: E402
 from bot.config import Settings  # noqa: E402
-from bot.ingest.service import ingest_bytes  # noqa: E402
+from bot.ingest.storing import ingest_bytes  # noqa: E402
 from bot.plan.shared import FRESH_FOR  # noqa: E402
 from bot.store.derived_tables import PlanningSlice  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction  # noqa: E402

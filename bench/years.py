@@ -33,7 +33,7 @@ from sqlalchemy import Engine, text, update  # noqa: E402
 from bench.send import DAY, RULES, add_subscribers, zipf_choices  # noqa: E402
 from bot.choose.select import SelectionCache  # noqa: E402
 from bot.config import Settings  # noqa: E402
-from bot.ingest.service import ingest_bytes  # noqa: E402
+from bot.ingest.storing import ingest_bytes  # noqa: E402
 from bot.plan import plan  # noqa: E402
 from bot.plan.retention import remove_expired  # noqa: E402
 from bot.store.engine import is_sqlite, make_engine, sessions, transaction, upgrade  # noqa: E402

@@ -32,10 +32,10 @@ BUSY_TIMEOUT_MS = 10_000
 class Journal:
     """The journal of one store (one per process and store: see ``journal_for``)."""
 
-    def __init__(self, writer: Engine, reader: Engine) -> None:
-        self.engines = (writer, reader)
+    def __init__(self, writer: Engine, read_only: Engine) -> None:
+        self.engines = (writer, read_only)
         self.factory: sessionmaker[Session] = sessions(writer)
-        self.reader: sessionmaker[Session] = sessions(reader)
+        self.read_only: sessionmaker[Session] = sessions(read_only)
         # One writer at a time in this process: SQLite's busy handler would otherwise make
         # the appends and the applier's marks wait for each other in sleeps of up to 100 ms.
         self._writing = threading.Lock()
@@ -53,7 +53,7 @@ class Journal:
         return [rid for rid, _ in rows]
 
     def pending_subscribers(self, subscriber_ids: Iterable[int] | None = None) -> set[int]:
-        with self.reader() as session:
+        with self.read_only() as session:
             return store.pending_subscribers(session, subscriber_ids)
 
     def apply_pending(self, factory: sessionmaker[Session], now: datetime | None = None) -> int:
@@ -62,7 +62,7 @@ class Journal:
         requests stay pending for the next call."""
         applied = 0
         while True:
-            with self.reader() as session:
+            with self.read_only() as session:
                 batch = store.pending_requests(session)
             if not batch:
                 return applied
@@ -108,7 +108,7 @@ def close_journal(store_url: str) -> None:
         journal.close()
 
 
-def reader_of(factory: sessionmaker[Session]) -> sessionmaker[Session]:
+def read_only_sessions(factory: sessionmaker[Session]) -> sessionmaker[Session]:
     """Sessions on the store of *factory* that only read: on SQLite they never wait for
     the writer (WAL); on PostgreSQL reads never wait anyway, so *factory* itself."""
     bind = factory.kw["bind"]

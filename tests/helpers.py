@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import TagRules, load_rules
 from bot.config import Settings
 from bot.domain import DigestItem, EntryContent, EntryView, ParsedEntry
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.store.bulk import allocate_ids, bulk_insert, insert_ignoring_conflicts
 from bot.store.engine import transaction
 from bot.store.schema import BodyItem, Digest, Subscriber
@@ -450,7 +450,7 @@ def claims() -> Subquery:
 INGEST_MEMORY_PROBE = """
 import json, resource, sys
 from pathlib import Path
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.store.engine import make_engine, sessions, upgrade
 engine = make_engine("sqlite:///" + sys.argv[2]); upgrade(engine)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -692,7 +692,7 @@ class Cli:
                 except SystemExit as exc:
                     returncode = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         finally:
-            from bot.store.holders import release_all
+            from bot.store.store_holders import release_all
 
             release_all()  # as the command's process ending would: a test process runs many
             os.environ.clear()

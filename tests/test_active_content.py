@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.delivery.loop import deliver_now
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.mail import render
 from bot.mail.prose import ALLOWED_TAGS, sanitize_html
 from bot.plan import plan

@@ -17,7 +17,7 @@ from bot.choose.matching import Doc, explain, matches
 from bot.choose.names import fold_name, same_person
 from bot.choose.select import select_for
 from bot.choose.tagging import load_rules
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save

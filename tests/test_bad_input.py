@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import IngestResult, SourceStatus
 from bot.ingest.formats.xmlfeed import MAX_XML_ELEMENTS
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.ingest.watcher import scan_folder
 from bot.store.schema import Entry
 from tests.conftest import SEEDS

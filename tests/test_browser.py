@@ -189,7 +189,7 @@ def test_the_inbox_index_fits_a_phone(tmp_path: Path, width: int) -> None:
 def _subscriber_pages(folder: Path) -> dict[str, str]:
     """The sign-up page and a manage page at their worst (long tags, address, filter and
     titles), as the real endpoint serves them."""
-    from bot.ingest.service import ingest_bytes
+    from bot.ingest.storing import ingest_bytes
     from bot.store.engine import make_engine, sessions, upgrade
     from bot.store.subscribers import get_subscriber
     from bot.subscribers.fields import clean_fields

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestKind
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.plan import IdRuns, plan
 from bot.plan.cadence import (
     CHOICES,

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain.ranking import Interleaving
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.plan import plan
 from bot.plan.resend import resend
 from bot.rankers.interleave import tallies
@@ -35,7 +35,7 @@ from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
-from bot.taste.service import give_feedback, import_library
+from bot.taste.libraries import give_feedback, import_library
 from bot.web.versions import WebVersions
 from tests.conftest import ROOT
 from tests.helpers import Cli, digest_entry_ids, render_dump, settings_for

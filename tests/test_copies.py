@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.delivery.loop import deliver_now
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.plan import plan
 from bot.store.engine import HEAD_REVISION, make_engine, sessions, transaction, upgrade
 from bot.store.schema import BodyItem, Digest, Entry

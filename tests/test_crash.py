@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import func, select
 
 from bot.choose.tagging import load_rules
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.plan import plan
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest

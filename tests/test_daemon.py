@@ -163,7 +163,7 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
     """Rendering a batch of digests runs in a thread too: the sends and signals of the
     loop never wait for a whole batch to be built."""
     from bot.delivery.loop import deliver_now
-    from bot.ingest.service import ingest_bytes
+    from bot.ingest.storing import ingest_bytes
     from bot.plan import plan
     from bot.subscribers.fields import clean_fields
     from bot.subscribers.subscriptions import save

@@ -21,14 +21,14 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DeliverReport, DigestKind, DigestState, SubscriberStatus
-from bot.ingest.service import ingest_bytes, ingest_file
+from bot.ingest.storing import ingest_bytes, ingest_file
 from bot.plan import plan, resend
 from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.csv_io import import_csv
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
-from bot.taste.service import import_library
+from bot.taste.libraries import import_library
 from bot.tools.sink import Fault, Received, Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import claims, queue_digests, render_dump, settings_for

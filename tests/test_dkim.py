@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import ConfigError, DkimConfig, Settings
 from bot.delivery.loop import deliver_now
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.mail.dkim import SIGNED_HEADERS, signer_of
 from bot.mail.mailer import Mailer
 from bot.plan import plan

@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.plan import plan
 from bot.store.schema import Digest
 from bot.store.schema import Subscriber as SubscriberRow

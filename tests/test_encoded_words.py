@@ -28,8 +28,8 @@ from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
 from bot.domain import RenderedDigest
 from bot.domain.text import CONTROL_CHARACTERS, header_text
-from bot.ingest.service import ingest_bytes
-from bot.mail.lines import to_line
+from bot.ingest.storing import ingest_bytes
+from bot.mail.header_lines import to_line
 from bot.mail.message import Headers, build_message, display_name
 from bot.plan import plan
 from bot.store.entry_reads import list_entries

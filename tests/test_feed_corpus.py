@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import SourceStatus
 from bot.ingest.formats import looks_like_feed, parse_any
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from tests.conftest import ROOT
 
 CORPUS = ROOT.parent / "shared" / "corpora" / "feedparser-tests"

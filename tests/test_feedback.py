@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
@@ -43,8 +43,8 @@ from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import remove, save
+from bot.taste.libraries import feedback, give_feedback, import_library, library, set_taste_threshold
 from bot.taste.library import csl_json, read_library
-from bot.taste.service import feedback, give_feedback, import_library, library, set_taste_threshold
 from bot.taste.training import refresh_models
 from bot.tools.sink import Sink, SinkHandler
 from bot.web import create_app

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.domain import Announce, EntryKind, SourceStatus
 from bot.ingest.formats import FeedFormatError, parse_feed
-from bot.ingest.service import ingest_bytes, ingest_file
+from bot.ingest.storing import ingest_bytes, ingest_file
 from bot.ingest.watcher import fetch_feeds
 from bot.store.entry_reads import appearances_of, find_entry, list_entries
 from tests.conftest import FIXTURES

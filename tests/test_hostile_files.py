@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import DigestItem, EntryKind, SourceStatus
 from bot.ingest.formats import parse_any
-from bot.ingest.formats.errors import SourceFormatError
-from bot.ingest.service import ingest_file
+from bot.ingest.formats.format_errors import SourceFormatError
+from bot.ingest.storing import ingest_file
 from bot.ingest.watcher import expand, scan_folder
 from bot.mail.prose import html_to_text, marks_pattern, summary_of
 from bot.store.sources import list_sources

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import ReturnKind, SubscriberStatus
+from bot.returns.inbox_reading import read_inbox, reading_of
 from bot.returns.mailboxes import ImapBox, MailboxError, open_mailbox
-from bot.returns.service import read_inbox, reading_of
 from bot.tools.sink import free_port
 from tests.helpers import Cli
 from tests.returned_mail import BOUNCES, KEY, PEOPLE, RETURNS, UNSUBSCRIBE, add_people, statuses

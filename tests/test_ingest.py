@@ -14,7 +14,7 @@ from sqlalchemy import Engine, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import SourceStatus
-from bot.ingest.service import ingest_bytes, ingest_file
+from bot.ingest.storing import ingest_bytes, ingest_file
 from bot.store.entries import refresh_statistics
 from bot.store.entry_reads import appearances_of, find_entry, list_entries
 from bot.store.schema import Entry, Source

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import ConfigError, load_settings
 from bot.delivery.loop import deliver_now
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.plan import plan
 from bot.store.entry_reads import list_entries
 from bot.subscribers.fields import SubscriberInputError, clean_fields

@@ -1,4 +1,4 @@
-"""A model per interest (``bot.taste.interests``, ``bot.taste.service``,
+"""A model per interest (``bot.taste.interests``, ``bot.taste.libraries``,
 ``bot.taste.ranking``): a reader of several named interests has each section ordered
 by what they kept and rated for that interest, and a rating trains the interest its
 entry was shown under."""
@@ -17,7 +17,7 @@ from bot.choose.filters import sections_of
 from bot.choose.tagging import TagRules, load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
-from bot.ingest.service import ingest_bytes, ingest_file
+from bot.ingest.storing import ingest_bytes, ingest_file
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
@@ -27,7 +27,7 @@ from bot.store.taste_tables import Feedback, TasteModel
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
 from bot.taste.interests import Example, Examples, by_interest
-from bot.taste.service import give_feedback, import_library
+from bot.taste.libraries import give_feedback, import_library
 from bot.taste.training import refresh_models
 from bot.tools.sink import Sink
 from bot.web import create_app

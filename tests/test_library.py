@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.store.engine import transaction
 from bot.store.library import add_papers, library_of, remove_papers
 from bot.store.subscribers import get_subscriber
@@ -323,7 +323,7 @@ def test_csl_json_of_any_shape_is_read_or_named(data: bytes) -> None:
 
 
 def test_a_library_holds_at_most_its_share(factory: sessionmaker[Session]) -> None:
-    from bot.taste.service import import_library
+    from bot.taste.libraries import import_library
 
     ada = _ada(factory)
     ids = "".join(f"2401.{n:05d}\n" for n in range(10)).encode()

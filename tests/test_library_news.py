@@ -26,14 +26,14 @@ from bot.delivery.loop import deliver_now
 from bot.domain import EntryNews
 from bot.domain.identity import normalize_title, title_key
 from bot.ingest.resolve import gained_code
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.plan import plan
 from bot.plan.news import LIBRARY_PER_DIGEST, library_news, news_line
 from bot.store.library import library_of
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save, set_setting
-from bot.taste.service import import_library
+from bot.taste.libraries import import_library
 from bot.tools.sink import Sink
 from tests.conftest import FIXTURES, ROOT
 from tests.helpers import render_dump, settings_for

@@ -20,7 +20,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import LibraryPaper
 from bot.domain.llm import MAX_DIMENSIONS, packed, unpacked
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.llm.embedding import TEXTS_PER_REQUEST, embed_papers
 from bot.store.embeddings import embeddings_of
 from bot.store.facts import EMBEDDING_FAILURE_FACT, fact

@@ -1,4 +1,4 @@
-"""One TL;DR pass (bot.llm.service) against the local model server, on SQLite and
+"""One TL;DR pass (bot.llm.model_pass) against the local model server, on SQLite and
 PostgreSQL: asked once per (entry, language) readers will get, most read first, within
 the day's budget, hostile answers kept out, nothing of a reader sent."""
 
@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.matching import Doc
 from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.ingest.service import ingest_bytes
-from bot.llm.service import write_tldrs
+from bot.ingest.storing import ingest_bytes
+from bot.llm.model_pass import write_tldrs
 from bot.llm.wanted import WantedTldr, wanted_tldrs
 from bot.store.schema import Entry, Subscriber
 from bot.store.tldrs import set_language, spent_on, tldrs_for

@@ -20,7 +20,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestItem, EntryKind, SubscriberFields
 from bot.domain.llm import Tldr, chosen_language
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.mail.framing import tldr_html
 from bot.mail.mailer import Mailer
 from bot.plan import plan, resend

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.domain.llm import Tldr
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.store.llm_tables import EntryTldrRow
 from bot.store.schema import Entry, Subscriber
 from bot.store.tldrs import (

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save

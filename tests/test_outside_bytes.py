@@ -25,7 +25,7 @@ from bot.domain.ranking import BUILT_IN, Interleaving
 from bot.domain.text import CONTROL_CHARACTERS, NOT_STORABLE, one_line
 from bot.ingest.formats import SourceFormatError, parse_any
 from bot.ingest.formats import storable as bounds
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.returns.classify import Addresses, classify
 from bot.subscribers.csv_io import read_csv
 from bot.subscribers.fields import SubscriberInputError, clean_fields

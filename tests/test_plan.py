@@ -28,7 +28,7 @@ from bot.choose.select import SelectionCache
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestState
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.plan import IdRuns, plan
 from bot.plan.days import closes_at, local_time
 from bot.store.claims import claimed_entry_ids, claimed_from

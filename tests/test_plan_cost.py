@@ -24,7 +24,7 @@ from sqlalchemy import Engine, event
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.plan import plan
 from bot.store.engine import make_engine, refresh_statistics, sessions, upgrade
 from bot.subscribers.fields import clean_fields

@@ -24,7 +24,7 @@ from bot.config import Settings, WebConfig
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestItem, EntryKind
 from bot.domain.links import primary_url, side_links
-from bot.ingest.service import ingest_bytes, ingest_file
+from bot.ingest.storing import ingest_bytes, ingest_file
 from bot.mail.bibtex import bibtex_of
 from bot.mail.framing import filter_marks
 from bot.mail.prose import cut_at_sentence, latex_to_text, marks_pattern, summary_of, title_text

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind, DigestState
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.plan import ResendPending, plan, resend, resend_failed
 from bot.store.digests import list_digests, stats_by_day
 from bot.subscribers.fields import clean_fields

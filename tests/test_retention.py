@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestState
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.plan import DigestNotFound, plan, resend
 from bot.plan.retention import kept_since, remove_expired
 from bot.store.contents import digest_content

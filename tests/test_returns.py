@@ -21,9 +21,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import ReturnKind, SubscriberStatus
+from bot.returns.inbox_reading import read_inbox, reading_of
 from bot.returns.mailboxes import MailboxError, MaildirBox, open_mailbox
 from bot.returns.rules import Limits, status_after
-from bot.returns.service import read_inbox, reading_of
 from bot.store.response_tables import ReturnEvent
 from bot.subscribers.subscriptions import change_status, remove
 from tests.helpers import Cli, CliResult
@@ -73,7 +73,7 @@ def test_each_kind_does_what_it_says(
     for name in ("postfix_hard.eml", "ses_hard.eml", "mangled_no_verp.eml", "arf_abuse.eml", "delayed.eml"):
         deliver(maildir, name)
     left = [deliver(maildir, "out_of_office.eml"), deliver(maildir, "person_question.eml")]
-    with caplog.at_level(logging.INFO, logger="bot.returns.service"):
+    with caplog.at_level(logging.INFO, logger="bot.returns.inbox_reading"):
         report = read(factory, maildir)
     changes = [r.getMessage() for r in caplog.records if " is now " in r.getMessage()]
     assert f"{ADA} is now unsubscribed: complaint" in changes  # a complaint has no status code to add
@@ -344,7 +344,7 @@ def test_a_message_for_a_person_is_classified_once(
     minutes."""
     import time
 
-    from bot.returns import service
+    from bot.returns import inbox_reading as service
 
     add_people(factory)
     slow = deliver(maildir, b"From: MAILER-DAEMON@relay.example.org\r\nSubject: x\r\n\r\n" + b"\n" * 1_000_000)

@@ -23,7 +23,7 @@ from bot.choose.tagging import load_rules
 from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DeliverReport
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.plan import plan
 from bot.store.digests import list_digests
 from bot.subscribers.fields import clean_fields

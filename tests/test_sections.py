@@ -25,7 +25,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import EntryKind
-from bot.ingest.service import ingest_bytes, ingest_file
+from bot.ingest.storing import ingest_bytes, ingest_file
 from bot.mail.render import Renderer, web_links
 from bot.plan import plan, resend
 from bot.plan.sections import Sectioner, best_section

@@ -13,7 +13,7 @@ from bot.choose.select import select_for
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import SubscriberStatus
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.csv_io import import_csv
 from bot.subscribers.fields import clean_fields
@@ -117,7 +117,7 @@ def test_verdicts_kept_between_passes_follow_changed_entries(factory: sessionmak
     from sqlalchemy import update
 
     from bot.choose.select import SelectionCache
-    from bot.ingest.service import ingest_bytes
+    from bot.ingest.storing import ingest_bytes
     from bot.store.schema import Entry
     from tests.helpers import render_dump
 

@@ -275,7 +275,7 @@ def test_a_client_that_leaves_mid_body_costs_no_traceback(tmp_path: Path) -> Non
 
 
 def _library_reader_of(parent: int) -> int | None:
-    """The pid of *parent*'s child reading an upload (``bot.taste.library_reader``), if any."""
+    """The pid of *parent*'s child reading an upload (``bot.taste.library_process``), if any."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -284,7 +284,7 @@ def _library_reader_of(parent: int) -> int | None:
             command = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"bot.taste.library_reader" in command:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"bot.taste.library_process" in command:
             return int(entry.name)
     return None
 

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.select import SelectionCache
 from bot.config import Settings
-from bot.ingest.service import ingest_bytes
+from bot.ingest.storing import ingest_bytes
 from bot.plan import plan
 from bot.plan.shared import FRESH_FOR, plan_shared
 from bot.store.derived_tables import PlanningSlice

@@ -299,7 +299,7 @@ def test_the_page_offers_the_stored_tags_and_the_browser_zone_script_is_allowed(
     web: httpx.Client, factory: sessionmaker[Session], seed_files: list[Path]
 ) -> None:
     from bot.choose.tagging import load_rules
-    from bot.ingest.service import ingest_file
+    from bot.ingest.storing import ingest_file
 
     ingest_file(factory, seed_files[0], now=START, rules=load_rules(ROOT / "config" / "tags.toml"))
     page = web.get("/subscribe")

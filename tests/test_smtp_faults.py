@@ -21,7 +21,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now, due_count
 from bot.domain import DigestKind, DigestState, SubscriberStatus
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.plan import plan
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade

@@ -24,9 +24,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import SenderConfig, Settings
 from bot.domain import RenderedDigest
-from bot.ingest.service import ingest_file
-from bot.mail.chunks import ChunkPool
-from bot.mail.lines import folded, html_escape, plain_line, to_line
+from bot.ingest.storing import ingest_file
+from bot.mail.constant_pool import ChunkPool
+from bot.mail.header_lines import folded, html_escape, plain_line, to_line
 from bot.mail.mailer import Mailer
 from bot.mail.message import POLICY, Headers, build_message, message_bytes, prepared
 from bot.mail.splice import MessageTemplate, Personal
@@ -176,7 +176,7 @@ def test_an_address_printed_outside_the_footer_is_spliced_with_either_footer(
     ],
 )
 def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, snippet: str, allowed: bool) -> None:
-    from bot.mail.holes import templates_allow_splicing
+    from bot.mail.personal_slots import templates_allow_splicing
     from bot.mail.render import Renderer
 
     templates = tmp_path / "templates"
@@ -191,7 +191,7 @@ def test_only_templates_that_print_personal_values_are_spliced(tmp_path: Path, s
 def test_a_template_edited_in_place_is_read_again_by_the_next_renderer(tmp_path: Path) -> None:
     """Templates are compiled and checked once per process (bot.mail.templates): a renderer
     made after an edit, of the same file, renders and judges the edit, not the old code."""
-    from bot.mail.holes import templates_allow_splicing
+    from bot.mail.personal_slots import templates_allow_splicing
     from bot.mail.render import Renderer
 
     templates = tmp_path / "templates"
@@ -208,7 +208,7 @@ def test_a_template_edited_in_place_is_read_again_by_the_next_renderer(tmp_path:
 
 
 def test_only_a_footer_that_prints_personal_values_is_spliced(tmp_path: Path) -> None:
-    from bot.mail.holes import footer_allows_substitution, templates_allow_splicing
+    from bot.mail.personal_slots import footer_allows_substitution, templates_allow_splicing
     from bot.mail.render import Renderer
 
     assert footer_allows_substitution(Renderer(ROOT / "templates", search_url="x"))
@@ -403,7 +403,7 @@ def test_an_entry_changed_during_a_delivery_run_is_read_again(factory: sessionma
     each exactly as the simple path builds it."""
     from datetime import date
 
-    from bot.ingest.service import ingest_bytes
+    from bot.ingest.storing import ingest_bytes
 
     settings = _settings(tmp_path)
     papers = [
@@ -503,7 +503,7 @@ def test_a_token_line_is_filled_as_encoding_it_would_at_every_soft_break() -> No
     """``TokenLine`` puts a token's characters where one encoding of the line shows
     them: checked against encoding the line itself, with the token at every offset
     around the soft line breaks, twice in a line, for tokens of several lengths."""
-    from bot.mail.holes import TokenLine
+    from bot.mail.personal_slots import TokenLine
     from bot.mail.qp import qp_lines
     from bot.mail.render import Links
     from bot.mail.splice import MessageTemplate, Personal

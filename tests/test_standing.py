@@ -1,4 +1,4 @@
-"""A filter's standing ranking (``bot.choose.standing``, ``bot.plan.standing``).
+"""A filter's standing ranking (``bot.choose.standing_ranking``, ``bot.plan.standings``).
 
 The pure part against ``select.rank`` and ``select.pick`` for any matches, windows and
 exclusions; the planner that uses kept rankings against the planner that ranks every
@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-import bot.plan.standing as standing_module
+import bot.plan.standings as standing_module
 from bot.choose.candidates import Candidate, pick, rank
 from bot.choose.matching import Explanation, Hit
 from bot.choose.select import SelectionCache
-from bot.choose.standing import Match, Standing
+from bot.choose.standing_ranking import Match, Standing
 from bot.choose.tagging import load_rules
 from bot.domain import EntryKind, EntryView
-from bot.ingest.service import ingest_bytes, retag_all
+from bot.ingest.storing import ingest_bytes, retag_all
 from bot.plan import plan
 from bot.store.derived_tables import FilterRanking
 from bot.store.engine import make_engine, sessions, transaction, upgrade

@@ -252,7 +252,7 @@ def test_restore_and_copy_are_refused_while_serve_has_the_store_open(cli: Cli, s
 
 
 def test_no_process_opens_the_store_while_a_restore_or_copy_holds_it(cli: Cli) -> None:
-    from bot.store.holders import alone
+    from bot.store.store_holders import alone
 
     with alone(cli.folder / "cli.sqlite3", "testing"):
         for command in (["subscribers", "list"], ["serve", "--port", str(free_port())], ["run", "--once"]):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import TagRule, TagRules, TagRulesError, load_rules
-from bot.ingest.service import ingest_bytes, ingest_file, retag_all
+from bot.ingest.storing import ingest_bytes, ingest_file, retag_all
 from bot.store.entry_reads import find_entry, list_entries, tag_origins_of
 from tests.conftest import ROOT
 from tests.helpers import render_dump

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
@@ -27,7 +27,7 @@ from bot.store.taste_tables import TasteModel
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import remove, save
 from bot.taste.features import RowCache, Vocabulary, fit_vocabulary, vectors, words
-from bot.taste.service import import_library
+from bot.taste.libraries import import_library
 from bot.taste.training import refresh_models
 from tests.conftest import ROOT
 from tests.helpers import settings_for

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.domain import DigestKind, SubscriberStatus
 from bot.domain.stored import CADENCES, read_settings, zone_exists
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.plan import plan
 from bot.plan.cadence import CHOICES
 from bot.store.engine import transaction

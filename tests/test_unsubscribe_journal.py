@@ -26,7 +26,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestState, SubscriberStatus
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.plan import plan
 from bot.store.engine import make_engine, sessions
 from bot.store.response_tables import AppliedUnsubscribe, UnsubscribeRequest
@@ -36,11 +36,11 @@ from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
 from bot.tokens import make_token, signing_key
 from bot.tools.sink import Sink, free_port
-from bot.unsubscribes import close_journal, journal_of, reader_of
+from bot.unsubscribes import close_journal, journal_of, read_only_sessions
 from bot.web import create_app
-from bot.web.acks import APPLY_EVERY_SECONDS
 from bot.web.forms import form_token
 from bot.web.limits import MissBudget
+from bot.web.unsubscribe_journaling import APPLY_EVERY_SECONDS
 from tests.conftest import ROOT, SEEDS
 from tests.helpers import DIGESTBOT, Server, settings_for, wait_until_serving
 
@@ -138,7 +138,7 @@ def test_a_burst_while_the_store_is_locked_is_answered_and_applied_later(
             codes = _post_all(port, list(tokens.values()))
             assert codes == [200] * len(tokens)
             time.sleep(3 * APPLY_EVERY_SECONDS)  # the applier has tried, and waits
-            with reader_of(factory)() as session:
+            with read_only_sessions(factory)() as session:
                 assert {s.status for s in list_subscribers(session)} == {SubscriberStatus.ACTIVE}
         deadline = time.monotonic() + 15
         while True:

@@ -1,6 +1,6 @@
 """The manage page's library upload under abuse: files shaped to be slow, too many
 uploads, more papers than a library holds.  The file is read in a process of its own
-(``bot.web.upload_reader``); the page says what happened, in one line."""
+(``bot.web.upload_process``); the page says what happened, in one line."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def test_the_reading_process_gives_way_before_it_imports_anything_heavy() -> Non
     before it imports the reader itself."""
     import subprocess
 
-    from bot.web.upload_reader import CHILD
+    from bot.web.upload_process import CHILD
 
     bib = b"@article{k, title = {A paper}, author = {A. Author}, year = {2024}}\n"
     done = subprocess.run(
@@ -168,7 +168,7 @@ def test_the_reading_process_gives_way_before_it_imports_anything_heavy() -> Non
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.decode().splitlines() if "|" in line]
     heavy = [name for name in imported if name.split(".")[0] in {"sqlalchemy", "starlette", "jinja2", "uvicorn"}]
     assert heavy == [] and not any(name.startswith(("bot.web", "bot.store", "bot.mail")) for name in imported)
-    source = (ROOT / "bot" / "taste" / "library_reader.py").read_text()
+    source = (ROOT / "bot" / "taste" / "library_process.py").read_text()
     assert source.index("    give_way()") < source.index("from bot.taste.library import")
 
 
@@ -179,7 +179,7 @@ def test_the_reading_process_runs_only_on_a_core_nothing_else_wants() -> None:
     waited for the rest of the reader's time slice)."""
     import subprocess
 
-    from bot.web.upload_reader import CHILD
+    from bot.web.upload_process import CHILD
 
     child = subprocess.Popen(CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.mail.verp import digest_of, return_path
 from bot.plan import plan
 from bot.store.schema import Digest

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from bot.run.arenas import share_one_arena
+from bot.run.malloc_arenas import share_one_arena
 
 # A worker's process imports the whole CLI and the daemon; none of these is needed to
 # deliver, and each costs megabytes in every worker (httpx also loads pygments).
@@ -32,7 +32,7 @@ def test_a_worker_loads_no_library_of_another_role() -> None:
 # Threads that allocate large blocks, then glibc's own count of its arenas.
 _ARENAS = """
 import ctypes, sys, threading
-from bot.run.arenas import share_one_arena
+from bot.run.malloc_arenas import share_one_arena
 if sys.argv[1] == "shared":
     assert share_one_arena()
 def churn():

@@ -69,7 +69,7 @@ class SelectionCache:
         self.rules: TagRules | None = None
         # Per entry with verdicts or a doc, when it was first seen (``forget_before``).
         self.seen_at: dict[int, datetime] = {}
-        # What the plan stage keeps between passes besides verdicts (``bot.plan.standing``).
+        # What the plan stage keeps between passes besides verdicts (``bot.plan.standings``).
         self.planning: object = None
 
     def entries(self, session: Session, start: datetime | None, as_of: datetime) -> list[EntryView]:

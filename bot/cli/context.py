@@ -120,7 +120,7 @@ class Context:
 
 
 def open_store(settings: Settings) -> Engine:
-    """The store's engine, held open by this process (``bot.store.holders``)."""
+    """The store's engine, held open by this process (``bot.store.store_holders``)."""
     from bot.store import engine as store_engine
 
     opened(settings.database_url)
@@ -135,10 +135,10 @@ def open_store(settings: Settings) -> Engine:
 
 
 def _hold(engine: Engine) -> None:
-    """Hold a SQLite store open for this process (``bot.store.holders``): refused
+    """Hold a SQLite store open for this process (``bot.store.store_holders``): refused
     while a restore or copy has it, and when its file was emptied (SQLite would
     take an empty file for a new store, and every reader with it)."""
-    from bot.store.holders import StoreInUse, emptied, hold
+    from bot.store.store_holders import StoreInUse, emptied, hold
 
     database = engine.url.database
     if engine.dialect.name != "sqlite" or not database or database == ":memory:":

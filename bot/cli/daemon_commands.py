@@ -77,7 +77,7 @@ PLAIN_HTTP = (
 def _daemon(c: Context, factory: sessionmaker[Session], *, plan_jobs: bool, deliver_jobs: bool) -> None:
     import asyncio
 
-    from bot.run.arenas import share_one_arena
+    from bot.run.malloc_arenas import share_one_arena
     from bot.run.roles import RoleTaken
     from bot.run.scheduler import Daemon
 

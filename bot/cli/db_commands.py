@@ -59,10 +59,10 @@ def journal_file(store: Path) -> Path:
 
 @contextmanager
 def alone(store: Path, doing: str) -> Iterator[None]:
-    """The store held by this command alone (``bot.store.holders``): a usage error naming
+    """The store held by this command alone (``bot.store.store_holders``): a usage error naming
     the processes that have it open (the scheduler, workers, serve, another command)."""
-    from bot.store.errors import StoreError
-    from bot.store.holders import StoreInUse, alone
+    from bot.store.store_errors import StoreError
+    from bot.store.store_holders import StoreInUse, alone
 
     try:
         with alone(store, doing):
@@ -97,7 +97,7 @@ def db_backup(
     import sqlite3
 
     from bot.store.copies import backup_sqlite
-    from bot.store.errors import StoreError
+    from bot.store.store_errors import StoreError
     from bot.tokens import backup_key, key_beside
 
     c = ctx_of(ctx)
@@ -148,8 +148,8 @@ def db_copy(
 
     from bot.store import engine as store_engine
     from bot.store.copies import copy_tables, empty_again, holds_tables
-    from bot.store.errors import StoreError, meaning
     from bot.store.journal import journal_url
+    from bot.store.store_errors import StoreError, meaning
     from bot.unsubscribes import journal_of
 
     c = ctx_of(ctx)

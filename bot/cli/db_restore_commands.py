@@ -39,7 +39,7 @@ def db_restore(
     from bot.files import exclusive_file
     from bot.store import restores
     from bot.store.carried import journal_from_backup
-    from bot.store.errors import StoreError
+    from bot.store.store_errors import StoreError
 
     c = ctx_of(ctx)
     store = sqlite_store(c, "restore", f"pg_restore --clean --if-exists --dbname '<database.url>' {file}")

@@ -1,5 +1,5 @@
 """The ``digestbot llm`` commands: a language model's part, run by hand (docs/llm.md).
-A shell: parses, calls ``bot.llm.service``, prints."""
+A shell: parses, calls ``bot.llm.model_pass``, prints."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def llm_tldrs(ctx: typer.Context) -> None:
     """Ask the chat model for the TL;DRs of the last two days' entries that readers will
     get and that have none in their language, most read first, within the day's budget.
     Prints what was written, refused, left for the budget, and each kind of failure."""
-    from bot.llm.service import write_tldrs
+    from bot.llm.model_pass import write_tldrs
 
     c = ctx_of(ctx)
     llm = c.settings.llm
@@ -40,7 +40,7 @@ def llm_embed(ctx: typer.Context) -> None:
     that it has not embedded yet (at most 1,024 a run), within the day's budget, then
     train the model of each reader whose papers or ratings changed.  Prints what was
     stored, refused, left for the budget, each kind of failure, and the models trained."""
-    from bot.llm.service import embed_and_train
+    from bot.llm.model_pass import embed_and_train
 
     c = ctx_of(ctx)
     llm = c.settings.llm

@@ -61,8 +61,8 @@ def returns_table(events: list[ReturnEvent]) -> Table:
 def bounces_fetch(ctx: typer.Context) -> None:
     """Read inbox.url once: record each bounce, complaint and unsubscribe mail, mark it
     seen, and leave everything else for a person (exit 1 when the mailbox fails)."""
+    from bot.returns.inbox_reading import read_configured_inbox
     from bot.returns.mailboxes import MailboxError
-    from bot.returns.service import read_configured_inbox
 
     c = ctx_of(ctx)
     if not c.settings.inbox.url:

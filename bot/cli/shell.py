@@ -83,7 +83,7 @@ def main_callback(
 
 
 def now() -> datetime:
-    from bot.ingest.service import utcnow
+    from bot.ingest.storing import utcnow
 
     return utcnow()
 

@@ -105,7 +105,7 @@ def tags_test(
 @tags_app.command("apply")
 def tags_apply(ctx: typer.Context) -> None:
     """Recompute rule tags of every stored entry from the current tags file."""
-    from bot.ingest.service import retag_all
+    from bot.ingest.storing import retag_all
     from bot.store.entry_reads import count_entries
 
     c = ctx_of(ctx)

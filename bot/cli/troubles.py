@@ -47,7 +47,7 @@ def store_trouble(exc: Exception) -> str | None:
     """One line for an error of the store or its journal that reached the command line
     (a full disk, a read-only file, a file that is no database...); None for any other.
     Whatever the command had begun is rolled back by the store's transactions."""
-    from bot.store.errors import StoreError, meaning
+    from bot.store.store_errors import StoreError, meaning
 
     if isinstance(exc, StoreError):
         return str(exc)

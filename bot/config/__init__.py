@@ -21,9 +21,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from bot.config.errors import ENV_PREFIX
-from bot.config.errors import ConfigError as ConfigError  # where the rest of bot imports them from
-from bot.config.errors import read_secret_file as read_secret_file
+from bot.config.config_errors import ENV_PREFIX
+from bot.config.config_errors import ConfigError as ConfigError  # where the rest of bot imports them from
+from bot.config.config_errors import read_secret_file as read_secret_file
 from bot.config.mail import DkimConfig as DkimConfig  # where the rest of bot imports them from
 from bot.config.mail import DkimKey as DkimKey
 from bot.config.mail import InboxConfig as InboxConfig
@@ -265,7 +265,7 @@ def load_settings(path: Path | None = None) -> Settings:
     when present, or embedded defaults) with environment overrides on top."""
     from pydantic import ValidationError
 
-    from bot.config.errors import explain, unparsable_variable
+    from bot.config.config_errors import explain, unparsable_variable
 
     if path is None and os.environ.get(f"{ENV_PREFIX}CONFIG"):
         path = Path(os.environ[f"{ENV_PREFIX}CONFIG"])

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, SecretStr, field_validator
 
-from bot.config.errors import ENV_PREFIX, read_secret_file
+from bot.config.config_errors import ENV_PREFIX, read_secret_file
 from bot.config.services import Section
 from bot.config.values import dns_name, greeting_name
 from bot.domain.text import CONTROL_CHARACTERS, hides_control_characters

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from bot.config.errors import read_secret_file
+from bot.config.config_errors import read_secret_file
 from bot.domain.llm import chosen_language
 from bot.domain.ranking import BUILT_IN, RANKER_NAME
 from bot.domain.text import is_web_url

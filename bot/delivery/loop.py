@@ -34,7 +34,7 @@ from bot.metrics import Metrics
 from bot.store.engine import transaction
 from bot.store.queue import claim_due
 from bot.store.subscribers import subscriber_statuses
-from bot.unsubscribes import Journal, journal_of, reader_of
+from bot.unsubscribes import Journal, journal_of, read_only_sessions
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -271,7 +271,7 @@ class Leavers:
     def _read(self, journal: Journal) -> set[int]:
         pending = journal.pending_subscribers(self.subscriber_ids)
         if self._store is None:  # on SQLite a reader that never takes the writer's lock
-            self._store = reader_of(self.factory)
+            self._store = read_only_sessions(self.factory)
         with self._store() as session:
             statuses = subscriber_statuses(session, self.subscriber_ids)
         gone = {i for i in self.subscriber_ids if statuses.get(i) is not SubscriberStatus.ACTIVE}

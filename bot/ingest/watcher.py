@@ -27,7 +27,7 @@ from bot.config import Settings
 from bot.domain import FileStamp, IngestResult, SourceStatus
 from bot.domain.text import path_text, shown_url
 from bot.ingest.formats.fetch import FetchError, fetch
-from bot.ingest.service import DEFAULT_MAX_FILE_BYTES, ingest_bytes, ingest_file, utcnow
+from bot.ingest.storing import DEFAULT_MAX_FILE_BYTES, ingest_bytes, ingest_file, utcnow
 from bot.store.engine import transaction
 from bot.store.sources import feed_state, save_feed_state, seen_stamps
 

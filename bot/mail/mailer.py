@@ -20,10 +20,9 @@ from sqlalchemy.orm import Session
 from bot.choose.tagging import TagRulesError, load_rules
 from bot.config import Settings
 from bot.domain import DigestContent, Subscriber
-from bot.mail.chunks import ChunkPool
+from bot.mail.constant_pool import ChunkPool
 from bot.mail.dkim import signer_of
 from bot.mail.framing import Keywords, period_words
-from bot.mail.holes import Personal, footer_allows_substitution, templates_allow_splicing
 from bot.mail.message import (
     Headers,
     Prepared,
@@ -33,6 +32,7 @@ from bot.mail.message import (
     message_bytes,
     prepared,
 )
+from bot.mail.personal_slots import Personal, footer_allows_substitution, templates_allow_splicing
 from bot.mail.render import Links, Renderer, web_links
 from bot.mail.splice import MessageTemplate
 from bot.mail.verp import return_path

@@ -17,14 +17,14 @@ from email.utils import format_datetime
 
 from bot.config import SenderConfig
 from bot.domain import DigestContent, RenderedDigest
-from bot.mail.holes import (
+from bot.mail.header_lines import date_line, html_escape, plain_line, to_line
+from bot.mail.message import Headers, build_message, message_bytes
+from bot.mail.personal_slots import (
     Personal,
     line_spans,
     lines_around,
     spliced_line,
 )
-from bot.mail.lines import date_line, html_escape, plain_line, to_line
-from bot.mail.message import Headers, build_message, message_bytes
 from bot.mail.qp import qp_lines
 from bot.mail.render import Links, Renderer, personal_context
 

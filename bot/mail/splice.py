@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 from bot.config import SenderConfig
 from bot.domain import DigestContent
-from bot.mail.chunks import ChunkPool
-from bot.mail.holes import (
+from bot.mail.constant_pool import ChunkPool
+from bot.mail.message import Prepared, dot_stuff, prepared
+from bot.mail.personal_slots import (
     TOKEN_CHARACTERS,
     Personal,
     TokenLine,
 )
-from bot.mail.message import Prepared, dot_stuff, prepared
 from bot.mail.probe import LinksFor, Piece, Probe, ProbeMessage, probe_pieces
 from bot.mail.render import Links, Renderer
 

@@ -40,7 +40,7 @@ _COMPILED = _CompiledTemplates()
 
 
 def digest_environment(loader: BaseLoader | None = None) -> Environment:
-    """How the digest templates are read: the renderer reads them so, and bot.mail.holes
+    """How the digest templates are read: the renderer reads them so, and bot.mail.personal_slots
     parses them so to check what they do with a reader's own values."""
     return Environment(
         loader=loader,

@@ -1,7 +1,7 @@
 """Plan stage: what each due reader of one batch gets, and the pass it is chosen in.
 
 A reader's entries come from their filter's standing ranking when it serves them
-(``bot.plan.standing``), else from a ranking of their own window, reordered by their
+(``bot.plan.standings``), else from a ranking of their own window, reordered by their
 model when they have one; a scheduled day already empty and still open is filled.
 The batch is written by ``bot.plan.writes``.  Never writes, renders or sends.
 """
@@ -28,7 +28,7 @@ from bot.plan.days import DayStep, closes_at, day_step, waits_for_dump
 from bot.plan.report import PlanReport
 from bot.plan.retention import kept_since
 from bot.plan.sections import Sectioner
-from bot.plan.standing import Standings
+from bot.plan.standings import Standings
 from bot.plan.windows import claimed_in_windows, watermark, window_starts
 from bot.plan.writes import Batch
 from bot.store.ledger import NewDigest, Planned, last_scheduled_at, scheduled_days
@@ -79,7 +79,7 @@ def _planned_key(filter_text: str, backfill: str, rules_fingerprint: str) -> str
 
 def choose_batch(session: Session, run: PlanningPass, due: list[tuple[Subscriber, date]]) -> Batch:
     """What each due subscriber of the batch gets: from their filter's standing ranking
-    when it serves them (``bot.plan.standing``), else from a ranking of their window."""
+    when it serves them (``bot.plan.standings``), else from a ranking of their window."""
     now, settings = run.now, run.settings
     fills: dict[int, int] = {}
     if run.kind is DigestKind.SCHEDULED:
@@ -163,7 +163,7 @@ def _long_way(
 ) -> Picked:
     """What a reader gets from a ranking of their whole window: theirs alone (their
     model reorders it, or their filter names ``liked``), or one that no standing ranking
-    spans (``bot.plan.standing``)."""
+    spans (``bot.plan.standings``)."""
     window_start = effective_start(subscriber, start)
     ranked = run.cache.ranked(session, subscriber.filter, window_start, run.now, run.rules, liked)
     if taste is not None:

@@ -46,7 +46,7 @@ class Batch:
 
 
 class Rankings(Protocol):
-    """The pass's rankings waiting to be written (``bot.plan.standing.Standings``)."""
+    """The pass's rankings waiting to be written (``bot.plan.standings.Standings``)."""
 
     unsaved: list[StoredRanking]
 

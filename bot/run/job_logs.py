@@ -16,7 +16,7 @@ from bot.plan import PlanReport
 
 if TYPE_CHECKING:
     from bot.llm.embedding import EmbeddingPass
-    from bot.llm.service import TldrPass
+    from bot.llm.model_pass import TldrPass
 
 # The daemon's lines keep the scheduler's logger name, which operators filter by.
 log = logging.getLogger("bot.run.scheduler")

@@ -37,8 +37,8 @@ from bot.metrics import Metrics
 from bot.plan import PlanReport, plan
 from bot.plan.retention import remove_expired
 from bot.plan.shared import plan_shared, shares_planning
+from bot.returns.inbox_reading import read_configured_inbox
 from bot.returns.mailboxes import MailboxError
-from bot.returns.service import read_configured_inbox
 from bot.run.job_logs import delivery_done, log_ingest, log_model_pass, log_planned
 from bot.run.roles import Leadership
 from bot.store.engine import refresh_statistics
@@ -185,7 +185,7 @@ class Planning:
 
 class AskingTheModel:
     """Asks the language model for the TL;DRs readers will get and the embeddings of new
-    papers (``bot.llm.service``); a stop ends the pass between two requests."""
+    papers (``bot.llm.model_pass``); a stop ends the pass between two requests."""
 
     def __init__(self, parts: DaemonParts) -> None:
         self.parts = parts
@@ -200,7 +200,7 @@ class AskingTheModel:
         parts = self.parts
         if not parts.leads() or self.lock.locked():
             return
-        from bot.llm.service import ask_the_model  # httpx: only a scheduler with a model loads it
+        from bot.llm.model_pass import ask_the_model  # httpx: only a scheduler with a model loads it
 
         async with self.lock:
             tldrs, embedded = await asyncio.to_thread(

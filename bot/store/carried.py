@@ -12,8 +12,8 @@ from pathlib import Path
 
 from bot.domain import SubscriberStatus
 from bot.store.copies import JOURNAL_TABLE, column_list, connect, read_only_uri
-from bot.store.errors import StoreError
 from bot.store.restores import RestoreReport
+from bot.store.store_errors import StoreError
 
 _IN_FLIGHT = "('" + "', '".join(sorted({"queued", "sending", "retry_wait"})) + "')"
 _STAYS_OFF = (SubscriberStatus.UNSUBSCRIBED.value, SubscriberStatus.BOUNCED.value)

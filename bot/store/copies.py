@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, Table, func, insert, inspect, select,
 
 from bot.files import fresh_file
 from bot.store.base import Base
-from bot.store.errors import StoreError
+from bot.store.store_errors import StoreError
 
 JOURNAL_TABLE = "unsubscribe_requests"
 COPY_CHUNK = 5_000

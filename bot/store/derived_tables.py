@@ -1,5 +1,5 @@
 """Tables of data derived from the rest of the store, made again whenever they are
-missing or cannot be read: a filter's standing ranking (``bot.plan.standing``), the
+missing or cannot be read: a filter's standing ranking (``bot.plan.standings``), the
 slices of the planning pass under way (``bot.plan.shared``).
 ``bot.store.schema`` imports this module, so that ``Base.metadata`` holds them; change
 them only with a new Alembic revision.  A restore leaves them empty rather than trust
@@ -16,7 +16,7 @@ from bot.store.base import Base, UTCDateTime
 
 
 class FilterRanking(Base):
-    """A filter's standing ranking (``bot.choose.standing``), kept between planning
+    """A filter's standing ranking (``bot.choose.standing_ranking``), kept between planning
     passes (migration 0026); ``tagged`` is the store's ``tags_retagged_at`` fact when it
     was made."""
 

@@ -1,7 +1,7 @@
 """Store: filters' standing rankings (``filter_rankings``), a cache of derived data.
 
-SQL only: what a ranking holds and when it is stale is ``bot.choose.standing``'s and
-``bot.plan.standing``'s business.
+SQL only: what a ranking holds and when it is stale is ``bot.choose.standing_ranking``'s and
+``bot.plan.standings``'s business.
 """
 
 from __future__ import annotations

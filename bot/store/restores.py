@@ -29,7 +29,7 @@ from bot.domain.stored import read_settings
 from bot.store.copies import checked, connect, read_only_uri, revision_of
 from bot.store.derived_tables import DERIVED_TABLES
 from bot.store.engine import HEAD_REVISION, make_engine, revisions, upgrade
-from bot.store.errors import StoreError
+from bot.store.store_errors import StoreError
 
 _PARTS = ("", "-wal", "-shm")  # a store's files: its WAL belongs to it, never left for another
 SHOWN_READERS = 5

@@ -21,14 +21,14 @@ from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind
-from bot.ingest.service import ingest_file
+from bot.ingest.storing import ingest_file
 from bot.ingest.watcher import expand
 from bot.plan import plan
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.csv_io import import_csv
-from bot.taste.service import import_library
+from bot.taste.libraries import import_library
 from bot.tools.sink import Sink, SinkHandler, write_index
 
 FIRST_DAY = date(2026, 6, 14)  # the date the seed dumps carry

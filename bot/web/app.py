@@ -58,7 +58,7 @@ def create_app(
 
 def routes(site: Site) -> list[BaseRoute]:
     """Every page's routes (no two match the same path)."""
-    versions = WebVersions(site.settings, site.reader)
+    versions = WebVersions(site.settings, site.read_only)
     pages = (
         UnsubscribePage(site),
         ManagePage(site),

@@ -6,7 +6,7 @@ every URL in a message, and must record nothing.  ``POST`` to the same address w
 the page's form token records the verdict, replaces the other one, or undoes it
 (``action`` = more | less | undo); the web version's buttons post the same.  Only
 entries of a digest that was sent to the subscriber can be rated.  A thin shell
-over ``bot.taste.service``: never sends, never writes SQL itself, never trains (the
+over ``bot.taste.libraries``: never sends, never writes SQL itself, never trains (the
 next planning pass does).
 """
 
@@ -25,7 +25,7 @@ from bot.domain import Subscriber, SubscriberStatus
 from bot.domain.routes import RATING
 from bot.mail.prose import title_text
 from bot.store.feedback import VERDICTS, entry_ids_of, verdicts_on
-from bot.taste.service import give_feedback
+from bot.taste.libraries import give_feedback
 from bot.web.doors import RATING_DOOR, behind, posted, through
 from bot.web.site import Site, with_reader
 from bot.web.versions import WebVersions
@@ -105,10 +105,10 @@ class FeedbackPages:
         if content is None or asked.ref > len(content.items):
             return None
         item = content.items[asked.ref - 1]
-        with self.versions.reader() as session:
+        with self.versions.read_only() as session:
             entry_id = entry_ids_of(session, [item.key]).get(item.key)
         return (entry_id, title_text(item.content.title), item.section or "") if entry_id is not None else None
 
     def _said(self, subscriber: Subscriber, entry_id: int) -> str | None:
-        with self.versions.reader() as session:
+        with self.versions.read_only() as session:
             return verdicts_on(session, subscriber.id, [entry_id]).get(entry_id)

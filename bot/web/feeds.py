@@ -108,14 +108,14 @@ def feed_entry_id(key: str) -> str:
 
 
 class PersonalFeeds:
-    def __init__(self, settings: Settings, reader: sessionmaker[Session]) -> None:
-        self.settings, self.reader = settings, reader
+    def __init__(self, settings: Settings, read_only: sessionmaker[Session]) -> None:
+        self.settings, self.read_only = settings, read_only
 
     def recent(self, subscriber: Subscriber, now: datetime) -> list[FeedDigest]:
         """The subscriber's digests sent in the last ``FEED_DAYS`` days, newest first,
         holding at most ``FEED_ENTRIES`` papers between them (blocking: run it in a thread)."""
         since = now - timedelta(days=FEED_DAYS)
-        with self.reader() as session:
+        with self.read_only() as session:
             rows = [
                 row
                 for row in list_digests(session, subscriber_id=subscriber.id, state=DigestState.SENT)
@@ -206,7 +206,7 @@ def _stamp(moment: datetime) -> str:
 class FeedPage:
     def __init__(self, site: Site) -> None:
         self.site = site
-        self.feeds = PersonalFeeds(site.settings, site.reader)
+        self.feeds = PersonalFeeds(site.settings, site.read_only)
 
     def routes(self) -> list[Route]:
         return [Route(FEED.pattern, self.feed, methods=["GET"])]

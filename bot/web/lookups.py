@@ -22,10 +22,10 @@ log = logging.getLogger(__name__)
 
 
 class TokenLookups:
-    """Subscribers by link token, read from *reader* in groups."""
+    """Subscribers by link token, read from *read_only* in groups."""
 
-    def __init__(self, reader: sessionmaker[Session], key: bytes) -> None:
-        self.reader, self.key = reader, key
+    def __init__(self, read_only: sessionmaker[Session], key: bytes) -> None:
+        self.read_only, self.key = read_only, key
         self._waiting: dict[str, list[asyncio.Future[Subscriber | None]]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -57,7 +57,7 @@ class TokenLookups:
             if not group:
                 continue
             try:
-                found = await run_in_threadpool(by_tokens, self.reader, self.key, group)
+                found = await run_in_threadpool(by_tokens, self.read_only, self.key, group)
             except Exception as exc:  # every waiting request answers it (a 500), the loop goes on
                 for waiting in group.values():
                     for future in waiting:

@@ -24,12 +24,12 @@ from bot.subscribers.fields import StatusChangeRefused, SubscriberInputError
 from bot.subscribers.settings import by_action
 from bot.subscribers.statuses import StatusAction, reader_action
 from bot.subscribers.subscriptions import change_status, edit, filter_warning, set_filter, set_setting
-from bot.taste.service import taste_summary
+from bot.taste.libraries import taste_summary
 from bot.web.choices import read_choices
 from bot.web.doors import MANAGE_DOOR, posted, through
 from bot.web.forms import address_of, is_multipart
 from bot.web.manage_view import Told, language_choices, manage_choices, toggles
-from bot.web.outlooks import Outlooks, rules_or_none
+from bot.web.next_digest_view import Outlooks, rules_or_none
 from bot.web.site import Site, with_reader
 from bot.web.uploads import LibraryUploads
 
@@ -42,7 +42,7 @@ class ManagePage:
     def __init__(self, site: Site) -> None:
         self.site = site
         self.rules = rules_or_none(site.settings.paths.tags_file)
-        self.outlooks = Outlooks(site.reader, self.rules, send_empty=site.settings.digest.send_empty)
+        self.outlooks = Outlooks(site.read_only, self.rules, send_empty=site.settings.digest.send_empty)
         self.uploads = LibraryUploads(site)
 
     def routes(self) -> list[Route]:
@@ -67,7 +67,7 @@ class ManagePage:
             told=told,
             form=manage_choices(subscriber, await site.tag_menu.tags(), values),
             next_digest=await self.outlooks.next_digest(subscriber, site.now()),
-            taste=await run_in_threadpool(taste_summary, site.reader, subscriber),
+            taste=await run_in_threadpool(taste_summary, site.read_only, subscriber),
             toggles=toggles(subscriber),
             languages=language_choices(subscriber, site.settings.llm),
         )
@@ -171,5 +171,5 @@ class ManagePage:
     async def saved(self, request: Request, subscriber: Subscriber, said: str) -> HTMLResponse:
         """The page after new digest choices, warning of a filter that matches nothing."""
         self.outlooks.forget(subscriber.id)
-        warning = await run_in_threadpool(filter_warning, self.site.reader, self.rules, subscriber.filter)
+        warning = await run_in_threadpool(filter_warning, self.site.read_only, self.rules, subscriber.filter)
         return await self.page(request, subscriber, Told(message=said, warning=warning))

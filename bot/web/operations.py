@@ -23,7 +23,7 @@ from bot.web.site import Site
 class OperatorPages:
     def __init__(self, site: Site) -> None:
         self.site = site
-        self.metrics = Metrics(site.reader, site.now)
+        self.metrics = Metrics(site.read_only, site.now)
         self.metrics_readers = [ipaddress.ip_network(n, strict=False) for n in site.settings.metrics.allow_from]
 
     def routes(self) -> list[Route]:

@@ -22,7 +22,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from bot.config import Settings
 from bot.domain.routes import BY_NAME, base_path
-from bot.store.errors import is_busy
+from bot.store.store_errors import is_busy
 from bot.web.forms import SECURITY_HEADERS, BodyStalled, form_token
 from bot.web.limits import TooManyMisses
 

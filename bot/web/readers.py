@@ -3,7 +3,7 @@
 A token is looked up in groups (``bot.web.lookups``); one that names nobody spends
 the client's miss budget (``bot.web.limits``, raising ``TooManyMisses`` once it is
 spent); a reader whose one-click unsubscribe is journaled but not yet applied
-(``bot.web.acks``) is shown unsubscribed.  ``bot.web.site.with_reader`` wraps a page's
+(``bot.web.unsubscribe_journaling``) is shown unsubscribed.  ``bot.web.site.with_reader`` wraps a page's
 handler with this.  Never renders and never decides what a reader may change (the
 page modules and ``bot.subscribers`` do).
 """
@@ -19,9 +19,9 @@ from starlette.requests import Request
 from bot.domain import Subscriber, SubscriberStatus
 from bot.domain.routes import UNSUBSCRIBE
 from bot.unsubscribes import Journal
-from bot.web.acks import Acknowledger
 from bot.web.limits import MissBudget, client_key
 from bot.web.lookups import TokenLookups
+from bot.web.unsubscribe_journaling import Acknowledger
 
 
 class Readers:

@@ -14,7 +14,7 @@ from starlette.applications import Starlette
 
 from bot.config import Settings, WebConfig, load_settings
 from bot.store.engine import make_engine, sessions
-from bot.store.holders import hold
+from bot.store.store_holders import hold
 from bot.web.app import create_app
 from bot.web.connections import ConnectionLimits
 

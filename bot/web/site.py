@@ -1,6 +1,6 @@
 """Subscriber endpoint: what every page shares, and the one way a page gets its reader.
 
-``Site`` holds the settings, the store (a writer and a reader that never waits for
+``Site`` holds the settings, the store (a writer and a read-only one that never waits for
 the write lock), the signing key, the clock, the page templates (``bot.web.pages``),
 the readers by token (``bot.web.readers``) and the tag menu.  A page module is a class
 made from a ``Site`` that lists its own routes; a handler under a token is wrapped
@@ -24,13 +24,13 @@ from starlette.responses import Response
 from bot.config import Settings
 from bot.domain import Subscriber
 from bot.tokens import signing_key
-from bot.unsubscribes import journal_of, reader_of
-from bot.web.acks import Acknowledger
+from bot.unsubscribes import journal_of, read_only_sessions
 from bot.web.limits import MissBudget
 from bot.web.lookups import TokenLookups
 from bot.web.pages import Pages
 from bot.web.readers import Readers
 from bot.web.tag_menu import TagMenu
+from bot.web.unsubscribe_journaling import Acknowledger
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class Site:
     factory: sessionmaker[Session]
     # Look-ups read without the store's write lock (SQLite), so a long delivery or
     # ingest never holds a page or an unsubscribe back.
-    reader: sessionmaker[Session]
+    read_only: sessionmaker[Session]
     key: bytes
     now: Callable[[], datetime]
     pages: Pages
@@ -49,14 +49,14 @@ class Site:
 
 def open_site(settings: Settings, factory: sessionmaker[Session], now: Callable[[], datetime]) -> Site:
     key = signing_key(settings)
-    reader = reader_of(factory)
+    read_only = read_only_sessions(factory)
     web = settings.web
     readers = Readers(
-        TokenLookups(reader, key),
+        TokenLookups(read_only, key),
         MissBudget(web.misses_per_second, web.misses_burst),
         Acknowledger(journal_of(factory), factory, now),
     )
-    return Site(settings, factory, reader, key, now, Pages(settings, key), readers, TagMenu(reader))
+    return Site(settings, factory, read_only, key, now, Pages(settings, key), readers, TagMenu(read_only))
 
 
 class OnSite(Protocol):

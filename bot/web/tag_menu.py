@@ -19,8 +19,8 @@ TAG_MENU_SECONDS = 300.0
 class TagMenu:
     """The store's tags with their counts, as the menu offers them."""
 
-    def __init__(self, reader: sessionmaker[Session]) -> None:
-        self.reader = reader
+    def __init__(self, read_only: sessionmaker[Session]) -> None:
+        self.read_only = read_only
         self._read_at = -TAG_MENU_SECONDS
         self._tags: list[tuple[str, int]] = []
 
@@ -31,5 +31,5 @@ class TagMenu:
         return self._tags
 
     def _read(self) -> list[tuple[str, int]]:
-        with self.reader() as session:
+        with self.read_only() as session:
             return [(label, count) for label, count, _ in tag_counts(session)]

@@ -4,7 +4,7 @@
 ``List-Unsubscribe=One-Click``; the page's button posts the same); ``GET`` only
 shows a page with that button, because link scanners and prefetchers GET every
 URL in a message.  The answer waits for the unsubscribe to be durable in the
-journal (``bot.web.acks``), which applies it to the store in the background.
+journal (``bot.web.unsubscribe_journaling``), which applies it to the store in the background.
 Never writes the store itself and never logs tokens.
 """
 

@@ -6,12 +6,12 @@ Nothing of the body is read before every check that can refuse it (the form
 token, which the form sends in its address, the size it declares, the reader's
 status and hourly allowance), and at most ``UPLOAD_BYTES_IN_FLIGHT`` of upload bodies
 are held at once.  The file is read as ``subscribers library add`` reads it (``bot.taste.library``), in a
-process of its own (``bot.web.upload_reader``): a bad record is one line on the page and
+process of its own (``bot.web.upload_process``): a bad record is one line on the page and
 the rest is added; a file that cannot be read at all changes nothing.  A reader uploads
 at most ``subscribers.library_uploads_per_hour`` files an hour, and their library holds
 at most ``subscribers.library_max_papers`` papers.  The model learns it in the next planning pass (training
 loads scikit-learn, which the endpoint never does).  A thin shell over
-``bot.taste.service``: never writes SQL itself.
+``bot.taste.libraries``: never writes SQL itself.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from starlette.responses import Response
 
 from bot.domain import Subscriber, SubscriberStatus
 from bot.taste import ranking_installed
+from bot.taste.libraries import LibraryImport, add_library, set_taste_threshold, upload_allowed
 from bot.taste.library import LibraryFileError
-from bot.taste.service import LibraryImport, add_library, set_taste_threshold, upload_allowed
 from bot.web.forms import MAX_UPLOAD_BYTES, discard_body, form_with_file, read_body
 from bot.web.manage_view import Told
 from bot.web.site import Site
-from bot.web.upload_reader import read_upload
+from bot.web.upload_process import read_upload
 
 PROBLEMS_SHOWN = 5
 READ_SECONDS = 60.0  # a 5 MB export of the worst shape reads in about 20 s

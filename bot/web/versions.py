@@ -59,8 +59,8 @@ def wanted(day: str, ref: str | None) -> Wanted | None:
 
 
 class WebVersions:
-    def __init__(self, settings: Settings, reader: sessionmaker[Session]) -> None:
-        self.settings, self.reader = settings, reader
+    def __init__(self, settings: Settings, read_only: sessionmaker[Session]) -> None:
+        self.settings, self.read_only = settings, read_only
         digest = settings.digest
         self.renderer = Renderer(
             settings.paths.templates_dir,
@@ -74,14 +74,14 @@ class WebVersions:
 
     def content(self, subscriber: Subscriber, day: date) -> DigestContent | None:
         """The last digest of *day* sent to *subscriber* (blocking: run it in a thread)."""
-        with self.reader() as session:
+        with self.read_only() as session:
             rows = list_digests(session, subscriber_id=subscriber.id, local_date=day)
             sent = next((row for row in rows if row.state is DigestState.SENT), None)
             return digest_content(session, sent.id) if sent is not None else None
 
     def removed(self, day: date) -> bool:
         """Whether retention removed the digests of *day* (``database.keep_days``)."""
-        with self.reader() as session:
+        with self.read_only() as session:
             gone = removed(session)
         return gone is not None and day < gone.before.date()
 
@@ -95,7 +95,7 @@ class WebVersions:
 
     def verdicts(self, subscriber: Subscriber, content: DigestContent) -> dict[int, str]:
         """The subscriber's feedback on the digest's entries, by number (blocking)."""
-        with self.reader() as session:
+        with self.read_only() as session:
             ids = entry_ids_of(session, [item.key for item in content.items])
             said = verdicts_on(session, subscriber.id, ids.values())
         refs = enumerate(content.items, start=1)

@@ -13,8 +13,8 @@ from bot.domain import ParsedSource
 from bot.domain.text import one_line
 from bot.ingest.formats.detect import looks_like_feed, looks_like_json
 from bot.ingest.formats.dumps import DumpFormatError, parse_dump
-from bot.ingest.formats.errors import SourceFormatError
 from bot.ingest.formats.feed_items import FeedFormatError
+from bot.ingest.formats.format_errors import SourceFormatError
 from bot.ingest.formats.jsonfeed import parse_json_feed
 from bot.ingest.formats.storable import storable_source
 from bot.ingest.formats.xmlfeed import parse_xml_feed

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from bot.domain import EntryContent, EntryKind, ParsedEntry, ParsedSource
 from bot.domain.identity import is_repo_name
 from bot.domain.text import tag_label, urls_in
-from bot.ingest.formats.errors import SourceFormatError, quoted
+from bot.ingest.formats.format_errors import SourceFormatError, quoted
 
 LINK_LABELS = frozenset({"PDF", "Code"})
 TAG_SEPARATOR = "\u00d7"  # "×"

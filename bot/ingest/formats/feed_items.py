@@ -20,7 +20,7 @@ import nh3
 from bot.domain import Announce, EntryContent, EntryKind, ParsedEntry, ParsedSource
 from bot.domain.identity import arxiv_id_in, doi_in
 from bot.domain.text import is_web_url, one_line
-from bot.ingest.formats.errors import SourceFormatError, quoted
+from bot.ingest.formats.format_errors import SourceFormatError, quoted
 
 _ARXIV_ABSTRACT_PREFIX = re.compile(r"^\s*arXiv:\S+\s+Announce Type:\s*\S+\s*(?:Abstract:\s*)?", re.IGNORECASE)
 _GITHUB_REPO_URL = re.compile(r"^https?://github\.com/([A-Za-z0-9-]+/[A-Za-z0-9._-]+?)/?$")

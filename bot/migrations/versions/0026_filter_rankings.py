@@ -6,7 +6,7 @@ Create Date: 2026-11-27
 
 A planning pass reads each filter's ranking of the last ``digest.max_age_days`` from
 ``filter_rankings`` and weighs only the entries that are new or changed since it was
-made (``bot.plan.standing``), instead of weighing a month of entries for every filter
+made (``bot.plan.standings``), instead of weighing a month of entries for every filter
 of readers with left-overs.  The table is derived data: empty after this migration,
 filled by the next pass.
 

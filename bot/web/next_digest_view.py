@@ -43,8 +43,8 @@ class NextDigest:
 
 
 class Outlooks:
-    def __init__(self, reader: sessionmaker[Session], rules: TagRules, *, send_empty: bool = False) -> None:
-        self.reader, self.rules, self.send_empty = reader, rules, send_empty
+    def __init__(self, read_only: sessionmaker[Session], rules: TagRules, *, send_empty: bool = False) -> None:
+        self.read_only, self.rules, self.send_empty = read_only, rules, send_empty
         self._known: OrderedDict[int, tuple[float, NextDigest]] = OrderedDict()
 
     def forget(self, subscriber_id: int) -> None:
@@ -65,7 +65,7 @@ class Outlooks:
         return found
 
     def _read(self, subscriber: Subscriber, now: datetime) -> NextDigest:
-        with self.reader() as session:
+        with self.read_only() as session:
             seen = outlook(session, subscriber, self.rules, as_of=now, first=SHOWN)
             day = next_day(session, subscriber, now)
         seen = replace(seen, first=tuple((title, reader_why(why)) for title, why in seen.first))

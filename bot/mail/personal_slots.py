@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from jinja2 import nodes
 
-from bot.mail.lines import html_escape
+from bot.mail.header_lines import html_escape
 from bot.mail.qp import qp_lines
 from bot.mail.render import TEXT_FOOTER, Links, Renderer, personal_context
 from bot.mail.templates import digest_environment

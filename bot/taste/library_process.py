@@ -1,5 +1,5 @@
 """Taste stage: the process a library file uploaded on the manage page is read in
-(``python -m bot.taste.library_reader``, started by ``bot.web.upload_reader``).
+(``python -m bot.taste.library_process``, started by ``bot.web.upload_process``).
 
 The file comes on stdin; a ``LibraryRead`` (or the one-line error) goes out as JSON on
 stdout.  The process limits its own memory and CPU time and gives way (``give_way``)

@@ -6,7 +6,7 @@ lower id), held as five packed columns: what ordering and ``select.pick`` need o
 match, and nothing of its text.  A pass merges the day's new and changed entries in
 and forgets those that left the span, instead of weighing a month again; it picks for
 a reader as ``select.pick`` would from a ranking of the whole window.  Pure: never
-reads the store (``bot.plan.standing`` does), never weighs an entry itself.
+reads the store (``bot.plan.standings`` does), never weighs an entry itself.
 """
 
 from __future__ import annotations

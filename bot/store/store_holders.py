@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bot.store.errors import StoreError
+from bot.store.store_errors import StoreError
 
 _HELD: dict[Path, int] = {}  # lock file -> this process's descriptor, shared-locked
 _HELD_BEFORE: dict[Path, bool] = {}  # lock file -> whether it was there when this process came

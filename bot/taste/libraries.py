@@ -55,7 +55,7 @@ def import_library(
 def add_library(
     factory: sessionmaker[Session], subscriber_id: int, read: LibraryRead, now: datetime, *, most: int | None = None
 ) -> LibraryImport:
-    """Add the papers of an export read already (``bot.web.upload_reader``), up to *most*."""
+    """Add the papers of an export read already (``bot.web.upload_process``), up to *most*."""
     with transaction(factory) as session:
         added, over = add_papers(session, subscriber_id, read.papers, now, most=most)
     return LibraryImport(added, len(read.papers) - len(added) - over, read.problems, read.format, over)

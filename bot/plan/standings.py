@@ -5,7 +5,7 @@ A reader with a month of left-overs would cost a month: every entry of their win
 weighed by their filter, read with its tags, and what they were sent of it read entry
 by entry.  Instead a filter's matches over the days its readers' windows reach (at most
 ``digest.max_age_days`` and a day) are kept in ``filter_rankings``
-(``bot.choose.standing``): a pass weighs only the entries first
+(``bot.choose.standing_ranking``): a pass weighs only the entries first
 seen or listed again since the ranking was made, and readers whose digests share the
 same bodies (the readers of one filter planned on the same days) share what they were
 sent and what they get.  The result is ``select.pick``'s on the whole window, digest for
@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.candidates import Candidate, Picked
 from bot.choose.filters import uses_liked
 from bot.choose.select import SelectionCache
-from bot.choose.standing import Match, Standing, StandingPick, micros
+from bot.choose.standing_ranking import Match, Standing, StandingPick, micros
 from bot.choose.tagging import TagRules
 from bot.domain import EntryView
 from bot.plan.windows import WATERMARK_MARGIN

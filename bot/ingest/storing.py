@@ -231,7 +231,7 @@ def retag_all(
     """Recompute the rule tags of every stored entry (after ``tags.toml`` changed),
     one transaction per batch; returns the number of entries re-tagged.  The store's
     ``RETAGGED_AT`` fact changes before and after, so a filter's standing ranking made
-    from tags of before (or of halfway through) is made again (``bot.plan.standing``)."""
+    from tags of before (or of halfway through) is made again (``bot.plan.standings``)."""
     done = 0
     after = 0
     with transaction(factory) as session:

@@ -3,7 +3,7 @@
 Reading a file of megabytes as BibTeX, RIS or CSL-JSON is seconds of CPU: in the
 endpoint's process that work would hold the interpreter's lock, and a one-click
 unsubscribe would wait for it.  So the file goes to a child process
-(``CHILD``: ``bot.taste.library_reader``), which gives way to other work before it imports
+(``CHILD``: ``bot.taste.library_process``), which gives way to other work before it imports
 anything heavy, reads it (``bot.taste.library``), answers with JSON on stdout, limits
 its own memory and CPU time, and is killed when it takes longer than it may.  Never
 reads the store.
@@ -18,7 +18,7 @@ import sys
 from bot.domain import LibraryPaper
 from bot.taste.library import LibraryFileError, LibraryRead
 
-CHILD = (sys.executable, "-m", "bot.taste.library_reader")
+CHILD = (sys.executable, "-m", "bot.taste.library_process")
 
 
 async def read_upload(data: bytes, seconds: float) -> LibraryRead:

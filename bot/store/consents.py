@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from bot.domain import ConsentEvent, SubscriberStatus
 from bot.store.bulk import bulk_insert, chunks
 from bot.store.response_tables import Consent, SignupRequest
+from bot.store.row_shapes import RowShape
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.subscribers import email_key
 
@@ -30,9 +31,12 @@ def record_consent(session: Session, subscriber_id: int, event: ConsentEvent) ->
     )
 
 
+CONSENT = RowShape(ConsentEvent)
+
+
 def consents_of(session: Session, subscriber_id: int) -> list[ConsentEvent]:
     rows = session.scalars(select(Consent).where(Consent.subscriber_id == subscriber_id).order_by(Consent.id))
-    return [ConsentEvent(r.event, r.at, r.address, r.page, r.client, r.detail) for r in rows]
+    return [CONSENT.of(r) for r in rows]
 
 
 def mailed_at(session: Session, subscriber_id: int) -> datetime | None:

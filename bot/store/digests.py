@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, aliased
 from bot.domain import DigestKind, DigestState
 from bot.domain.stored import stored_hour, stored_zone
 from bot.store.bulk import chunks
+from bot.store.row_shapes import RowShape
 from bot.store.schema import BodyItem, Digest, Entry, Source
 from bot.store.schema import Subscriber as SubscriberRow
 
@@ -47,6 +48,13 @@ class DigestRow:
     arrived: str | None = None  # the source that brought its newest entry (list_digests)
 
 
+DIGEST = RowShape(
+    DigestRow,
+    columns={"resend_of": "resend_of_id"},
+    computed=("subscriber_email", "subscriber_timezone", "subscriber_send_hour", "arrived"),
+)
+
+
 def _with_subscriber() -> Any:
     return select(Digest, SubscriberRow.email, SubscriberRow.timezone, SubscriberRow.send_hour).join(
         SubscriberRow, SubscriberRow.id == Digest.subscriber_id
@@ -54,25 +62,11 @@ def _with_subscriber() -> Any:
 
 
 def _row(d: Digest, email: str, timezone: str = "UTC", send_hour: int = 0) -> DigestRow:
-    return DigestRow(
-        id=d.id,
-        subscriber_id=d.subscriber_id,
+    return DIGEST.of(
+        d,
         subscriber_email=email,
         subscriber_timezone=stored_zone(timezone),
         subscriber_send_hour=stored_hour(send_hour),
-        nothing_at=d.nothing_at,
-        local_date=d.local_date,
-        kind=DigestKind(d.kind),
-        state=DigestState(d.state),
-        attempts=d.attempts,
-        entry_count=d.entry_count,
-        message_id=d.message_id,
-        smtp_code=d.smtp_code,
-        last_error=d.last_error,
-        planned_at=d.planned_at,
-        sent_at=d.sent_at,
-        resend_of=d.resend_of_id,
-        lease_owner=d.lease_owner,
     )
 
 

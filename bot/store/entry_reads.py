@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from bot.domain import EntryNews, EntryView, match_text
 from bot.store.bulk import among, chunks
 from bot.store.entry_content import content_of
+from bot.store.row_shapes import RowShape
 from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
 
 # Rows, not ORM objects: a planning pass reads thousands and keeps none of them.
@@ -43,17 +44,16 @@ def _tags_by_entry(session: Session, entry_ids: Sequence[int]) -> dict[int, _Ent
     return tags
 
 
+ENTRY = RowShape(EntryView, computed=("content", "tags", "tag_origins"))
+
+
 def _view(entry: Entry | Row[Any], tags: _EntryTags | None) -> EntryView:
     tags = tags or _EntryTags()
-    return EntryView(
-        id=entry.id,
-        key=entry.key,
+    return ENTRY.of(
+        entry,
         content=content_of(entry),
         tags=tuple(tags.labels),
-        first_seen_source_id=entry.first_seen_source_id,
-        first_seen_at=entry.first_seen_at,
         tag_origins={name: frozenset(o) for name, o in tags.origins.items()},
-        summary_source_id=entry.summary_source_id,
     )
 
 

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from bot.domain import RatedEntry
 from bot.store.bulk import among, chunks
+from bot.store.row_shapes import RowShape
 from bot.store.schema import Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.taste_tables import Feedback
@@ -73,6 +74,9 @@ def verdicts_on(session: Session, subscriber_id: int, entry_ids: Iterable[int]) 
     return found
 
 
+RATED = RowShape(RatedEntry)
+
+
 def feedback_of(session: Session, subscriber_id: int) -> list[RatedEntry]:
     """All of the subscriber's feedback, oldest first."""
     query = (
@@ -81,7 +85,7 @@ def feedback_of(session: Session, subscriber_id: int) -> list[RatedEntry]:
         .where(Feedback.subscriber_id == subscriber_id)
         .order_by(Feedback.at, Feedback.entry_id)
     )
-    return [RatedEntry(*row) for row in session.execute(query)]
+    return [RATED.of(row) for row in session.execute(query)]
 
 
 def set_threshold(session: Session, subscriber_id: int, value: float, now: datetime) -> None:

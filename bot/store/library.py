@@ -12,10 +12,15 @@ from bot.domain import LibraryPaper
 from bot.domain.identity import normalize_title, title_hash, title_key
 from bot.store.bulk import among, chunks
 from bot.store.entries import entries_matching
+from bot.store.row_shapes import RowShape
 from bot.store.schema import Entry
 from bot.store.taste_tables import LibraryPaperRow
 
 _MATCHED_BY = ("key", "arxiv_id", "doi", "title_norm")  # in this order of precedence
+
+
+# Its ids are read from its key; its title is the entry's where the export gave none.
+PAPER = RowShape(LibraryPaper, computed=("title", "arxiv_id", "doi"))
 
 
 def stored_entries(session: Session, papers: Sequence[LibraryPaper]) -> dict[str, int]:
@@ -190,14 +195,11 @@ def library_of(session: Session, subscriber_id: int) -> list[LibraryPaper]:
         .order_by(LibraryPaperRow.id)
     )
     return [
-        LibraryPaper(
-            row.key,
-            row.title or entry_title or "",
-            row.abstract,
-            row.key.removeprefix("arxiv:") if row.key.startswith("arxiv:") else None,
-            row.key.removeprefix("doi:") if row.key.startswith("doi:") else None,
-            row.entry_id,
-            row.source,
+        PAPER.of(
+            row,
+            title=row.title or entry_title or "",
+            arxiv_id=row.key.removeprefix("arxiv:") if row.key.startswith("arxiv:") else None,
+            doi=row.key.removeprefix("doi:") if row.key.startswith("doi:") else None,
         )
         for row, entry_title in session.execute(query)
     ]

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from bot.store.bulk import among, chunks
 from bot.store.derived_tables import FilterRanking
+from bot.store.row_shapes import RowShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,9 @@ class StoredRanking:
     covers_from: datetime
     tagged: str
     body: bytes
+
+
+RANKING = RowShape(StoredRanking)
 
 
 def ranking_stamps(session: Session, keys: Iterable[str]) -> dict[str, tuple[datetime, datetime, str]]:
@@ -54,7 +58,7 @@ def ranking_bodies(session: Session, keys: Iterable[str]) -> dict[str, StoredRan
             FilterRanking.body,
         ).where(among(session, FilterRanking.ranking_key, part))
         for row in session.execute(query):
-            found[row[0]] = StoredRanking(*row)
+            found[row.ranking_key] = RANKING.of(row)
     return found
 
 

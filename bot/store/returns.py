@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from bot.domain import ReturnEvent, ReturnKind
 from bot.store.response_tables import ReturnEvent as ReturnRow
+from bot.store.row_shapes import RowShape
 from bot.store.schema import Digest
 
 
@@ -55,12 +56,15 @@ def count_since_cleared(session: Session, subscriber_id: int, kind: ReturnKind, 
     return int(session.scalar(query) or 0)
 
 
+RETURN = RowShape(ReturnEvent)
+
+
 def returns_of(session: Session, subscriber_id: int, limit: int = 20) -> list[ReturnEvent]:
     """The subscriber's newest events, newest first."""
     rows = session.scalars(
         select(ReturnRow).where(ReturnRow.subscriber_id == subscriber_id).order_by(ReturnRow.id.desc()).limit(limit)
     )
-    return [ReturnEvent(r.at, ReturnKind(r.kind), r.address, r.status, r.diagnostic, r.digest_id) for r in rows]
+    return [RETURN.of(r) for r in rows]
 
 
 def returns_by_day(session: Session, since: datetime | None = None) -> dict[date, dict[str, int]]:

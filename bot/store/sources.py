@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from bot.domain import FileStamp, SourceStatus
 from bot.domain.text import path_text
 from bot.store.bulk import chunks
+from bot.store.row_shapes import RowShape
 from bot.store.schema import Entry, Feed, Source
 
 
@@ -30,6 +31,17 @@ class SourceView:
     updated: int
     duplicate_of: int | None
     ingested_at: datetime
+
+
+SOURCE = RowShape(
+    SourceView,
+    columns={
+        "entries": "entries_count",
+        "new": "new_count",
+        "updated": "updated_count",
+        "duplicate_of": "duplicate_of_id",
+    },
+)
 
 
 def ingested_with_sha(session: Session, sha256: str) -> int | None:
@@ -97,24 +109,7 @@ def list_sources(session: Session, *, status: SourceStatus | None = None) -> lis
     query = select(Source).order_by(Source.id)
     if status is not None:
         query = query.where(Source.status == status.value)
-    return [
-        SourceView(
-            id=s.id,
-            origin=s.origin,
-            path=s.path,
-            sha256=s.sha256,
-            size=s.size,
-            format=s.format,
-            status=SourceStatus(s.status),
-            error=s.error,
-            entries=s.entries_count,
-            new=s.new_count,
-            updated=s.updated_count,
-            duplicate_of=s.duplicate_of_id,
-            ingested_at=s.ingested_at,
-        )
-        for s in session.scalars(query)
-    ]
+    return [SOURCE.of(s) for s in session.scalars(query)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +119,12 @@ class FeedState:
     last_modified: str | None
 
 
+FEED = RowShape(FeedState)
+
+
 def feed_state(session: Session, url: str) -> FeedState:
     feed = session.scalars(select(Feed).where(Feed.url == url)).first()
-    if feed is None:
-        return FeedState(url, None, None)
-    return FeedState(url, feed.etag, feed.last_modified)
+    return FeedState(url, None, None) if feed is None else FEED.of(feed)
 
 
 def save_feed_state(

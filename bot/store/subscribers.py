@@ -14,6 +14,7 @@ from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields, Subscr
 from bot.domain.stored import read_settings, stored_status
 from bot.store.bulk import among, bulk_insert, chunks
 from bot.store.retention import drop_unshown_bodies
+from bot.store.row_shapes import RowShape
 from bot.store.schema import Digest
 from bot.store.schema import Subscriber as SubscriberRow
 
@@ -37,6 +38,12 @@ def _unicode_domain(domain: str) -> str:
         return domain
 
 
+# Read as untrusted values (``bot.domain.stored``), so computed; the rest as stored.
+SUBSCRIBER = RowShape(
+    Subscriber, computed=("timezone", "send_hour", "status", "backfill", "cadence", "taste_threshold", "fault")
+)
+
+
 def _view(row: SubscriberRow) -> Subscriber:
     read = read_settings(
         status=row.status,
@@ -46,23 +53,15 @@ def _view(row: SubscriberRow) -> Subscriber:
         backfill=row.backfill,
         taste_threshold=row.taste_threshold,
     )
-    return Subscriber(
-        id=row.id,
-        email=row.email,
-        name=row.name,
-        filter=row.filter,
+    return SUBSCRIBER.of(
+        row,
         timezone=read.timezone,
         send_hour=read.send_hour,
         status=read.status,
         backfill=read.backfill,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        unsubscribe_secret=row.unsubscribe_secret,
         cadence=read.cadence,
         taste_threshold=read.taste_threshold,
         fault=read.fault,
-        language=row.language,
-        **{name: bool(getattr(row, name)) for name in SUBSCRIBER_SETTINGS},
     )
 
 

@@ -14,9 +14,14 @@ from sqlalchemy.orm import Session
 
 from bot.domain import StoredModel, StoredVocabulary, match_text
 from bot.store.bulk import chunks
+from bot.store.row_shapes import RowShape
 from bot.store.schema import Entry
 from bot.store.schema import Subscriber as SubscriberRow
 from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel, TasteVocabulary
+
+VOCABULARY = RowShape(StoredVocabulary)
+# Its library papers' terms are kept as base64 in JSON: decoded by the reader.
+MODEL = RowShape(StoredModel, computed=("library",))
 
 
 def latest_vocabulary(session: Session) -> StoredVocabulary | None:
@@ -24,7 +29,7 @@ def latest_vocabulary(session: Session) -> StoredVocabulary | None:
     row = session.scalars(select(TasteVocabulary).order_by(TasteVocabulary.id.desc()).limit(1)).first()
     if row is None:
         return None
-    return StoredVocabulary(row.id, tuple(row.terms), row.idf, row.entries)
+    return VOCABULARY.of(row)
 
 
 def latest_vocabulary_id(session: Session) -> int | None:
@@ -187,13 +192,7 @@ def _models(
         for row in session.scalars(query):
             yield (
                 (row.subscriber_id, row.section),
-                StoredModel(
-                    row.vocabulary_id,
-                    row.intercept,
-                    row.indices,
-                    row.weights,
-                    tuple((t, base64.b64decode(i), base64.b64decode(v)) for t, i, v in row.library),
-                ),
+                MODEL.of(row, library=tuple((t, base64.b64decode(i), base64.b64decode(v)) for t, i, v in row.library)),
             )
 
 

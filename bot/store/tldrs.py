@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from bot.domain.llm import Tldr
 from bot.store.bulk import among, chunks
 from bot.store.llm_tables import EntryTldrRow, LlmUsageRow
+from bot.store.row_shapes import RowShape
 from bot.store.schema import Subscriber
 
 MOST_COUNTED = 2**31 - 1  # an INTEGER column's largest value on PostgreSQL
@@ -31,6 +32,9 @@ def save_tldr(session: Session, entry_id: int, tldr: Tldr) -> bool:
     return kept.scalar_one_or_none() is not None
 
 
+TLDR = RowShape(Tldr)
+
+
 def tldrs_for(session: Session, entry_ids: Sequence[int], language: str) -> dict[int, Tldr]:
     """The TL;DRs of *entry_ids* in *language*, by entry; an entry without one is absent."""
     found: dict[int, Tldr] = {}
@@ -39,7 +43,7 @@ def tldrs_for(session: Session, entry_ids: Sequence[int], language: str) -> dict
             select(EntryTldrRow).where(among(session, EntryTldrRow.entry_id, part), EntryTldrRow.language == language)
         )
         for row in rows:
-            found[row.entry_id] = Tldr(row.text, row.language, row.model, row.written_at)
+            found[row.entry_id] = TLDR.of(row)
     return found
 
 

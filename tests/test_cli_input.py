@@ -400,3 +400,47 @@ def test_the_words_say_what_is_there(cli: Cli, tmp_path: Path) -> None:
     logged = serve.communicate(timeout=30)[1]
     assert "no List-Unsubscribe-Post" in logged and "RFC 8058 needs https" in logged, logged
     assert "alembic" not in logged, logged
+
+
+def _without(modules: tuple[str, ...], tmp_path: Path, *arguments: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command line with *modules* not importable, as on an install without their extra."""
+    blocked = "".join(f"sys.modules[{name!r}] = None\n" for name in modules)
+    probe = f"import sys\n{blocked}sys.argv = ['digestbot', *{list(arguments)!r}]\nfrom bot.cli import main\nmain()\n"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")} | env
+    environment["DIGESTBOT_DATABASE__URL"] = environment.get("DIGESTBOT_DATABASE__URL", f"sqlite:///{tmp_path}/s.db")
+    environment["DIGESTBOT_PATHS__VAR_DIR"] = str(tmp_path / "var")
+    return subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=60
+    )
+
+
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/nowhere"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "env"),
+    [
+        (("db", "current"), {"DIGESTBOT_DATABASE__URL": POSTGRES}),
+        (("subscribers", "list"), {"DIGESTBOT_DATABASE__URL": POSTGRES}),
+        (("db", "copy", "--to", POSTGRES), {}),
+    ],
+)
+def test_a_command_that_needs_the_postgres_extra_says_so_in_one_line(
+    tmp_path: Path, arguments: tuple[str, ...], env: dict[str, str]
+) -> None:
+    done = _without(("psycopg",), tmp_path, *arguments, **env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        "error: a PostgreSQL store needs the postgres extra, which is not installed: pip install 'digestbot[postgres]'\n"
+    )
+
+
+def test_ranking_without_the_taste_extra_says_which_extra_and_sends_unranked(tmp_path: Path) -> None:
+    taste = ("numpy", "scipy", "sklearn")
+    library = tmp_path / "library.bib"
+    library.write_text("@article{a, title={Spiking Transformers on FPGAs}}\n")
+    assert _without(taste, tmp_path, "subscribers", "add", "reader@example.org").returncode == 0
+    added = _without(taste, tmp_path, "subscribers", "library", "add", "reader@example.org", str(library))
+    assert added.returncode == 0, added.stderr
+    assert added.stderr.count("\n") == 1 and "pip install 'digestbot[taste]'" in added.stderr
+    assert "Traceback" not in added.stderr

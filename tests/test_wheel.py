@@ -31,9 +31,11 @@ def _build_wheel(tmp_path: Path) -> Path:
         shutil.copytree(ROOT / part, source / part, ignore=shutil.ignore_patterns("__pycache__"))
     for part in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy(ROOT / part, source / part)
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path)]
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path)]
     build = subprocess.run([*command, str(source)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
+    # No warning for whoever installs it (a license as a TOML table printed 12 lines, thrice).
+    assert "Deprecat" not in build.stdout + build.stderr
     (wheel,) = tmp_path.glob("digestbot-*.whl")
     return wheel
 
@@ -163,9 +165,15 @@ def test_an_installed_wheel_works_from_an_empty_folder(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_core_install_works_without_the_taste_extra_and_says_what_it_leaves_out(tmp_path: Path) -> None:
-    installed = Installed(tmp_path, _fresh_venv(tmp_path, _build_wheel(tmp_path), without=TASTE_EXTRA))
+def test_the_core_install_works_without_its_extras_and_says_what_each_leaves_out(tmp_path: Path) -> None:
+    without = (*TASTE_EXTRA, "psycopg")
+    installed = Installed(tmp_path, _fresh_venv(tmp_path, _build_wheel(tmp_path), without=without))
     assert installed.python("import numpy").returncode != 0  # the scientific stack is not there
+    assert installed.python("import psycopg").returncode != 0  # nor PostgreSQL's driver
+    moving = installed.run("db", "copy", "--to", "postgresql+psycopg://postgres@127.0.0.1:5432/nowhere", code=2)
+    assert moving.stderr == (
+        "error: a PostgreSQL store needs the postgres extra, which is not installed: pip install 'digestbot[postgres]'\n"
+    )
     library = installed.work / "library.bib"
     library.write_text(
         "@article{a, title={SupraSNN: Supra-Linear Spiking Neural Networks}}\n"

@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from bot.cli.output import EXIT_INPUT_FAILED, EXIT_USAGE, err
-from bot.cli.troubles import store_trouble
+from bot.cli.troubles import missing_extra, store_trouble
 
 
 def plain_help(command: TyperCommand | TyperGroup) -> None:
@@ -105,10 +105,10 @@ def run_command_line(command: TyperGroup) -> int:
     except typer.Abort:
         err.print("error: aborted", markup=False)
         return EXIT_INPUT_FAILED
-    except Exception as exc:  # noqa: BLE001 - Click's errors and the store's troubles in one line; others re-raised
+    except Exception as exc:  # noqa: BLE001 - Click's errors, the store's troubles, a missing extra in one line
         said = _command_line_error(exc)
         if said is None:
-            trouble = store_trouble(exc)
+            trouble = store_trouble(exc) or missing_extra(exc)
             if trouble is None:
                 raise
             said = (f"error: {trouble}", EXIT_USAGE)

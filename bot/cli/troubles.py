@@ -55,3 +55,25 @@ def store_trouble(exc: Exception) -> str | None:
         said = meaning(exc, shown_store(), read_only=store_read_only())
         return said or f"{shown_store()}: {' '.join(str(exc.orig).split())[:200]}"
     return None
+
+
+# What each optional extra brings, by the top-level module a command would fail to import.
+_EXTRAS = {
+    "psycopg": ("postgres", "a PostgreSQL store"),
+    "numpy": ("taste", "ranking by a reader's library and feedback"),
+    "scipy": ("taste", "ranking by a reader's library and feedback"),
+    "sklearn": ("taste", "ranking by a reader's library and feedback"),
+}
+
+
+def missing_extra(exc: BaseException) -> str | None:
+    """One line for a command that needs an extra which is not installed (a PostgreSQL
+    URL without ``psycopg``): which, and the ``pip install`` that brings it; None for
+    any other error."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    known = _EXTRAS.get(exc.name.partition(".")[0])
+    if known is None:
+        return None
+    extra, what = known
+    return f"{what} needs the {extra} extra, which is not installed: pip install 'digestbot[{extra}]'"

@@ -431,7 +431,8 @@ def test_a_command_that_needs_the_postgres_extra_says_so_in_one_line(
     done = _without(("psycopg",), tmp_path, *arguments, **env)
     assert done.returncode == 2, done.stderr
     assert done.stderr == (
-        "error: a PostgreSQL store needs the postgres extra, which is not installed: pip install 'digestbot[postgres]'\n"
+        "error: a PostgreSQL store needs the postgres extra, which is not installed: "
+        "pip install 'digestbot[postgres]'\n"
     )
 
 

@@ -172,7 +172,8 @@ def test_the_core_install_works_without_its_extras_and_says_what_each_leaves_out
     assert installed.python("import psycopg").returncode != 0  # nor PostgreSQL's driver
     moving = installed.run("db", "copy", "--to", "postgresql+psycopg://postgres@127.0.0.1:5432/nowhere", code=2)
     assert moving.stderr == (
-        "error: a PostgreSQL store needs the postgres extra, which is not installed: pip install 'digestbot[postgres]'\n"
+        "error: a PostgreSQL store needs the postgres extra, which is not installed: "
+        "pip install 'digestbot[postgres]'\n"
     )
     library = installed.work / "library.bib"
     library.write_text(

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An outside ranker for digestbot: BM25 over each reader's library and ratings.
 
-Speaks digestbot-ranker/1 (docs/ranking.md) over HTTP, with the standard library only:
+Speaks digestbot-ranker/1 (docs/rankers.md) over HTTP, with the standard library only:
 
     python3 examples/rankers/bm25/ranker.py --port 8765
 

@@ -234,3 +234,44 @@ def test_a_right_to_left_override_in_a_source_never_turns_the_figures_beside_it(
     assert re.search(r"<bdi>[^<]*\u202e[^<]*</bdi>: 12<", html), html
     assert not re.search(r"\u202e[^<\u2069]*: 12", html)
     assert "\u2068evil.example/\u202efeed\u2069: 12 in all" in html
+
+
+def test_the_page_and_stats_count_a_day_by_one_rule_across_the_date_line(
+    factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """At 23:30 UTC, readers in Warsaw and Amsterdam are on tomorrow: `stats` counts their
+    digests on that local day, and so does the page (it said "sent: 3" where `stats`
+    showed 3 + 2)."""
+    import asyncio
+
+    from bot.choose.tagging import load_rules
+    from bot.delivery.loop import deliver_now
+    from bot.ingest.storing import ingest_file
+    from bot.plan import plan
+    from bot.store.digests import stats_by_day
+    from bot.subscribers.fields import clean_fields
+    from bot.subscribers.subscriptions import save
+    from bot.tools.sink import Sink, SinkHandler
+    from tests.conftest import ROOT, SEEDS
+    from tests.helpers import settings_for
+
+    late = datetime(2026, 6, 14, 23, 30, tzinfo=UTC)
+    today, tomorrow = late.date(), late.date() + timedelta(days=1)
+    rules = load_rules(ROOT / "config" / "tags.toml")
+    for path in sorted(SEEDS.glob("*.txt"))[:2]:
+        ingest_file(factory, path, now=late - timedelta(hours=2), rules=rules)
+    zones = {"a@example.org": "UTC", "b@example.org": "UTC", "c@example.org": "America/New_York"}
+    zones |= {"w@example.org": "Europe/Warsaw", "m@example.org": "Europe/Amsterdam"}
+    with Sink(SinkHandler()) as sink:
+        settings = settings_for(tmp_path, smtp_port=sink.port)
+        fields = [clean_fields(email, filter="*", timezone=zone, send_hour=0) for email, zone in zones.items()]
+        save(factory, settings, fields, late - timedelta(days=2))
+        plan(factory, settings, rules, now=late, all_due=True)
+        asyncio.run(deliver_now(factory, settings, clock=lambda: late))
+    with factory() as session:
+        counted = {day: figures.get("sent", 0) for day, figures in stats_by_day(session)}
+        picture = gather(session, today, days=7, keep_days=365, now=late)
+    assert counted == {today: 3, tomorrow: 2}
+    sent = next(chart for chart in picture.charts if chart.key == "sent")
+    assert picture.days[-1] == tomorrow and dict((day, row[0]) for day, row in sent.rows) == counted
+    assert f"<bdi>sent</bdi>: {sum(counted.values()):,}" in page(picture)

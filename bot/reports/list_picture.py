@@ -127,7 +127,10 @@ class StoreFigures:
 
 
 def gather(session: Session, today: date, *, days: int = DEFAULT_DAYS, keep_days: int, now: datetime) -> ListPicture:
-    """What the store says about the *days* days that end with *today* (UTC)."""
+    """What the store says about the *days* days that end with *today* (UTC), or with the
+    newest local day a digest was planned for when that is later: digests are counted
+    by their readers' local days, as ``digestbot stats`` counts them, and a reader east
+    of UTC is already on tomorrow."""
     from bot.store.consents import consents_by_day
     from bot.store.digests import bounced_by_day, stats_by_day
     from bot.store.feedback import ratings_by_day
@@ -135,11 +138,12 @@ def gather(session: Session, today: date, *, days: int = DEFAULT_DAYS, keep_days
     from bot.store.sources import entries_by_day_and_source
     from bot.store.subscribers import count_by_status
 
-    run = window(today, days)
+    digests = dict(stats_by_day(session))
+    run = window(last_day(today, digests), days)
     since = datetime.combine(run[0], time(), tzinfo=UTC)
     figures = StoreFigures(
         statuses=count_by_status(session),
-        digests=dict(stats_by_day(session)),
+        digests=digests,
         bounced=bounced_by_day(session),
         returned=returns_by_day(session, since),
         unsubscribes=consents_by_day(session, "unsubscribe", since),
@@ -148,6 +152,12 @@ def gather(session: Session, today: date, *, days: int = DEFAULT_DAYS, keep_days
     )
     shown = tuple((status.value, figures.statuses.get(status, 0)) for status in SubscriberStatus)
     return ListPicture(run, shown, draw(run, figures), keep_days, now)
+
+
+def last_day(today: date, digests: Mapping[date, object]) -> date:
+    """The page's last day: *today* (UTC), or a reader's local day already begun east of
+    UTC (a day later at most: a digest is planned on its own day, never ahead)."""
+    return max([today, *(day for day in digests if day <= today + timedelta(days=1))])
 
 
 def _one(by_day: Mapping[date, Mapping[str, int]], name: str) -> dict[date, int]:

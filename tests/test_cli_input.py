@@ -6,6 +6,7 @@ right exit code, and never a traceback; the good rows around a bad one still cou
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -61,6 +62,22 @@ def test_a_csv_import_reports_each_bad_row_and_imports_the_rest(cli: Cli, tmp_pa
     assert "quote opened on this line is never closed" in proc.stdout and "nested more than" in proc.stdout
     listed = cli("subscribers", "list", "--json").stdout
     assert all(f"{n}@example.org" in listed for n in ("one", "two", "three", "four", "five", "six"))
+
+
+def test_a_row_or_command_with_several_bad_fields_names_every_one(cli: Cli, tmp_path: Path) -> None:
+    csv_file = tmp_path / "people.csv"
+    csv_file.write_text("email,timezone,filter\nnot-an-address,Mars/Olympus,gpu and (\n", encoding="utf-8")
+    (bad,) = [
+        row
+        for row in cli("subscribers", "import", str(csv_file), "--json", code=1).stdout.splitlines()
+        if '"line"' in row
+    ]
+    said = json.loads(bad)["error"]
+    assert said.startswith("email: 'not-an-address': ") and "; timezone: 'Mars/Olympus' is not an IANA" in said
+    assert "; filter: 'gpu and (': position 10: " in said and "filter: filter" not in said
+    typed = one_error_line(cli("subscribers", "add", "bad", "--tz", "Mars/X", "--filter", "gpu and (", code=2))
+    assert typed.startswith("error: EMAIL: 'bad': ") and "; --filter: 'gpu and (': position 10: " in typed
+    assert "; --tz: 'Mars/X' is not an IANA time zone" in typed
 
 
 @pytest.mark.parametrize(

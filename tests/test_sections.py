@@ -114,7 +114,7 @@ def test_interests_go_through_the_csv_and_a_bad_one_is_the_rows_error(factory: s
         'bad@example.org,"Spiking: snn; llm"\n'
     )
     report = import_csv(factory, Settings(), text, DAY1)
-    reason = "filter: filter 'Spiking: snn; llm': position 15: each interest starts with its name and a colon"
+    reason = "filter: 'Spiking: snn; llm': position 15: each interest starts with its name and a colon"
     assert report.created == 1 and [(e.line, e.reason) for e in report.errors] == [(3, reason + ' ("Serving: llm")')]
     exported = export_csv(factory)
     assert 'two@example.org,,"Spiking: snn or fpga; Serving: llm and ""kv cache""",' in exported

@@ -342,14 +342,14 @@ def test_the_cli_adds_with_a_confirmation_mail_and_shows_the_consent(tmp_path: P
     assert "a moment ago" in again.stderr and again.stderr.count("\n") == 1
     shown = run("subscribers", "show", "ana@example.org").stdout
     assert re.search(
-        r"consent\s+\d{4}-\d\d-\d\d \d\d:\d\d UTC signed up ana@example\.org at digestbot subscribers add", shown
+        r"consent\s+\d{4}-\d\d-\d\d \d\d:\d\d UTC ana@example\.org signed up at digestbot subscribers add", shown
     )
     assert "pending" in shown and "weekly:tue" in shown
     run("subscribers", "add", "ben@example.org", "--cadence", "weekdays")
     twice = run("subscribers", "add", "ben@example.org", "--confirm", code=1)
     assert "ben@example.org is already subscribed" in twice.stderr
     assert (
-        "added by an operator ben@example.org (subscribers add, by "
+        "ben@example.org added by an operator (subscribers add, by "
         in run("subscribers", "show", "ben@example.org").stdout
     )
     bad = run("subscribers", "add", "cal@example.org", "--cadence", "hourly", code=2)

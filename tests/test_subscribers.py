@@ -31,7 +31,7 @@ def test_addresses_are_normalized_and_idn_accepted() -> None:
         ({"email": "not-an-address"}, "email:"),
         ({"email": "a@b.example\r\nBcc: victim@example.org"}, "email: contains control characters"),
         ({"email": "a@b.example", "name": "Eve\r\nBcc: x@y.z"}, "name: contains control characters"),
-        ({"email": "a@b.example", "filter": "gpu and"}, "filter: filter 'gpu and': position 8"),
+        ({"email": "a@b.example", "filter": "gpu and"}, "filter: 'gpu and': position 8"),
         ({"email": "a@b.example", "timezone": "Mars/Olympus"}, "timezone: 'Mars/Olympus' is not an IANA time zone"),
         ({"email": "a@b.example", "timezone": "../../etc/passwd"}, "timezone:"),
         ({"email": "a@b.example", "send_hour": "24"}, "send_hour: 24 is not a whole hour"),

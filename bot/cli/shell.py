@@ -134,8 +134,13 @@ def clean_or_exit(email: str, choices: DigestChoices | None = None) -> Subscribe
         )
         return dataclasses.replace(fields, **clean_settings(given.settings))
     except SubscriberInputError as exc:
-        field, colon, reason = str(exc).partition(": ")
-        fail(f"{_FIELD_OPTIONS[field]}: {reason}" if colon and field in _FIELD_OPTIONS else str(exc), EXIT_USAGE)
+        fail("; ".join(_as_option(problem) for problem in exc.problems), EXIT_USAGE)
+
+
+def _as_option(problem: str) -> str:
+    """A field's problem as the command line names the field: "timezone: ..." -> "--tz: ..."."""
+    field, colon, reason = problem.partition(": ")
+    return f"{_FIELD_OPTIONS[field]}: {reason}" if colon and field in _FIELD_OPTIONS else problem
 
 
 def find_subscriber(factory: sessionmaker[Session], email: str) -> Subscriber:

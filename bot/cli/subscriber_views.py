@@ -27,7 +27,9 @@ def consent_json(event: ConsentEvent) -> JsonObject:
 
 
 def consent_line(event: ConsentEvent) -> str:
-    """One consent event for a person: "2026-11-24 10:00 UTC confirmed ada@x from 192.0.2.1 at https://..."."""
+    """One consent event for a person, its address first (an operator's add must not read
+    as if the address were the operator): "2026-11-24 10:00 UTC ada@x confirmed from
+    192.0.2.1 at https://..."."""
     verb = {
         "signup": "signed up",
         "confirm": "confirmed",
@@ -35,7 +37,7 @@ def consent_line(event: ConsentEvent) -> str:
         "unsubscribe": "unsubscribed",
         "resubscribe": "subscribed again",
     }.get(event.event, event.event)
-    parts = [f"{event.at:%Y-%m-%d %H:%M} UTC", verb, event.address]
+    parts = [f"{event.at:%Y-%m-%d %H:%M} UTC", event.address, verb]
     if event.client:
         parts.append(f"from {event.client}")
     if event.page:

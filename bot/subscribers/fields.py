@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from email_validator import EmailNotValidError, validate_email
@@ -26,7 +26,12 @@ _BACKFILL = re.compile(r"^(?:all|none|\d{1,4}d)$")
 
 
 class SubscriberInputError(ValueError):
-    """One bad field; ``str()`` names it: ``email: ...``."""
+    """A bad field, or several: each "field: reason" in ``problems``, in the order the
+    fields were read; ``str()`` names them all: ``email: ...; timezone: ...``."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("; ".join(p.rstrip(".") for p in problems) if len(problems) > 1 else "".join(problems))
+        self.problems = problems
 
 
 class StatusChangeRefused(SubscriberInputError):
@@ -61,7 +66,7 @@ def clean_filter(raw: str) -> str:
     try:
         return normalize_filter(raw)
     except FilterError as exc:
-        raise SubscriberInputError(f"filter: {exc}") from None
+        raise SubscriberInputError(f"filter: {exc.text!r}: position {exc.position}: {exc.message}") from None
 
 
 @functools.cache
@@ -126,17 +131,28 @@ def clean_fields(
     """Validate every given field; None (or "" from a CSV cell) leaves it unset.
     *settings* are the yes/no settings (``bot.subscribers.settings``), by name: a bool,
     or a CSV cell's yes/no."""
+    problems: list[str] = []
+
+    def checked(clean: Callable[[Any], Any], value: Any) -> Any:
+        try:
+            return clean(value)
+        except SubscriberInputError as exc:
+            problems.extend(exc.problems)
+            return None
+
     fields: dict[str, Any] = {
-        "email": clean_email(email),
-        "name": clean_name(name) if name is not None else None,
-        "filter": clean_filter(filter) if filter else None,
-        "timezone": clean_timezone(timezone) if timezone else None,
-        "send_hour": clean_hour(send_hour) if send_hour is not None and send_hour != "" else None,
-        "status": clean_status(status) if status else None,
-        "backfill": clean_backfill(backfill) if backfill else None,
-        "cadence": clean_cadence_field(cadence) if cadence else None,
+        "email": checked(clean_email, email),
+        "name": checked(clean_name, name) if name is not None else None,
+        "filter": checked(clean_filter, filter) if filter else None,
+        "timezone": checked(clean_timezone, timezone) if timezone else None,
+        "send_hour": checked(clean_hour, send_hour) if send_hour is not None and send_hour != "" else None,
+        "status": checked(clean_status, status) if status else None,
+        "backfill": checked(clean_backfill, backfill) if backfill else None,
+        "cadence": checked(clean_cadence_field, cadence) if cadence else None,
     }
-    fields.update(clean_settings(settings))
+    fields.update(checked(clean_settings, settings) or {})
+    if problems:  # every bad field of the row or command at once, not only the first
+        raise SubscriberInputError(*problems)
     return SubscriberFields(**fields)
 
 

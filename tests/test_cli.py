@@ -166,7 +166,7 @@ def test_subscriber_workflow(run, tmp_path: Path) -> None:
     assert run("preview", "carver@example.org", "--date", tomorrow).stdout.count("paper:") == 3
     # As of a day before anything was ingested: nothing yet.
     quiet = run("preview", "carver@example.org", "--date", "2026-06-15").stdout
-    assert "0 entries" in quiet and "No email: nothing new has arrived since" in quiet
+    assert "0 entries" in quiet and "Nothing for their next digest yet: nothing new has arrived since" in quiet
 
     run(
         "subscribers",

@@ -205,7 +205,8 @@ def test_more_less_and_undo_from_the_links_in_the_mail(
     assert more.endswith("/2/more") and links[3].endswith("/2/less")
     with Server(create_app(settings, factory)) as client:
         token = _confirm_form(client, more)
-        assert feedback(factory, reader) == []  # the GET only asks
+        assert feedback(factory, reader) == []  # the GET only asks, and says why it asks
+        assert "link scanners open the links in a mail by themselves" in client.get(more).text
         said = client.post(more, data={"form": token, "action": "more"}, headers=FORM)
         assert said.status_code == 200 and "Noted: more like this." in said.text and "Undo" in said.text
         (rated,) = feedback(factory, reader)

@@ -209,3 +209,5 @@ def test_after_a_send_now_the_page_promises_no_digest_it_will_not_send(
         preview = web.get(ada).text.split("Your next digest")[1].split("</section>")[0]
     assert "none matches your filter" in preview and "you were not sent" in preview
     assert "Goes out" not in preview, preview
+    # Moments after a digest, "No email: ..." read like an address missing.
+    assert "Nothing for your next digest yet" in preview and "No email" not in preview

@@ -93,6 +93,16 @@ def test_the_feed_lists_each_paper_sent_once_and_a_feed_program_gets_a_304(
             assert len(entry.summary) > 40 and entry.summary[:30] in " ".join(entry.content[0].value.split())
             assert "Matches your" in entry.content[0].value or "You asked for every paper" in entry.content[0].value
         assert parsed.feed.links[0].href == f"{SITE}/f/{ada}.atom"
+        # Issue 65, item 6: the feed's own page (what newsboat's OPML export lists) is the
+        # newest digest's web version; the feed is named by whose papers they are; each
+        # paper carries its own time, not the send time of its digest.
+        alternate = [link.href for link in parsed.feed.links if link.rel == "alternate"]
+        assert alternate == [f"{SITE}/d/{ada}/{DAY1.date().isoformat()}"]
+        assert parsed.feed.title == "Research Digest: every new paper"  # her filter is *
+        published = {entry.updated for entry in parsed.entries}  # the seed's papers: all of 14 June
+        assert published == {"2026-06-14T00:00:00Z"} != {parsed.feed.updated}  # the feed's: the send time
+        bobs = feedparser.parse(web.get(f"/f/{bob}.atom").content)
+        assert bobs.feed.title.endswith("your papers on Serving, Attention")
 
         again = web.get(f"/f/{ada}.atom", headers={"If-None-Match": first.headers["etag"]})
         assert again.status_code == 304 and again.content == b""
@@ -226,3 +236,27 @@ def test_any_text_in_a_paper_makes_a_feed_both_readers_accept(
     assert len(strict.entries) == 1 and strict.entries[0].id_ == feed_entry_id(key)
     assert strict.entries[0].title is not None and strict.entries[0].title.value == feed_title(title, key)
     assert len(parsed.entries) == 1  # feedparser's text is its own (it maps C1 controls as cp1252 does)
+
+
+def test_an_entrys_time_is_its_papers_day_never_after_it_was_sent() -> None:
+    from bot.domain import EntryKind
+    from bot.web.feeds import entry_time
+    from tests.helpers import digest_item
+
+    sent = datetime(2026, 6, 14, 12, tzinfo=UTC)
+    for published, expected in [
+        (date(2026, 6, 10), datetime(2026, 6, 10, tzinfo=UTC)),
+        (date(2026, 6, 20), sent),  # a date after the send: the send time
+        (None, sent),
+    ]:
+        item = digest_item(
+            key="arxiv:2606.00001",
+            kind=EntryKind.PAPER,
+            title="A paper",
+            authors=(),
+            summary="",
+            published=published,
+            tags=(),
+            why="",
+        )
+        assert entry_time(item, sent) == expected

@@ -351,7 +351,8 @@ def test_the_preview_and_the_manage_page_say_why_a_day_is_quiet(
         before_anything = outlook(session, quiet, RULES, as_of=DAY - timedelta(days=1))
     assert nothing_matches.matching == 0 and nothing_matches.unseen == waiting.unseen > 0
     note = outlook_note(nothing_matches)
-    assert note.startswith(f"No email: {waiting.unseen} entries you were not sent arrived since ")
+    waiting_words = f"{waiting.unseen} entries you were not sent arrived since "
+    assert note.startswith(f"Nothing for your next digest yet: {waiting_words}")
     assert "none matches your filter. Their tags: " in note and "llm (" in note
     assert waiting.matching == waiting.unseen and "go out in your next digest" in outlook_note(waiting)
     assert before_anything.unseen == 0 and "nothing new has arrived" in outlook_note(before_anything)

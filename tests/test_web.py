@@ -82,6 +82,8 @@ def test_get_shows_a_confirm_page_and_never_unsubscribes(
         page = web.get(f"/u/{people['ada@example.org']}")
         assert page.status_code == 200
         assert 'name="List-Unsubscribe" value="One-Click"' in page.text and "ada@example.org" in page.text
+    # Why a second click: in a line, on the page that asks for it.
+    assert "link scanners open the links in a mail by themselves" in page.text
     assert web.head(f"/u/{people['ada@example.org']}").status_code == 200
     assert status_of(factory, "ada@example.org") is SubscriberStatus.ACTIVE
     assert page.headers["referrer-policy"] == "same-origin" and page.headers["cache-control"] == "no-store"

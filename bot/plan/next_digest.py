@@ -92,7 +92,8 @@ def outlook_note(seen: Outlook, *, to_reader: bool = True, mailed: bool = True) 
         noun = "entry matches" if seen.matching == 1 else "entries match"
         goes = f"go out in {your} next digest" if mailed else f"go into {your} feed with {your} next digest"
         return f"{seen.matching} new {noun} {your} filter {since}: they {goes}."
-    nothing = "No email" if mailed else f"Nothing new for {your} feed"
+    # Not "No email": said moments after a digest went out, it read like an address missing.
+    nothing = f"Nothing for {your} next digest yet" if mailed else f"Nothing new for {your} feed"
     if not seen.unseen:
         return f"{nothing}: nothing new has arrived {since}."
     noun = "entry" if seen.unseen == 1 else "entries"

@@ -16,7 +16,7 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
 from html import escape
 from xml.etree import ElementTree as ET  # noqa: N817 - the name the standard library's own docs use
@@ -27,10 +27,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from bot.choose.filters import filter_fault, sections_of, shown_filter
 from bot.config import Settings
-from bot.domain import DigestContent, DigestKind, DigestState, Subscriber, SubscriberStatus
+from bot.domain import DigestContent, DigestItem, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.domain.links import primary_url
 from bot.domain.routes import FEED, FEED_IDENTITY, MANAGE, WEB_VERSION
+from bot.domain.text import one_line
 from bot.mail.framing import tldr_html
 from bot.mail.prose import summary_of, title_text
 from bot.mail.why import reader_why
@@ -150,13 +152,22 @@ class PersonalFeeds:
         ET.SubElement(feed, "id").text = uuid.uuid5(
             uuid.NAMESPACE_URL, FEED_IDENTITY.url(public, subscriber_id=subscriber.id)
         ).urn
-        ET.SubElement(feed, "title").text = f"{name}: your papers"
+        ET.SubElement(feed, "title").text = feed_name(name, subscriber)
         ET.SubElement(feed, "subtitle").text = "What your recent digests carried, one entry per paper."
         updated = max((d.sent_at for d in digests), default=subscriber.created_at)
         ET.SubElement(feed, "updated").text = _stamp(updated)
         ET.SubElement(ET.SubElement(feed, "author"), "name").text = name
         ET.SubElement(feed, "link", rel="self", type="application/atom+xml", href=FEED.url(public, token=token))
         ET.SubElement(feed, "link", rel="related", type="text/html", href=MANAGE.url(public, token=token))
+        # What a feed reader opens as the feed's own page (newsboat's OPML export): the newest
+        # digest's web version, else the manage page.
+        newest = max(digests, key=lambda d: d.sent_at, default=None)
+        home = (
+            WEB_VERSION.url(public, token=token, day=newest.content.local_date.isoformat())
+            if newest is not None
+            else MANAGE.url(public, token=token)
+        )
+        ET.SubElement(feed, "link", rel="alternate", type="text/html", href=home)
         ET.SubElement(feed, "generator").text = "digestbot"
         search = self.settings.digest.search_url
         for digest in digests:
@@ -165,7 +176,7 @@ class PersonalFeeds:
                 entry = ET.SubElement(feed, "entry")
                 ET.SubElement(entry, "id").text = feed_entry_id(item.key)
                 ET.SubElement(entry, "title").text = feed_title(item.content.title, item.key)
-                ET.SubElement(entry, "updated").text = _stamp(digest.sent_at)
+                ET.SubElement(entry, "updated").text = _stamp(entry_time(item, digest.sent_at))
                 ET.SubElement(
                     entry, "link", rel="alternate", type="text/html", href=primary_url(item.content, search, item.url)
                 )
@@ -226,3 +237,22 @@ class FeedPage:
             return Response(status_code=304, headers=headers)
         body = await run_in_threadpool(feeds.atom, subscriber, request.path_params["token"], digests)
         return Response(body, media_type="application/atom+xml; charset=utf-8", headers=headers)
+
+
+def feed_name(list_name: str, subscriber: Subscriber) -> str:
+    """The feed's title: the list's name and whose papers they are (a feed reader lists
+    many feeds; "your papers" named none of them)."""
+    if subscriber.name:  # never the address: a feed reader may sync its titles elsewhere
+        return one_line(f"{list_name}: papers for {subscriber.name}")[:120]
+    interests = [s.name for s in sections_of(subscriber.filter)] if filter_fault(subscriber.filter) is None else []
+    about = ", ".join(interests) if interests else shown_filter(subscriber.filter)
+    return one_line(f"{list_name}: your papers on {about}" if about != "*" else f"{list_name}: every new paper")[:120]
+
+
+def entry_time(item: DigestItem, sent_at: datetime) -> datetime:
+    """An entry's time: the day its paper or repository was published, when it says one
+    and that is not after it was sent; else when its digest went out."""
+    published = item.content.published
+    if published is None:
+        return sent_at
+    return min(datetime.combine(published, time(), tzinfo=UTC), sent_at)

@@ -364,3 +364,46 @@ def test_a_bad_ranker_setting_is_one_line_naming_it(tmp_path: Path, variable: st
     failed = Cli(tmp_path, {variable: value})("stats", code=2)
     lines = failed.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "ranker" in lines[0], failed.stderr
+
+
+def test_the_example_ranker_logs_one_line_a_request() -> None:
+    """It logged nothing: an operator could not tell it was asked at all."""
+    import httpx
+
+    from tests.helpers import EXAMPLE_RANKER
+
+    process = subprocess.Popen(
+        [sys.executable, str(EXAMPLE_RANKER), "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        url = process.stdout.readline().split()[-1]
+        reader = {"id": 1, "library": [], "ratings": [], "interests": [], "candidates": []}
+        ask = {"protocol": "digestbot-ranker/1", "candidates": [], "readers": [reader]}
+        assert httpx.post(url, json=ask, timeout=10).status_code == 200
+        assert httpx.post(url, json={"protocol": "other"}, timeout=10).status_code == 400
+        ranked, refused = process.stderr.readline(), process.stderr.readline()
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert " ranked 1 readers, 0 entries in " in ranked and refused.endswith(
+        "refused a request: not digestbot-ranker/1\n"
+    )
+
+
+def test_a_pass_the_outside_ranker_answered_says_how_many_readers_it_ranked() -> None:
+    from bot.cli.deliveries import tell_ranker
+    from bot.cli.output import err, out
+    from bot.plan.report import PlanReport
+    from tests.helpers import settings_for
+
+    settings = settings_for(Path("/nonexistent"), ranker={"url": "http://127.0.0.1:9/rank"})
+    with out.capture() as said, err.capture() as warned:
+        tell_ranker(PlanReport(ranker_ranked=12), settings)
+        tell_ranker(PlanReport(ranker_ranked=1), settings)
+        tell_ranker(PlanReport(), settings)
+    assert said.get() == (
+        "the outside ranker ordered 12 readers' digests, interleaved with the built-in order\n"
+        "the outside ranker ordered 1 reader's digest, interleaved with the built-in order\n"
+    )
+    assert warned.get() == ""

@@ -81,3 +81,52 @@ def test_subscribers_show_fits_and_says_none_yet(store: Path) -> None:
 def test_a_narrow_table_says_what_it_left_out(store: Path) -> None:
     shown = Cli(store, {"DIGESTBOT_PATHS__VAR_DIR": str(store / "var")}, columns=80)("stats").stdout
     assert "left out at this width: " in shown and "(--json has every column)" in shown
+
+
+def _laid_out(columns: list[object], rows: list[list[str]], width: int) -> str:
+    from rich.console import Console
+
+    from bot.cli.tables import fitted
+
+    console = Console(width=width, record=True, highlight=False, markup=False, emoji=False)
+    console.print(fitted(columns, rows, width=width))  # type: ignore[arg-type]
+    return console.export_text()
+
+
+def test_a_column_with_nothing_in_it_goes_before_one_that_says_something() -> None:
+    """stats dropped `resent` right after a resend and kept three all-zero bounce columns."""
+    from bot.cli.tables import Column
+
+    names = ("day", "planned", "sent", "failed", "resent", "hard", "soft", "complaints")
+    columns = [
+        Column(name, whole=True, drop={"resent": 5, "soft": 2, "hard": 1, "complaints": 1}.get(name, 0))
+        for name in names
+    ]
+    shown = _laid_out(columns, [["2026-06-14", "12345", "12345", "12345", "1", "0", "0", "0"]], 60)
+    header = shown.splitlines()[0].split()
+    left_out = " ".join(shown.split()).split("left out at this width: ")[1].split(" (--json")[0].split(", ")
+    assert "resent" in header and left_out and set(left_out) <= {"hard", "soft", "complaints"}, shown
+
+
+def test_a_key_goes_before_a_title_folds_narrower_than_it_wants() -> None:
+    """preview kept a 22-character key whole and gave titles 20 columns (one over 11 lines)."""
+    from bot.cli.tables import Column
+
+    title = "SupraSNN: Supra-Linear Spiking Neural Networks on Event Cameras for Low-Power Vision"
+    columns = [
+        Column("score", whole=True),
+        Column("key", whole=True, drop=1),
+        Column("title", wants=30),
+        Column("why", wants=16),
+    ]
+    shown = _laid_out(columns, [["12", "arxiv:2406.01234v2x-abc", title, "Matches your filter: snn (tag)"]], 80)
+    assert "arxiv:2406" not in shown and "left out at this width: key" in " ".join(shown.split())
+    assert sum(1 for line in shown.splitlines() if line.strip() and "left out" not in line) <= 5, shown
+
+
+def test_subscribers_list_keeps_an_hour_with_its_zone(store: Path) -> None:
+    cli = Cli(store, {"DIGESTBOT_PATHS__VAR_DIR": str(store / "var")}, columns=80)
+    shown = cli("subscribers", "list").stdout
+    for row in json_values(cli, "subscribers", "list"):
+        line = next(line for line in shown.splitlines() if str(row["email"]) in line)
+        assert f"{int(str(row['send_hour'])):02d}:00 {str(row['timezone'])[:5]}" in line, (row, shown)

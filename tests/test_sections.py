@@ -263,3 +263,17 @@ if __name__ == "__main__":  # writes the golden files (run with the code they ar
     with tempfile.TemporaryDirectory() as scratch:
         for name, made in one_interest_digests(Path(scratch)).items():
             (GOLDEN / name).write_bytes(made.encode())
+
+
+def test_a_digest_reads_well_in_a_browser_and_on_a_phone(tmp_path: Path) -> None:
+    """Issue 65, item 7: "You asked for every paper" stood under 7 of 9 entries (the header
+    says it once); the preheader stood as stray grey titles above the heading (it now says
+    what it is, and the web version has none); at 375 px "2026-06-14" broke after "06-"
+    (a byline's date is "14 Jun 2026" with no-break spaces, in both parts)."""
+    made = one_interest_digests(tmp_path)
+    for part in ("all.html", "all.txt", "all.web.html"):
+        assert made[part].lower().count("you asked for every paper") == 1, part
+    assert '<p class="preheader"' in made["all.html"] and "In this digest: " in made["all.html"]
+    assert 'class="preheader"' not in made["all.web.html"]
+    assert "14&nbsp;Jun&nbsp;2026" in made["one.html"] and "2026-06-14 " not in made["one.txt"]
+    assert "14\u00a0Jun\u00a02026" in made["one.txt"]

@@ -532,8 +532,8 @@ def test_the_consent_record_says_how_a_reader_left_and_came_back(
     cli = Cli(tmp_path, {"DIGESTBOT_DATABASE__URL": url, "DIGESTBOT_WEB__SIGNING_KEY": KEY})
     cli("subscribers", "remove", "r0@example.org")
     shown = " ".join(cli("subscribers", "show", "r0@example.org").stdout.split())
-    assert "unsubscribed r0@example.org at the one-click unsubscribe link" in shown
-    assert "subscribed again r0@example.org from 127.0.0.1" in shown
-    assert "unsubscribed r0@example.org at digestbot subscribers remove (by " in shown
+    assert "r0@example.org unsubscribed at the one-click unsubscribe link" in shown
+    assert "r0@example.org subscribed again from 127.0.0.1" in shown
+    assert "r0@example.org unsubscribed at digestbot subscribers remove (by " in shown
     assert "library 0 papers" in shown and "ratings 0 more like this, 0 less like this" in shown
     assert "send updates yes" in shown

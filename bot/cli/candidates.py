@@ -35,7 +35,7 @@ def print_candidates(found: list[Scored], title: str, as_json: bool) -> None:
         return
     score = [Column("score", whole=True, justify="right")]
     columns = [*score, *([Column("taste", whole=True)] if with_model else []), Column("key", whole=True, drop=1)]
-    columns += [Column("title"), Column("why")]
+    columns += [Column("title", wants=30), Column("why", wants=16)]  # the key goes before the title folds
     shown = [
         [
             str(f.explanation.score),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from bot.cli.context import Context
-from bot.cli.deliveries import deliver_with_progress, report_delivery, tell_ranker_failure
+from bot.cli.deliveries import deliver_with_progress, report_delivery, tell_ranker
 from bot.cli.output import EXIT_INPUT_FAILED, EXIT_USAGE, err, fail, out, report_ingest
 from bot.cli.shell import ctx_of, now
 from bot.cli.tables import Column, fitted
@@ -61,7 +61,7 @@ def run_command(
         f"planned {plural(len(planned.planned), 'digest')} "
         f"({planned.empty} with nothing new, {planned.not_due} not due yet)"
     )
-    tell_ranker_failure(planned)
+    tell_ranker(planned, c.settings)
     undelivered = report_delivery(deliver_with_progress(c, factory))
     if undelivered or any(r.status is SourceStatus.FAILED for r in results):
         raise typer.Exit(EXIT_INPUT_FAILED)

@@ -14,6 +14,7 @@ from bot.domain.text import plural
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
+    from bot.config import Settings
     from bot.domain import DeliverReport
     from bot.plan.report import PlanReport
 
@@ -78,8 +79,14 @@ def deliver_and_tell(c: Context, factory: sessionmaker[Session], queued: list[in
     return failed or any(row.state is DigestState.FAILED for row in rows)
 
 
-def tell_ranker_failure(planned: PlanReport) -> None:
-    """A warning, not a failure: the readers got their digests in the built-in order."""
+def tell_ranker(planned: PlanReport, settings: Settings) -> None:
+    """What the challenger to the built-in order did in this pass: how many readers it
+    ranked (it was silent when it answered), and a warning, not a failure, when it failed:
+    those readers got their digests in the built-in order."""
+    if planned.ranker_ranked:
+        who = "the outside ranker" if settings.ranker.url else "the readers' models on embeddings"
+        ranked = plural(planned.ranker_ranked, "reader's digest", "readers' digests")
+        out.print(f"{who} ordered {ranked}, interleaved with the built-in order", markup=False, soft_wrap=True)
     if planned.ranker_failure is not None:
         skipped = plural(planned.ranker_skipped, "reader")
         err.print(

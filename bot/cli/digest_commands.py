@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from bot.cli.deliveries import deliver_and_tell, tell_ranker_failure
+from bot.cli.deliveries import deliver_and_tell, tell_ranker
 from bot.cli.output import EXIT_INPUT_FAILED, EXIT_USAGE, err, fail, out
 from bot.cli.shell import MAX_ID, ctx_of, find_subscriber, now, parse_date
 from bot.domain.text import plural
@@ -40,7 +40,7 @@ def send_now(
     planned = plan(factory, c.settings, c.rules, now=now(), subscribers=chosen, kind=DigestKind.MANUAL)
     nothing = f"; {plural(planned.empty, 'subscriber')} had nothing new" if planned.empty else ""
     out.print(f"queued {plural(len(planned.planned), 'digest')}{nothing}", markup=False)
-    tell_ranker_failure(planned)
+    tell_ranker(planned, c.settings)
     if deliver_and_tell(c, factory, list(planned.planned)) or refused:
         raise typer.Exit(EXIT_INPUT_FAILED)
 

@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from bot.config.services import LlmConfig
 
 STATS_COLUMNS = ("planned", "sent", "failed", "bounced", "pending", "empty", "resent", "hard", "soft", "complaints")
-# Left out of a narrow terminal first: resends, empty days, then the queue and returned mail.
-_STATS_DROP = {"resent": 5, "empty": 4, "pending": 3, "soft": 2, "hard": 1}
+# Left out of a narrow terminal: first the columns with nothing in them (``tables``), then
+# resends, empty days, the queue and returned mail.
+_STATS_DROP = {"resent": 5, "empty": 4, "pending": 3, "soft": 2, "hard": 1, "complaints": 1}
 
 
 def history(

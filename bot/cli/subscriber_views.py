@@ -71,13 +71,12 @@ def subscriber_table(subscribers: list[Subscriber], title: str) -> Table:
         Column("email", whole=True),
         Column("name", drop=2),
         Column("filter"),
-        Column("zone", whole=True, drop=1),
-        Column("hour", whole=True),
+        Column("sends at", whole=True),  # "08:00 Europe/Berlin": an hour means nothing without its zone
         Column("cadence", whole=True),
         Column("status", whole=True),
     ]
     rows = [
-        [s.email, s.name, s.filter, s.timezone, f"{s.send_hour:02d}:00", s.cadence, _status(s)] for s in subscribers
+        [s.email, s.name, s.filter, f"{s.send_hour:02d}:00 {s.timezone}", s.cadence, _status(s)] for s in subscribers
     ]
     return fitted(columns, rows, width=out.width, title=title)
 

@@ -1,9 +1,11 @@
 """CLI: tables that fit the terminal, as ``git``, ``kubectl`` and ``gh`` fit theirs.
 
 A table names its key columns (an address, a date, a status: shown whole, never cut)
-and the columns it may leave out when it is too wide (the least important first); the
-other columns fold their text onto more lines.  A table that left columns out says
-which, and ``--json`` always has them all.  Never holds logic of its own beyond laying
+and the columns it may leave out when it is too wide: those with nothing in them first
+(all zeros or blank), then the least important; the other columns fold their text onto
+more lines, each keeping at least the width it ``wants`` before a column that may go
+stays (a title is not folded over eleven lines to keep a key whole).  A table that
+left columns out says which, and ``--json`` always has them all.  Never holds logic of its own beyond laying
 out what a command gives it.
 """
 
@@ -28,6 +30,7 @@ class Column:
     whole: bool = False  # a key column: its values are never cut or folded
     drop: int = 0  # 0: always shown; when the table is too wide the highest goes first
     justify: Literal["left", "right"] = "left"
+    wants: int = 0  # a folding column's comfortable width, kept before a droppable column is
 
 
 def fitted(
@@ -41,7 +44,8 @@ def fitted(
     specs = [c if isinstance(c, Column) else Column(c) for c in columns]
     cells = [[str(value) for value in row] for row in rows]
     needs = [_needed(spec, [row[n] for row in cells]) for n, spec in enumerate(specs)]
-    shown = _shown(specs, needs, width)
+    empty = {n for n in range(len(specs)) if all(row[n].strip() in ("", "0") for row in cells)}
+    shown = _shown(specs, needs, width, empty)
     left_out = [specs[n].header for n in range(len(specs)) if n not in shown]
     caption = f"left out at this width: {', '.join(left_out)} (--json has every column)" if left_out else None
     table = Table(
@@ -55,14 +59,15 @@ def fitted(
     return table
 
 
-def _shown(specs: list[Column], needs: list[int], width: int) -> list[int]:
-    """The columns that fit in *width*: all, or all but those left out, highest ``drop`` first."""
+def _shown(specs: list[Column], needs: list[int], width: int, empty: set[int]) -> list[int]:
+    """The columns that fit in *width* (the folding ones at the width they want): all, or
+    all but those left out: the empty first, then the highest ``drop``."""
     shown = list(range(len(specs)))
-    while sum(needs[n] for n in shown) + _GAP * (len(shown) - 1) > width:
+    while sum(max(needs[n], specs[n].wants) for n in shown) + _GAP * (len(shown) - 1) > width:
         droppable = [n for n in shown if specs[n].drop]
         if not droppable:
             break
-        shown.remove(max(droppable, key=lambda n: (specs[n].drop, n)))
+        shown.remove(max(droppable, key=lambda n: (n in empty, specs[n].drop, n)))
     return shown
 
 

@@ -12,13 +12,19 @@ from functools import lru_cache
 from urllib.parse import quote, urlsplit
 
 _FIELD = re.compile(r"\{(\w+)\}")
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")  # a segment as it stands: a token, a day, a number
 
 
 @lru_cache(maxsize=64)
-def _pieces(pattern: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """A pattern's literal pieces and, between them, its fields' names."""
-    split = _FIELD.split(pattern)
-    return tuple(split[0::2]), tuple(split[1::2])
+def _fields(pattern: str) -> frozenset[str]:
+    """The names of a pattern's fields."""
+    return frozenset(_FIELD.findall(pattern))
+
+
+def _segment(value: object) -> str:
+    """*value* as one path segment: as it stands when it needs no quoting (a token, a day)."""
+    text = str(value)
+    return text if _UNRESERVED.fullmatch(text) else quote(text, safe="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +41,9 @@ class Route:
 
     def path(self, **values: object) -> str:
         """The route's path with *values* in its fields (each quoted as one segment)."""
-        literals, fields = _pieces(self.pattern)
-        if len(fields) != len(values) or not all(name in values for name in fields):
-            raise TypeError(f"route {self.name!r} takes {sorted(fields)}, not {sorted(values)}")
-        filled = [literals[0]]
-        for name, literal in zip(fields, literals[1:], strict=True):
-            filled += [quote(str(values[name]), safe=""), literal]
-        return "".join(filled)
+        if values.keys() != _fields(self.pattern):
+            raise TypeError(f"route {self.name!r} takes {sorted(_fields(self.pattern))}, not {sorted(values)}")
+        return self.pattern.format_map({name: _segment(value) for name, value in values.items()})
 
     def url(self, public_url: str, **values: object) -> str:
         """The absolute URL under the endpoint's public address (a mail's or a feed's link)."""
@@ -85,7 +87,6 @@ ROUTES = (
 )
 BY_NAME = {route.name: route for route in ROUTES}
 # The routes whose first field is a reader's signed token (a returned mail may quote one).
-TOKEN_ROUTES = tuple(route for route in ROUTES if _pieces(route.pattern)[1][:1] == ("token",))
 
 
 def base_path(public_url: str) -> str:

@@ -23,6 +23,7 @@ from bot.plan.cadence import is_weekly
 from bot.taste import CLOSE_TO
 
 MAX_AUTHORS = 6
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 PREHEADER_TITLES = 3
 CONTENTS_FROM = 3  # entries; a shorter digest is its own contents
 
@@ -40,8 +41,8 @@ def byline(item: EntryContent) -> str:
         if len(item.authors) > MAX_AUTHORS:
             authors.append("et al.")
         parts = [", ".join(authors)] if authors else []
-    if item.published:
-        parts.append(item.published.isoformat())
+    if item.published:  # "14 Jun 2026", never broken: at 375 px "2026-06-14" broke after "06-"
+        parts.append(f"{item.published.day}\u00a0{_MONTHS[item.published.month - 1]}\u00a0{item.published.year}")
     return " · ".join(p for p in parts if p)
 
 
@@ -74,6 +75,9 @@ def subject_of(content: DigestContent) -> str:
     return one_line(subject)
 
 
+_SPACES = re.compile(r"[^\S\u00a0]+")
+
+
 @lru_cache(maxsize=8192)
 def wrap_text(text: str, width: int = 78, indent: str = "", first: str | None = None) -> str:
     """Jinja filter: wrap each paragraph to *width*; URLs and long words are never broken."""
@@ -82,7 +86,7 @@ def wrap_text(text: str, width: int = 78, indent: str = "", first: str | None = 
     out = []
     for n, paragraph in enumerate(paragraphs):
         filled = textwrap.fill(
-            " ".join(paragraph.split()),
+            " ".join(_SPACES.split(paragraph.strip())),  # a no-break space stays one: "14 Jun 2026"
             width=width,
             initial_indent=first if n == 0 else indent,
             subsequent_indent=indent,

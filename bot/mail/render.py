@@ -36,7 +36,7 @@ from bot.mail.framing import (
 )
 from bot.mail.prose import summary_of, title_html, title_text
 from bot.mail.templates import digest_environment
-from bot.mail.why import reader_why
+from bot.mail.why import EVERY_PAPER, reader_why
 
 TEXT_FOOTER = "_footer.txt.j2"
 # Gmail clips an HTML part over 102 KB, hiding the rest (the unsubscribe link with it).
@@ -202,7 +202,8 @@ class Renderer:
             "summary_html": summary.html,
             "cut": summary.cut,
             "tags": list(item.tags),
-            "why": reader_why(item.why, item.section),
+            # "You asked for every paper" under each entry said what the header says once.
+            "why": "" if (why := reader_why(item.why, item.section)) == EVERY_PAPER else why,
             "pinned_why": item.why,  # as the planner pinned it: what the contents are grouped by
             "section": item.section,
             "compact": False,

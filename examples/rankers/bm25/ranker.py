@@ -19,6 +19,7 @@ import json
 import math
 import re
 import sys
+import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -86,6 +87,7 @@ class Handler(BaseHTTPRequestHandler):
         if not length.isdigit() or int(length) > MAX_REQUEST_BYTES:
             self._answer(413 if length.isdigit() else 411, {"error": "a Content-Length up to 256 MiB"})
             return
+        started = time.monotonic()
         try:
             request = json.loads(self.rfile.read(int(length)))
             if request.get("protocol") != PROTOCOL:
@@ -93,8 +95,12 @@ class Handler(BaseHTTPRequestHandler):
             answer = rank(request)
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
             self._answer(400, {"error": str(error)[:200]})
+            log(f"refused a request: {str(error)[:200]}")
             return
         self._answer(200, answer)
+        readers = answer["readers"]
+        scored = sum(len(reader["scores"]) for reader in readers)
+        log(f"ranked {len(readers)} readers, {scored} entries in {time.monotonic() - started:.3f} s")
 
     def _answer(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
@@ -105,7 +111,12 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
-        return  # quiet: digestbot logs what matters
+        return  # one line a request of its own (``log``), not http.server's access lines
+
+
+def log(line: str) -> None:
+    """One line a request on stderr, with the time: what the operator sees it doing."""
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}", file=sys.stderr, flush=True)
 
 
 def main() -> None:

@@ -73,6 +73,9 @@ def test_subscribers_show_fits_and_says_none_yet(store: Path) -> None:
     shown = cli("subscribers", "show", "ada@example.org").stdout
     assert max(len(line) for line in shown.splitlines()) <= 80 and "…" not in shown
     assert "subscriber" not in shown.split("Last digests", 1)[1].splitlines()[2]  # the title names whose they are
+    # "sent at 13:00" above a lone "BST", beside an error column nobody's digest fills: no more.
+    told = [line for line in shown.split("Last digests", 1)[1].splitlines() if "sent at" in line]
+    assert told and all(re.search(r"sent at \d\d:\d\d [A-Z+-][A-Za-z0-9+-]*", line) for line in told), shown
     cli("subscribers", "add", "new@example.org")
     fresh = cli("subscribers", "show", "new@example.org").stdout
     assert "Last digests: none yet" in fresh

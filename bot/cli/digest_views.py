@@ -63,8 +63,8 @@ def digest_table(
         Column("state", whole=True),
         Column("entries", whole=True, drop=1, justify="right"),
         Column("tries", whole=True, drop=3, justify="right"),
-        Column("what happened"),
-        Column("error"),
+        Column("what happened", wants=17),  # "sent at 13:00 BST" on one line
+        Column("error", drop=1),  # left out first when no digest has one
     ]
     rows = [
         [

@@ -44,8 +44,7 @@ def fitted(
     specs = [c if isinstance(c, Column) else Column(c) for c in columns]
     cells = [[str(value) for value in row] for row in rows]
     needs = [_needed(spec, [row[n] for row in cells]) for n, spec in enumerate(specs)]
-    empty = {n for n in range(len(specs)) if all(row[n].strip() in ("", "0") for row in cells)}
-    shown = _shown(specs, needs, width, empty)
+    shown = _shown(specs, needs, width, _empty(len(specs), cells))
     left_out = [specs[n].header for n in range(len(specs)) if n not in shown]
     caption = f"left out at this width: {', '.join(left_out)} (--json has every column)" if left_out else None
     table = Table(
@@ -57,6 +56,11 @@ def fitted(
     for row in cells:
         table.add_row(*(row[n] for n in shown))
     return table
+
+
+def _empty(count: int, cells: list[list[str]]) -> set[int]:
+    """The columns with nothing in them: every value blank or zero."""
+    return {n for n in range(count) if all(row[n].strip() in ("", "0") for row in cells)}
 
 
 def _shown(specs: list[Column], needs: list[int], width: int, empty: set[int]) -> list[int]:

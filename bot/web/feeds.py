@@ -159,15 +159,7 @@ class PersonalFeeds:
         ET.SubElement(ET.SubElement(feed, "author"), "name").text = name
         ET.SubElement(feed, "link", rel="self", type="application/atom+xml", href=FEED.url(public, token=token))
         ET.SubElement(feed, "link", rel="related", type="text/html", href=MANAGE.url(public, token=token))
-        # What a feed reader opens as the feed's own page (newsboat's OPML export): the newest
-        # digest's web version, else the manage page.
-        newest = max(digests, key=lambda d: d.sent_at, default=None)
-        home = (
-            WEB_VERSION.url(public, token=token, day=newest.content.local_date.isoformat())
-            if newest is not None
-            else MANAGE.url(public, token=token)
-        )
-        ET.SubElement(feed, "link", rel="alternate", type="text/html", href=home)
+        ET.SubElement(feed, "link", rel="alternate", type="text/html", href=feed_home(public, token, digests))
         ET.SubElement(feed, "generator").text = "digestbot"
         search = self.settings.digest.search_url
         for digest in digests:
@@ -256,3 +248,12 @@ def entry_time(item: DigestItem, sent_at: datetime) -> datetime:
     if published is None:
         return sent_at
     return min(datetime.combine(published, time(), tzinfo=UTC), sent_at)
+
+
+def feed_home(public: str, token: str, digests: list[FeedDigest]) -> str:
+    """What a feed reader opens as the feed's own page (newsboat's OPML export): the newest
+    digest's web version, else the manage page."""
+    newest = max(digests, key=lambda d: d.sent_at, default=None)
+    if newest is None:
+        return MANAGE.url(public, token=token)
+    return WEB_VERSION.url(public, token=token, day=newest.content.local_date.isoformat())

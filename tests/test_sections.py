@@ -277,3 +277,10 @@ def test_a_digest_reads_well_in_a_browser_and_on_a_phone(tmp_path: Path) -> None
     assert 'class="preheader"' not in made["all.web.html"]
     assert "14&nbsp;Jun&nbsp;2026" in made["one.html"] and "2026-06-14 " not in made["one.txt"]
     assert "14\u00a0Jun\u00a02026" in made["one.txt"]
+    # A line that holds a reader's token holds nothing else of the entry: the splice lays it
+    # out once a day for every body that shows the entry (a why line joined to it by a
+    # template's trimmed newline cost 16 % of the time to build a day's messages).
+    for name in ("all.html", "one.html"):
+        for line in made[name].splitlines():
+            if "/more" in line:
+                assert line.lstrip().startswith('<p class="rate"'), (name, line[:120])

@@ -284,3 +284,13 @@ def test_a_digest_reads_well_in_a_browser_and_on_a_phone(tmp_path: Path) -> None
         for line in made[name].splitlines():
             if "/more" in line:
                 assert line.lstrip().startswith('<p class="rate"'), (name, line[:120])
+
+
+def test_a_no_break_space_holds_a_date_together_but_never_a_whole_summary() -> None:
+    from bot.mail.framing import wrap_text
+
+    wrapped = wrap_text("x" * 70 + " \u00b7 14\u00a0Jun\u00a02026", 78, "    ")
+    assert wrapped.splitlines()[-1].strip() == "14\u00a0Jun\u00a02026"
+    summary = "\u00a0".join(["word"] * 200)  # a summary whose every space is a no-break one
+    lines = wrap_text(summary, 78, "    ").splitlines()
+    assert len(lines) > 10 and max(len(line) for line in lines) <= 78

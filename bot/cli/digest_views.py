@@ -64,7 +64,7 @@ def digest_table(
         Column("entries", whole=True, drop=1, justify="right"),
         Column("tries", whole=True, drop=3, justify="right"),
         Column("what happened", wants=17),  # "sent at 13:00 BST" on one line
-        Column("error", drop=1),  # left out first when no digest has one
+        Column("error"),  # left out first when no digest has one (``tables``), never when one does
     ]
     rows = [
         [

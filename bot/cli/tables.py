@@ -65,10 +65,12 @@ def _empty(count: int, cells: list[list[str]]) -> set[int]:
 
 def _shown(specs: list[Column], needs: list[int], width: int, empty: set[int]) -> list[int]:
     """The columns that fit in *width* (the folding ones at the width they want): all, or
-    all but those left out: the empty first, then the highest ``drop``."""
+    all but those left out: the empty first (a key column only when it may go), then the
+    highest ``drop``."""
     shown = list(range(len(specs)))
     while sum(max(needs[n], specs[n].wants) for n in shown) + _GAP * (len(shown) - 1) > width:
-        droppable = [n for n in shown if specs[n].drop]
+        # A folding column with nothing in it may go too (an error column no row fills).
+        droppable = [n for n in shown if specs[n].drop or (n in empty and not specs[n].whole)]
         if not droppable:
             break
         shown.remove(max(droppable, key=lambda n: (n in empty, specs[n].drop, n)))

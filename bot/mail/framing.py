@@ -78,6 +78,16 @@ def subject_of(content: DigestContent) -> str:
 _SPACES = re.compile(r"[^\S\u00a0]+")
 
 
+def _words(paragraph: str, width: int) -> list[str]:
+    """The words of *paragraph*: a no-break space holds its words together ("14 Jun 2026")
+    while they fit half a line; longer, it is a space (a summary written with no-break
+    spaces alone would otherwise be one word as long as the summary)."""
+    words: list[str] = []
+    for word in _SPACES.split(paragraph.strip()):
+        words += word.split("\u00a0") if len(word) > width // 2 else [word]
+    return [word for word in words if word]
+
+
 @lru_cache(maxsize=8192)
 def wrap_text(text: str, width: int = 78, indent: str = "", first: str | None = None) -> str:
     """Jinja filter: wrap each paragraph to *width*; URLs and long words are never broken."""
@@ -86,7 +96,7 @@ def wrap_text(text: str, width: int = 78, indent: str = "", first: str | None = 
     out = []
     for n, paragraph in enumerate(paragraphs):
         filled = textwrap.fill(
-            " ".join(_SPACES.split(paragraph.strip())),  # a no-break space stays one: "14 Jun 2026"
+            " ".join(_words(paragraph, width)),
             width=width,
             initial_indent=first if n == 0 else indent,
             subsequent_indent=indent,

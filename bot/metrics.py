@@ -54,7 +54,7 @@ class Metrics:
         self.planned = Counter("digestbot_digests_planned", "Digests planned", registry=r)
         self.outcomes = Counter(
             "digestbot_messages",
-            "Digests by what happened to them (sent, retry, failed, cancelled)",
+            "Digests by what happened to them (sent, retry, failed, cancelled, unknown)",
             ["outcome"],
             registry=r,
         )
@@ -127,7 +127,9 @@ class Metrics:
 
     def message_done(self, state: DigestState, code: int | None, planned_at: datetime, now: datetime) -> None:
         """One recorded send (``bot.delivery.loop`` calls it as outcomes are written)."""
-        outcome = {DigestState.SENT: "sent", DigestState.RETRY_WAIT: "retry"}.get(state, "failed")
+        outcome = {DigestState.SENT: "sent", DigestState.RETRY_WAIT: "retry", DigestState.UNKNOWN: "unknown"}.get(
+            state, "failed"
+        )
         self.outcomes.labels(outcome).inc()
         self.replies.labels(reply_class(code)).inc()
         if state is DigestState.SENT:
@@ -154,16 +156,22 @@ class QueueCollector(Collector):
         self.factory, self.clock = factory, clock
 
     def collect(self) -> Iterator[Any]:
-        from bot.store.queue import count_due, live_counts, oldest_due_at
+        from bot.store.queue import count_due, count_unknown, live_counts, oldest_due_at
 
         now = self.clock()
         with self.factory() as session:
             live, due, oldest = live_counts(session), count_due(session, now), oldest_due_at(session, now)
+            unknown = count_unknown(session)
         waiting = GaugeMetricFamily("digestbot_digests_waiting", "Digests not yet final, by state", labels=["state"])
         for state, count in live.items():
             waiting.add_metric([state.value], count)
         yield waiting
         yield GaugeMetricFamily("digestbot_digests_due", "Digests due to be sent now (queue depth)", value=due)
+        yield GaugeMetricFamily(
+            "digestbot_digests_unknown",
+            "Digests that went on the wire with no answer seen (kept, never resent by themselves)",
+            value=unknown,
+        )
         age = (now - oldest).total_seconds() if oldest is not None else 0.0
         yield GaugeMetricFamily(
             "digestbot_oldest_due_digest_age_seconds", "How long the longest-waiting due digest has been due", value=age

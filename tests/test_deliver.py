@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-from typing import cast
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
 
 import aiosmtplib
 import pytest
 from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import event, func, select
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import SmtpConfig
-from bot.delivery.outcomes import RECORD_EVERY, RECORD_SECONDS, Outcomes
+from bot.delivery import outcomes
+from bot.delivery.leases import Leases
+from bot.delivery.outcomes import RECORD_EVERY, Leftovers, Recorder, StoreUnwritable, write_leftovers
 from bot.delivery.smtp import Outcome, SendResult, SmtpPool, _can_send_prepared, _unstuffed, transmit
+from bot.domain import DeliverReport
 from bot.mail.message import Prepared, prepared
-from bot.store.digests import DigestRow
+from bot.store.digests import DigestRow, get_digests
+from bot.store.engine import transaction
+from bot.store.queue import claim_due
+from bot.store.schema import Digest
 from bot.tools.sink import Fault, Sink, SinkHandler
+from tests.helpers import queue_digests, settings_for
 
 _lines = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"")), max_size=30)
 
@@ -138,28 +150,101 @@ def test_plain_addresses_are_quoted_as_aiosmtplib_quotes_them() -> None:
         assert not _PLAIN_ADDRESS.fullmatch(odd), odd
 
 
-def test_outcomes_are_written_in_groups_on_time_and_a_failed_write_is_raised() -> None:
+def _claimed_rows(factory: sessionmaker[Session], count: int) -> tuple[Leases, list[DigestRow]]:
+    queue_digests(factory, count)
+    now = datetime.now(UTC)
+    with transaction(factory) as session:
+        claims = claim_due(session, now=now, worker="w", lease_seconds=60, limit=count)
+    leases = Leases(factory, worker="w", lease_seconds=60, clock=lambda: datetime.now(UTC))
+    leases.hold(claims)
+    with factory() as session:
+        return leases, get_digests(session, [c.digest_id for c in claims])
+
+
+def _states(factory: sessionmaker[Session]) -> Counter[str]:
+    with factory() as session:
+        return Counter(session.scalars(select(Digest.state)))
+
+
+def test_answers_are_written_in_groups_on_time_and_marks_at_once(
+    factory: sessionmaker[Session], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delivery's one writer: a mark is written at once (a message waits for its own),
+    answers in groups of RECORD_EVERY or RECORD_SECONDS after the first, whichever first."""
+    leases, rows = _claimed_rows(factory, RECORD_EVERY + 2)
+    settings = settings_for(tmp_path)
     sent = SendResult(Outcome.SENT, 250, "ok")
-    row = cast(DigestRow, object())
+    monkeypatch.setattr(outcomes, "RECORD_SECONDS", 3600.0)  # a group waits to be full ...
+
+    async def until(states: dict[str, int]) -> None:
+        async with asyncio.timeout(60):
+            while _states(factory) != states:
+                await asyncio.sleep(0.01)
+
+    async def scenario() -> DeliverReport:
+        report = DeliverReport()
+        recorder = Recorder(
+            factory, settings, leases, clock=lambda: datetime.now(UTC), report=report, leftovers=Leftovers()
+        )
+        for row in rows:
+            assert await recorder.on_wire_now(row)
+        for row in rows[: RECORD_EVERY - 1]:
+            recorder.answer(row, sent)
+        await asyncio.sleep(0.2)
+        assert _states(factory) == {"sending": len(rows)}
+        recorder.answer(rows[RECORD_EVERY - 1], sent)
+        await until({"sent": RECORD_EVERY, "sending": 2})
+        monkeypatch.setattr(outcomes, "RECORD_SECONDS", 0.05)  # ... or its time to come
+        recorder.answer(rows[RECORD_EVERY], sent)
+        await until({"sent": RECORD_EVERY + 1, "sending": 1})
+        monkeypatch.setattr(outcomes, "RECORD_SECONDS", 3600.0)
+        recorder.answer(rows[-1], sent)
+        await recorder.flush()  # a batch's end writes what waits
+        assert _states(factory) == {"sent": len(rows)}
+        return report
+
+    assert asyncio.run(scenario()).sent == len(rows)
+    with factory() as session:
+        assert session.scalar(select(func.count()).where(Digest.wire_at.is_(None))) == 0
+
+
+def test_a_refused_write_stops_the_wire_and_keeps_the_answers(factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """The first write the store refuses: nothing more is marked (so nothing more goes on
+    the wire), and the answers still coming in are kept, to be written when it takes
+    writes again, as the claims they answer."""
+    leases, rows = _claimed_rows(factory, 4)
+    settings = settings_for(tmp_path)
+    sent = SendResult(Outcome.SENT, 250, "ok")
+    leftovers = Leftovers()
+    refusing = {"on": False}
+
+    @event.listens_for(factory.kw["bind"], "before_cursor_execute")
+    def full_disk(conn: object, cursor: object, statement: str, *args: object) -> None:
+        if refusing["on"] and statement.lstrip().upper().startswith("UPDATE"):
+            raise OperationalError(statement, (), Exception("database or disk is full"))
 
     async def scenario() -> None:
-        writes: list[int] = []
-        outcomes = Outcomes(lambda done: writes.append(len(done)))
-        for _ in range(RECORD_EVERY + 1):
-            outcomes.add(row, sent)
-        assert writes == [RECORD_EVERY]  # a full group at once, the next one waits ...
-        await asyncio.sleep(RECORD_SECONDS * 2)
-        assert writes == [RECORD_EVERY, 1]  # ... at most RECORD_SECONDS
-        outcomes.write()
-        assert writes == [RECORD_EVERY, 1]  # nothing left: no empty write
+        recorder = Recorder(
+            factory, settings, leases, clock=lambda: datetime.now(UTC), report=DeliverReport(), leftovers=leftovers
+        )
+        assert await recorder.on_wire_now(rows[0]) and await recorder.on_wire_now(rows[1])
+        refusing["on"] = True
+        recorder.answer(rows[0], sent)
+        with pytest.raises(StoreUnwritable):
+            await recorder.on_wire_now(rows[2])
+        with pytest.raises(StoreUnwritable):
+            await recorder.on_wire_now(rows[3])
+        recorder.answer(rows[1], sent)  # on the wire before the refusal: its answer is kept
+        await recorder.flush()
 
-        def broken(done: object) -> None:
-            raise OSError("disk full")
-
-        failing = Outcomes(broken)
-        failing.add(row, sent)
-        await asyncio.sleep(RECORD_SECONDS * 2)  # fails on the timer, where nobody sees it ...
-        with pytest.raises(OSError, match="disk full"):
-            failing.write()  # ... so the batch's last write raises it
-
-    asyncio.run(scenario())
+    try:
+        asyncio.run(scenario())
+    finally:
+        event.remove(factory.kw["bind"], "before_cursor_execute", full_disk)
+    assert [a.row.id for a in leftovers.answers] == [rows[0].id, rows[1].id]
+    with factory() as session:
+        on_wire = set(session.scalars(select(Digest.id).where(Digest.wire_at.is_not(None))))
+    assert on_wire == {rows[0].id, rows[1].id}  # the other two never went: due again when their leases run out
+    recorded, _ = write_leftovers(factory, settings, leftovers, worker="w")
+    assert {done.row.id for done in recorded} == {rows[0].id, rows[1].id} and not leftovers
+    assert _states(factory) == {"sent": 2, "sending": 2}

@@ -56,6 +56,17 @@ def test_each_unit_keeps_the_promised_hardening_and_starts_a_real_command(unit: 
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
+def test_a_stop_ends_before_the_unit_would_kill_it(unit: Path) -> None:
+    """systemd kills a unit TimeoutStopSec after its SIGTERM, which is the crash window:
+    the stop's own deadline (and the web server's) ends well before."""
+    from bot.config import DigestConfig
+    from bot.web.server import STOP_SECONDS
+
+    (timeout,) = [int(d.split("=", 1)[1]) for d in _directives(unit) if d.startswith("TimeoutStopSec=")]
+    assert DigestConfig().stop_seconds + 30 <= timeout and STOP_SECONDS + 30 <= timeout
+
+
 @needs_systemd
 @pytest.mark.parametrize("unit", UNITS, ids=lambda u: u.name)
 def test_systemd_accepts_each_unit_and_scores_it_safe(unit: Path, tmp_path: Path) -> None:

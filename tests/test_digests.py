@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from datetime import UTC, date, datetime, timedelta
 from email import policy
 from email.message import EmailMessage
@@ -14,7 +15,7 @@ from email.parser import BytesParser
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
@@ -321,10 +322,10 @@ def test_550_is_permanent_and_bounces_the_subscriber(
         assert [d.subscriber_email for d in list_digests(s, local_date=date(2026, 6, 15))] == ["ada@example.org"]
 
 
-def test_connection_dropped_during_data_is_retried_and_delivered_once(
+def test_a_connection_dropped_before_the_final_dot_is_retried_and_delivered_once(
     factory: sessionmaker[Session], settings: Settings, sink: Sink, handler: SinkHandler, seed_files: list[Path]
 ) -> None:
-    handler.faults = lambda rcpt, attempt: Fault("data", drop=True) if attempt == 0 else None
+    handler.faults = lambda rcpt, attempt: Fault("rcpt", drop=True) if attempt == 0 else None
     save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     first = cycle(factory, settings, DAY1, all_due=True)
@@ -334,15 +335,52 @@ def test_connection_dropped_during_data_is_retried_and_delivered_once(
     assert _one(factory)[1:] == (2, "sent")
 
 
-def test_a_stall_longer_than_the_timeout_is_retried(
+def test_a_connection_dropped_after_the_body_is_unknown_and_never_sent_again(
     factory: sessionmaker[Session], settings: Settings, sink: Sink, handler: SinkHandler, seed_files: list[Path]
 ) -> None:
-    handler.faults = lambda rcpt, attempt: Fault("data", "250 late", stall=3) if attempt == 0 else None
+    """RFC 1047: a server may have queued a message whose reply never came.  Sent again,
+    the reader gets it twice; so it is unknown, and nothing sends it again by itself."""
+    handler.faults = lambda rcpt, attempt: Fault("data", drop=True) if attempt == 0 else None
     save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
-    assert cycle(factory, settings, DAY1, all_due=True).retrying == 1
+    first = cycle(factory, settings, DAY1, all_due=True)
+    assert (first.sent, first.retrying, first.unknown) == (0, 0, 1)
+    cycle(factory, settings, DAY1 + timedelta(hours=3))
+    assert [body.fate for body in handler.bodies] == ["dropped"]
+    assert _one(factory)[1:] == (1, "unknown")
     with factory() as s:
-        assert "timed out" in (list_digests(s)[0].last_error or "")
+        assert "no reply to the final dot" in (list_digests(s)[0].last_error or "")
+
+
+def test_a_late_reply_is_waited_for_and_one_past_the_wait_is_unknown(
+    factory: sessionmaker[Session], tmp_path: Path, sink: Sink, handler: SinkHandler, seed_files: list[Path]
+) -> None:
+    """The reply to the final dot gets ``smtp.final_reply_seconds`` (RFC 5321: ten
+    minutes), not the steps' ``timeout_seconds``: a relay that answers 250 after 3 s when
+    the steps have 1 s is one delivery, not a timeout and a second copy; one that answers
+    after the wait is unknown, and what the relay queued is the only copy."""
+    settings = settings_for(
+        tmp_path,
+        smtp={"port": sink.port, "timeout_seconds": 1, "final_reply_seconds": 6, "retry_base_seconds": 60},
+    )
+    slow = {"ada@example.org": 3.0, "bob@example.org": 9.0}
+    handler.faults = lambda rcpt, attempt: Fault("data", "250 OK", stall=slow[rcpt]) if attempt == 0 else None
+    save(factory, settings, [clean_fields(email) for email in slow], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    first = cycle(factory, settings, DAY1, all_due=True)
+    assert (first.sent, first.unknown, first.retrying) == (1, 1, 0)
+    cycle(factory, settings, DAY1 + timedelta(hours=3))
+    deadline = time.monotonic() + 30
+    while len(handler.bodies) < 2 and time.monotonic() < deadline:  # the relay sees the hang-up
+        time.sleep(0.05)
+    assert sorted((body.recipient, body.fate) for body in handler.bodies) == [
+        ("ada@example.org", "accepted"),
+        ("bob@example.org", "late"),
+    ]
+    with factory() as s:
+        states = {d.subscriber_email: (d.state.value, d.last_error or "") for d in list_digests(s)}
+    assert states["ada@example.org"] == ("sent", "")
+    assert states["bob@example.org"][0] == "unknown" and "the wait ran out" in states["bob@example.org"][1]
 
 
 def test_retries_give_up_after_max_attempts(
@@ -393,16 +431,22 @@ def test_resend_carries_the_same_entries_and_leaves_the_ledger(
 def test_a_sending_row_whose_lease_expired_is_sent_again_with_the_same_message_id(
     factory: sessionmaker[Session], settings: Settings, sink: Sink, seed_files: list[Path]
 ) -> None:
+    """A worker that died after its claim and before the wire: its digest is due again once
+    the lease runs out (by the store's clock), and goes out as planned."""
     from bot.store.engine import transaction
     from bot.store.queue import claim_due
+    from bot.store.schema import Digest
 
     save(factory, settings, [clean_fields("ada@example.org")], DAY1 - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     plan(factory, settings, RULES, now=DAY1, all_due=True)
     with transaction(factory) as s:  # a worker claims it and dies
         assert len(claim_due(s, now=DAY1, worker="dead", lease_seconds=300, limit=10)) == 1
-    assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(seconds=299))).sent == 0
-    assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(seconds=301))).sent == 1
+        lease = DAY1 if factory.kw["bind"].dialect.name == "sqlite" else datetime.now(UTC)
+    assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(seconds=1))).sent == 0
+    with transaction(factory) as s:  # the lease runs out
+        s.execute(update(Digest).values(lease_expires_at=lease - timedelta(seconds=1)))
+    assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(seconds=1))).sent == 1
     with factory() as s:
         (digest,) = list_digests(s)
     assert parsed(sink.received[0])["Message-ID"] == digest.message_id
@@ -531,23 +575,29 @@ def test_claims_hand_out_the_oldest_due_digests_of_every_state_in_order(engine, 
 
     def claim() -> list[int]:
         with transaction(factory) as s:
-            return claim_due(s, now=now, worker="w", lease_seconds=300, limit=7)
+            return [c.digest_id for c in claim_due(s, now=now, worker="w", lease_seconds=300, limit=7)]
 
     queue_digests(factory, 80)
     now = datetime(2026, 6, 14, 12, tzinfo=UTC)
+    # Leases are judged by the store's clock: PostgreSQL's own, the one worker's on SQLite.
+    leases_now = now if engine.dialect.name == "sqlite" else datetime.now(UTC)
     rng = random.Random(5)
     with transaction(factory) as s:
         for d in s.scalars(select(Digest)):
             d.state = rng.choice(["queued", "retry_wait", "sending", "sent", "failed"])
             d.next_attempt_at = now + timedelta(minutes=rng.randint(-20, 20))  # 41 values for 80 rows: ties
-            d.lease_expires_at = now + timedelta(minutes=rng.randint(-5, 5)) if d.state == "sending" else None
+            # Never "now" itself: PostgreSQL's clock moves on while the test runs.
+            lease = timedelta(minutes=rng.choice([-5, -4, -3, -2, -1, 1, 2, 3, 4, 5]))
+            d.lease_expires_at = leases_now + lease if d.state == "sending" else None
+            # A message on the wire is never claimed again, whatever its lease says.
+            d.wire_at = leases_now if d.state == "sending" and rng.random() < 0.3 else None
     with factory() as s:
         rows = sorted(s.scalars(select(Digest)), key=lambda d: (d.next_attempt_at, d.id))
         expected = [
             d.id
             for d in rows
             if (d.state in ("queued", "retry_wait") and d.next_attempt_at <= now)
-            or (d.state == "sending" and d.lease_expires_at < now)
+            or (d.state == "sending" and d.lease_expires_at < leases_now and d.wire_at is None)
         ]
     assert len(expected) >= 25 and {"queued", "retry_wait", "sending"} <= {d.state for d in rows if d.id in expected}
     with factory() as s:

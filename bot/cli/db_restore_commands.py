@@ -31,7 +31,7 @@ def db_restore(
     into a store made afresh.  The store it replaces is moved aside, and what it
     recorded since the backup is kept: digests sent are not sent again, unsubscribes,
     bounces and purges stay; readers it added since are named.  Without a readable
-    store to replace, digests on their way in the backup are marked failed (they may
+    store to replace, digests on their way in the backup are marked unknown (they may
     have gone out; 'digestbot resend' sends one again).  FILE.key, the signing key
     'db backup' wrote beside it, is put back when the restored links need it."""
     import sqlite3
@@ -121,13 +121,13 @@ def _say_restored(store: Path, file: Path, report: RestoreReport, key: str | Non
             if readers:
                 shown = ", ".join(readers[:5]) + (", ..." if len(readers) > 5 else "")
                 out.print(f"gone since the backup: {plural(len(readers), 'reader')} {what} ({shown})", markup=False)
-    elif report.in_flight_failed:
-        shown = ", ".join(f"#{n}" for n in report.in_flight_failed[:10])
-        more = "" if len(report.in_flight_failed) <= 10 else ", ..."
+    elif report.in_flight_unknown:
+        shown = ", ".join(f"#{n}" for n in report.in_flight_unknown[:10])
+        more = "" if len(report.in_flight_unknown) <= 10 else ", ..."
         out.print(
-            f"no store to compare with: {plural(len(report.in_flight_failed), 'digest')} on its way in the backup "
-            f"marked failed ({shown}{more}); 'digestbot resend N' sends one again. Digests sent after the "
-            "backup was taken are not known to it.",
+            f"no store to compare with: {plural(len(report.in_flight_unknown), 'digest')} on its way in the backup "
+            f"marked unknown ({shown}{more}): they may have gone out; 'digestbot resend N' (or 'resend --unknown') "
+            "sends them again. Digests sent after the backup was taken are not known to it.",
             markup=False,
         )
     if report.requests_to_apply:

@@ -4,6 +4,7 @@ shell over ``bot.delivery.loop``; prints what happened, never decides it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from bot.cli.context import Context
@@ -20,23 +21,40 @@ if TYPE_CHECKING:
 
 
 def report_delivery(report: DeliverReport) -> bool:
-    """Print what a delivery run did; whether any message failed for good."""
+    """Print what a delivery run did; whether any message failed for good (or may have
+    gone out unanswered: unknown)."""
+    unusual = [(report.unknown, "unknown"), (report.given_back, "given back"), (report.unrecorded, "not recorded")]
     out.print(
         f"sent {report.sent}, retrying {report.retrying}, failed {report.failed}, bounced {report.bounced}, "
-        f"cancelled {report.cancelled}",
+        f"cancelled {report.cancelled}" + "".join(f", {words} {count}" for count, words in unusual if count),
         markup=False,
     )
-    return bool(report.failed or report.bounced)
+    if report.unknown:
+        err.print(
+            f"warning: {plural(report.unknown, 'message')} went on the wire with no answer seen (unknown): the "
+            "server may have passed them on; 'history --status unknown' lists them, 'resend ID' sends a copy",
+            markup=False,
+        )
+    return bool(report.failed or report.bounced or report.unknown or report.unrecorded)
 
 
 def deliver_with_progress(c: Context, factory: sessionmaker[Session]) -> DeliverReport:
+    """Deliver what is due; Ctrl-C (or SIGTERM) stops it in seconds as it stops the
+    daemon, a second one at once (``bot.run.stopping``)."""
     import asyncio
 
     from bot.delivery.loop import deliver_now, due_count
+    from bot.run.stopping import StopSignals
 
     total = due_count(factory, now())
+
+    async def deliver(advance: Callable[[int], None]) -> DeliverReport:
+        stop = asyncio.Event()
+        with StopSignals(stop, stop_seconds=c.settings.digest.stop_seconds):
+            return await deliver_now(factory, c.settings, clock=now, progress=advance, stop=stop)
+
     with progress_bar("sending", total) as advance:
-        return asyncio.run(deliver_now(factory, c.settings, clock=now, progress=advance))
+        return asyncio.run(deliver(advance))
 
 
 # How long a command waits for a running worker to settle the digests it queued.
@@ -69,6 +87,7 @@ def deliver_and_tell(c: Context, factory: sessionmaker[Session], queued: list[in
         DigestState.SENDING: f"still being sent by a running worker after {SETTLE_SECONDS:g} s ('history' tells)",
         DigestState.QUEUED: "queued: the next delivery sends it",
         DigestState.RETRY_WAIT: "the server said try later: it is sent again",
+        DigestState.UNKNOWN: "unknown: it went on the wire and no answer was seen (the reader may have it)",
     }
     if len(rows) <= TOLD_ONE_BY_ONE:
         for row in rows:
@@ -76,7 +95,7 @@ def deliver_and_tell(c: Context, factory: sessionmaker[Session], queued: list[in
     else:
         counts = Counter(row.state.value for row in rows)
         out.print("now: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())), markup=False)
-    return failed or any(row.state is DigestState.FAILED for row in rows)
+    return failed or any(row.state in (DigestState.FAILED, DigestState.UNKNOWN) for row in rows)
 
 
 def tell_ranker(planned: PlanReport, settings: Settings) -> None:

@@ -67,22 +67,39 @@ def resend_command(
     ] = None,
     date_: Annotated[str | None, typer.Option("--date", help="The local day of the digest.")] = None,
     failed: Annotated[bool, typer.Option("--failed", help="Resend every failed digest.")] = False,
+    unknown: Annotated[
+        bool, typer.Option("--unknown", help="Resend every digest whose outcome is unknown (its reader may have it).")
+    ] = False,
 ) -> None:
     """Send a digest again: same entries and summaries, marked as a resend; the
-    ledger does not change."""
-    from bot.plan import DigestNotFound, ResendPending, resend, resend_failed
+    ledger does not change.  A digest whose outcome is unknown went on the wire with no
+    answer seen: its reader may have it already, so it is resent only when asked."""
+    from bot.domain import DigestState
+    from bot.plan import DigestNotFound, ResendPending, resend, resend_all
     from bot.plan.resend import ReaderNotActive
 
     c = ctx_of(ctx)
     factory = c.sessions()
     c.signing_key()
-    if failed:
-        queued = resend_failed(factory, c.settings, now=now())
+    if failed or unknown:
+        if failed and unknown:
+            fail("give --failed or --unknown, not both", EXIT_USAGE)
+        state = DigestState.UNKNOWN if unknown else DigestState.FAILED
+        if unknown:
+            out.print(
+                "digests whose outcome is unknown went on the wire with no answer seen: their readers may have "
+                "them already, and get a copy marked as a resend",
+                markup=False,
+                soft_wrap=True,
+            )
+        queued = resend_all(factory, c.settings, state, now=now())
         out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
         if deliver_and_tell(c, factory, queued):
             raise typer.Exit(EXIT_INPUT_FAILED)
         return
     targets = [_resend_target(factory, digest_id, subscriber, date_)]
+    for target in targets:
+        _say_if_unknown(factory, target)
     try:
         queued = [resend(factory, c.settings, t, now=now()) for t in targets]
     except (DigestNotFound, ResendPending, ReaderNotActive) as exc:
@@ -91,6 +108,24 @@ def resend_command(
     out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
     if deliver_and_tell(c, factory, queued):
         raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+def _say_if_unknown(factory: sessionmaker[Session], digest_id: int) -> None:
+    """Before a resend of a digest whose outcome is unknown: what it is about to do."""
+    from bot.domain import DigestState
+    from bot.store.digests import get_digest
+
+    with factory() as session:
+        found = get_digest(session, digest_id)
+    if found is None or found.state is not DigestState.UNKNOWN:
+        return
+    when = f" at {found.wire_at:%Y-%m-%d %H:%M} UTC" if found.wire_at is not None else ""
+    out.print(
+        f"digest #{found.id}'s outcome is unknown: it went on the wire{when} and no answer was seen, so "
+        f"{found.subscriber_email} may have it already; sending a copy marked as a resend",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _resend_target(
@@ -104,7 +139,7 @@ def _resend_target(
             fail(f"DIGEST_ID: {digest_id} is larger than any digest's id", EXIT_USAGE)
         return digest_id
     if not (subscriber and date_):
-        fail("give DIGEST_ID, --subscriber EMAIL --date D, or --failed", EXIT_USAGE)
+        fail("give DIGEST_ID, --subscriber EMAIL --date D, --failed or --unknown", EXIT_USAGE)
     day = parse_date(date_, "--date")
     assert day is not None
     who = find_subscriber(factory, subscriber)

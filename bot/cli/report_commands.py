@@ -26,7 +26,24 @@ if TYPE_CHECKING:
 
     from bot.config.services import LlmConfig
 
-STATS_COLUMNS = ("planned", "sent", "failed", "bounced", "pending", "empty", "resent", "hard", "soft", "complaints")
+STATS_COLUMNS = (
+    "planned",
+    "sent",
+    "failed",
+    "unknown",
+    "bounced",
+    "pending",
+    "empty",
+    "resent",
+    "hard",
+    "soft",
+    "complaints",
+)
+UNKNOWN_WORDS = (
+    "unknown: went on the wire and no answer was seen (a connection lost or a wait run out after the "
+    "message, a worker stopped meanwhile): the reader may have it. Never sent again by itself; "
+    "'resend ID' (or 'resend --unknown') sends a copy."
+)
 # Left out of a narrow terminal: first the columns with nothing in them (``tables``), then
 # resends, empty days, the queue and returned mail.
 _STATS_DROP = {"resent": 5, "empty": 4, "pending": 3, "soft": 2, "hard": 1, "complaints": 1}
@@ -58,6 +75,8 @@ def history(
         print_json_lines([digest_json(d, story) for d, story in zip(digests, stories, strict=True)])
         return
     out.print(digest_table(digests, f"Digests ({len(digests)})", stories, width=out.width))
+    if any(d.state is DigestState.UNKNOWN for d in digests):
+        out.print(UNKNOWN_WORDS, markup=False)
     say_removed(gone, c.settings.database.keep_days)
     if returned:
         out.print(returns_table(returned))
@@ -125,6 +144,7 @@ def _stats_table(c: Context, as_json: bool) -> None:
                 "planned": planned,
                 "sent": states.get("sent", 0),
                 "failed": states.get("failed", 0),
+                "unknown": states.get("unknown", 0),
                 "bounced": bounced.get(day, 0),
                 "pending": sum(states.get(s, 0) for s in ("queued", "sending", "retry_wait")),
                 "empty": states.get("empty", 0),
@@ -140,6 +160,8 @@ def _stats_table(c: Context, as_json: bool) -> None:
     columns = [Column("day", whole=True), *(Column(k, whole=True, drop=_STATS_DROP.get(k, 0)) for k in STATS_COLUMNS)]
     shown = [[str(jsonable(r["day"])), *(str(r[k]) for k in STATS_COLUMNS)] for r in rows]
     out.print(fitted(columns, shown, width=out.width, title="Digests per day"))
+    if any(r["unknown"] for r in rows):
+        out.print(UNKNOWN_WORDS, markup=False)
     say_removed(gone, c.settings.database.keep_days)
     if ranker_failed:
         out.print(

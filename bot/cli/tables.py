@@ -46,7 +46,8 @@ def fitted(
     needs = [_needed(spec, [row[n] for row in cells]) for n, spec in enumerate(specs)]
     shown = _shown(specs, needs, width, _empty(len(specs), cells))
     left_out = [specs[n].header for n in range(len(specs)) if n not in shown]
-    caption = f"left out at this width: {', '.join(left_out)} (--json has every column)" if left_out else None
+    # On a line of its own: folded into the list at a narrow width, it read "(--json has every" / "column)".
+    caption = f"left out at this width: {', '.join(left_out)}\n(--json has every column)" if left_out else None
     table = Table(
         title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, caption_justify="left"
     )

@@ -123,7 +123,12 @@ class DigestConfig(Section):
     send_empty: bool = False
     # Papers without an arXiv/DOI link or URL in their summary link to this search.
     search_url: str = "https://arxiv.org/search/?query={title}&searchtype=title"
-    lease_seconds: int = Field(300, ge=10)  # a "sending" row older than this is retried
+    # A worker's hold on the digests it claimed, renewed while it sends; one that runs out
+    # makes them due again (unknown, for those on the wire: never sent again by itself).
+    lease_seconds: int = Field(300, ge=10)
+    # A stop (SIGTERM, Ctrl-C) lets the messages on the wire be answered this long, then
+    # records the unanswered as unknown; under the service manager's own stop timeout.
+    stop_seconds: float = Field(30.0, gt=0, le=600)
     # Feed HTML may carry <img>; off by default (remote images track readers), https only when on.
     remote_images: bool = False
     # Processes that build messages while this one sends (0: build here, between sends).

@@ -25,7 +25,10 @@ class SmtpConfig(Section):
     username: str = ""
     password: SecretStr = SecretStr("")
     password_file: Path | None = None
-    timeout_seconds: float = Field(30.0, gt=0)  # one whole message: connect to 250 after DATA
+    timeout_seconds: float = Field(30.0, gt=0)  # each step before the final dot: connect, MAIL, RCPT, DATA
+    # The reply to the final dot: RFC 5321 4.5.3.2.6 gives it ten minutes (a client that gives
+    # up sooner makes the server deliver twice, RFC 1047); none seen is "unknown", never resent.
+    final_reply_seconds: float = Field(600.0, gt=0, le=3600)
     pool_size: int = Field(2, ge=1, le=64)  # connections kept open and reused
     rate_per_second: float = Field(0.0, ge=0)  # 0: no limit
     max_attempts: int = Field(6, ge=1)  # 4xx/disconnect/timeout retries before "failed"

@@ -69,7 +69,8 @@ def cancel_digests(
     """Cancel claimed digests whose subscriber left (status given, None: deleted) and
     give their entries back; how many were cancelled."""
     finished = [
-        Finished(row.id, DigestState.CANCELLED, None, f"subscriber {s.value if s else 'gone'}") for row, s in rows
+        Finished(row.id, row.attempts, DigestState.CANCELLED, None, f"subscriber {s.value if s else 'gone'}")
+        for row, s in rows
     ]
     for row, _ in rows:
         if row.kind is not DigestKind.RESEND:
@@ -125,7 +126,9 @@ def _prepare_batch(
         report.cancelled += cancel_digests(session, gone, worker=worker, now=now)
         loaded = mailer.load(session, live)
     built = mailer.build_loaded(loaded, now, for_wire=True)
-    failed = [Finished(b.row.id, DigestState.FAILED, None, b.error) for b in built if b.error is not None]
+    failed = [
+        Finished(b.row.id, b.row.attempts, DigestState.FAILED, None, b.error) for b in built if b.error is not None
+    ]
     if failed:
         with transaction(factory) as session:
             report.failed += len(finish_many(session, failed, worker=worker, now=now))

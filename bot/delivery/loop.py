@@ -1,24 +1,28 @@
 """Delivery stage: claim due digests, send them, record each outcome.
 
-A digest counts as delivered only when the SMTP server answered 250 after DATA.
-The one duplicate window: the process dies after the server's 250 and before
-the ``sent`` commit.  The row is still ``sending``; when its lease expires it
-is sent again, with the same Message-ID.  At most the messages in flight at
-the crash are affected.  Never renders (``bot.mail``), never talks SMTP itself
-(``bot.delivery.smtp``).
+A digest counts as delivered only when the SMTP server answered 250 after DATA, and a
+message goes on the wire only once the store has it marked so, in a transaction that
+found this worker's claim still held (``bot.delivery.outcomes``).  So no digest is sent
+twice by the workers, whatever pauses or dies when: a digest whose worker stopped
+answering after the mark is ``unknown`` (the server may have it), never sent again by
+itself; one never marked is due again.  Claims run only a few seconds ahead of what the
+relay takes, and a stop gives back at once every claim not on the wire and waits at most
+``digest.stop_seconds`` for the replies to those that are.  Never renders
+(``bot.mail``), never talks SMTP itself (``bot.delivery.smtp``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import logging
+import math
 import os
 import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,18 +30,24 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.delivery.batches import Builders, cancel_digests
 from bot.delivery.leases import Leases
-from bot.delivery.outcomes import Outcomes, record
+from bot.delivery.outcomes import Leftovers, Recorder, StoreUnwritable, tell, write_leftovers
 from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport, SubscriberStatus
+from bot.domain.text import plural
 from bot.mail.mailer import Built, Mailer
 from bot.metrics import Metrics
 from bot.store.engine import transaction
-from bot.store.queue import claim_due
+from bot.store.queue import claim_due, settle_unanswered
+from bot.store.store_errors import said
 from bot.store.subscribers import subscriber_statuses
 from bot.unsubscribes import Journal, journal_of, read_only_sessions
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
+
+# A claim holds what the relay takes in this long (as its answers have come so far): what
+# a stop gives back, or a crash leaves to its leases, stays a few seconds' worth.
+CLAIM_AHEAD_SECONDS = 10.0
 
 
 def worker_name() -> str:
@@ -56,10 +66,12 @@ async def deliver(
     stop: asyncio.Event | None = None,
     progress: Callable[[int], None] | None = None,
     metrics: Metrics | None = None,
+    leftovers: Leftovers | None = None,
 ) -> DeliverReport:
-    """Send every digest due now, batch by batch, until none is left (or *stop* is set
-    between batches: sends in flight always finish and are recorded).  The next
-    batch is claimed and built while the previous one is on the wire."""
+    """Send every digest due now, batch by batch, until none is left, *stop* is set or
+    the store refuses a write.  The next batch is claimed and built while the previous
+    one is on the wire.  *leftovers*: what an earlier delivery of this worker could not
+    write, written first (and what this one cannot write is kept there)."""
     builders.mailer.new_run()
     line = _Pipeline(
         factory,
@@ -70,25 +82,28 @@ async def deliver(
         worker=worker or worker_name(),
         progress=progress,
         metrics=metrics,
+        leftovers=leftovers if leftovers is not None else Leftovers(),
     )
+    if not await line.leftovers_written():
+        return line.total
     ahead = max(1, settings.digest.build_processes)  # batches being built while one is sent
-    async with line.leases.kept():
+    async with line.leases.kept(), line.stopping_on(stop):
         try:
-            while True:
-                while len(line.building) < ahead and (stop is None or not stop.is_set()) and line.claim(batch):
+            while line.sending_allowed():
+                while len(line.building) < ahead and line.sending_allowed() and line.claim(line.claim_size(batch)):
                     pass
                 if not line.building:
                     break
                 await line.send_next()
         finally:
-            # Claimed batches are still built and sent when *stop* is set (their leases
-            # would otherwise hold them back until they expire); whatever happens to
-            # them, the batch on the wire is waited for and recorded.
+            # Whatever ended the loop, the batch on the wire is waited for and recorded;
+            # batches claimed meanwhile are sent, or given back when sending stopped.
             try:
                 while line.building:
                     await line.send_next()
             finally:
                 await line.sent()
+    line.say_why_it_stopped()
     return line.total
 
 
@@ -106,16 +121,65 @@ class _Pipeline:
         worker: str,
         progress: Callable[[int], None] | None,
         metrics: Metrics | None,
+        leftovers: Leftovers,
     ) -> None:
         self.factory, self.settings, self.builders, self.pool = factory, settings, builders, pool
         self.clock, self.worker, self.progress = clock, worker, progress
         self.total = DeliverReport()
-        self.building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int, int]] = deque()
+        self.building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
         self.sending: asyncio.Future[DeliverReport] | None = None
         self.sending_count = 0
         self.sending_batch = 0
         self.metrics = metrics
+        self.leftovers = leftovers
         self.leases = Leases(factory, worker=worker, lease_seconds=settings.digest.lease_seconds, clock=clock)
+        self.recorder = Recorder(
+            factory, settings, self.leases, clock=clock, report=self.total, leftovers=leftovers, metrics=metrics
+        )
+        self.stopped = False
+        self.stop: asyncio.Event | None = None
+
+    async def leftovers_written(self) -> bool:
+        """Write what an earlier delivery could not (``Leftovers``); False (nothing is
+        sent) when the store still refuses."""
+        if not self.leftovers:
+            return True
+        answers, claims = len(self.leftovers.answers), len(self.leftovers.claims)
+        try:
+            recorded, returned = await asyncio.to_thread(
+                write_leftovers, self.factory, self.settings, self.leftovers, worker=self.worker
+            )
+        except Exception as exc:  # noqa: BLE001 - still refused: kept for the next delivery
+            log.error(
+                "the store still refuses writes (%s): %s and %s kept to be written, nothing sent",
+                said(exc),
+                plural(answers, "answer"),
+                plural(claims, "claim"),
+            )
+            return False
+        tell(recorded, self.total, self.metrics, self.clock())
+        self.total.given_back += returned
+        log.warning(
+            "the store takes writes again: recorded %s answered meanwhile, gave back %s",
+            plural(len(recorded), "message"),
+            plural(returned, "claim"),
+        )
+        return True
+
+    def sending_allowed(self) -> bool:
+        stopping = self.stopped or (self.stop is not None and self.stop.is_set())
+        return not stopping and self.recorder.failure is None
+
+    def claim_size(self, most: int) -> int:
+        """What the relay takes in ``CLAIM_AHEAD_SECONDS``, as its answers came so far
+        (``smtp.rate_per_second`` at most), between the pool's size and *most*; before
+        any answer, a few per connection."""
+        smtp = self.settings.smtp
+        pace = self.recorder.pace(CLAIM_AHEAD_SECONDS)
+        size = 4 * smtp.pool_size if pace is None else math.ceil(pace * CLAIM_AHEAD_SECONDS)
+        if smtp.rate_per_second:
+            size = min(size, math.ceil(smtp.rate_per_second * CLAIM_AHEAD_SECONDS))
+        return max(smtp.pool_size, min(most, size))
 
     def claim(self, limit: int) -> bool:
         """Claim up to *limit* due digests and start building them; False when none is due."""
@@ -123,18 +187,27 @@ class _Pipeline:
         with transaction(self.factory) as session:
             # First the leases this worker holds, so that none of its own waiting digests is due again.
             self.leases.renew_in(session)
-            ids = claim_due(
+            unanswered = settle_unanswered(session, now=now)
+            claims = claim_due(
                 session, now=now, worker=self.worker, lease_seconds=self.settings.digest.lease_seconds, limit=limit
             )
-        if not ids:
+        if unanswered:
+            log.warning(
+                "%s on the wire, unanswered, when the worker's lease ran out: unknown, never sent again by itself (%s)",
+                plural(len(unanswered), "digest was", "digests were"),
+                ", ".join(f"#{i}" for i in unanswered[:10]) + (" ..." if len(unanswered) > 10 else ""),
+            )
+        if not claims:
             return False
+        ids = [claim.digest_id for claim in claims]
         built = self.builders.prepare(self.factory, ids, now=now, worker=self.worker)
-        self.building.append((asyncio.ensure_future(built), len(ids), self.leases.claimed(ids)))
+        self.building.append((asyncio.ensure_future(built), self.leases.hold(claims)))
         return True
 
     async def send_next(self) -> None:
-        """The oldest batch being built, once built, goes on the wire after the one there."""
-        future, count, batch = self.building.popleft()
+        """The oldest batch being built, once built, goes on the wire after the one there
+        (or, when sending stopped, is given back)."""
+        future, batch = self.building.popleft()
         try:
             built, report = await future
         except BaseException:
@@ -142,19 +215,17 @@ class _Pipeline:
             raise
         self.total.add(report)
         await self.sent()
-        self.sending = asyncio.ensure_future(
-            _send_batch(
-                self.factory,
-                self.settings,
-                self.pool,
-                built,
-                clock=self.clock,
-                worker=self.worker,
-                metrics=self.metrics,
-                lost=self.leases.lost,
-            )
-        )
-        self.sending_count, self.sending_batch = count, batch
+        claims = self.leases.claims_of(batch)
+        # A digest another worker claimed between this claim and the build is not this batch's,
+        # and one the build recorded (its reader left, its message could not be built) is done.
+        built = [b for b in built if claims.get(b.row.id) == b.row.attempts]
+        self.leases.let_go(set(claims) - {b.row.id for b in built})
+        if not self.sending_allowed():
+            self.total.given_back += await self.leases.give_back(dict(claims))
+            self.leases.release(batch)
+            return
+        self.sending = asyncio.ensure_future(self._send_batch(built, batch))
+        self.sending_count, self.sending_batch = len(built), batch
 
     async def sent(self) -> None:
         """Wait for the batch on the wire, if any, and count what it did."""
@@ -167,6 +238,113 @@ class _Pipeline:
             if self.progress is not None:
                 self.progress(self.sending_count)
 
+    @contextlib.asynccontextmanager
+    async def stopping_on(self, stop: asyncio.Event | None) -> AsyncIterator[None]:
+        """While the block runs, a *stop* set stops sending at once (``stop_now``)."""
+        self.stop = stop
+        if stop is None:
+            yield
+            return
+
+        async def watch() -> None:
+            await stop.wait()
+            self.stop_now()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    def stop_now(self) -> None:
+        """Claim nothing more, put nothing more on the wire, wait for the replies to what
+        is on it at most ``digest.stop_seconds``; every other claim is given back as its
+        batch ends."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self.recorder.close_gate()
+        self.pool.stop(self.settings.digest.stop_seconds)
+        in_flight = len(self.recorder.on_wire)
+        log.info(
+            "stopping: %d in flight, %d given back (the replies to those in flight are waited for %g s at most)",
+            in_flight,
+            max(0, len(self.leases.held()) - in_flight),
+            self.settings.digest.stop_seconds,
+        )
+
+    def say_why_it_stopped(self) -> None:
+        """One line when the store refused a write: what was answered and not recorded,
+        and what was claimed and not given back (both kept to be written later)."""
+        self.leftovers.claims.update(self.leases.not_given_back)
+        if self.recorder.failure is None and not self.leftovers:
+            return
+        self.total.unrecorded = len(self.leftovers.answers)
+        log.error(
+            "delivery stopped: the store refused a write (%s); %s answered and not recorded, %s claimed and never "
+            "sent: written when it takes writes again (the answered unknown, should this process end first)",
+            said(self.recorder.failure) if self.recorder.failure is not None else "giving claims back",
+            plural(len(self.leftovers.answers), "message"),
+            plural(len(self.leftovers.claims), "digest"),
+        )
+
+    async def _send_batch(self, built: list[Built], batch: int) -> DeliverReport:
+        """Send a built batch: each message through the gate just before DATA (its
+        reader not leaving, its claim still held and marked on the wire)."""
+        report = DeliverReport()
+        leavers = Leavers(self.factory, {b.row.subscriber_id for b in built})
+        self.recorder.expect([b.row for b in built])
+        leaving: list[Built] = []
+
+        async def send(message: Built) -> None:
+            verdict = "stopped"  # what held it back, if anything did
+
+            async def wanted() -> bool:
+                nonlocal verdict
+                if message.row.id in self.leases.lost:
+                    verdict = "lost"
+                elif await leavers.leaving(message.row.subscriber_id):
+                    verdict = "leaving"
+                else:
+                    try:
+                        if await self.recorder.on_wire_now(message.row):
+                            return True
+                    except StoreUnwritable:
+                        return False
+                    verdict = "stopped" if self.recorder.gate_closed else "lost"
+                return False
+
+            result = await self.pool.send(message.sender, message.recipient, message.data, wanted=wanted)
+            if result is not None:
+                self.recorder.answer(message.row, result)
+            elif verdict == "lost":
+                report.lost_lease += 1
+            elif verdict == "leaving":
+                leaving.append(message)
+
+        try:
+            # An exception here is a bug, not an SMTP outcome (those are results): raised.
+            await asyncio.gather(*(send(b) for b in built))
+        finally:
+            leavers.close()
+            await self.recorder.flush()
+            if leaving and self.recorder.failure is None:
+                report.cancelled += await asyncio.to_thread(self._cancel_leavers, leaving)
+            if not self.sending_allowed():
+                held = self.leases.claims_of(batch)
+                unsent = {i: a for i, a in held.items() if i not in self.recorder.went_out}
+                report.given_back += await self.leases.give_back(unsent)
+        return report
+
+    def _cancel_leavers(self, left: list[Built]) -> int:
+        with transaction(self.factory) as session:
+            gone = [(b.row, SubscriberStatus.UNSUBSCRIBED) for b in left]
+            cancelled = cancel_digests(session, gone, worker=self.worker, now=self.clock())
+        self.leases.let_go(b.row.id for b in left)
+        return cancelled
+
 
 async def deliver_now(
     factory: sessionmaker[Session],
@@ -174,12 +352,13 @@ async def deliver_now(
     *,
     clock: Clock,
     progress: Callable[[int], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> DeliverReport:
     """Open a pool, deliver everything due, close the pool (the CLI's one-shot path)."""
     builders = Builders(Mailer(settings))
     try:
         async with SmtpPool.of(settings) as pool:
-            return await deliver(factory, settings, builders, pool, clock=clock, progress=progress)
+            return await deliver(factory, settings, builders, pool, clock=clock, progress=progress, stop=stop)
     finally:
         builders.close()
 
@@ -191,54 +370,6 @@ def due_count(factory: sessionmaker[Session], now: datetime) -> int:
         return count_due(session, now)
 
 
-async def _send_batch(
-    factory: sessionmaker[Session],
-    settings: Settings,
-    pool: SmtpPool,
-    built: list[Built],
-    *,
-    clock: Clock,
-    worker: str,
-    metrics: Metrics | None = None,
-    lost: set[int] | None = None,
-) -> DeliverReport:
-    """Send a built batch; *lost*: digests whose lease another worker took meanwhile
-    (read just before each goes on the wire), which are left to that worker."""
-    report = DeliverReport()
-    write = functools.partial(record, factory, settings, worker=worker, report=report, metrics=metrics)
-    # Recorded as sends finish, not in batch order: what a crash can send twice
-    # is only what the server accepted and was not yet recorded.
-    outcomes = Outcomes(lambda done: write(done, now=clock()))
-    leavers = Leavers(factory, {b.row.subscriber_id for b in built})
-    left: list[Built] = []
-
-    async def send(message: Built) -> None:
-        taken = False
-
-        async def wanted() -> bool:
-            nonlocal taken
-            taken = lost is not None and message.row.id in lost
-            return not taken and not await leavers.leaving(message.row.subscriber_id)
-
-        result = await pool.send(message.sender, message.recipient, message.data, wanted=wanted)
-        if result is None and taken:
-            report.lost_lease += 1
-        elif result is None:
-            left.append(message)
-        else:
-            outcomes.add(message.row, result)
-
-    try:
-        # An exception here is a bug, not an SMTP outcome (those are results): raised.
-        await asyncio.gather(*(send(b) for b in built))
-    finally:
-        leavers.close()
-        outcomes.write()
-        if left:
-            await asyncio.to_thread(_cancel_leavers, factory, left, worker=worker, now=clock(), report=report)
-    return report
-
-
 # How old the journal's word on who is leaving may be when a message goes on the wire: a
 # reader who unsubscribes while their batch is being sent is not sent to after this.
 LEAVERS_FRESH_SECONDS = 0.05
@@ -248,8 +379,10 @@ class Leavers:
     """Who of a batch's readers is leaving: an unsubscribe acknowledged in the journal and
     not yet applied, or a status in the store that is no longer active (applied since the
     batch was built: a batch can wait behind a slow relay for minutes, and the endpoint
-    applies requests within a second).  Read again whenever the last reading is older
-    than ``LEAVERS_FRESH_SECONDS`` (one read a batch at a time, off the event loop)."""
+    applies requests within a second).  Never answered from a reading older than
+    ``LEAVERS_FRESH_SECONDS``; read again in the background once it is half that old, so
+    that the messages going out rarely wait for a reading (one read a batch at a time,
+    off the event loop)."""
 
     def __init__(self, factory: sessionmaker[Session], subscriber_ids: set[int]) -> None:
         self.factory, self.subscriber_ids = factory, subscriber_ids
@@ -257,16 +390,23 @@ class Leavers:
         self.pending: set[int] = set()
         self.read_at = float("-inf")
         self._reading = asyncio.Lock()
+        self._ahead: asyncio.Task[None] | None = None  # a reading started before it is needed
 
     async def leaving(self, subscriber_id: int) -> bool:
-        if time.monotonic() - self.read_at > LEAVERS_FRESH_SECONDS:
-            async with self._reading:
-                if time.monotonic() - self.read_at > LEAVERS_FRESH_SECONDS:
-                    started = time.monotonic()
-                    journal = journal_of(self.factory)
-                    self.pending = await asyncio.to_thread(self._read, journal)
-                    self.read_at = started
+        age = time.monotonic() - self.read_at
+        if age > LEAVERS_FRESH_SECONDS:
+            await self._read_again(LEAVERS_FRESH_SECONDS)
+        elif age > LEAVERS_FRESH_SECONDS / 2 and not self._reading.locked():
+            self._ahead = asyncio.ensure_future(self._read_again(LEAVERS_FRESH_SECONDS / 2))
         return subscriber_id in self.pending
+
+    async def _read_again(self, older_than: float) -> None:
+        async with self._reading:
+            if time.monotonic() - self.read_at > older_than:
+                started = time.monotonic()
+                journal = journal_of(self.factory)
+                self.pending = await asyncio.to_thread(self._read, journal)
+                self.read_at = started
 
     def _read(self, journal: Journal) -> set[int]:
         pending = journal.pending_subscribers(self.subscriber_ids)
@@ -278,13 +418,7 @@ class Leavers:
         return pending | gone
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.cancel()
         if self._store is not None and self._store is not self.factory:
             self._store.kw["bind"].dispose()
-
-
-def _cancel_leavers(
-    factory: sessionmaker[Session], left: list[Built], *, worker: str, now: datetime, report: DeliverReport
-) -> None:
-    with transaction(factory) as session:
-        gone = [(b.row, SubscriberStatus.UNSUBSCRIBED) for b in left]
-        report.cancelled += cancel_digests(session, gone, worker=worker, now=now)

@@ -34,12 +34,16 @@ class NextState:
 def next_state(
     result: SendResult, attempts: int, config: SmtpConfig, now: datetime, rng: random.Random | None = None
 ) -> NextState:
-    """*attempts* counts the attempt that gave *result*.  Sent on 250; a temporary failure
-    waits and retries until ``smtp.max_attempts``; anything else fails, and a permanent
-    reply with one of ``smtp.bounce_codes`` counts as a bounce of the address."""
+    """*attempts* counts the attempt that gave *result*.  Sent on 250; unknown when the
+    whole message went out and no reply was seen (never retried: the server may have it);
+    a temporary failure waits and retries until ``smtp.max_attempts``; anything else
+    fails, and a permanent reply with one of ``smtp.bounce_codes`` counts as a bounce of
+    the address."""
     if result.outcome is Outcome.SENT:
         return NextState(DigestState.SENT, None, None, bounce=False)
     error = f"attempt {attempts}: {result.detail}"
+    if result.outcome is Outcome.UNKNOWN:
+        return NextState(DigestState.UNKNOWN, None, error, bounce=False)
     if result.outcome is Outcome.TEMPORARY and attempts < config.max_attempts:
         retry_at = now + timedelta(seconds=backoff_seconds(attempts, config, rng))
         return NextState(DigestState.RETRY_WAIT, retry_at, error, bounce=False)

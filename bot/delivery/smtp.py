@@ -1,11 +1,15 @@
 """Deliver stage: bytes to an SMTP server with aiosmtplib, and what came back.
 
-A small pool of reused connections, an optional rate limit, one overall
-timeout per message.  Outcomes are classified, not acted on: ``sent`` only on
-the 250 after DATA; 4xx, disconnects and timeouts are ``temporary``; a 5xx
-for the recipient or the message is ``permanent``.  ``policy`` decides what
-to do with them.  Never renders, never touches the store; never logs the
-password.
+A small pool of reused connections and an optional rate limit.  Each step before the
+message's final dot (connect, MAIL, RCPT, DATA) has ``smtp.timeout_seconds``; the reply
+to the final dot is waited for ``smtp.final_reply_seconds`` (RFC 5321 4.5.3.2.6 gives it
+ten minutes, because a client that gives up sooner makes the server deliver twice: RFC
+1047), or until a stop's deadline.  Outcomes are classified, not acted on: ``sent`` only
+on the 250 after DATA; a reply of 4xx, and failures before the final dot, are
+``temporary``; a 5xx for the recipient or the message is ``permanent``; a connection
+lost or a wait run out after the final dot is ``unknown`` (the server may have it).
+``policy`` decides what to do with them.  Never renders, never touches the store; never
+logs the password.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ class Outcome(StrEnum):
     SENT = "sent"
     TEMPORARY = "temporary"
     PERMANENT = "permanent"
+    UNKNOWN = "unknown"  # the whole message went out and no reply was seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +59,11 @@ class LoginRefused(aiosmtplib.SMTPException):
         self.code = code
 
 
-def classify(exc: BaseException) -> SendResult:
-    """Turn an aiosmtplib/network exception into an outcome."""
+def classify(exc: BaseException, *, after_dot: bool = False) -> SendResult:
+    """Turn an aiosmtplib/network exception into an outcome; *after_dot*: raised once the
+    message's final dot was written, where only a reply tells what the server did."""
+    if after_dot and not isinstance(exc, (aiosmtplib.SMTPResponseException, aiosmtplib.SMTPRecipientsRefused)):
+        return SendResult(Outcome.UNKNOWN, None, f"no reply to the final dot: {_what_ended(exc)}")
     if isinstance(exc, LoginRefused):
         return SendResult(Outcome.TEMPORARY, exc.code, str(exc))
     if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
@@ -83,6 +91,18 @@ def classify(exc: BaseException) -> SendResult:
     if isinstance(exc, (aiosmtplib.SMTPException, OSError, ConnectionError)):
         return SendResult(Outcome.TEMPORARY, None, f"{type(exc).__name__}: {_one_line(exc)}")
     raise exc
+
+
+def _what_ended(exc: BaseException) -> str:
+    if isinstance(exc, (asyncio.TimeoutError, aiosmtplib.SMTPTimeoutError)):
+        return "the wait ran out"
+    if isinstance(exc, StoppedWaiting):
+        return str(exc)
+    return f"{type(exc).__name__}: {_one_line(exc)}"
+
+
+class StoppedWaiting(Exception):
+    """The reply to a final dot was no longer waited for: the daemon is stopping."""
 
 
 class RateLimiter:
@@ -113,10 +133,51 @@ def _can_send_prepared(protocol: object) -> bool:
     return all(hasattr(protocol, name) for name in ("_command_lock", "_response_pending", "write", "read_response"))
 
 
+class Wire:
+    """One message's way through a connection: whether its final dot was written, and
+    the reply to it waited for *reply_seconds*, not within *steps* (the time the steps
+    before it had).  While it waits, its connection is among *replying*: a stop's
+    deadline closes those (``SmtpPool.stop``), which ends the wait at once."""
+
+    def __init__(
+        self,
+        reply_seconds: float,
+        replying: set[aiosmtplib.SMTP] | None = None,
+        steps: asyncio.Timeout | None = None,
+    ) -> None:
+        self.reply_seconds = reply_seconds
+        self.replying = replying
+        self.steps = steps
+        self.client: aiosmtplib.SMTP | None = None
+        self.after_dot = False
+
+    async def reply(self, read: Awaitable[aiosmtplib.SMTPResponse]) -> aiosmtplib.SMTPResponse:
+        if self.steps is not None:
+            self.steps.reschedule(None)
+        if self.replying is None or self.client is None:
+            return await read
+        self.replying.add(self.client)
+        try:
+            return await read
+        finally:
+            self.replying.discard(self.client)
+
+
+Gate = Callable[[], Awaitable[bool]]
+
+
 async def transmit(
-    client: aiosmtplib.SMTP, sender: str, recipient: str, message: bytes | Prepared
-) -> aiosmtplib.SMTPResponse:
-    """MAIL, RCPT and DATA for one recipient, as ``SMTP.sendmail`` does them.
+    client: aiosmtplib.SMTP,
+    sender: str,
+    recipient: str,
+    message: bytes | Prepared,
+    *,
+    wire: Wire | None = None,
+    gate: Gate | None = None,
+) -> aiosmtplib.SMTPResponse | None:
+    """MAIL, RCPT and DATA for one recipient, as ``SMTP.sendmail`` does them; None, the
+    envelope reset and nothing sent, when *gate* (asked once the recipient is accepted,
+    just before DATA) says the message may not go on the wire.
 
     ``sendmail`` runs three regular-expression passes over the whole message
     (line-end normalization for SIZE and again for DATA, then dot-stuffing),
@@ -124,18 +185,40 @@ async def transmit(
     have CRLF line ends already, so here DATA gets the message dot-stuffed
     with one ``bytes.replace``, written under aiosmtplib's own command lock
     exactly as its ``execute_data_command`` writes it (a spliced message comes
-    ``Prepared`` already).  Anything else (other line ends, an aiosmtplib whose
-    protocol looks different) goes through ``sendmail``; tests/test_deliver.py
-    checks the fast way is the one taken."""
-    ready = message if isinstance(message, Prepared) else prepared(message)
+    ``Prepared`` already; any other is made so).  An aiosmtplib whose protocol
+    looks different goes through ``sendmail``, where the final dot cannot be told
+    apart: any failure without a reply there is unknown.  tests/test_deliver.py checks
+    the fast way is the one taken."""
+    wire = wire or Wire(client.timeout or 60.0)
+    ready = message if isinstance(message, Prepared) else prepared(_crlf(message))
     protocol = client.protocol
-    if ready is None or protocol is None or not (sender + recipient).isascii() or not _can_send_prepared(protocol):
+    if ready is None or protocol is None or not _can_send_prepared(protocol):
+        if gate is not None and not await gate():
+            return None
         data = message if isinstance(message, bytes) else _unstuffed(message)
+        wire.after_dot = True  # sendmail's own DATA: where it failed cannot be told
         _refused, reply = await client.sendmail(sender, [recipient], data)
         return aiosmtplib.SMTPResponse(aiosmtplib.SMTPStatus.completed, reply)
     options = [f"size={ready.size}"] if client.supports_extension("size") else []
     await _envelope(client, sender, recipient, options)
-    return await _data(client, protocol, ready)
+    if gate is not None and not await gate():
+        await _reset(client)
+        return None
+    return await _data(client, protocol, ready, wire)
+
+
+def _crlf(message: bytes) -> bytes:
+    """*message* with every line end CRLF, as ``sendmail`` would send it."""
+    return message.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\r\n")
+
+
+async def _reset(client: aiosmtplib.SMTP) -> None:
+    """RSET after an envelope that will not be followed by DATA; a connection that does
+    not take it is closed (the pool then drops it)."""
+    try:
+        await client.rset()
+    except (aiosmtplib.SMTPException, OSError):
+        client.close()
 
 
 async def _envelope(client: aiosmtplib.SMTP, sender: str, recipient: str, options: list[str]) -> None:
@@ -161,8 +244,11 @@ async def _envelope(client: aiosmtplib.SMTP, sender: str, recipient: str, option
         raise aiosmtplib.SMTPRecipientsRefused([error])
 
 
-async def _data(client: aiosmtplib.SMTP, protocol: SMTPProtocol, ready: Prepared) -> aiosmtplib.SMTPResponse:
-    """DATA with the message written as it is (dot-stuffed, ending in CRLF.CRLF)."""
+async def _data(
+    client: aiosmtplib.SMTP, protocol: SMTPProtocol, ready: Prepared, wire: Wire
+) -> aiosmtplib.SMTPResponse:
+    """DATA with the message written as it is (dot-stuffed, ending in CRLF.CRLF); the
+    reply to DATA within the client's timeout, the reply to the final dot within *wire*'s."""
     timeout = client.timeout
     # aiosmtplib's own command lock and response flag, used as its execute_data_command uses them.
     lock = protocol._command_lock  # noqa: SLF001 - see the comment above
@@ -174,9 +260,12 @@ async def _data(client: aiosmtplib.SMTP, protocol: SMTPProtocol, ready: Prepared
         start = await protocol.read_response(timeout=timeout)
         if start.code != aiosmtplib.SMTPStatus.start_input:
             raise aiosmtplib.SMTPDataError(start.code, start.message)
+        if protocol.transport is None or protocol.transport.is_closing():
+            raise aiosmtplib.SMTPServerDisconnected("Connection lost before the message")
         protocol._response_pending = True  # noqa: SLF001 - see the comment above
         protocol.write(ready.wire)
-        response = await protocol.read_response(timeout=timeout)
+        wire.after_dot = True
+        response = await wire.reply(protocol.read_response(timeout=wire.reply_seconds))
     if response.code != aiosmtplib.SMTPStatus.completed:
         raise aiosmtplib.SMTPDataError(response.code, response.message)
     return response
@@ -252,11 +341,19 @@ class SmtpPool:
     """Up to ``pool_size`` open connections, each used by one send at a time."""
 
     def __init__(
-        self, config: SmtpConfig, password: SecretStr, *, helo: str | None = None, sender_address: str | None = None
+        self,
+        config: SmtpConfig,
+        password: SecretStr,
+        *,
+        helo: str | None = None,
+        sender_address: str | None = None,
+        final_reply_seconds: float | None = None,
     ) -> None:
         """*helo*: the name to greet with; else, with *sender_address*, ``helo_name``'s
         choice (made on first connect, in a thread: it may ask DNS for this machine's
-        name, and the web server's loop sends sign-up mail); else aiosmtplib's."""
+        name, and the web server's loop sends sign-up mail); else aiosmtplib's.
+        *final_reply_seconds*: how long the reply to a final dot is waited for
+        (``smtp.final_reply_seconds`` unless given)."""
         self.config = config
         self._password = password
         self._helo = helo
@@ -265,11 +362,32 @@ class SmtpPool:
         self._slots = asyncio.Semaphore(config.pool_size)
         self._open: set[aiosmtplib.SMTP] = set()
         self._limiter = RateLimiter(config.rate_per_second)
+        self.final_reply_seconds = final_reply_seconds or config.final_reply_seconds
+        self._stopping = False
+        self._replying: set[aiosmtplib.SMTP] = set()  # connections waiting for the reply to a final dot
+        self.gave_up = False  # a stop's deadline came: those waiting were closed
 
     @classmethod
-    def of(cls, settings: Settings) -> SmtpPool:
+    def of(cls, settings: Settings, *, final_reply_seconds: float | None = None) -> SmtpPool:
         """The pool delivery uses: the configured server, password and greeting."""
-        return cls(settings.smtp, settings.smtp.resolved_password(), sender_address=settings.sender.from_address)
+        return cls(
+            settings.smtp,
+            settings.smtp.resolved_password(),
+            sender_address=settings.sender.from_address,
+            final_reply_seconds=final_reply_seconds,
+        )
+
+    def stop(self, deadline_seconds: float) -> None:
+        """Put nothing more on the wire (a send waiting for a connection returns None at
+        once), and wait for no reply to a final dot longer than *deadline_seconds* from
+        now: those still unanswered then are unknown."""
+        self._stopping = True
+        asyncio.get_running_loop().call_later(max(0.0, deadline_seconds), self._give_up)
+
+    def _give_up(self) -> None:
+        self.gave_up = True
+        for client in list(self._replying):
+            client.close()
 
     async def _client(self) -> aiosmtplib.SMTP:
         if self._helo is None and self._sender_address is not None:
@@ -310,24 +428,35 @@ class SmtpPool:
         *,
         wanted: Callable[[], Awaitable[bool]] | None = None,
     ) -> SendResult | None:
-        """One message, one recipient, within ``timeout_seconds`` from connect to the 250
-        after DATA; None, nothing sent, when *wanted* (asked once a connection is free,
-        just before the message goes on the wire) says it no longer is."""
+        """One message, one recipient: each step before the final dot within
+        ``timeout_seconds`` (a connection taken from the pool or made, MAIL, RCPT, DATA),
+        the reply to the final dot within ``final_reply_seconds``.  None, nothing sent,
+        when *wanted* (asked once the recipient is accepted, just before DATA: the last
+        moment the message can still be held back) says it may not go on the wire."""
         await self._limiter.wait()
         async with self._slots:
-            if wanted is not None and not await wanted():
-                return None
+            if self._stopping:
+                return None  # nothing more goes on the wire
             client: aiosmtplib.SMTP | None = None
+            wire = Wire(self.final_reply_seconds, self._replying)
             try:
-                async with asyncio.timeout(self.config.timeout_seconds):
-                    client = await self._connected()
-                    response = await transmit(client, sender, recipient, data)
+                async with asyncio.timeout(self.config.timeout_seconds) as steps:
+                    wire.steps = steps
+                    client = wire.client = await self._connected()
+
+                    # The gate (a store's write, rarely waited for) counts in the steps' time;
+                    # the reply to the final dot has its own, longer wait (``Wire.reply``).
+                    response = await transmit(client, sender, recipient, data, wire=wire, gate=wanted)
             except BaseException as exc:
                 await self._discard(client)
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                return self._redacted(classify(exc))
+                if wire.after_dot and self.gave_up and not isinstance(exc, aiosmtplib.SMTPResponseException):
+                    exc = StoppedWaiting("the stop's deadline came first")
+                return self._redacted(classify(exc, after_dot=wire.after_dot))
             self._idle.put_nowait(client)
+            if response is None:
+                return None
             return self._redacted(SendResult(Outcome.SENT, 250, _one_line(response)))
 
     def _redacted(self, result: SendResult) -> SendResult:

@@ -38,6 +38,10 @@ class DigestState(StrEnum):
     FAILED = "failed"
     EMPTY = "empty"  # nothing matched that day (and empty digests are not sent)
     CANCELLED = "cancelled"  # the subscriber left before it went out; entries released
+    # It went on the wire and no answer was seen (a connection lost or a wait run out after
+    # the final dot, a worker stopped or killed meanwhile): the reader may have it.  Never
+    # sent again by itself; an operator's resend does (docs/digests.md, "unknown").
+    UNKNOWN = "unknown"
 
 
 class DigestKind(StrEnum):
@@ -319,6 +323,9 @@ class DeliverReport:
     bounced: int = 0
     cancelled: int = 0
     lost_lease: int = 0
+    unknown: int = 0  # went on the wire, no answer seen: never sent again by itself
+    given_back: int = 0  # claimed, never on the wire: due again at once (a stop)
+    unrecorded: int = 0  # answered, but the store could not be written: held to be written later
 
     def add(self, other: DeliverReport) -> None:
         for name in self.__dataclass_fields__:
@@ -335,8 +342,11 @@ class ScheduledDay:
     checked_at: datetime | None  # when it last looked again
 
 
-# Digests in these states are settled: nothing will send them or change them again.
-SETTLED_STATES = frozenset({DigestState.SENT, DigestState.FAILED, DigestState.CANCELLED, DigestState.EMPTY})
+# Digests in these states are settled: nothing will send them again (an unknown one's late
+# answer may still be recorded by the worker that waited for it).
+SETTLED_STATES = frozenset(
+    {DigestState.SENT, DigestState.FAILED, DigestState.CANCELLED, DigestState.EMPTY, DigestState.UNKNOWN}
+)
 
 
 @dataclass(frozen=True, slots=True)

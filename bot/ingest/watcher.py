@@ -155,10 +155,14 @@ def fetch_feeds(
     urls: Iterable[str] | None = None,
     client: httpx.Client | None = None,
     rules: TagRules | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> list[IngestResult]:
-    """Fetch each feed URL (conditional GET) and ingest what changed."""
+    """Fetch each feed URL (conditional GET) and ingest what changed; a *stop* that turns
+    true (the daemon stopping) leaves the feeds not yet fetched for the next start."""
     results = []
     for url in urls if urls is not None else settings.feeds.urls:
+        if stop():
+            break
         try:
             results.append(_fetch_feed(factory, settings, url, client=client, rules=rules))
         except Exception as exc:  # noqa: BLE001 - this feed's failure, never the other feeds'

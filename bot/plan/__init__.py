@@ -6,7 +6,7 @@ from __future__ import annotations
 from bot.plan.batch_choice import digest_state, planned_key
 from bot.plan.planner import plan
 from bot.plan.report import IdRuns, PlanReport
-from bot.plan.resend import DigestNotFound, ResendPending, find_scheduled, resend, resend_failed
+from bot.plan.resend import DigestNotFound, ResendPending, find_scheduled, resend, resend_all
 
 __all__ = [
     "DigestNotFound",
@@ -18,5 +18,5 @@ __all__ = [
     "plan",
     "planned_key",
     "resend",
-    "resend_failed",
+    "resend_all",
 ]

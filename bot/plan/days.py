@@ -126,6 +126,8 @@ def _outcome(facts: DayFacts, at: Callable[[datetime], str]) -> str:
         return f"planned at {at(facts.planned_at)}, failed"
     if facts.state is DigestState.CANCELLED:
         return f"planned at {at(facts.planned_at)}, cancelled"
+    if facts.state is DigestState.UNKNOWN:
+        return f"planned at {at(facts.planned_at)}, went on the wire, no answer seen (unknown)"
     return f"planned at {at(facts.planned_at)}, {facts.state.value.replace('_', ' ')}"
 
 

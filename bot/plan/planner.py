@@ -52,6 +52,7 @@ def plan(
     subscribers: Iterable[Subscriber] | None = None,
     kind: DigestKind = DigestKind.SCHEDULED,
     cache: SelectionCache | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> PlanReport:
     """Queue a digest for every active subscriber whose cadence sends today and whose send
     time has passed (or every one, with *all_due*) and who has none for today, or whose
@@ -78,6 +79,7 @@ def plan(
         kind=kind,
         leaving=leaving,
         cache=cache,
+        stop=stop,
     )
 
 
@@ -92,9 +94,11 @@ def plan_without_journal(
     kind: DigestKind,
     leaving: set[int] | frozenset[int],
     cache: SelectionCache | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> PlanReport:
     """``plan`` with the unsubscribe journal read (*leaving*: who asked to leave); writes
-    only through *factory* (a preview rolls it back); *cache*: earlier passes' verdicts."""
+    only through *factory* (a preview rolls it back); *cache*: earlier passes' verdicts;
+    *stop*: asked before each batch (a daemon told to stop leaves the rest to its next pass)."""
     run = open_pass(factory, settings, rules, now=now, kind=kind, all_due=all_due, cache=cache)
     if subscribers is not None:
         # Each reader once, however often they were named (``send-now a@x A@X``).
@@ -105,6 +109,8 @@ def plan_without_journal(
     else:
         batches = _active_batches(factory)
     for batch in batches:
+        if stop():
+            break
         plan_subscribers(run, batch, leaving)
     close_pass(run)
     return run.report

@@ -15,12 +15,12 @@ from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.plan.message_ids import message_id_for
 from bot.store.digests import (
     DigestRow,
-    failed_without_resend,
     get_digest,
     list_digests,
     lock_digest,
     pending_resend_of,
     set_message_id,
+    without_resend,
 )
 from bot.store.engine import transaction
 from bot.store.ledger import create_digest
@@ -88,13 +88,13 @@ def resend(factory: sessionmaker[Session], settings: Settings, digest_id: int, *
         return new_id
 
 
-def resend_failed(factory: sessionmaker[Session], settings: Settings, *, now: datetime) -> list[int]:
-    """One resend for each failed digest that no resend has delivered or is delivering
-    (failed resends are not resent themselves: their original is); run twice, it
-    queues nothing the second time while the first run's resends are on their way
-    or delivered."""
+def resend_all(factory: sessionmaker[Session], settings: Settings, state: DigestState, *, now: datetime) -> list[int]:
+    """One resend for each digest in *state* (failed, or unknown) that no resend has
+    delivered or is delivering (failed resends are not resent themselves: their original
+    is); run twice, it queues nothing the second time while the first run's resends are
+    on their way or delivered."""
     with factory() as session:
-        targets = failed_without_resend(session)
+        targets = without_resend(session, state)
     queued = []
     for digest_id in targets:
         try:

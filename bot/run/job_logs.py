@@ -33,13 +33,24 @@ def delivery_done(metrics: Metrics, started: float, task: asyncio.Task[DeliverRe
     if not any(vars(report).values()):
         return
     seconds = max(time.monotonic() - started, 1e-3)
+    unusual = [
+        f"{count} {words}"
+        for count, words in (
+            (report.unknown, "unknown"),
+            (report.given_back, "given back"),
+            (report.unrecorded, "not recorded yet"),
+            (report.lost_lease, "left to another worker (this one's lease had run out)"),
+        )
+        if count
+    ]
     log.info(
-        "delivered: sent %d, retrying %d, failed %d, bounced %d, cancelled %d in %.1f s (%.1f messages/s)",
+        "delivered: sent %d, retrying %d, failed %d, bounced %d, cancelled %d%s in %.1f s (%.1f messages/s)",
         report.sent,
         report.retrying,
         report.failed,
         report.bounced,
         report.cancelled,
+        "".join(f", {words}" for words in unusual),
         seconds,
         report.sent / seconds,
     )

@@ -28,6 +28,7 @@ from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.delivery.batches import Builders
 from bot.delivery.loop import deliver
+from bot.delivery.outcomes import Leftovers
 from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.domain.text import plural
@@ -41,7 +42,8 @@ from bot.returns.inbox_reading import read_configured_inbox
 from bot.returns.mailboxes import MailboxError
 from bot.run.job_logs import delivery_done, log_ingest, log_model_pass, log_planned
 from bot.run.roles import Leadership
-from bot.store.engine import refresh_statistics
+from bot.store.engine import refresh_statistics, transaction
+from bot.store.queue import expire_leases
 from bot.subscribers.optin import expire_signups
 
 # The daemon's lines keep the scheduler's logger name, which operators filter by.
@@ -90,14 +92,38 @@ class DaemonParts:
 
 class Delivering:
     """Sends what is due, as a task of its own: a big day's delivery takes minutes, and a
-    job that waited for it would make APScheduler log every tick as skipped; shutting the
-    scheduler down never cancels sends in flight (``finish`` waits for them)."""
+    job that waited for it would make APScheduler log every tick as skipped.  A stop
+    ends it in seconds (``bot.delivery.loop``: what is on the wire is answered or
+    unknown by ``digest.stop_seconds``, the rest given back); ``finish`` waits for that."""
 
     def __init__(self, parts: DaemonParts) -> None:
         self.parts = parts
         self.builders = Builders(Mailer(parts.settings))
         self.pool = SmtpPool.of(parts.settings)
         self.running: asyncio.Task[DeliverReport] | None = None
+        self.leftovers = Leftovers()  # what the store refused to take, written at the next delivery
+
+    async def take_over(self) -> None:
+        """As the only worker (SQLite), end the leases a previous worker left: what it had
+        not put on the wire is due again at once, what it had is unknown."""
+        parts = self.parts
+
+        def expire() -> tuple[int, int]:
+            with transaction(parts.factory) as session:
+                return expire_leases(session, parts.clock())
+
+        due, unknown = await asyncio.to_thread(expire)
+        if due:
+            log.warning(
+                "%s claimed and never sent when the last worker stopped; due again",
+                plural(due, "digest was", "digests were"),
+            )
+        if unknown:
+            log.warning(
+                "%s on the wire when the last worker stopped, unanswered: unknown, never sent again by itself "
+                "('history' and 'stats' show them; 'resend' sends one)",
+                plural(unknown, "digest was", "digests were"),
+            )
 
     async def deliver(self) -> None:
         """Start delivering what is due, unless a delivery is still running; returns at once."""
@@ -114,14 +140,18 @@ class Delivering:
                 worker=parts.worker,
                 stop=parts.stop,
                 metrics=parts.metrics,
+                leftovers=self.leftovers,
             )
         )
         self.running.add_done_callback(functools.partial(delivery_done, parts.metrics, time.monotonic()))
 
     async def finish(self) -> None:
-        """Let the sends in flight finish and be recorded, then close the connections."""
-        if self.running is not None:
+        """Let the delivery under way stop (its sends on the wire answered or unknown, the
+        rest given back), then close the connections."""
+        if self.running is not None and not self.running.done():
             await asyncio.gather(self.running, return_exceptions=True)
+        elif self.parts.stop.is_set():
+            log.info("stopping: 0 in flight, 0 given back (no delivery was under way)")
         await self.pool.close()
         self.builders.close()
 
@@ -146,7 +176,13 @@ class Planning:
                 report = await asyncio.to_thread(self._plan_shared, opens=True)
             else:
                 report = await asyncio.to_thread(
-                    plan, parts.factory, parts.settings, parts.rules, now=parts.clock(), cache=self.selection
+                    plan,
+                    parts.factory,
+                    parts.settings,
+                    parts.rules,
+                    now=parts.clock(),
+                    cache=self.selection,
+                    stop=parts.stop.is_set,
                 )
             expired = await asyncio.to_thread(expire_signups, parts.factory, parts.settings, parts.clock())
         if expired:
@@ -256,7 +292,9 @@ class Watching:
             stop=parts.stop.is_set,
         )
         if parts.settings.feeds.urls and not parts.stop.is_set():
-            results += await asyncio.to_thread(fetch_feeds, parts.factory, parts.settings, rules=parts.rules)
+            results += await asyncio.to_thread(
+                fetch_feeds, parts.factory, parts.settings, rules=parts.rules, stop=parts.stop.is_set
+            )
         return results
 
 

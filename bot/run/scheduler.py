@@ -9,15 +9,17 @@ worker role (deliver) runs in as many processes as the database allows.  On
 PostgreSQL every process, leader or not, plans slices of the leader's passes
 (``bot.plan.shared``).
 
-SIGTERM/SIGINT: stop planning and claiming, let the sends in flight finish and
-be recorded, exit 0.  Only says when each job runs; never does a job's work.
+SIGTERM/SIGINT: stop planning and claiming at once, let what is on the wire be
+answered (at most ``digest.stop_seconds``; unknown after that), give back every other
+claim, exit 0; a second one exits at once (130), leaving what is on the wire to the
+crash window docs/operating.md names.  Only says when each job runs; never does a job's
+work.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,7 +34,6 @@ from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.delivery.loop import worker_name
 from bot.domain.routes import HEALTH, METRICS
-from bot.domain.text import plural
 from bot.metrics import Metrics
 from bot.plan.shared import shares_planning
 from bot.run.exporter import Exporter
@@ -47,8 +48,7 @@ from bot.run.jobs import (
     guarded,
 )
 from bot.run.roles import Leadership, claim_sqlite_worker
-from bot.store.engine import transaction
-from bot.store.queue import expire_leases
+from bot.run.stopping import StopSignals
 
 log = logging.getLogger(__name__)
 
@@ -208,21 +208,15 @@ class Daemon:
             log.info("metrics on %s, health on %s", METRICS.url(where), HEALTH.path())
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop.set)
-        now = utcnow()
-        scheduler = self._scheduler(now)
+        with StopSignals(self.stop, stop_seconds=self.settings.digest.stop_seconds):
+            await self._run()
+
+    async def _run(self) -> None:
+        scheduler = self._scheduler(utcnow())
         if self.worker_lock is not None:
-            # The only SQLite worker: whatever is still "sending" was left by a
-            # previous process that died; it need not wait for its leases to run out.
-            with transaction(self.parts.factory) as session:
-                taken_back = expire_leases(session, now)
-            if taken_back:
-                log.warning(
-                    "%s being sent when the last worker stopped; sending again",
-                    plural(taken_back, "digest was", "digests were"),
-                )
+            # The only SQLite worker: whatever is still "sending" was left by a previous
+            # process that died; it need not wait for its leases to run out.
+            await self.delivering.take_over()
         scheduler.start()
         if self.exporter is not None:
             self.exporter.start()
@@ -242,7 +236,8 @@ class Daemon:
             # between files): wait for it, then shut down.  The shutdown cancels the jobs
             # it finds running, and APScheduler logs a cancelled job as a traceback.
             scheduler.pause()
-            for running in (self.watching.lock, self.planning.lock, self.inbox.lock):
+            locks = [self.watching.lock, self.planning.lock, self.inbox.lock]
+            for running in locks + ([self.model.lock] if self.model is not None else []):
                 async with running:
                     pass
             scheduler.shutdown(wait=False)

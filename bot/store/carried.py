@@ -137,13 +137,13 @@ def _purge(connection: sqlite3.Connection, subscriber_id: int) -> None:
 
 def settle_in_flight(store: Path, report: RestoreReport, note: str) -> None:
     """Without the replaced store, a digest on its way when the backup was taken may
-    have gone out since: recorded failed (a resend sends it), never sent again by itself."""
+    have gone out since: unknown (a resend sends it), never sent again by itself."""
     with closing(connect(store)) as connection, connection:
-        report.in_flight_failed = [
+        report.in_flight_unknown = [
             row[0] for row in connection.execute(f"SELECT id FROM digests WHERE state IN {_IN_FLIGHT} ORDER BY id")
         ]
         connection.execute(
-            f"UPDATE digests SET state = 'failed', lease_owner = NULL, lease_expires_at = NULL, last_error = ? "
+            f"UPDATE digests SET state = 'unknown', lease_owner = NULL, lease_expires_at = NULL, last_error = ? "
             f"WHERE state IN {_IN_FLIGHT}",
             (note,),
         )

@@ -42,6 +42,7 @@ class DigestRow:
     sent_at: datetime | None
     resend_of: int | None
     lease_owner: str | None
+    wire_at: datetime | None = None  # when its last attempt went on the wire
     subscriber_timezone: str = "UTC"
     subscriber_send_hour: int = 0
     nothing_at: datetime | None = None  # a scheduled day first found empty, then
@@ -142,13 +143,17 @@ def _resends_of(original: Any, states: Sequence[str]) -> Any:
     )
 
 
-def failed_without_resend(session: Session) -> list[int]:
-    """Failed digests (resends aside) that no resend has delivered or is delivering."""
+# What a resend settles: a digest that failed, or whose outcome is unknown.
+RESENDABLE = (DigestState.FAILED.value, DigestState.UNKNOWN.value)
+
+
+def without_resend(session: Session, state: DigestState) -> list[int]:
+    """Digests in *state* (resends aside) that no resend has delivered or is delivering."""
     return list(
         session.scalars(
             select(Digest.id)
             .where(
-                Digest.state == DigestState.FAILED.value,
+                Digest.state == state.value,
                 Digest.kind != DigestKind.RESEND.value,
                 ~_resends_of(Digest, RESEND_DELIVERED + RESEND_PENDING),
             )
@@ -174,15 +179,13 @@ def lock_digest(session: Session, digest_id: int) -> None:
 
 
 def stats_by_day(session: Session) -> list[tuple[date, dict[str, int]]]:
-    """Digests per local day and state, each counted once by its outcome: a failed
-    digest whose resend was delivered counts as sent, one whose resend is on its way
-    as pending (``retry_wait``); resends themselves are counted apart, as ``resent``."""
+    """Digests per local day and state, each counted once by its outcome: a failed (or
+    unknown) digest whose resend was delivered counts as sent, one whose resend is on its
+    way as pending (``retry_wait``); resends themselves are counted apart, as ``resent``."""
+    resendable = Digest.state.in_(RESENDABLE)
     state = case(
-        (and_(Digest.state == DigestState.FAILED.value, _resends_of(Digest, RESEND_DELIVERED)), DigestState.SENT.value),
-        (
-            and_(Digest.state == DigestState.FAILED.value, _resends_of(Digest, RESEND_PENDING)),
-            DigestState.RETRY_WAIT.value,
-        ),
+        (and_(resendable, _resends_of(Digest, RESEND_DELIVERED)), DigestState.SENT.value),
+        (and_(resendable, _resends_of(Digest, RESEND_PENDING)), DigestState.RETRY_WAIT.value),
         else_=Digest.state,
     )
     kind = case((Digest.kind == DigestKind.RESEND.value, "resent"), else_=state)

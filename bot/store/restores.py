@@ -57,7 +57,7 @@ class RestoreReport:
     digests_carried: int = 0
     statuses_kept: int = 0  # unsubscribed or bounced since the backup: still so
     purged_again: int = 0
-    in_flight_failed: list[int] = field(default_factory=list)  # without a live store: may have gone out
+    in_flight_unknown: list[int] = field(default_factory=list)  # without a live store: may have gone out
     requests_to_apply: int = 0  # unsubscribe requests the restored store had not applied
     added_since: list[str] = field(default_factory=list)  # readers the backup does not have
     changed_since: list[str] = field(default_factory=list)  # readers whose settings are as at the backup again

@@ -185,9 +185,10 @@ class Subscriber(Base):
 class Digest(Base):
     """One email to one subscriber.  At most one *scheduled* digest per
     subscriber and local day (partial unique index); manual sends and resends
-    have their own kinds.  ``state`` walks planned -> queued -> sending ->
-    sent | retry_wait -> ... | failed; a ``sending`` row whose lease expired is
-    taken again."""
+    have their own kinds.  ``state`` walks queued -> sending -> sent |
+    retry_wait -> ... | failed | unknown (``bot.store.queue`` says when); a
+    ``sending`` row whose lease expired is taken again unless its message went on
+    the wire (``wire_at``), which makes it ``unknown``."""
 
     __tablename__ = "digests"
 
@@ -201,6 +202,9 @@ class Digest(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime)
     lease_owner: Mapped[str | None] = mapped_column(String(64))
     lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # When this attempt's message went on the wire (its lease held and the store writable
+    # a moment before: ``queue.put_on_wire``); NULL until then, and again at each claim.
+    wire_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     message_id: Mapped[str] = mapped_column(String(255))
     entry_count: Mapped[int] = mapped_column(Integer)
     pending_count: Mapped[int] = mapped_column(Integer, default=0)  # matching entries left for later

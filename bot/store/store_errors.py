@@ -30,6 +30,11 @@ _MEANINGS = (
 )
 
 
+def said(exc: BaseException) -> str:
+    """What the database (or the driver) said, on one line, without SQLAlchemy's wrapping."""
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())[:300]
+
+
 def meaning(exc: BaseException, where: str, *, read_only: bool = False) -> str | None:
     """One line for the database error *exc* on *where* (*read_only*: the file or its
     folder cannot be written, which SQLite reports in several ways); None for one we

@@ -4,8 +4,10 @@ Used by ``digestbot demo`` (writing ``var/inbox/*.eml`` and an ``index.html``)
 and by the tests, which can script per-message faults (a 4xx or 5xx at RCPT or
 DATA, a dropped connection during DATA, a stall) or draw them at random rates
 (``FaultRates``), including a 421 greeting that refuses a whole connection.
-A message is recorded only when the sink answers 250 on a connection that is
-still open.  Never part of the production send path.
+``received`` holds a message only when the sink answers 250 on a connection that is
+still open; ``bodies`` holds every message whose whole body arrived, with what became
+of it (``Body.fate``), as a relay would count what reached it.  Never part of the
+production send path.
 """
 
 from __future__ import annotations
@@ -111,6 +113,23 @@ class Received:
         return email.message_from_bytes(self.data, policy=default_policy)
 
 
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A message whose whole body reached the sink, and its fate: "accepted" (250 on an
+    open connection), "late" (250 after the client hung up: a relay that queued it),
+    "dropped" (the connection closed instead of a reply: the relay may have queued it),
+    or the refusal it got ("452 ...")."""
+
+    recipient: str
+    message_id: str
+    fate: str
+
+    @property
+    def delivered(self) -> bool:
+        """Whether a relay would have passed it on (or may have: a drop after the body)."""
+        return self.fate in ("accepted", "late", "dropped")
+
+
 @dataclass
 class SinkHandler:
     """aiosmtpd handler; ``faults(recipient, attempt)`` may script a failure."""
@@ -126,6 +145,7 @@ class SinkHandler:
     keep_index: bool = False  # rewrite inbox/index.html after each message (``digestbot sink``)
     first_number: int = 0  # files are numbered after this one (``digestbot sink`` keeps old ones)
     on_received: Callable[[Received, Path | None], None] | None = None
+    bodies: list[Body] = field(default_factory=list)
 
     @classmethod
     def with_rates(cls, rates: FaultRates, inbox: Path | None = None) -> SinkHandler:
@@ -142,29 +162,51 @@ class SinkHandler:
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
-    async def _fault_for(self, recipient: str, where: str, server: SMTPServer) -> str | None:
-        """The scripted reply for this recipient's current attempt (0-based) at *where*."""
+    async def _fault_for(self, recipient: str, where: str, server: SMTPServer, body: bytes = b"") -> str | None:
+        """The scripted reply for this recipient's current attempt (0-based) at *where*
+        (at "data", *body* is the message, whose fate goes in ``bodies``)."""
         if self.faults is None:
             return None
         fault = self.faults(recipient, self.attempts.get(recipient, 1) - 1)
         if fault is None or fault.at != where:
             return None
         if fault.stall:
-            if not await _still_listening_after(server, fault.stall):
-                return "421 4.4.2 nobody listening any more"  # the client gave up: nothing was accepted
-            if (fault.reply or "").startswith("2"):
+            queued = where == "data" and (fault.reply or "").startswith("2")
+            try:
+                listening = await _still_listening_after(server, fault.stall)
+            except asyncio.CancelledError:  # aiosmtpd cancels a session whose client hung up
+                listening = False
+                raise
+            finally:
+                if queued and not listening:
+                    self._arrived(recipient, body, "late")  # queued; its 250 reached nobody
+            if not listening:
+                return "421 4.4.2 nobody listening any more"
+            if queued:
                 return None  # a slow acceptance is still an acceptance: recorded like any other
         if fault.drop:
+            if where == "data":
+                self._arrived(recipient, body, "dropped")
             if server.transport is not None:
                 server.transport.close()
             return "421 4.4.2 closing connection"
+        if where == "data" and fault.reply:
+            self._arrived(recipient, body, fault.reply)
         return fault.reply
+
+    def _arrived(self, recipient: str, data: bytes, fate: str) -> None:
+        parsed = email.message_from_bytes(data[:65536], policy=default_policy)
+        with self.lock:
+            self.bodies.append(Body(recipient, str(parsed.get("Message-ID", "")), fate))
 
     async def handle_DATA(self, server: SMTPServer, session: Any, envelope: Any) -> str:  # noqa: N802 - as above
         recipient = envelope.rcpt_tos[0] if envelope.rcpt_tos else ""
-        reply = await self._fault_for(recipient, "data", server)
+        body = envelope.original_content or envelope.content
+        body = body.encode("utf-8") if isinstance(body, str) else body or b""
+        reply = await self._fault_for(recipient, "data", server, body)
         if reply:
             return reply
+        self._arrived(recipient, body, "accepted")
         data = envelope.original_content or envelope.content
         if isinstance(data, str):
             data = data.encode("utf-8")

@@ -18,6 +18,10 @@ from bot.store.store_holders import hold
 from bot.web.app import create_app
 from bot.web.connections import ConnectionLimits
 
+# A request answers within seconds (an unsubscribe the journal cannot take is a 503 after
+# ``ACK_SECONDS``); a stop waits no longer than this for one that does not.
+STOP_SECONDS = 10
+
 
 def app_from_environment() -> Starlette:
     """The app as each of several uvicorn worker processes makes it: the configuration
@@ -35,9 +39,11 @@ def app_from_environment() -> Starlette:
 def uvicorn_options(web: WebConfig) -> dict[str, Any]:
     """What every uvicorn we start is told: X-Forwarded-* only from the proxies the
     operator names, the guarded connections (``bot.web.connections``), no access log
-    (request lines carry the token of whoever clicked), no Server header."""
+    (request lines carry the token of whoever clicked), no Server header, and a stop
+    that waits for the requests in flight ``STOP_SECONDS`` at most."""
     return {
         "http": "bot.web.connections:GuardedHttp",
+        "timeout_graceful_shutdown": STOP_SECONDS,
         "proxy_headers": bool(web.trusted_proxies),
         "forwarded_allow_ips": ",".join(web.trusted_proxies) or "127.0.0.1",
         "timeout_keep_alive": 5,

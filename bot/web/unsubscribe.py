@@ -20,6 +20,7 @@ from bot.domain import Subscriber, SubscriberStatus
 from bot.domain.routes import UNSUBSCRIBE
 from bot.web.doors import ONE_CLICK_DOOR, posted, through
 from bot.web.site import Site, with_reader
+from bot.web.unsubscribe_journaling import NotJournaled
 
 
 class UnsubscribePage:
@@ -42,6 +43,13 @@ class UnsubscribePage:
             return render("unsubscribe", 400, token=token, subscriber=subscriber, done=False)
         if subscriber.status is not SubscriberStatus.UNSUBSCRIBED:
             # Answered once durable in the journal; applied to the store in the background.
-            await self.site.readers.acks.acknowledge(subscriber.id)
+            try:
+                await self.site.readers.acks.acknowledge(subscriber.id)
+            except NotJournaled:
+                # Nothing is acknowledged that is not journaled; the mail provider or the person tries again.
+                retry = {"Retry-After": "60"}
+                return render(
+                    "unsubscribe", 503, token=token, headers=retry, subscriber=subscriber, done=False, try_again=True
+                )
             subscriber = replace(subscriber, status=SubscriberStatus.UNSUBSCRIBED)
         return render("unsubscribe", token=token, subscriber=subscriber, done=True)

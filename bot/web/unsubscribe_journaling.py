@@ -3,9 +3,11 @@
 Every request waits for its own commit to the journal (so a 200 means
 durable), but concurrent requests share one commit: a burst of hundreds
 costs a few syncs, not hundreds.  A journal that cannot be written (a busy
-lock, a full disk) is retried; the request waits, it is never answered with
-an error.  Applying to the store runs in the background, off the request.
-Never renders and never decides who may unsubscribe (``app`` does).
+lock, a full disk) is retried for ``ACK_SECONDS``; a request still not journaled
+then is answered "try again in a minute" (503) and withdrawn, so nothing is
+acknowledged that is not journaled, no request waits longer, and a stop never
+waits for a disk to empty.  Applying to the store runs in the background, off
+the request.  Never renders and never decides who may unsubscribe (``app`` does).
 """
 
 from __future__ import annotations
@@ -25,6 +27,12 @@ log = logging.getLogger(__name__)
 
 APPLY_EVERY_SECONDS = 0.5
 RETRY_SECONDS = (0.05, 0.1, 0.2, 0.5, 1.0)
+# How long a request waits for the journal to take it before it is answered "try again".
+ACK_SECONDS = 5.0
+
+
+class NotJournaled(Exception):
+    """The journal could not be written within ``ACK_SECONDS``: the request was not taken."""
 
 
 class Acknowledger:
@@ -47,11 +55,19 @@ class Acknowledger:
         await run_in_threadpool(self.journal.try_apply_pending, self.factory)
 
     async def acknowledge(self, subscriber_id: int) -> None:
-        """Return once an unsubscribe of *subscriber_id* is durable in the journal."""
+        """Return once an unsubscribe of *subscriber_id* is durable in the journal; raise
+        ``NotJournaled`` when it is not within ``ACK_SECONDS`` (it is then withdrawn: a
+        later commit may still take it, which only does what was asked)."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((subscriber_id, done))
         self._wake.set()
-        await done
+        try:
+            await asyncio.wait_for(asyncio.shield(done), ACK_SECONDS)
+        except TimeoutError:
+            if done.done() and not done.cancelled():
+                return  # journaled at the last moment
+            done.cancel()
+            raise NotJournaled(f"the unsubscribe journal took no write for {ACK_SECONDS:g} s") from None
 
     async def _commit_loop(self) -> None:
         while True:
@@ -64,6 +80,9 @@ class Acknowledger:
     async def _commit(self, group: list[tuple[int, asyncio.Future[None]]]) -> None:
         attempt = 0
         while True:
+            group = [(sid, done) for sid, done in group if not done.done()]  # those still waiting
+            if not group:
+                return
             try:
                 await run_in_threadpool(self.journal.append, [sid for sid, _ in group], self.now())
                 break

@@ -169,6 +169,32 @@ def test_every_bad_value_is_one_line_in_our_words_naming_its_source(
     assert not any(words in message for words in PYDANTIC_WORDING), message
 
 
+@pytest.mark.parametrize(("zone", "hint"), [("Europe/Berln", "; did you mean 'Europe/Berlin'?"), ("Mars/Olympus", "")])
+def test_a_default_zone_that_does_not_exist_is_refused_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zone: str, hint: str
+) -> None:
+    """Every command took "Europe/Berln", and readers added after it got UTC; --tz refused it."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[schedule]\ndefault_timezone = "{zone}"\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    expected = f"{cfg}: schedule.default_timezone: {zone!r} is not an IANA time zone (e.g. Europe/Berlin){hint}"
+    assert str(info.value) == expected
+    cfg.write_text("")
+    monkeypatch.setenv("DIGESTBOT_SCHEDULE__DEFAULT_TIMEZONE", zone)
+    with pytest.raises(ConfigError, match="DIGESTBOT_SCHEDULE__DEFAULT_TIMEZONE"):
+        load_settings(cfg)
+    monkeypatch.setenv("DIGESTBOT_SCHEDULE__DEFAULT_TIMEZONE", "US/Pacific")  # an alias the zone database has
+    assert load_settings(cfg).schedule.default_timezone == "US/Pacific"
+
+
+def test_a_command_with_a_default_zone_that_does_not_exist_exits_2_in_one_line(tmp_path: Path) -> None:
+    from tests.helpers import Cli
+
+    refused = Cli(tmp_path, {"DIGESTBOT_SCHEDULE__DEFAULT_TIMEZONE": "Europe/Berln"})("subscribers", "list", code=2)
+    assert refused.stderr.count("\n") == 1 and "schedule.default_timezone" in refused.stderr
+
+
 def test_numbers_out_of_range_say_the_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DIGESTBOT_SMTP__PORT", "70000")
     with pytest.raises(ConfigError) as info:

@@ -216,3 +216,27 @@ def test_a_restore_refuses_a_backup_with_a_digest_state_digestbot_never_writes(t
     refused = run("db", "restore", str(tmp_path / "backup.sqlite3"), code=1)
     assert "state 'evil' is not one digestbot writes" in refused.stderr
     run("history")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("INSERT INTO llm_usage (day, requests, tokens) VALUES ('2026-06-14', -5, 0)", "llm_usage row 2026-06-14"),
+        ("INSERT INTO llm_usage (day, requests, tokens) VALUES ('2026-06-14', 3, -1)", "tokens '-1'"),
+        ("INSERT INTO llm_usage (day, requests, tokens) VALUES ('2026-06-14', 'many', 0)", "requests 'many'"),
+        ("INSERT INTO llm_usage (day, requests, tokens) VALUES ('2026-06-14', 2.5, 0)", "requests '2.5'"),
+        ("UPDATE subscribers SET bounces = -3", "bounces '-3'"),
+    ],
+)
+def test_a_restore_refuses_a_backup_with_an_impossible_count(tmp_path: Path, change: str, said: str) -> None:
+    """A day's model usage of -5 requests was restored and shown ("-5 requests of 2,000 a
+    day"), and would have given the day's budget five more: digestbot counts up from zero
+    in whole numbers, so a backup holding anything else was changed."""
+    run = Cli(tmp_path)
+    run("subscribers", "add", "ada@example.org")
+    run("db", "backup", str(tmp_path / "backup.sqlite3"))
+    with sqlite3.connect(tmp_path / "backup.sqlite3") as connection:
+        connection.execute(change)
+    refused = run("db", "restore", str(tmp_path / "backup.sqlite3"), code=1)
+    assert said in refused.stderr and "is not a count (a whole number); digestbot never writes" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1 and "is as it was" in refused.stderr

@@ -34,6 +34,7 @@ from bot.config.services import LlmConfig, MetricsConfig, RankerConfig, Section
 from bot.config.values import address_or_network
 from bot.config.values import dns_name as dns_name
 from bot.config.values import greeting_name as greeting_name
+from bot.domain.stored import zone_exists
 from bot.domain.text import CONTROL_CHARACTERS as CONTROL_CHARACTERS
 from bot.domain.text import hides_control_characters as hides_control_characters
 from bot.domain.text import is_web_url, shown_url
@@ -84,7 +85,22 @@ class WatchConfig(Section):
 
 
 class ScheduleConfig(Section):
-    default_timezone: str = "UTC"
+    default_timezone: str = "UTC"  # an IANA zone (e.g. Europe/Berlin): new readers get it
+
+    # A zone this machine does not have would make every reader added after it a reader of UTC.
+    @field_validator("default_timezone")
+    @classmethod
+    def _existing_zone(cls, value: str) -> str:
+        name = value.strip()
+        if zone_exists(name):
+            return name
+        import difflib
+        import zoneinfo
+
+        close = difflib.get_close_matches(name, sorted(zoneinfo.available_timezones()), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"{name!r} is not an IANA time zone (e.g. Europe/Berlin){hint}")
+
     default_send_hour: int = Field(8, ge=0, le=23)
     # A day found with nothing new at the send time stays open until this local hour
     # (24: midnight): entries that arrive before then still go out that day.

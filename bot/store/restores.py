@@ -38,6 +38,13 @@ _WRITTEN_ONLY = (
     ("digests", "state", tuple(state.value for state in DigestState)),
     ("digests", "kind", tuple(kind.value for kind in DigestKind)),
 )
+# Counts digestbot only ever adds to: whole numbers from zero up (a row "-5 requests" would
+# be shown, and would give the day's model budget five requests more).
+_COUNTS = (
+    ("llm_usage", "day", ("requests", "tokens")),
+    ("digests", "id", ("attempts", "entry_count", "pending_count")),
+    ("subscribers", "id", ("bounces",)),
+)
 
 
 class BackupRefused(StoreError):
@@ -151,6 +158,14 @@ def _refuse_unwritten_settings(
         ).fetchone()
         if found is not None:
             bad.append(f"{table} row {found[0]}: {column} {str(found[1])[:40]!r} is not one digestbot writes")
+    for table, key, columns in _COUNTS:
+        for column in columns:
+            found = connection.execute(
+                f'SELECT "{key}", "{column}" FROM main."{table}" '
+                f'WHERE typeof("{column}") != \'integer\' OR "{column}" < 0 LIMIT 1'
+            ).fetchone()
+            if found is not None:
+                bad.append(f"{table} row {found[0]}: {column} {str(found[1])[:40]!r} is not a count (a whole number)")
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise BackupRefused(f"{backup}: {bad[0]}{more}; digestbot never writes that, so the backup was changed")

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 HONEST_TLDR = "A sparse attention kernel that runs faster on GPUs."
+HONEST_ANSWER = f"TL;DR: {HONEST_TLDR}"  # in the form the prompt asks for
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -63,6 +64,15 @@ class _Handler(BaseHTTPRequestHandler):
                 (lambda t, n: [0.0, 0.0, 0.0]) if model == "zero" else (lambda t, n: [float(len(t)), float(n), 1.0])
             )
             data = [{"index": n, "embedding": vector(t, n)} for n, t in enumerate(texts)]
+            wrong = {  # indexes that are not 0 .. n-1 once each
+                "index-zero": lambda n: 0,
+                "index-repeated": lambda n: min(n, 1),
+                "index-shifted": lambda n: n + 1,
+                "index-true": lambda n: True if n == 1 else n,
+                "index-text": lambda n: str(n),
+            }
+            if model in wrong:
+                data = [row | {"index": wrong[model](n)} for n, row in enumerate(data)]
             self._send(200, json.dumps({"data": list(reversed(data)), "usage": {"total_tokens": 7}}).encode())
         else:
             self._send(200, json.dumps(_chat(self.server.answer)).encode())
@@ -115,7 +125,7 @@ class _ModelServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.stopping = threading.Event()
-        self.answer = HONEST_TLDR
+        self.answer = HONEST_ANSWER
         self.flight = threading.Condition()
         self.together = 1  # the "together" model: requests it waits for in flight at once
         self.arrived = 0

@@ -8,7 +8,7 @@ import pytest
 from bot.config.services import LlmConfig
 from bot.llm.client import LlmCall
 from bot.llm.tldr import tldr_of, tldr_request
-from tests.model_server import HONEST_TLDR, model_server
+from tests.model_server import HONEST_ANSWER, HONEST_TLDR, model_server
 
 
 def _call(base_url: str, **limits: object) -> LlmCall:
@@ -28,7 +28,7 @@ def test_an_honest_answer_and_what_was_sent() -> None:
         call = _call(server.base_url)
         answer = call.chat(_body("honest"))
         call.close()
-    assert answer is not None and answer.text == HONEST_TLDR and answer.tokens == 102
+    assert answer is not None and answer.text == HONEST_ANSWER and answer.tokens == 102
     assert tldr_of(answer.text) == HONEST_TLDR
     (path, headers, body) = server.requests[0]
     assert path == "/v1/chat/completions" and headers["Authorization"] == "Bearer sk-test-key"
@@ -79,6 +79,17 @@ def test_a_model_that_is_not_there_is_one_failure_per_request() -> None:
     call = _call("http://127.0.0.1:9/v1")
     assert call.chat(_body("honest")) is None and call.embed("honest", ["a"]) is None
     assert call.failures == {"unreachable": 2}
+
+
+@pytest.mark.parametrize("model", ["index-zero", "index-repeated", "index-shifted", "index-true", "index-text"])
+def test_embeddings_whose_indexes_are_not_each_text_once_are_refused(model: str) -> None:
+    """Twenty vectors all at index 0 were stored against the wrong papers: an answer is
+    taken only when its indexes are exactly 0 .. n-1, once each."""
+    with model_server() as server:
+        call = _call(server.base_url)
+        vectors = call.embed(model, [f"paper {n}" for n in range(20)])
+        call.close()
+    assert vectors is None and call.failures == {"not the API's answer": 1}
 
 
 def test_embeddings_come_back_in_the_order_of_the_texts() -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -40,6 +40,7 @@ RULES = load_rules(ROOT / "config" / "tags.toml")
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=64), max_size=40))
+@example([9.480751908109176e153, 9.480751908109177e153])  # squares overflow: fsum raised
 def test_a_vector_is_kept_at_unit_length_or_not_at_all(vector: list[float]) -> None:
     stored = packed(vector)
     if stored is None:
@@ -146,7 +147,11 @@ def test_a_pause_and_the_budget_leave_papers_unasked(factory: sessionmaker[Sessi
         budget = busy.model_copy(
             update={"llm": _settings(tmp_path, server.base_url).llm.model_copy(update={"requests_per_day": 2})}
         )
-        within = embed_papers(factory, budget, now=NOW, since=SINCE)
+        # The pause outlives the pass that got it (Retry-After: 120): the next pass sends nothing ...
+        still = embed_papers(factory, budget, now=NOW + timedelta(seconds=60), since=SINCE)
+        assert still.stored == 0 and still.skipped == 1 and len(server.requests) == 1
+        # ... until it has run out.
+        within = embed_papers(factory, budget, now=NOW + timedelta(seconds=121), since=SINCE)
     # The busy request counted one of the day's two: one more request, the rest left.
     assert within.stored == TEXTS_PER_REQUEST and within.over_budget == 6
     with factory() as session:

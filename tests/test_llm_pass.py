@@ -5,7 +5,7 @@ the day's budget, hostile answers kept out, nothing of a reader sent."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import select
@@ -15,10 +15,11 @@ from bot.choose.matching import Doc
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.ingest.storing import ingest_bytes
+from bot.llm.embedding import embed_papers
 from bot.llm.model_pass import write_tldrs
 from bot.llm.wanted import WantedTldr, wanted_tldrs
 from bot.store.schema import Entry, Subscriber
-from bot.store.tldrs import set_language, spent_on, tldrs_for
+from bot.store.tldrs import model_paused_until, set_language, spent_on, tldrs_for
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
 from tests.conftest import ROOT
@@ -112,13 +113,36 @@ def test_a_hostile_answer_keeps_its_entry_without_and_the_budget_stops_the_pass(
     factory: sessionmaker[Session], tmp_path: Path
 ) -> None:
     with model_server() as server:
-        server.answer = "Visit www.evil.example to read more."
+        server.answer = "TL;DR: Visit www.evil.example to read more."
         settings = _store(factory, tmp_path, server.base_url, requests_per_day=4)
         done = write_tldrs(factory, settings, now=NOW)
     assert (done.wanted, done.written, done.refused, done.over_budget) == (6, 0, 4, 2)
     assert len(server.requests) == 4
     with factory() as session:
         assert not tldrs_for(session, list(session.scalars(select(Entry.id))), "en")
+
+
+def test_a_429s_pause_outlives_the_pass_and_the_process(factory: sessionmaker[Session], tmp_path: Path) -> None:
+    """A model answering 429 with Retry-After: 120 is asked nothing more for two minutes,
+    by this pass, the next (a new call, as the daemon makes every two minutes) or another
+    process's, TL;DRs and embeddings alike: the pause is kept in the store."""
+    with model_server() as server:
+        busy = _store(factory, tmp_path, server.base_url, chat_model="busy")
+        first = write_tldrs(factory, busy, now=NOW)
+        honest = busy.model_copy(update={"llm": busy.llm.model_copy(update={"chat_model": "honest"})})
+        later = write_tldrs(factory, honest, now=NOW + timedelta(seconds=60))
+        embedder = honest.model_copy(update={"llm": honest.llm.model_copy(update={"embedding_model": "honest"})})
+        embedded = embed_papers(factory, embedder, now=NOW + timedelta(seconds=90), since=NOW - timedelta(days=2))
+        asked_while_paused = len(server.requests)
+        after = write_tldrs(factory, honest, now=NOW + timedelta(seconds=121))
+    assert first.failures == {"busy (429)": 1} and first.skipped == 5
+    assert (later.written, later.skipped, embedded.stored, asked_while_paused) == (0, 6, 0, 1)
+    assert embedded.skipped >= 1
+    assert after.written == 6 and len(server.requests) == 7
+    with factory() as session:
+        paused = model_paused_until(session, server.base_url)  # counted from when the 429 came
+        assert paused is not None and NOW + timedelta(seconds=120) <= paused < NOW + timedelta(seconds=180)
+        assert model_paused_until(session, "http://elsewhere.example/v1") is None  # another model's is not paused
 
 
 def test_a_model_that_is_down_costs_each_entry_its_tldr_and_nothing_else(
@@ -165,7 +189,8 @@ def test_the_command_asks_and_says_what_became_of_each_pair(tmp_path: Path) -> N
     assert "Embeddings: 1 wanted, 1 stored, 0 refused" in embedded.stdout
     assert "Language model (broken): 2 requests of 2,000 a day today (UTC)" in told_after
     assert "TL;DR requests last failed " in told_after
-    assert " UTC: 1 server error (5xx); the next pass asks again." in told_after
+    assert " UTC: 1 server error (5xx); asked again at the next pass." in told_after
+    assert "asked for a pause" not in told_after
     refused = Cli(tmp_path, {"DIGESTBOT_LLM__BASE_URL": "http://127.0.0.1:9/v1"})("llm", "tldrs", code=2)
     no_embedding = Cli(tmp_path, {"DIGESTBOT_LLM__BASE_URL": "http://127.0.0.1:9/v1"})("llm", "embed", code=2)
     assert no_embedding.stderr.strip() == (

@@ -13,6 +13,7 @@ from html import unescape
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -178,6 +179,38 @@ def test_a_restored_row_is_judged_again_as_it_is_shown(factory: sessionmaker[Ses
         assert "evil" not in text and "<script>" not in html and "javascript" not in html
 
 
+@pytest.mark.parametrize(
+    ("language", "model", "shown"),
+    [
+        ("en", "https://model.evil.example/x", "TL;DR by a language model: Fine line."),  # the name left out
+        ("en", "hf.co/evil/Model-GGUF", "TL;DR by a language model: Fine line."),
+        ("en", "m<script>", "TL;DR by a language model: Fine line."),
+        ("en", "ada@evil.example", "TL;DR by a language model: Fine line."),
+        ("en", "llama\u202e3.1", "TL;DR by a language model: Fine line."),
+        ('en" onmouseover="alert(1)', "llama3.1:8b", None),  # a language that is no tag: nothing shown
+        ("", "llama3.1:8b", None),
+    ],
+)
+def test_every_column_of_a_restored_row_is_judged(
+    factory: sessionmaker[Session], tmp_path: Path, language: str, model: str, shown: str | None
+) -> None:
+    """The line, its language (which goes into a lang attribute) and its model's name
+    (shown beside it in both parts) are outside bytes alike."""
+    settings = _settings(tmp_path)
+    first, _ = _day(factory, settings)
+    plan(factory, settings, RULES, now=NOW, all_due=True)
+    with factory() as session, session.begin():
+        row = {"entry_id": first, "language": language, "text": "Fine line.", "model": model}
+        session.execute(insert(EntryTldrRow), [row | {"written_at": NOW - timedelta(hours=1)}])
+        session.execute(update(Digest).values(language=language))
+    text, html = _parts(_mail(factory, settings, "bob@example.org"))
+    folded = " ".join(text.split())
+    if shown is None:
+        assert "TL;DR" not in text and "onmouseover" not in html
+    else:
+        assert shown in folded and "evil" not in text and "evil" not in html and "<script" not in html
+
+
 def test_the_web_version_and_the_feed_show_the_tldr(factory: sessionmaker[Session], tmp_path: Path) -> None:
     settings = _settings(tmp_path)
     first, _ = _day(factory, settings)
@@ -204,10 +237,14 @@ def test_tldr_html_escapes_and_marks() -> None:
     assert tldr_html(item) == ""
     told = digest_item(**paper, summary="", why="", tldr=Tldr('A "fast" kernel & <b>more</b>.', "en", "m<1>", NOW))
     assert tldr_html(told) == ""  # markup: not shown at all
-    plain = digest_item(**paper, summary="", why="", tldr=Tldr("A fast kernel & more.", "zh-Hant", "m<1>", NOW))
+    plain = digest_item(**paper, summary="", why="", tldr=Tldr("A fast kernel & more.", "zh-Hant", "m+1@x", NOW))
     assert tldr_html(plain) == (
-        '<p class="tldr"><em>TL;DR by a language model (m&lt;1&gt;):</em> '
+        '<p class="tldr"><em>TL;DR by a language model (m+1@x):</em> '
         '<span lang="zh-Hant">A fast kernel &amp; more.</span></p>'
+    )
+    unnamed = digest_item(**paper, summary="", why="", tldr=Tldr("A fast kernel.", "en", "m<1>", NOW))
+    assert tldr_html(unnamed) == (
+        '<p class="tldr"><em>TL;DR by a language model:</em> <span lang="en">A fast kernel.</span></p>'
     )
 
 

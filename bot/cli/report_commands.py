@@ -174,16 +174,20 @@ def _stats_table(c: Context, as_json: bool) -> None:
 def _model_lines(session: Session, llm: LlmConfig, at: datetime) -> list[str]:
     """What the language model was asked today, and when its requests last failed."""
     from bot.store.facts import EMBEDDING_FAILURE_FACT, TLDR_FAILURE_FACT, fact
-    from bot.store.tldrs import spent_on
+    from bot.store.tldrs import model_paused_until, spent_on
 
     requests, tokens = spent_on(session, at.date())
     budget = f" of {llm.requests_per_day:,} a day" if llm.requests_per_day else ""
     models = " and ".join(m for m in (llm.chat_model, llm.embedding_model) if m)
     lines = [f"Language model ({models}): {plural(requests, 'request')}{budget} today (UTC), {tokens:,} tokens."]
+    paused = model_paused_until(session, llm.base_url)
+    later = f"after {paused:%Y-%m-%d %H:%M} UTC" if paused is not None and paused > at else "at the next pass"
+    if paused is not None and paused > at:
+        lines.append(f"The model asked for a pause (429): nothing is sent to it before {paused:%Y-%m-%d %H:%M} UTC.")
     for name, words in ((TLDR_FAILURE_FACT, "TL;DR"), (EMBEDDING_FAILURE_FACT, "Embedding")):
         failed = fact(session, name)
         if failed:
-            lines.append(f"{words} requests last failed {failed}; the next pass asks again.")
+            lines.append(f"{words} requests last failed {failed}; asked again {later}.")
     return lines
 
 

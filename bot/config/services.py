@@ -5,13 +5,12 @@ itself, and a file only when a secret is asked for by ``resolved_api_key``."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from bot.config.config_errors import read_secret_file
-from bot.domain.llm import chosen_language
+from bot.domain.llm import LANGUAGE_TAG, MODEL_NAME, chosen_language
 from bot.domain.ranking import BUILT_IN, RANKER_NAME
 from bot.domain.text import is_web_url
 
@@ -73,12 +72,6 @@ class RankerConfig(Section):
         return value
 
 
-# A BCP 47 tag as operators write them: a language, then script, region or variant subtags.
-_LANGUAGE_TAG = re.compile(r"^[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*$")
-# A model's name as the servers take it ("llama3.1:8b", "Qwen/Qwen2.5-7B-Instruct").
-_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
-
-
 class LlmConfig(Section):
     # A language model behind the OpenAI-compatible API (docs/llm.md): the base URL
     # ("http://127.0.0.1:11434/v1" for Ollama); "" asks none and sends nothing anywhere.
@@ -109,7 +102,7 @@ class LlmConfig(Section):
     @field_validator("chat_model", "embedding_model")
     @classmethod
     def _model_name(cls, value: str) -> str:
-        if value and not _MODEL_NAME.match(value):
+        if value and not MODEL_NAME.fullmatch(value):
             raise ValueError("must be a model's name: letters, digits and . _ : / @ + -, at most 200")
         return value
 
@@ -119,7 +112,7 @@ class LlmConfig(Section):
         if not tags:
             raise ValueError("must name at least one language, e.g. ['en']")
         for tag in tags:
-            if not _LANGUAGE_TAG.match(tag):
+            if not LANGUAGE_TAG.fullmatch(tag):
                 raise ValueError(f"{tag!r} is not a BCP 47 language tag such as en, zh, de-CH or zh-Hant")
         if len({tag.casefold() for tag in tags}) != len(tags):
             raise ValueError("names a language twice")

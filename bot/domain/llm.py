@@ -5,10 +5,16 @@ never the store."""
 from __future__ import annotations
 
 import math
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+
+# A BCP 47 tag as operators write them: a language, then script, region or variant subtags.
+LANGUAGE_TAG = re.compile(r"[A-Za-z]{2,3}(?:-[A-Za-z0-9]{2,8})*")
+# A model's name as the servers take it ("llama3.1:8b", "Qwen/Qwen2.5-7B-Instruct").
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +49,15 @@ _HALF = "e"
 def packed(vector: Sequence[float]) -> bytes | None:
     """*vector* scaled to unit length, as stored (``embeddings.vector``): little-endian
     half floats; None for what is no embedding (empty, too long, all zero, not finite)."""
-    if not 0 < len(vector) <= MAX_DIMENSIONS:
+    if not 0 < len(vector) <= MAX_DIMENSIONS or not all(math.isfinite(x) for x in vector):
         return None
-    length = math.sqrt(math.fsum(x * x for x in vector))
-    if not (math.isfinite(length) and length > 0):
+    # Scaled by its largest part first: squares of parts near 1e154 overflow a float.
+    largest = max(abs(x) for x in vector)
+    if largest == 0:
         return None
-    return struct.pack(f"<{len(vector)}{_HALF}", *(x / length for x in vector))
+    scaled = [x / largest for x in vector]
+    length = math.sqrt(math.fsum(x * x for x in scaled))
+    return struct.pack(f"<{len(vector)}{_HALF}", *(x / length for x in scaled))
 
 
 def unpacked(data: bytes) -> tuple[float, ...]:

@@ -6,8 +6,9 @@ time for its whole answer (checked while the bytes arrive, so a model that dribb
 cut off too) and a size cap; redirects are not followed, a streamed answer nobody asked
 for and an answer that is not the API's JSON are that request's failure.  A 429 pauses
 every later request until its ``Retry-After`` (at most ``PAUSE_CAP``): those are counted
-as skipped, never sent.  Failures are tallied by kind for the caller to log once a pass
-and count.  Never reads or writes the store, never sends anything of a reader.
+as skipped, never sent; the caller keeps what is left of the pause for the next pass
+(``paused_seconds``, ``pause_left``).  Failures are tallied by kind for the caller to log
+once a pass and count.  Never reads or writes the store, never sends anything of a reader.
 """
 
 from __future__ import annotations
@@ -59,11 +60,21 @@ class LlmCall:
     skipped: int = 0  # not sent: the model asked for a pause
     sent: int = 0
     tokens: int = 0  # as the API reported them for the answers read
+    paused_seconds: float = 0.0  # a pause an earlier pass was asked for, still running
     _paused_until: float = 0.0
     _client: httpx.Client | None = None
     # Requests may be in flight from several threads (``llm.concurrency``): the tallies,
     # the pause and the client are changed under this lock.
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._started = self.clock()
+        if self.paused_seconds > 0:
+            self._paused_until = self._started + min(self.paused_seconds, PAUSE_CAP)
+
+    def pause_left(self) -> float:
+        """Seconds from this call's start until the model's last asked-for pause ends (0: none)."""
+        return max(0.0, self._paused_until - self._started)
 
     def close(self) -> None:
         if self._client is not None:
@@ -92,7 +103,13 @@ class LlmCall:
             return None
         self._tally(tokens=_tokens(answer))
         try:
-            rows = sorted(answer["data"], key=lambda row: row["index"])
+            rows = answer["data"]
+            indexes = [row["index"] for row in rows]
+            # Each text's vector once: indexes 0 .. n-1 once each (all zero, repeated or missing
+            # would store vectors against the wrong papers).
+            if any(type(index) is not int for index in indexes) or sorted(indexes) != list(range(len(texts))):
+                raise ValueError("not one index per text")
+            rows = sorted(rows, key=lambda row: row["index"])
             vectors = [[float(x) for x in row["embedding"]] for row in rows]
             if len(vectors) != len(texts) or len({len(v) for v in vectors}) > 1:
                 raise ValueError("not one vector of one size per text")

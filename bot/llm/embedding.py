@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.domain.llm import packed
 from bot.llm.client import LlmCall, answered
+from bot.llm.pauses import keep_pause, paused_call
 from bot.llm.tldr import MAX_ABSTRACT_CHARS
 from bot.store.embeddings import PaperText, entries_to_embed, library_to_embed, save_embeddings
 from bot.store.engine import transaction
@@ -76,7 +77,7 @@ def embed_papers(
         wanted += [paper for paper in library if paper[0] not in keys][: TEXTS_PER_PASS - len(wanted)]
         spent = list(spent_on(session, now.date()))
     done.wanted = len(wanted)
-    call = call or LlmCall(llm, api_key=llm.resolved_api_key().get_secret_value())
+    call = call or paused_call(factory, llm, now)
     batches = [wanted[start : start + TEXTS_PER_REQUEST] for start in range(0, len(wanted), TEXTS_PER_REQUEST)]
     recorded = [call.sent, call.tokens]  # the call's totals already counted in the store
 
@@ -99,6 +100,7 @@ def embed_papers(
             _keep(factory, settings, batch, vectors, done, (requests, tokens), now)
     finally:
         call.close()
+    keep_pause(factory, llm, call, now)
     done.skipped, done.failures = call.skipped, call.failures
     if done.failures:
         with transaction(factory) as session:

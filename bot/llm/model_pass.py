@@ -25,6 +25,7 @@ from bot.domain import EntryView
 from bot.domain.llm import Tldr
 from bot.llm.client import ChatAnswer, LlmCall, answered
 from bot.llm.embedding import EmbeddingPass, embed_papers
+from bot.llm.pauses import keep_pause, paused_call
 from bot.llm.tldr import tldr_of, tldr_request
 from bot.llm.wanted import WantedTldr, wanted_tldrs
 from bot.store.engine import transaction
@@ -75,7 +76,7 @@ def write_tldrs(
         wanted = _wanted(session, llm, now)
         requests_spent, tokens_spent = spent_on(session, now.date())
     done.wanted = len(wanted)
-    call = call or LlmCall(llm, api_key=llm.resolved_api_key().get_secret_value())
+    call = call or paused_call(factory, llm, now)
     spent = [requests_spent, tokens_spent]  # as counted before the pass, and reserved by it
     recorded = [call.sent, call.tokens]  # the call's totals already counted in the store
 
@@ -110,6 +111,7 @@ def write_tldrs(
             done.refused += answer is not None and line is None
     finally:
         call.close()
+    keep_pause(factory, llm, call, now)
     done.skipped, done.failures = call.skipped, call.failures
     if done.failures:
         with transaction(factory) as session:

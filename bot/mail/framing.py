@@ -16,7 +16,7 @@ from bot.choose.filter_terms import And, Or, Phrase, Tag
 from bot.choose.filters import FilterError, parse_filter, shown_filter
 from bot.domain import DigestContent, DigestItem, EntryContent, EntryKind, Update
 from bot.domain.text import one_line
-from bot.llm.tldr import tldr_of
+from bot.llm.tldr import shown_tldr
 from bot.mail.prose import marks_pattern, title_text
 from bot.mail.why import library_paper
 from bot.plan.cadence import is_weekly
@@ -198,12 +198,12 @@ def update_shown(update: Update) -> dict[str, str]:
 
 
 def tldr_shown(item: DigestItem) -> dict[str, str]:
-    """A model's TL;DR as the templates show it, marked as the model's: judged again as
-    it is shown (a restored row is outside bytes), else nothing."""
-    text = tldr_of(item.tldr.text) if item.tldr is not None else None
-    if item.tldr is None or text is None:
+    """A model's TL;DR as the templates show it, marked as the model's: every column
+    judged again as it is shown (a restored row is outside bytes), else nothing."""
+    shown = shown_tldr(item.tldr)
+    if shown is None:
         return {"tldr": ""}
-    return {"tldr": text, "tldr_model": one_line(item.tldr.model)[:200], "tldr_language": item.tldr.language}
+    return {"tldr": shown.text, "tldr_model": shown.model, "tldr_language": shown.language}
 
 
 def tldr_html(item: DigestItem) -> str:
@@ -212,4 +212,5 @@ def tldr_html(item: DigestItem) -> str:
     if not shown["tldr"]:
         return ""
     by, language, text = (html.escape(shown[name]) for name in ("tldr_model", "tldr_language", "tldr"))
-    return f'<p class="tldr"><em>TL;DR by a language model ({by}):</em> <span lang="{language}">{text}</span></p>'
+    named = f" ({by})" if by else ""
+    return f'<p class="tldr"><em>TL;DR by a language model{named}:</em> <span lang="{language}">{text}</span></p>'

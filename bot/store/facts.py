@@ -15,6 +15,7 @@ RETAGGED_AT = "tags_retagged_at"  # when every entry's rule tags were last made 
 RANKER_FAILURE_FACT = "ranker_last_failure"  # when the outside ranker last failed a pass, and why
 EMBEDDING_FAILURE_FACT = "embedding_last_failure"  # when an embedding pass last had requests fail, and how
 TLDR_FAILURE_FACT = "tldr_last_failure"  # when a TL;DR pass last had requests fail, and how many of which kind
+MODEL_PAUSE_FACT = "llm_paused_until"  # until when the model asked for no requests (a 429), and its base URL
 
 
 def fact(session: Session, name: str) -> str | None:

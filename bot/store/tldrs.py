@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from bot.domain.llm import Tldr
 from bot.store.bulk import among, chunks
+from bot.store.facts import MODEL_PAUSE_FACT, fact, set_fact
 from bot.store.llm_tables import EntryTldrRow, LlmUsageRow
 from bot.store.row_shapes import RowShape
 from bot.store.schema import Subscriber
@@ -88,3 +89,21 @@ def add_spending(session: Session, day: date, requests: int, tokens: int) -> Non
     row.requests = min(row.requests + requests, MOST_COUNTED)
     row.tokens = min(row.tokens + tokens, MOST_COUNTED)
     session.flush()
+
+
+def model_paused_until(session: Session, base_url: str) -> datetime | None:
+    """Until when the model behind *base_url* asked to be sent nothing (its last 429's
+    ``Retry-After``), as every pass and process reads it; None when it did not."""
+    stored = fact(session, MODEL_PAUSE_FACT) or ""
+    until, _, url = stored.partition("|")
+    if url != base_url:
+        return None
+    try:
+        moment = datetime.fromisoformat(until)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def set_model_paused_until(session: Session, base_url: str, until: datetime) -> None:
+    set_fact(session, MODEL_PAUSE_FACT, f"{until.isoformat()}|{base_url}")

@@ -19,8 +19,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import SmtpConfig
 from bot.delivery import outcomes
 from bot.delivery.leases import Leases
-from bot.delivery.outcomes import RECORD_EVERY, Leftovers, Recorder, StoreUnwritable, write_leftovers
-from bot.delivery.smtp import Outcome, SendResult, SmtpPool, _can_send_prepared, _unstuffed, transmit
+from bot.delivery.outcomes import RECORD_EVERY, Leftovers, Recorder, write_leftovers
+from bot.delivery.smtp import Outcome, SendResult, SmtpPool
+from bot.delivery.transmit import _can_send_prepared, _unstuffed, transmit
+from bot.delivery.wire_marks import StoreUnwritable
 from bot.domain import DeliverReport
 from bot.mail.message import Prepared, prepared
 from bot.store.digests import DigestRow, get_digests
@@ -130,7 +132,7 @@ def test_plain_addresses_are_quoted_as_aiosmtplib_quotes_them() -> None:
     aiosmtplib's own quoting must give the same bytes for every one of them."""
     from aiosmtplib.email import quote_address
 
-    from bot.delivery.smtp import _PLAIN_ADDRESS
+    from bot.delivery.transmit import _PLAIN_ADDRESS
 
     @given(st.from_regex(_PLAIN_ADDRESS, fullmatch=True))
     def check(address: str) -> None:
@@ -187,7 +189,7 @@ def test_answers_are_written_in_groups_on_time_and_marks_at_once(
             factory, settings, leases, clock=lambda: datetime.now(UTC), report=report, leftovers=Leftovers()
         )
         for row in rows:
-            assert await recorder.on_wire_now(row)
+            assert await recorder.marks.on_wire_now(row)
         for row in rows[: RECORD_EVERY - 1]:
             recorder.answer(row, sent)
         await asyncio.sleep(0.2)
@@ -227,13 +229,13 @@ def test_a_refused_write_stops_the_wire_and_keeps_the_answers(factory: sessionma
         recorder = Recorder(
             factory, settings, leases, clock=lambda: datetime.now(UTC), report=DeliverReport(), leftovers=leftovers
         )
-        assert await recorder.on_wire_now(rows[0]) and await recorder.on_wire_now(rows[1])
+        assert await recorder.marks.on_wire_now(rows[0]) and await recorder.marks.on_wire_now(rows[1])
         refusing["on"] = True
         recorder.answer(rows[0], sent)
         with pytest.raises(StoreUnwritable):
-            await recorder.on_wire_now(rows[2])
+            await recorder.marks.on_wire_now(rows[2])
         with pytest.raises(StoreUnwritable):
-            await recorder.on_wire_now(rows[3])
+            await recorder.marks.on_wire_now(rows[3])
         recorder.answer(rows[1], sent)  # on the wire before the refusal: its answer is kept
         await recorder.flush()
 

@@ -20,9 +20,10 @@ from bot.delivery.outcomes import Leftovers, Recorder
 from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport, DigestState
 from bot.mail.mailer import Mailer
+from bot.store.answers import Finished, finish_many
 from bot.store.digests import DigestRow, get_digests
 from bot.store.engine import transaction
-from bot.store.queue import Claim, Finished, claim_due, finish_many, put_on_wire, renew_leases, settle_unanswered
+from bot.store.queue import Claim, claim_due, put_on_wire, renew_leases, settle_unanswered
 from bot.store.schema import Digest
 from bot.tools.sink import Fault, Sink, SinkHandler
 from tests.helpers import queue_digests, settings_for
@@ -161,7 +162,7 @@ def test_a_worker_that_lost_its_claims_while_paused_marks_none_of_them(
         recorder = Recorder(
             factory, settings, leases, clock=lambda: datetime.now(UTC), report=DeliverReport(), leftovers=Leftovers()
         )
-        return [await recorder.on_wire_now(row) for row in rows]
+        return [await recorder.marks.on_wire_now(row) for row in rows]
 
     assert asyncio.run(marks(rows[:4])) == [True] * 4
     _run_out(factory, _ids(claims))  # A is paused: its lease runs out

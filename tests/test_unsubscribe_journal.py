@@ -219,7 +219,7 @@ def test_a_reader_who_leaves_while_their_batch_is_on_the_wire_is_not_sent_to(
     acknowledged.  It is now read again before each message goes on the wire (at most
     LEAVERS_FRESH_SECONDS old): one SMTP connection, a slow server, and the last ten
     readers of the batch leave after its first message went out."""
-    from bot.delivery.loop import LEAVERS_FRESH_SECONDS
+    from bot.delivery.leavers import LEAVERS_FRESH_SECONDS
     from bot.tools.sink import Fault
     from tests.helpers import queue_digests
 

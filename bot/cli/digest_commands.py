@@ -16,7 +16,8 @@ from bot.domain.text import plural
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
-    from bot.domain import Subscriber
+    from bot.cli.context import Context
+    from bot.domain import DigestState, Subscriber
 
 
 def send_now(
@@ -75,27 +76,16 @@ def resend_command(
     ledger does not change.  A digest whose outcome is unknown went on the wire with no
     answer seen: its reader may have it already, so it is resent only when asked."""
     from bot.domain import DigestState
-    from bot.plan import DigestNotFound, ResendPending, resend, resend_all
+    from bot.plan import DigestNotFound, ResendPending, resend
     from bot.plan.resend import ReaderNotActive
 
     c = ctx_of(ctx)
     factory = c.sessions()
     c.signing_key()
+    if failed and unknown:
+        fail("give --failed or --unknown, not both", EXIT_USAGE)
     if failed or unknown:
-        if failed and unknown:
-            fail("give --failed or --unknown, not both", EXIT_USAGE)
-        state = DigestState.UNKNOWN if unknown else DigestState.FAILED
-        if unknown:
-            out.print(
-                "digests whose outcome is unknown went on the wire with no answer seen: their readers may have "
-                "them already, and get a copy marked as a resend",
-                markup=False,
-                soft_wrap=True,
-            )
-        queued = resend_all(factory, c.settings, state, now=now())
-        out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
-        if deliver_and_tell(c, factory, queued):
-            raise typer.Exit(EXIT_INPUT_FAILED)
+        _resend_every(c, factory, DigestState.UNKNOWN if unknown else DigestState.FAILED)
         return
     targets = [_resend_target(factory, digest_id, subscriber, date_)]
     for target in targets:
@@ -105,6 +95,25 @@ def resend_command(
     except (DigestNotFound, ResendPending, ReaderNotActive) as exc:
         fail(str(exc))
         return
+    out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
+    if deliver_and_tell(c, factory, queued):
+        raise typer.Exit(EXIT_INPUT_FAILED)
+
+
+def _resend_every(c: Context, factory: sessionmaker[Session], state: DigestState) -> None:
+    """``resend --failed`` or ``--unknown``: a resend of each such digest, saying first
+    what a resend of an unknown one means."""
+    from bot.domain import DigestState
+    from bot.plan import resend_all
+
+    if state is DigestState.UNKNOWN:
+        out.print(
+            "digests whose outcome is unknown went on the wire with no answer seen: their readers may have "
+            "them already, and get a copy marked as a resend",
+            markup=False,
+            soft_wrap=True,
+        )
+    queued = resend_all(factory, c.settings, state, now=now())
     out.print(f"queued {plural(len(queued), 'resend')}: {', '.join(f'#{q}' for q in queued) or 'none'}")
     if deliver_and_tell(c, factory, queued):
         raise typer.Exit(EXIT_INPUT_FAILED)

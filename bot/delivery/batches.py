@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.domain import DeliverReport, DigestKind, DigestState, SubscriberStatus
 from bot.mail.mailer import Built, Mailer
+from bot.store.answers import Finished, finish_many
 from bot.store.digests import DigestRow, get_digests
 from bot.store.engine import transaction
 from bot.store.ledger import release_entries
-from bot.store.queue import Finished, finish_many
 from bot.store.subscribers import subscriber_statuses
 from bot.unsubscribes import journal_of
 

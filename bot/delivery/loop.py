@@ -19,7 +19,6 @@ import logging
 import math
 import os
 import socket
-import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable
@@ -30,8 +29,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.delivery.batches import Builders, cancel_digests
 from bot.delivery.leases import Leases
-from bot.delivery.outcomes import Leftovers, Recorder, StoreUnwritable, tell, write_leftovers
+from bot.delivery.leavers import Leavers
+from bot.delivery.outcomes import Leftovers, Recorder, leftovers_written
 from bot.delivery.smtp import SmtpPool
+from bot.delivery.wire_marks import StoreUnwritable
 from bot.domain import DeliverReport, SubscriberStatus
 from bot.domain.text import plural
 from bot.mail.mailer import Built, Mailer
@@ -39,8 +40,6 @@ from bot.metrics import Metrics
 from bot.store.engine import transaction
 from bot.store.queue import claim_due, settle_unanswered
 from bot.store.store_errors import said
-from bot.store.subscribers import subscriber_statuses
-from bot.unsubscribes import Journal, journal_of, read_only_sessions
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -84,10 +83,11 @@ async def deliver(
         metrics=metrics,
         leftovers=leftovers if leftovers is not None else Leftovers(),
     )
-    if not await line.leftovers_written():
+    if not await leftovers_written(factory, settings, line.leftovers, line.total, worker=line.worker, metrics=metrics):
         return line.total
     ahead = max(1, settings.digest.build_processes)  # batches being built while one is sent
-    async with line.leases.kept(), line.stopping_on(stop):
+    line.stop = stop
+    async with line.leases.kept(), stopping_on(stop, line.stop_now):
         try:
             while line.sending_allowed():
                 while len(line.building) < ahead and line.sending_allowed() and line.claim(line.claim_size(batch)):
@@ -105,6 +105,26 @@ async def deliver(
                 await line.sent()
     line.say_why_it_stopped()
     return line.total
+
+
+@contextlib.asynccontextmanager
+async def stopping_on(stop: asyncio.Event | None, stop_now: Callable[[], None]) -> AsyncIterator[None]:
+    """While the block runs, a *stop* set calls *stop_now* at once."""
+    if stop is None:
+        yield
+        return
+
+    async def watch() -> None:
+        await stop.wait()
+        stop_now()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        yield
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
 
 
 class _Pipeline:
@@ -139,33 +159,6 @@ class _Pipeline:
         self.stopped = False
         self.stop: asyncio.Event | None = None
 
-    async def leftovers_written(self) -> bool:
-        """Write what an earlier delivery could not (``Leftovers``); False (nothing is
-        sent) when the store still refuses."""
-        if not self.leftovers:
-            return True
-        answers, claims = len(self.leftovers.answers), len(self.leftovers.claims)
-        try:
-            recorded, returned = await asyncio.to_thread(
-                write_leftovers, self.factory, self.settings, self.leftovers, worker=self.worker
-            )
-        except Exception as exc:  # noqa: BLE001 - still refused: kept for the next delivery
-            log.error(
-                "the store still refuses writes (%s): %s and %s kept to be written, nothing sent",
-                said(exc),
-                plural(answers, "answer"),
-                plural(claims, "claim"),
-            )
-            return False
-        tell(recorded, self.total, self.metrics, self.clock())
-        self.total.given_back += returned
-        log.warning(
-            "the store takes writes again: recorded %s answered meanwhile, gave back %s",
-            plural(len(recorded), "message"),
-            plural(returned, "claim"),
-        )
-        return True
-
     def sending_allowed(self) -> bool:
         stopping = self.stopped or (self.stop is not None and self.stop.is_set())
         return not stopping and self.recorder.failure is None
@@ -175,7 +168,7 @@ class _Pipeline:
         (``smtp.rate_per_second`` at most), between the pool's size and *most*; before
         any answer, a few per connection."""
         smtp = self.settings.smtp
-        pace = self.recorder.pace(CLAIM_AHEAD_SECONDS)
+        pace = self.recorder.pace.per_second(CLAIM_AHEAD_SECONDS)
         size = 4 * smtp.pool_size if pace is None else math.ceil(pace * CLAIM_AHEAD_SECONDS)
         if smtp.rate_per_second:
             size = min(size, math.ceil(smtp.rate_per_second * CLAIM_AHEAD_SECONDS))
@@ -238,26 +231,6 @@ class _Pipeline:
             if self.progress is not None:
                 self.progress(self.sending_count)
 
-    @contextlib.asynccontextmanager
-    async def stopping_on(self, stop: asyncio.Event | None) -> AsyncIterator[None]:
-        """While the block runs, a *stop* set stops sending at once (``stop_now``)."""
-        self.stop = stop
-        if stop is None:
-            yield
-            return
-
-        async def watch() -> None:
-            await stop.wait()
-            self.stop_now()
-
-        watcher = asyncio.ensure_future(watch())
-        try:
-            yield
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-
     def stop_now(self) -> None:
         """Claim nothing more, put nothing more on the wire, wait for the replies to what
         is on it at most ``digest.stop_seconds``; every other claim is given back as its
@@ -265,9 +238,9 @@ class _Pipeline:
         if self.stopped:
             return
         self.stopped = True
-        self.recorder.close_gate()
+        self.recorder.marks.close()
         self.pool.stop(self.settings.digest.stop_seconds)
-        in_flight = len(self.recorder.on_wire)
+        in_flight = len(self.recorder.marks.on_wire)
         log.info(
             "stopping: %d in flight, %d given back (the replies to those in flight are waited for %g s at most)",
             in_flight,
@@ -295,7 +268,7 @@ class _Pipeline:
         reader not leaving, its claim still held and marked on the wire)."""
         report = DeliverReport()
         leavers = Leavers(self.factory, {b.row.subscriber_id for b in built})
-        self.recorder.expect([b.row for b in built])
+        self.recorder.marks.expect([b.row for b in built])
         leaving: list[Built] = []
 
         async def send(message: Built) -> None:
@@ -309,11 +282,11 @@ class _Pipeline:
                     verdict = "leaving"
                 else:
                     try:
-                        if await self.recorder.on_wire_now(message.row):
+                        if await self.recorder.marks.on_wire_now(message.row):
                             return True
                     except StoreUnwritable:
                         return False
-                    verdict = "stopped" if self.recorder.gate_closed else "lost"
+                    verdict = "stopped" if self.recorder.marks.closed else "lost"
                 return False
 
             result = await self.pool.send(message.sender, message.recipient, message.data, wanted=wanted)
@@ -334,7 +307,7 @@ class _Pipeline:
                 report.cancelled += await asyncio.to_thread(self._cancel_leavers, leaving)
             if not self.sending_allowed():
                 held = self.leases.claims_of(batch)
-                unsent = {i: a for i, a in held.items() if i not in self.recorder.went_out}
+                unsent = {i: a for i, a in held.items() if i not in self.recorder.marks.went_out}
                 report.given_back += await self.leases.give_back(unsent)
         return report
 
@@ -368,57 +341,3 @@ def due_count(factory: sessionmaker[Session], now: datetime) -> int:
 
     with factory() as session:
         return count_due(session, now)
-
-
-# How old the journal's word on who is leaving may be when a message goes on the wire: a
-# reader who unsubscribes while their batch is being sent is not sent to after this.
-LEAVERS_FRESH_SECONDS = 0.05
-
-
-class Leavers:
-    """Who of a batch's readers is leaving: an unsubscribe acknowledged in the journal and
-    not yet applied, or a status in the store that is no longer active (applied since the
-    batch was built: a batch can wait behind a slow relay for minutes, and the endpoint
-    applies requests within a second).  Never answered from a reading older than
-    ``LEAVERS_FRESH_SECONDS``; read again in the background once it is half that old, so
-    that the messages going out rarely wait for a reading (one read a batch at a time,
-    off the event loop)."""
-
-    def __init__(self, factory: sessionmaker[Session], subscriber_ids: set[int]) -> None:
-        self.factory, self.subscriber_ids = factory, subscriber_ids
-        self._store: sessionmaker[Session] | None = None  # read-only, opened at the first reading
-        self.pending: set[int] = set()
-        self.read_at = float("-inf")
-        self._reading = asyncio.Lock()
-        self._ahead: asyncio.Task[None] | None = None  # a reading started before it is needed
-
-    async def leaving(self, subscriber_id: int) -> bool:
-        age = time.monotonic() - self.read_at
-        if age > LEAVERS_FRESH_SECONDS:
-            await self._read_again(LEAVERS_FRESH_SECONDS)
-        elif age > LEAVERS_FRESH_SECONDS / 2 and not self._reading.locked():
-            self._ahead = asyncio.ensure_future(self._read_again(LEAVERS_FRESH_SECONDS / 2))
-        return subscriber_id in self.pending
-
-    async def _read_again(self, older_than: float) -> None:
-        async with self._reading:
-            if time.monotonic() - self.read_at > older_than:
-                started = time.monotonic()
-                journal = journal_of(self.factory)
-                self.pending = await asyncio.to_thread(self._read, journal)
-                self.read_at = started
-
-    def _read(self, journal: Journal) -> set[int]:
-        pending = journal.pending_subscribers(self.subscriber_ids)
-        if self._store is None:  # on SQLite a reader that never takes the writer's lock
-            self._store = read_only_sessions(self.factory)
-        with self._store() as session:
-            statuses = subscriber_statuses(session, self.subscriber_ids)
-        gone = {i for i in self.subscriber_ids if statuses.get(i) is not SubscriberStatus.ACTIVE}
-        return pending | gone
-
-    def close(self) -> None:
-        if self._ahead is not None:
-            self._ahead.cancel()
-        if self._store is not None and self._store is not self.factory:
-            self._store.kw["bind"].dispose()

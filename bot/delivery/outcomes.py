@@ -2,7 +2,8 @@
 messages waiting to go on the wire (``queue.put_on_wire``: only a message whose lease is
 held, in a store that can be written, goes) and records the outcomes that came in: the
 next state the retry and bounce rules give each (``bot.delivery.policy``), the bounce
-count it moves, one log line for each failure.  Off the event loop; never sends.
+count it moves, one log line for each failure.  A group at a time, in the event loop's
+thread (as the loop's own turn); never sends.
 
 A write that fails stops the delivery's sending at once: nothing more is marked, so
 nothing more goes on the wire, and the answers still coming in for what is on the wire
@@ -12,14 +13,10 @@ are kept (``Leftovers``) to be written when the store takes writes again.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import logging
-import math
-import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -27,11 +24,14 @@ from bot.config import Settings
 from bot.delivery.leases import Leases
 from bot.delivery.policy import NextState, next_state
 from bot.delivery.smtp import SendResult
+from bot.delivery.wire_marks import Pace, WireMarks
 from bot.domain import DeliverReport, DigestState
+from bot.domain.text import plural
 from bot.metrics import Metrics
+from bot.store.answers import Finished, count_bounce, finish_many, reset_bounces
 from bot.store.digests import DigestRow
 from bot.store.engine import transaction
-from bot.store.queue import Finished, count_bounce, finish_many, give_back, put_on_wire, reset_bounces
+from bot.store.queue import give_back, put_on_wire
 from bot.store.store_errors import said
 
 log = logging.getLogger("bot.delivery.loop")  # the name operators filter delivery lines by
@@ -42,15 +42,6 @@ log = logging.getLogger("bot.delivery.loop")  # the name operators filter delive
 # many messages or this long.
 RECORD_EVERY = 64
 RECORD_SECONDS = 0.2
-# Marks are written ahead of the messages they let out, as many as the relay takes in this
-# long (one a connection at least, RECORD_EVERY at most): a crash leaves unknown about
-# as much marked and never sent as it leaves answered and not recorded.
-MARK_AHEAD_SECONDS = RECORD_SECONDS
-PACE_MEMORY = 10.0  # seconds of answers the relay's pace is read from, at most
-
-
-class StoreUnwritable(Exception):
-    """The store refused a delivery's write: nothing more goes on the wire."""
 
 
 @dataclass
@@ -86,15 +77,9 @@ class _Recorded:
 
 
 class Recorder:
-    """Marks claims as going on the wire and records answers, a transaction at a time,
-    grouping what comes in meanwhile (group commit); ``close_gate`` (a stop) lets
-    nothing more on the wire.
-
-    A message waits for its own mark, and the marks of the next of its batch are written
-    with it (``mark_ahead``: what the relay takes in ``MARK_AHEAD_SECONDS``), so that most
-    messages find theirs written already and one transaction serves many.  Marked and
-    never sent (a crash after the mark) is unknown: a crash leaves about as many of
-    those as answers not yet recorded; a stop gives them back."""
+    """The delivery's one writer: each transaction writes the marks the gate asked for
+    (``WireMarks``) and the answers that are due, grouping what comes in meanwhile
+    (group commit)."""
 
     def __init__(
         self,
@@ -109,63 +94,20 @@ class Recorder:
     ) -> None:
         self.factory, self.settings, self.leases, self.clock = factory, settings, leases, clock
         self.report, self.leftovers, self.metrics = report, leftovers, metrics
-        self._coming: deque[DigestRow] = deque()  # the batch's rows whose marks are not asked for yet
-        self._marks: list[DigestRow] = []  # asked for, not yet in a transaction
-        self._pending: dict[int, asyncio.Future[bool]] = {}  # asked for, not yet answered
-        self._asked: set[int] = set()  # every row whose mark was asked for: asked once
-        self._refused: set[int] = set()  # asked for and not written: another worker's, or recorded
-        self._ready: set[int] = set()  # marked, their messages not yet at the gate
+        self.pace = Pace()
+        self.marks = WireMarks(settings.smtp.pool_size, self.pace, self._start)
         self._answers: list[Answer] = []
         self._answers_due = False
         self._timer: asyncio.TimerHandle | None = None
         self._writer: asyncio.Task[None] | None = None
         self._flush_now = False
-        self.gate_closed = False
         self.failure: BaseException | None = None  # the write the store refused
-        self.on_wire: set[int] = set()  # through the gate, not yet answered
-        self.went_out: set[int] = set()  # every one through the gate in this delivery
-        self.answered_at: list[float] = []  # monotonic times of recent answers: the relay's pace
-
-    def expect(self, rows: list[DigestRow]) -> None:
-        """The rows of the batch going on the wire, in the order their sends start; the
-        first marks are asked for at once, written while the first envelopes are sent."""
-        self._coming = deque(rows)
-        if rows and not self.gate_closed and self.failure is None:
-            self._ask([])
-
-    async def on_wire_now(self, row: DigestRow) -> bool:
-        """Whether *row*'s message may go on the wire now: True once the store says so
-        (the lease held, the mark written); False when it is another worker's or was
-        recorded, or the gate is closed.  Raises ``StoreUnwritable``."""
-        if self.failure is not None:
-            raise StoreUnwritable(str(self.failure))
-        if self.gate_closed:
-            return False
-        if row.id in self._ready:
-            marked = True
-        elif row.id in self._refused:
-            marked = False
-        else:
-            pending = self._pending.get(row.id)
-            if pending is None:
-                self._ask([row])
-                pending = self._pending[row.id]
-            self._top_up()
-            marked = await pending
-        self._ready.discard(row.id)
-        if not marked or self.gate_closed:
-            return False
-        self.on_wire.add(row.id)
-        self.went_out.add(row.id)
-        self._top_up()
-        return True
 
     def answer(self, row: DigestRow, result: SendResult) -> None:
         """A send's answer, written with the next group (``RECORD_EVERY`` of them, or
         ``RECORD_SECONDS`` after the first)."""
-        self.on_wire.discard(row.id)
-        now = time.monotonic()
-        self.answered_at.append(now)
+        self.marks.answered(row.id)
+        self.pace.note()
         answer = Answer(row, result, self.clock())
         if self.failure is not None:
             self.leftovers.answers.append(answer)
@@ -176,16 +118,6 @@ class Recorder:
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(RECORD_SECONDS, self._due)
 
-    def close_gate(self) -> None:
-        """Nothing more goes on the wire (a stop); marks asked for are answered False, and
-        those written and not yet used are given back with the batch's other claims."""
-        self.gate_closed = True
-        for future in self._pending.values():
-            if not future.done():
-                future.set_result(False)
-        self._ready.clear()
-        self._coming.clear()
-
     async def flush(self) -> None:
         """Write every answer still waiting (a batch's end)."""
         self._flush_now = True
@@ -195,46 +127,6 @@ class Recorder:
                 await asyncio.shield(self._writer)
         finally:
             self._flush_now = False
-
-    def pace(self, window: float) -> float | None:
-        """Answers a second over the last *window* seconds (``PACE_MEMORY`` at most), None
-        before two."""
-        times, now = self.answered_at, time.monotonic()
-        if times and now - times[0] > 2 * PACE_MEMORY:
-            del times[: bisect.bisect_left(times, now - PACE_MEMORY)]
-        first = bisect.bisect_left(times, now - min(window, PACE_MEMORY))
-        if len(times) - first < 2:
-            return None
-        return (len(times) - first) / max(now - times[first], 1.0)
-
-    @property
-    def mark_ahead(self) -> int:
-        """How many marks to write at once: the relay's pace over ``MARK_AHEAD_SECONDS``,
-        between one a connection and ``RECORD_EVERY``."""
-        pace = self.pace(1.0) or 0.0
-        return max(self.settings.smtp.pool_size, min(RECORD_EVERY, math.ceil(pace * MARK_AHEAD_SECONDS)))
-
-    def _ask(self, rows: list[DigestRow]) -> None:
-        """Marks for *rows*, and for the next of the batch up to ``mark_ahead`` in all."""
-        loop = asyncio.get_running_loop()
-        wanted = [row for row in rows if row.id not in self._asked]
-        # Marks written and not yet used stay within mark_ahead (what a crash leaves unknown).
-        room = self.mark_ahead - len(self._ready) - len(self._pending)
-        while len(wanted) < room and self._coming:
-            following = self._coming.popleft()
-            if following.id not in self._asked and all(following.id != row.id for row in wanted):
-                wanted.append(following)
-        for row in wanted:
-            self._asked.add(row.id)
-            self._pending[row.id] = loop.create_future()
-            self._marks.append(row)
-        self._start()
-
-    def _top_up(self) -> None:
-        """Ask for the next marks before those written run out."""
-        waiting = len(self._ready) + len(self._pending)
-        if 2 * waiting < self.mark_ahead and self._coming and not self.gate_closed:
-            self._ask([])
 
     def _due(self) -> None:
         self._timer = None
@@ -257,9 +149,11 @@ class Recorder:
         return answers
 
     async def _write_while_asked(self) -> None:
+        # In the event loop's thread, as a turn of its own: a group's transaction takes
+        # about a millisecond, less than the hops to a thread and the GIL's turns cost.
         try:
             while True:
-                marks, self._marks = self._marks, []
+                marks = self.marks.take()
                 answers = self._due_answers()
                 if not (marks or answers):
                     return
@@ -269,14 +163,8 @@ class Recorder:
                     self._store_refused(exc, answers)
                     return
                 self._told(recorded)
-                for row in marks:
-                    future = self._pending.pop(row.id)
-                    if row.id in marked and not self.gate_closed:
-                        self._ready.add(row.id)
-                    elif row.id not in marked:
-                        self._refused.add(row.id)
-                    if not future.done():
-                        future.set_result(row.id in marked)
+                self.marks.settle(marks, marked)
+                await asyncio.sleep(0)
         finally:
             self._writer = None
 
@@ -303,12 +191,7 @@ class Recorder:
         self.leftovers.answers.extend(answers)
         self.leftovers.answers.extend(self._answers)
         self._answers.clear()
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(StoreUnwritable(str(exc)))
-        self._pending.clear()
-        self._marks.clear()
-        self._ready.clear()
+        self.marks.fail(exc)
         log.error("the store refused a delivery's write (%s): nothing more goes on the wire", said(exc))
 
 
@@ -372,6 +255,40 @@ def write_leftovers(
     leftovers.answers.clear()
     leftovers.claims.clear()
     return recorded, len(returned)
+
+
+async def leftovers_written(
+    factory: sessionmaker[Session],
+    settings: Settings,
+    leftovers: Leftovers,
+    report: DeliverReport,
+    *,
+    worker: str,
+    metrics: Metrics | None = None,
+) -> bool:
+    """Write what an earlier delivery of *worker* could not (``Leftovers``), off the
+    event loop; False (nothing is to be sent) when the store still refuses."""
+    if not leftovers:
+        return True
+    answers, claims = len(leftovers.answers), len(leftovers.claims)
+    try:
+        recorded, returned = await asyncio.to_thread(write_leftovers, factory, settings, leftovers, worker=worker)
+    except Exception as exc:  # noqa: BLE001 - still refused: kept for the next delivery
+        log.error(
+            "the store still refuses writes (%s): %s and %s kept to be written, nothing sent",
+            said(exc),
+            plural(answers, "answer"),
+            plural(claims, "claim"),
+        )
+        return False
+    tell(recorded, report, metrics, datetime.now(UTC))
+    report.given_back += returned
+    log.warning(
+        "the store takes writes again: recorded %s answered meanwhile, gave back %s",
+        plural(len(recorded), "message"),
+        plural(returned, "claim"),
+    )
+    return True
 
 
 def _log_outcome(digest_id: int, subscriber_id: int, state: DigestState, detail: str) -> None:

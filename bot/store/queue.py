@@ -1,15 +1,16 @@
 """Store: the delivery queue.  Due digests claimed under a lease (in due order, each
 state's off its index), leases renewed while a batch is sent, each message put on the
 wire only in a transaction that proves the lease still held and the store writable,
-each attempt's outcome recorded while the lease is still held, and the bounce count it
-moves.  SQL only; the retry and bounce rules live in ``bot.delivery``.
+claims given back, and what never got an answer settled as unknown.  SQL only; the
+retry and bounce rules live in ``bot.delivery``, each attempt's outcome is recorded by
+``answers``.
 
 A claim is (digest, attempt): ``attempts`` grows by one at every claim, so a worker's
 word on a digest counts only for the claim it made.  A claimed digest is ``sending``:
 
 * put on the wire (``put_on_wire`` sets ``wire_at``) while its lease is held, or given
   back (``give_back``: queued or retry_wait again, the attempt not counted) if it never was;
-* its outcome recorded (``finish_many``) by the worker holding the claim: sent, retry_wait,
+* its outcome recorded (``answers.finish_many``) by the worker holding the claim: sent, retry_wait,
   failed, cancelled, or unknown (an answer never seen);
 * its lease run out: due again if it never went on the wire (nobody can have it), else
   ``unknown`` (``settle_unanswered``: its worker may have been answered), which nothing
@@ -23,8 +24,7 @@ worker's.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
 
@@ -38,7 +38,6 @@ from sqlalchemy import (
     case,
     func,
     literal,
-    or_,
     select,
     tuple_,
     update,
@@ -49,7 +48,6 @@ from bot.domain import DigestState
 from bot.store.base import UTCDateTime
 from bot.store.bulk import chunks
 from bot.store.schema import Digest
-from bot.store.schema import Subscriber as SubscriberRow
 
 LeaseClock = Callable[[float], Any]  # seconds from now -> the SQL time leases are judged by
 
@@ -239,7 +237,7 @@ def renew_leases(
     return held, taken
 
 
-def _claimed(claims: Sequence[tuple[int, int]]) -> Any:
+def claimed(claims: Sequence[tuple[int, int]]) -> Any:
     """``(id, attempts) IN claims``: a worker's word counts only for the claim it made."""
     return tuple_(Digest.__table__.c.id, Digest.__table__.c.attempts).in_(list(claims))
 
@@ -307,7 +305,7 @@ def give_back(session: Session, claims: Sequence[tuple[int, int]], *, worker: st
         done = session.execute(
             update(table)
             .where(
-                _claimed(part),
+                claimed(part),
                 table.c.lease_owner == worker,
                 table.c.state == DigestState.SENDING.value,
             )
@@ -322,95 +320,3 @@ def give_back(session: Session, claims: Sequence[tuple[int, int]], *, worker: st
         )
         returned |= {int(digest_id) for digest_id in done.scalars()}
     return returned
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """One attempt's outcome, for ``finish_many``: *attempt* is the claim it answers."""
-
-    digest_id: int
-    attempt: int
-    state: DigestState
-    code: int | None
-    error: str | None
-    retry_at: datetime | None = None
-
-
-# A claim's outcome is recorded while it is sending, or unknown (settled while its worker
-# was paused or could not write: the answer it then got is the truth).
-_RECORDABLE = (DigestState.SENDING.value, DigestState.UNKNOWN.value)
-_FINISH = (
-    update(Digest.__table__)
-    .where(
-        Digest.__table__.c.id == bindparam("digest_id"),
-        Digest.__table__.c.attempts == bindparam("attempt"),
-        Digest.__table__.c.lease_owner == bindparam("worker"),
-        # Spelt out: an IN list is expanded per call, which executemany cannot take.
-        or_(*(Digest.__table__.c.state == state for state in _RECORDABLE)),
-    )
-    .values(
-        state=bindparam("state"),
-        smtp_code=bindparam("code"),
-        last_error=bindparam("error"),
-        lease_owner=bindparam("owner"),
-        lease_expires_at=None,
-        sent_at=func.coalesce(bindparam("sent_at", type_=UTCDateTime()), Digest.__table__.c.sent_at),
-        next_attempt_at=func.coalesce(bindparam("retry_at", type_=UTCDateTime()), Digest.__table__.c.next_attempt_at),
-    )
-)
-
-
-def finish_many(session: Session, outcomes: Sequence[Finished], *, worker: str, now: datetime) -> set[int]:
-    """Record outcomes of the claims *worker* still holds (one statement, executed for
-    many rows); the ids recorded.  The others were reclaimed by someone after the lease
-    ran out and are left to them.  An unknown outcome keeps the worker's name on the
-    row, so that a late answer it still gets is recorded too."""
-    if not outcomes:
-        return set()
-    query = select(Digest.id).where(
-        _claimed([(o.digest_id, o.attempt) for o in outcomes]),
-        Digest.lease_owner == worker,
-        Digest.state.in_(_RECORDABLE),
-    )
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update()
-    held = set(session.scalars(query))
-    rows = [
-        {
-            "digest_id": o.digest_id,
-            "attempt": o.attempt,
-            "worker": worker,
-            "owner": worker if o.state is DigestState.UNKNOWN else None,
-            "state": o.state.value,
-            "code": o.code,
-            "error": o.error,
-            "sent_at": now if o.state is DigestState.SENT else None,
-            "retry_at": o.retry_at,
-        }
-        for o in outcomes
-        if o.digest_id in held
-    ]
-    if rows:
-        session.execute(_FINISH, rows)
-    return held
-
-
-def count_bounce(session: Session, subscriber_id: int, *, threshold: int, now: datetime) -> bool:
-    """Count one bounce; mark the subscriber ``bounced`` at *threshold*.  True if it was."""
-    row = session.get_one(SubscriberRow, subscriber_id)
-    row.bounces += 1
-    if row.bounces >= threshold and row.status == "active":
-        row.status = "bounced"
-        row.updated_at = now
-        return True
-    return False
-
-
-def reset_bounces(session: Session, subscriber_ids: Iterable[int]) -> None:
-    """A delivery succeeded: their count of bounces starts again."""
-    for part in chunks(sorted(set(subscriber_ids))):
-        session.execute(
-            update(SubscriberRow.__table__)
-            .where(SubscriberRow.__table__.c.id.in_(part), SubscriberRow.__table__.c.bounces != 0)
-            .values(bounces=0)
-        )

@@ -170,17 +170,9 @@ class SinkHandler:
         fault = self.faults(recipient, self.attempts.get(recipient, 1) - 1)
         if fault is None or fault.at != where:
             return None
+        queued = where == "data" and (fault.reply or "").startswith("2")
         if fault.stall:
-            queued = where == "data" and (fault.reply or "").startswith("2")
-            try:
-                listening = await _still_listening_after(server, fault.stall)
-            except asyncio.CancelledError:  # aiosmtpd cancels a session whose client hung up
-                listening = False
-                raise
-            finally:
-                if queued and not listening:
-                    self._arrived(recipient, body, "late")  # queued; its 250 reached nobody
-            if not listening:
+            if not await self._stalled(recipient, fault.stall, server, body if queued else None):
                 return "421 4.4.2 nobody listening any more"
             if queued:
                 return None  # a slow acceptance is still an acceptance: recorded like any other
@@ -193,6 +185,17 @@ class SinkHandler:
         if where == "data" and fault.reply:
             self._arrived(recipient, body, fault.reply)
         return fault.reply
+
+    async def _stalled(self, recipient: str, seconds: float, server: SMTPServer, queued: bytes | None) -> bool:
+        """Wait *seconds* before answering; whether the client still listens.  A *queued*
+        message whose client hung up meanwhile arrived "late": a relay passes it on."""
+        listening = False
+        try:
+            listening = await _still_listening_after(server, seconds)
+        finally:  # also when aiosmtpd cancels the session of a client that hung up
+            if queued is not None and not listening:
+                self._arrived(recipient, queued, "late")
+        return listening
 
     def _arrived(self, recipient: str, data: bytes, fate: str) -> None:
         parsed = email.message_from_bytes(data[:65536], policy=default_policy)

@@ -12,6 +12,7 @@ import pytest
 from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import SecretStr
 from sqlalchemy import event, func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -250,3 +251,28 @@ def test_a_refused_write_stops_the_wire_and_keeps_the_answers(factory: sessionma
     recorded, _ = write_leftovers(factory, settings, leftovers, worker="w")
     assert {done.row.id for done in recorded} == {rows[0].id, rows[1].id} and not leftovers
     assert _states(factory) == {"sent": 2, "sending": 2}
+
+
+def test_a_stop_ends_the_sends_waiting_for_the_rate_limit_at_once() -> None:
+    """Claims hold ten seconds of the relay: at smtp.rate_per_second = 1, ten sends wait
+    their turn.  A stop puts none of them on the wire and ends their waits at once,
+    instead of letting each take its turn to learn that it may not go."""
+    with Sink(SinkHandler()) as sink:
+        config = SmtpConfig(host="127.0.0.1", port=sink.port, rate_per_second=1.0, pool_size=1)
+
+        async def scenario() -> list[object]:
+            pool = SmtpPool(config, SecretStr(""))
+            sends = [
+                asyncio.ensure_future(pool.send("bot@example.org", f"r{n}@example.org", b"Subject: x\r\n\r\nx\r\n"))
+                for n in range(10)
+            ]
+            await asyncio.sleep(1.5)  # one or two went, the rest wait for their turn
+            pool.stop(5)
+            # Their turns would take eight seconds more; a stop takes none of them.
+            results = await asyncio.wait_for(asyncio.gather(*sends), 5)
+            await pool.close()
+            return results
+
+        results = asyncio.run(scenario())
+    sent = [r for r in results if r is not None]
+    assert 1 <= len(sent) <= 3 and len(sink.received) == len(sent)

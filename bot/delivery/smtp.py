@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import re
 import socket
 import ssl
@@ -106,21 +107,27 @@ class StoppedWaiting(Exception):
 
 
 class RateLimiter:
-    """At most *rate* acquisitions per second across all tasks (0: unlimited)."""
+    """At most *rate* acquisitions per second across all tasks (0: unlimited); a
+    ``stop`` ends every wait at once (the sends waiting then go nowhere)."""
 
     def __init__(self, rate: float) -> None:
         self.interval = 1.0 / rate if rate > 0 else 0.0
         self.next_at = 0.0
         self.lock = asyncio.Lock()
+        self.stopped = asyncio.Event()
 
     async def wait(self) -> None:
         if not self.interval:
             return
         async with self.lock:
             now = time.monotonic()
-            if self.next_at > now:
-                await asyncio.sleep(self.next_at - now)
+            if self.next_at > now and not self.stopped.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopped.wait(), self.next_at - now)
             self.next_at = max(now, self.next_at) + self.interval
+
+    def stop(self) -> None:
+        self.stopped.set()
 
 
 def helo_name(configured: str, from_address: str, fqdn: Callable[[], str] = socket.getfqdn) -> str:
@@ -228,6 +235,7 @@ class SmtpPool:
         once), and wait for no reply to a final dot longer than *deadline_seconds* from
         now: those still unanswered then are unknown."""
         self._stopping = True
+        self._limiter.stop()
         asyncio.get_running_loop().call_later(max(0.0, deadline_seconds), self._give_up)
 
     def _give_up(self) -> None:
@@ -279,6 +287,8 @@ class SmtpPool:
         the reply to the final dot within ``final_reply_seconds``.  None, nothing sent,
         when *wanted* (asked once the recipient is accepted, just before DATA: the last
         moment the message can still be held back) says it may not go on the wire."""
+        if self._stopping:
+            return None  # nothing more goes on the wire
         await self._limiter.wait()
         async with self._slots:
             if self._stopping:

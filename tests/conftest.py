@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.tools.sink import Sink, SinkHandler, free_port
 from bot.unsubscribes import close_journal
-from tests.helpers import postgres_copy, postgres_template, wait_until_serving
+from tests.helpers import postgres_copy, postgres_schema, postgres_template, wait_until_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = ROOT / "seeds"
@@ -75,6 +75,16 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
         # A journal left open keeps its connections: PostgreSQL runs out after some 50 tests.
         close_journal(eng.url.render_as_string(hide_password=False))
         eng.dispose()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL schema's URL, for the processes a test starts."""
+    with postgres_schema(PG_URL) as url:
+        migrated = make_engine(url)
+        upgrade(migrated)
+        migrated.dispose()
+        yield url
 
 
 @pytest.fixture

@@ -14,20 +14,20 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.schema import Digest, Subscriber
 from bot.tokens import make_token
 from bot.tools.sink import Fault, Sink, SinkHandler, free_port
-from tests.conftest import PG_SKIP, PG_URL, ROOT
-from tests.helpers import DIGESTBOT, postgres_schema, queue_digests
+from tests.conftest import PG_SKIP, ROOT
+from tests.helpers import DIGESTBOT, queue_digests
 
 pytestmark = pytest.mark.slow
 
@@ -87,15 +87,6 @@ def _stopped(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, second
         process.kill()
         process.wait()
         raise
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    with postgres_schema(PG_URL) as url:
-        engine = make_engine(url)
-        upgrade(engine)
-        engine.dispose()
-        yield url
 
 
 @PG_SKIP
@@ -186,13 +177,19 @@ def test_a_disk_that_fills_stops_the_sending_and_sends_nothing_twice(tmp_path: P
         subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True, timeout=30)
 
 
-def _disk_fills(tmp_path: Path, disk: Path) -> None:
-    total = 40
-    url = f"sqlite:///{disk / 'store.sqlite3'}"
+def _queued(path: Path, total: int) -> tuple[str, Engine, sessionmaker[Session]]:
+    """A SQLite store at *path* with *total* digests queued: its URL, engine and sessions."""
+    url = f"sqlite:///{path}"
     engine = make_engine(url)
     upgrade(engine)
     factory = sessions(engine)
     queue_digests(factory, total)
+    return url, engine, factory
+
+
+def _disk_fills(tmp_path: Path, disk: Path) -> None:
+    total = 40
+    url, engine, factory = _queued(disk / "store.sqlite3", total)
     with factory() as session:
         readers = [
             (row.id, row.unsubscribe_secret) for row in session.scalars(select(Subscriber).order_by(Subscriber.id))
@@ -261,11 +258,7 @@ def test_a_stop_takes_seconds_and_gives_back_what_is_not_on_the_wire(tmp_path: P
     stop deadline (not after the hundreds it claimed), says what it left, leaves nothing
     claimed, and a restart sends the rest once.  A second Ctrl-C exits at once (130)."""
     total = 600
-    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
-    engine = make_engine(url)
-    upgrade(engine)
-    factory = sessions(engine)
-    queue_digests(factory, total)
+    url, engine, factory = _queued(tmp_path / "store.sqlite3", total)
     handler = SinkHandler(faults=lambda recipient, attempt: Fault("data", "250 OK", stall=0.05))
     with Sink(handler) as sink:
         env = _env(url, tmp_path, sink.port, SMTP__RATE_PER_SECOND="20", DIGEST__STOP_SECONDS="5")

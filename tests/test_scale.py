@@ -10,7 +10,6 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -21,17 +20,16 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.delivery.outcomes import RECORD_EVERY
 from bot.domain import DigestState
 from bot.store.derived_tables import PlanningSlice
-from bot.store.engine import make_engine, sessions, transaction, upgrade
+from bot.store.engine import make_engine, sessions, transaction
 from bot.store.schema import Digest, Subscriber
 from bot.tools.sink import Sink
-from tests.conftest import PG_SKIP, PG_URL, ROOT
+from tests.conftest import PG_SKIP, ROOT
 from tests.helpers import (
     DIGESTBOT,
     Cli,
     bulk_subscribers,
     dump_text,
     filter_expressions,
-    postgres_schema,
     queue_digests,
     render_dump,
     sized,
@@ -40,15 +38,6 @@ from tests.helpers import (
 pytestmark = [PG_SKIP, pytest.mark.slow]
 
 POOL_SIZE = 4  # SMTP connections per worker
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    with postgres_schema(PG_URL) as url:
-        engine = make_engine(url)
-        upgrade(engine)
-        engine.dispose()
-        yield url
 
 
 def _env(url: str, tmp_path: Path, sink: Sink, **extra: str) -> dict[str, str]:

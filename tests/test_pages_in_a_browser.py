@@ -550,6 +550,33 @@ def test_one_click_unsubscribe_page(site: Site, browser: Any, audited: Callable[
     )
 
 
+def test_an_unsubscribe_the_journal_cannot_take_says_try_again(
+    site: Site, browser: Any, audited: Callable[[str], None]
+) -> None:
+    """The journal held by another writer (a full disk answers the same): the click is
+    answered within seconds with "try again in a minute", not acknowledged (the write it
+    began may still land once the journal frees, which only does what was asked); the
+    next click unsubscribes."""
+    import sqlite3
+
+    token = site.add("lena@example.org")
+    browser.get(f"{site.url}/u/{token}")
+    journal = sqlite3.connect(site.folder / "var" / "digestbot-unsubscribes.sqlite3", timeout=30)
+    try:
+        journal.execute("BEGIN EXCLUSIVE")
+        assert press(browser, "button", text="Unsubscribe") == "Unsubscribe?"
+        said = text_of(browser)
+        assert "We could not record your request just now. Please try again in a minute." in said
+        audited("unsubscribe page, journal busy")
+    finally:
+        journal.rollback()
+        journal.close()
+    assert press(browser, "button", text="Unsubscribe") == "You are unsubscribed"
+    eventually(
+        lambda: site.subscriber("lena@example.org").status is SubscriberStatus.UNSUBSCRIBED, "unsubscribe applied"
+    )
+
+
 def _verdict(site: Site, subscriber_id: int) -> dict[int, str]:
     query = select(Feedback.entry_id, Feedback.verdict).where(Feedback.subscriber_id == subscriber_id)
     with site.factory() as session:

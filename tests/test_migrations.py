@@ -31,6 +31,7 @@ from bot.store.engine import (
     upgrade,
 )
 from bot.store.interleaved import judged_since
+from bot.store.queue import claim_due
 from bot.store.schema import Base, Digest, Entry
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
@@ -365,3 +366,22 @@ def test_a_store_at_every_shipped_revision_upgrades_and_sends_nothing_twice(
             select(claimed.c.subscriber_id, claimed.c.entry_id).where(claimed.c.digest_id.in_(report.planned))
         ).all()
     assert report.planned and not had & set(given), f"sent again after upgrading from {revision}"
+
+
+def test_an_unknown_digest_goes_down_to_0031_as_failed_and_is_never_sent_again(
+    engine: Engine, tmp_path: Path, seed_files: list[Path]
+) -> None:
+    """0031's code knows no ``unknown``: the way down makes such a digest ``failed``,
+    the final state it knows (sent again only by an operator), never one it retries."""
+    factory, _, day, planned = _two_readers_planned(engine, tmp_path, seed_files[0])
+    ada, bob = planned
+    with transaction(factory) as session:
+        session.execute(text("UPDATE digests SET state = 'unknown' WHERE id = :id"), {"id": ada})
+    downgrade(engine, "0031")
+    with engine.connect() as conn:
+        states = dict(conn.execute(text("SELECT id, state FROM digests")).tuples().all())
+    assert states == {ada: "failed", bob: "queued"}
+    upgrade(engine)
+    with transaction(factory) as session:
+        taken = claim_due(session, now=day, worker="w", lease_seconds=60, limit=10)
+    assert [claim.digest_id for claim in taken] == [bob]

@@ -9,7 +9,9 @@ digest's lease and the store can be written, just before the message goes on the
 and cleared at each claim.  A ``sending`` row with it set is never claimed again when its
 lease runs out: its worker may have been answered, so it becomes ``unknown`` (a state
 string like the others; no constraint lists them).  Rows from before this revision have
-it NULL, as every digest not on the wire.
+it NULL, as every digest not on the wire.  Going back, an ``unknown`` digest becomes
+``failed``: the state the older code knows that is final too (only an operator's resend
+sends it again), never one it would retry by itself.
 """
 
 from __future__ import annotations
@@ -28,5 +30,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute("UPDATE digests SET state = 'failed' WHERE state = 'unknown'")
     with op.batch_alter_table("digests") as batch_op:
         batch_op.drop_column("wire_at")

@@ -28,7 +28,7 @@ from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.csv_io import import_csv
 from bot.subscribers.fields import clean_fields
-from bot.subscribers.subscriptions import save
+from bot.subscribers.subscriptions import change_status, save
 from bot.taste.libraries import import_library
 from bot.tools.sink import Fault, Received, Sink, SinkHandler
 from tests.conftest import ROOT
@@ -320,6 +320,27 @@ def test_550_is_permanent_and_bounces_the_subscriber(
     cycle(factory, settings, DAY1 + timedelta(days=1), all_due=True)
     with factory() as s:
         assert [d.subscriber_email for d in list_digests(s, local_date=date(2026, 6, 15))] == ["ada@example.org"]
+
+
+def test_a_reader_who_pauses_while_their_digest_is_refused_is_bounced_all_the_same(
+    factory: sessionmaker[Session], settings: Settings, sink: Sink, handler: SinkHandler, seed_files: list[Path]
+) -> None:
+    """One bounce rule (``bot.domain.statuses``) for the relay's refusals and the inbox's
+    bounces: a pause does not shield a dead address, which would bounce again on resume.
+    The reader pauses after their digest was claimed and before the relay refuses it."""
+
+    def pause_then_refuse(rcpt: str, attempt: int) -> Fault:
+        change_status(factory, "gone@example.org", SubscriberStatus.PAUSED, DAY1)
+        return Fault("rcpt", "550 5.1.1 no such user")
+
+    handler.faults = pause_then_refuse
+    save(factory, settings, [clean_fields("gone@example.org")], DAY1 - timedelta(days=1))
+    ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
+    report = cycle(factory, settings, DAY1, all_due=True)
+    assert (report.failed, report.bounced) == (1, 1)
+    with factory() as s:
+        gone = get_subscriber(s, "gone@example.org")
+        assert gone is not None and gone.status is SubscriberStatus.BOUNCED
 
 
 def test_a_connection_dropped_before_the_final_dot_is_retried_and_delivered_once(

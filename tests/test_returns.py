@@ -23,7 +23,6 @@ from bot.config import Settings
 from bot.domain import ReturnKind, SubscriberStatus
 from bot.returns.inbox_reading import read_inbox, reading_of
 from bot.returns.mailboxes import MailboxError, MaildirBox, open_mailbox
-from bot.returns.rules import Limits, status_after
 from bot.store.response_tables import ReturnEvent
 from bot.subscribers.subscriptions import change_status, remove
 from tests.helpers import Cli, CliResult
@@ -49,21 +48,6 @@ def events(factory: sessionmaker[Session]) -> int:
     with factory() as session:
         query = select(func.count()).select_from(ReturnEvent).where(ReturnEvent.kind != ReturnKind.OTHER.value)
         return int(session.scalar(query) or 0)
-
-
-def test_the_rules() -> None:
-    limits = Limits(hard_bounces=2, soft_bounces=3)
-    active, paused, gone = SubscriberStatus.ACTIVE, SubscriberStatus.PAUSED, SubscriberStatus.UNSUBSCRIBED
-    assert status_after(ReturnKind.HARD, active, 1, limits) is None
-    assert status_after(ReturnKind.HARD, active, 2, limits) is SubscriberStatus.BOUNCED
-    assert status_after(ReturnKind.HARD, paused, 2, limits) is SubscriberStatus.BOUNCED
-    assert status_after(ReturnKind.HARD, gone, 9, limits) is None
-    assert status_after(ReturnKind.SOFT, active, 2, limits) is None
-    assert status_after(ReturnKind.SOFT, active, 3, limits) is SubscriberStatus.BOUNCED
-    assert status_after(ReturnKind.DELAYED, active, 99, limits) is None
-    for kind in (ReturnKind.COMPLAINT, ReturnKind.UNSUBSCRIBE):
-        assert status_after(kind, SubscriberStatus.BOUNCED, 1, limits) is gone
-        assert status_after(kind, gone, 1, limits) is None
 
 
 def test_each_kind_does_what_it_says(

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import DigestKind, DigestState, SubscriberStatus
+from bot.domain.statuses import after_unsubscribe
 from bot.plan.message_ids import message_id_for
 from bot.store.digests import (
     DigestRow,
@@ -59,8 +60,8 @@ def resend(factory: sessionmaker[Session], settings: Settings, digest_id: int, *
         if original is None or original.state is DigestState.EMPTY or shows_nothing:
             raise DigestNotFound(f"no digest #{digest_id} with entries{_removed_note(session)}")
         status = subscriber_statuses(session, [original.subscriber_id]).get(original.subscriber_id)
-        if original.subscriber_id in journal_of(factory).pending_subscribers([original.subscriber_id]):
-            status = SubscriberStatus.UNSUBSCRIBED
+        if status is not None and journal_of(factory).pending_subscribers([original.subscriber_id]):
+            status = after_unsubscribe(status) or status
         if status is not SubscriberStatus.ACTIVE:
             said = status.value if status is not None else "gone"
             raise ReaderNotActive(f"{original.subscriber_email} is {said}: nothing sent")

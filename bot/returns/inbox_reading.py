@@ -22,14 +22,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import ConsentEvent, Returned, ReturnEvent, ReturnKind, Subscriber, SubscriberStatus
+from bot.domain.statuses import BounceLimits, after_return, consent_change
 from bot.returns.classify import Addresses, classify
 from bot.returns.mailboxes import Mailbox, open_mailbox
-from bot.returns.rules import Limits, status_after
 from bot.store.consents import record_consent
 from bot.store.engine import transaction
 from bot.store.returns import count_since_cleared, digest_subscriber, is_recorded, record_return, recorded_kind
 from bot.store.subscribers import get_subscriber, set_status, subscribers_by_ids
-from bot.subscribers.statuses import consent_change
 from bot.tokens import token_is_valid, token_subscriber_id
 
 # Where an unsubscribe read from the inbox was asked, as the consent record says it.
@@ -56,7 +55,7 @@ class Reading:
 
     key: bytes
     addresses: Addresses
-    limits: Limits
+    limits: BounceLimits
     soft_days: int
 
 
@@ -65,7 +64,7 @@ def reading_of(settings: Settings, key: bytes) -> Reading:
     return Reading(
         key=key,
         addresses=Addresses(key, sender.bounce_address, sender.unsubscribe_address or sender.from_address),
-        limits=Limits(settings.smtp.bounce_threshold, settings.inbox.soft_bounce_limit),
+        limits=BounceLimits(settings.smtp.bounce_threshold, settings.inbox.soft_bounce_limit),
         soft_days=settings.inbox.soft_bounce_days,
     )
 
@@ -142,7 +141,7 @@ def _record(
         return True
     since = now - timedelta(days=reading.soft_days) if returned.kind is ReturnKind.SOFT else None
     count = count_since_cleared(session, subscriber.id, returned.kind, since)
-    status = status_after(returned.kind, subscriber.status, count, reading.limits)
+    status = after_return(returned.kind, subscriber.status, count, reading.limits)
     if status is not None:
         set_status(session, subscriber.id, status, now)
         if consent_change(subscriber.status, status) is not None:

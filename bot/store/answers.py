@@ -15,6 +15,8 @@ from sqlalchemy import bindparam, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestState
+from bot.domain.statuses import after_bounces
+from bot.domain.stored import stored_status
 from bot.store.base import UTCDateTime
 from bot.store.bulk import chunks
 from bot.store.queue import claimed
@@ -92,14 +94,16 @@ def finish_many(session: Session, outcomes: Sequence[Finished], *, worker: str, 
 
 
 def count_bounce(session: Session, subscriber_id: int, *, threshold: int, now: datetime) -> bool:
-    """Count one bounce; mark the subscriber ``bounced`` at *threshold*.  True if it was."""
+    """Count one bounce; the subscriber becomes what ``after_bounces`` says of their count
+    against *threshold*.  True if they became bounced."""
     row = session.get_one(SubscriberRow, subscriber_id)
     row.bounces += 1
-    if row.bounces >= threshold and row.status == "active":
-        row.status = "bounced"
-        row.updated_at = now
-        return True
-    return False
+    after = after_bounces(stored_status(row.status), row.bounces, threshold)
+    if after is None:
+        return False
+    row.status = after.value
+    row.updated_at = now
+    return True
 
 
 def reset_bounces(session: Session, subscriber_ids: Iterable[int]) -> None:

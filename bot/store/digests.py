@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import and_, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from bot.domain import DigestKind, DigestState
+from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.domain.stored import stored_hour, stored_zone
 from bot.store.bulk import chunks
 from bot.store.row_shapes import RowShape
@@ -204,7 +204,7 @@ def bounced_by_day(session: Session) -> dict[date, int]:
     rows = session.execute(
         select(Digest.local_date, func.count())
         .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
-        .where(SubscriberRow.status == "bounced", Digest.state == DigestState.FAILED.value)
+        .where(SubscriberRow.status == SubscriberStatus.BOUNCED.value, Digest.state == DigestState.FAILED.value)
         .group_by(Digest.local_date)
     )
     return {day: count for day, count in rows}

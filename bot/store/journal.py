@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from bot.domain import SubscriberStatus
+from bot.domain.statuses import UNSUBSCRIBE
 from bot.store.bulk import bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.engine import make_engine
 from bot.store.response_tables import AppliedUnsubscribe, Consent, UnsubscribeRequest
@@ -94,6 +94,10 @@ def mark_applied(session: Session, request_ids: Sequence[str]) -> None:
         session.execute(update(UnsubscribeRequest).where(UnsubscribeRequest.id.in_(part)).values(applied=True))
 
 
+# The unsubscribe rule (``bot.domain.statuses``) in SQL: whom it leaves as they are.
+_STAYING = sorted(status.value for status in UNSUBSCRIBE.staying)
+
+
 def apply_requests(session: Session, requests: Sequence[tuple[str, int]], now: datetime) -> list[int]:
     """In the store: unsubscribe each request's subscriber unless that request was applied
     before, and record it as applied.  Returns the subscribers whose status changed."""
@@ -113,8 +117,8 @@ def apply_requests(session: Session, requests: Sequence[tuple[str, int]], now: d
     for part in chunks(sorted({sid for _, sid in fresh})):
         changed += session.execute(
             update(SubscriberRow)
-            .where(SubscriberRow.id.in_(part), SubscriberRow.status != SubscriberStatus.UNSUBSCRIBED.value)
-            .values(status=SubscriberStatus.UNSUBSCRIBED.value, updated_at=now)
+            .where(SubscriberRow.id.in_(part), SubscriberRow.status.not_in(_STAYING))
+            .values(status=UNSUBSCRIBE.after.value, updated_at=now)
             .returning(SubscriberRow.id, SubscriberRow.email)
         ).all()
     consents = [

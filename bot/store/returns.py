@@ -1,5 +1,5 @@
 """Returned-mail events (bounces, complaints, unsubscribe mails read from the inbox):
-SQL only.  Which status an event leads to is ``bot.returns.rules``'s to say."""
+SQL only.  Which status an event leads to is ``bot.domain.statuses``'s to say."""
 
 from __future__ import annotations
 

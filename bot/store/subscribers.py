@@ -11,6 +11,7 @@ from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
+from bot.domain.statuses import ADDED
 from bot.domain.stored import read_settings, stored_status
 from bot.store.bulk import among, bulk_insert, chunks
 from bot.store.retention import drop_unshown_bodies
@@ -203,7 +204,7 @@ def _new_row(key: str, item: SubscriberFields, defaults: SubscriberFields, now: 
         "filter": item.filter if item.filter is not None else defaults.filter,
         "timezone": item.timezone or defaults.timezone,
         "send_hour": item.send_hour if item.send_hour is not None else defaults.send_hour,
-        "status": (item.status or SubscriberStatus.ACTIVE).value,
+        "status": (item.status or ADDED).value,
         "backfill": item.backfill or defaults.backfill,
         "cadence": item.cadence or defaults.cadence or "daily",
         **{name: _given_or(getattr(item, name), getattr(defaults, name)) for name in SUBSCRIBER_SETTINGS},

@@ -12,6 +12,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from bot.domain import SubscriberStatus
 from bot.domain.llm import Tldr
 from bot.store.bulk import among, chunks
 from bot.store.facts import MODEL_PAUSE_FACT, fact, set_fact
@@ -59,7 +60,7 @@ def reader_filters(session: Session, default: str) -> list[tuple[str, str, int]]
     language (those who chose no language: *default*)."""
     rows = session.execute(
         select(Subscriber.filter, Subscriber.language, func.count())
-        .where(Subscriber.status == "active")
+        .where(Subscriber.status == SubscriberStatus.ACTIVE.value)
         .group_by(Subscriber.filter, Subscriber.language)
     )
     return [(text, language or default, count) for text, language, count in rows]

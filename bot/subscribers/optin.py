@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings, site_url
 from bot.domain import REQUEST_WINDOW, ConsentEvent, Subscriber, SubscriberFields, SubscriberStatus
 from bot.domain.routes import CONFIRMATION
+from bot.domain.statuses import SIGNED_UP, after_confirm
 from bot.mail.message import envelope_address
 from bot.mail.notices import Choices, already_subscribed, confirmation
 from bot.mail.render import web_links
@@ -122,7 +123,7 @@ def request_signup(
         if step is SignupStep.QUIET:
             return None
         if step is SignupStep.CONFIRM:
-            wanted = replace(fields, status=None if existing else SubscriberStatus.PENDING)
+            wanted = replace(fields, status=None if existing else SIGNED_UP)
             upsert_subscribers(session, [wanted], defaults=defaults(settings), now=now)
         subscriber = get_subscriber(session, fields.email)
         assert subscriber is not None
@@ -194,7 +195,7 @@ def check_confirmation(
 
 
 def _state(session: Session, subscriber: Subscriber, expires: datetime, now: datetime) -> Confirmation:
-    if subscriber.status.subscribed:
+    if after_confirm(subscriber.status) is None:
         return Confirmation.ALREADY
     if now >= expires:
         return Confirmation.EXPIRED
@@ -221,15 +222,16 @@ def confirm(
         current = subscribers_by_ids(session, [subscriber.id]).get(subscriber.id)
         if current is None:
             return Confirmation.UNKNOWN, None
-        if _state(session, current, parts[1], now) is not Confirmation.CONFIRMED:  # confirmed meanwhile
+        after = after_confirm(current.status)
+        if after is None or _state(session, current, parts[1], now) is not Confirmation.CONFIRMED:  # meanwhile
             return Confirmation.ALREADY, current
-        set_status(session, subscriber.id, SubscriberStatus.ACTIVE, now)
+        set_status(session, subscriber.id, after, now)
         record_consent(
             session,
             subscriber.id,
             ConsentEvent("confirm", now, subscriber.email, origin.page, origin.client, origin.detail),
         )
-    return Confirmation.CONFIRMED, replace(subscriber, status=SubscriberStatus.ACTIVE)
+    return Confirmation.CONFIRMED, replace(subscriber, status=after)
 
 
 def expire_signups(factory: sessionmaker[Session], settings: Settings, now: datetime) -> int:

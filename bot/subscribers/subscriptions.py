@@ -18,6 +18,7 @@ from bot.choose.tagging import TagRules
 from bot.choose.vocabulary import unknown_tags, unknown_tags_note
 from bot.config import Settings
 from bot.domain import ConsentEvent, Subscriber, SubscriberFields, SubscriberStatus, UpsertCounts
+from bot.domain.statuses import OPERATOR_ACTIONS, after_added_again, after_unsubscribe, consent_change
 from bot.domain.text import one_line
 from bot.plan.cadence import DAILY
 from bot.store.consents import known_addresses, record_consent, record_operator_adds
@@ -43,7 +44,6 @@ from bot.subscribers.fields import (
     clean_filter,
 )
 from bot.subscribers.settings import SETTINGS
-from bot.subscribers.statuses import OPERATOR_ACTIONS, consent_change
 from bot.tokens import token_is_valid, token_subscriber_id
 
 
@@ -108,10 +108,11 @@ def add(
     *vouched_by* (the operator's command) goes into their consent record."""
     with transaction(factory) as session:
         existing = get_subscriber(session, fields.email)
-        if existing is not None and existing.status not in (SubscriberStatus.UNSUBSCRIBED, SubscriberStatus.PENDING):
-            raise AlreadySubscribed(existing.email)
         if existing is not None:
-            fields = replace(fields, status=SubscriberStatus.ACTIVE)
+            again = after_added_again(existing.status)
+            if again is None:
+                raise AlreadySubscribed(existing.email)
+            fields = replace(fields, status=again)
         upsert_subscribers(session, [fields], defaults=defaults(settings), now=now)
         if vouched_by:
             record_operator_adds(session, [fields.email], now, vouched_by)
@@ -234,9 +235,9 @@ def remove(
         found = _require(session, email)
         if purge:
             purge_subscriber(session, found.id)
-        else:
-            set_status(session, found.id, SubscriberStatus.UNSUBSCRIBED, now)
-            if consent_change(found.status, SubscriberStatus.UNSUBSCRIBED):
+        elif (after := after_unsubscribe(found.status)) is not None:
+            set_status(session, found.id, after, now)
+            if consent_change(found.status, after):
                 record_consent(session, found.id, ConsentEvent("unsubscribe", now, found.email, page, "", detail))
         return found
 

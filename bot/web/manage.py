@@ -20,9 +20,9 @@ from starlette.routing import Route
 from bot.config import site_url
 from bot.domain import Subscriber, SubscriberFields
 from bot.domain.routes import MANAGE
+from bot.domain.statuses import StatusAction, reader_action
 from bot.subscribers.fields import StatusChangeRefused, SubscriberInputError
 from bot.subscribers.settings import by_action
-from bot.subscribers.statuses import StatusAction, reader_action
 from bot.subscribers.subscriptions import change_status, edit, filter_warning, set_filter, set_setting
 from bot.taste.libraries import taste_summary
 from bot.web.choices import read_choices

@@ -18,6 +18,7 @@ from starlette.requests import Request
 
 from bot.domain import Subscriber, SubscriberStatus
 from bot.domain.routes import UNSUBSCRIBE
+from bot.domain.statuses import after_unsubscribe
 from bot.unsubscribes import Journal
 from bot.web.limits import MissBudget, client_key
 from bot.web.lookups import TokenLookups
@@ -51,7 +52,8 @@ class Readers:
         if found is None:
             self.miss(request)
             return None
-        if found.status is SubscriberStatus.UNSUBSCRIBED:
+        after = after_unsubscribe(found.status)
+        if after is None:
             return found
         # A one-click POST is journaled whatever the journal holds already (applying
         # twice is harmless): it skips the journal look-up that pages need.
@@ -59,7 +61,7 @@ class Readers:
         if found.id in self.acks.acknowledged or (
             not one_click and bool(await run_in_threadpool(self.journal.pending_subscribers, [found.id]))
         ):
-            return replace(found, status=SubscriberStatus.UNSUBSCRIBED)
+            return replace(found, status=after)
         return found
 
     def settled(self, subscriber: Subscriber) -> None:

@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from bot.domain import Subscriber, SubscriberStatus
 from bot.domain.routes import UNSUBSCRIBE
+from bot.domain.statuses import after_unsubscribe
 from bot.web.doors import ONE_CLICK_DOOR, posted, through
 from bot.web.site import Site, with_reader
 from bot.web.unsubscribe_journaling import NotJournaled
@@ -41,7 +42,7 @@ class UnsubscribePage:
         # RFC 8058 asks for exactly this field; our own button posts it too.
         if (lists.get("List-Unsubscribe") or [""])[0] != "One-Click":
             return render("unsubscribe", 400, token=token, subscriber=subscriber, done=False)
-        if subscriber.status is not SubscriberStatus.UNSUBSCRIBED:
+        if (after := after_unsubscribe(subscriber.status)) is not None:
             # Answered once durable in the journal; applied to the store in the background.
             try:
                 await self.site.readers.acks.acknowledge(subscriber.id)
@@ -51,5 +52,5 @@ class UnsubscribePage:
                 return render(
                     "unsubscribe", 503, token=token, headers=retry, subscriber=subscriber, done=False, try_again=True
                 )
-            subscriber = replace(subscriber, status=SubscriberStatus.UNSUBSCRIBED)
+            subscriber = replace(subscriber, status=after)
         return render("unsubscribe", token=token, subscriber=subscriber, done=True)

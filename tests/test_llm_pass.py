@@ -11,9 +11,10 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.matching import Doc
+from bot.choose.select import taken_by
 from bot.choose.tagging import load_rules
 from bot.config import Settings
+from bot.domain import EntryKind, EntryView
 from bot.ingest.storing import ingest_bytes
 from bot.llm.embedding import embed_papers
 from bot.llm.model_pass import write_tldrs
@@ -23,20 +24,16 @@ from bot.store.tldrs import model_paused_until, set_language, spent_on, tldrs_fo
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
 from tests.conftest import ROOT
-from tests.helpers import render_dump, settings_for
+from tests.helpers import entry_view, render_dump, settings_for
 from tests.model_server import HONEST_TLDR, model_server
 
 NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
 
 
-def _doc(title: str, tag: str) -> Doc:
-    return Doc(tags={tag.casefold(): frozenset({"feed"})}, title=title, summary="", authors=())
-
-
-def test_the_pairs_most_readers_get_come_first_and_a_bad_filter_counts_for_nobody() -> None:
-    docs = [(1, _doc("Sparse attention", "cs.LG")), (2, _doc("Parsing", "cs.CL")), (3, _doc("GPU kernels", "cs.LG"))]
+def test_the_pairs_most_readers_get_come_first() -> None:
+    taken = {"cs.LG": [1, 3], "cs.CL": [2], "*": [1, 2, 3]}
     readers = [("cs.LG", "en", 5), ("cs.CL", "zh", 2), ("*", "de", 1), ("cs.LG", "xx", 1), ("gpu and (", "en", 50)]
-    assert wanted_tldrs(docs, readers, offered=["en", "zh", "de"]) == [
+    assert wanted_tldrs(taken, readers, offered=["en", "zh", "de"]) == [
         WantedTldr(3, "en", 6),  # five readers in English and one whose language is no longer offered
         WantedTldr(1, "en", 6),
         WantedTldr(2, "zh", 2),
@@ -44,6 +41,30 @@ def test_the_pairs_most_readers_get_come_first_and_a_bad_filter_counts_for_nobod
         WantedTldr(2, "de", 1),
         WantedTldr(1, "de", 1),
     ]
+
+
+def _entry(entry_id: int, title: str, tag: str) -> EntryView:
+    return entry_view(
+        id=entry_id,
+        key=f"title:{entry_id}",
+        kind=EntryKind.PAPER,
+        title=title,
+        authors=("Ada",),
+        published=NOW.date(),
+        summary="",
+        tags=(tag,),
+        tag_origins={tag.casefold(): frozenset({"feed"})},
+        first_seen_source_id=None,
+        first_seen_at=NOW,
+    )
+
+
+def test_the_choosing_stage_says_which_entries_a_filter_takes_and_a_bad_filter_takes_none() -> None:
+    """The model pass asks ``taken_by``: the planner's match, and its leaving out of a
+    filter that does not parse (a restored row)."""
+    entries = [_entry(1, "Sparse attention", "cs.LG"), _entry(2, "Parsing", "cs.CL"), _entry(3, "GPU kernels", "cs.LG")]
+    taken = taken_by(["cs.LG", "*", "gpu and (", '"kernels"', "liked"], entries)
+    assert taken == {"cs.LG": [1, 3], "*": [1, 2, 3], "gpu and (": [], '"kernels"': [3], "liked": []}
 
 
 def _store(factory: sessionmaker[Session], tmp_path: Path, base_url: str, **llm: object) -> Settings:

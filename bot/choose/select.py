@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from bot.choose.candidates import Candidate, Ranked, doc_of, effective_start, explain_entry, first_seen_order, rank
 from bot.choose.filter_terms import Atom, Expr, Liked, atoms, to_text
-from bot.choose.filters import parse_filter, uses_liked
+from bot.choose.filters import filter_fault, parse_filter, uses_liked
 from bot.choose.matching import Doc, Explanation, explain, matches
 from bot.choose.tagging import TagRules
 from bot.domain import EntryView, Subscriber
@@ -243,6 +243,21 @@ def select_for(
     cache = cache or SelectionCache()
     ranked = cache.ranked(session, subscriber.filter, effective_start(subscriber, start), as_of, rules, liked)
     return [c for c in ranked if c.entry.id not in exclude] if exclude else list(ranked)
+
+
+def taken_by(filters: Iterable[str], entries: Sequence[EntryView]) -> dict[str, list[int]]:
+    """Which of *entries* each filter takes, as the planner chooses for a reader with it
+    (the verdict ``SelectionCache`` keeps; ``liked`` atoms, which need a reader's own
+    model, match nothing); a filter the planner leaves out (``filter_fault``: a restored
+    row that does not parse) takes none."""
+    docs = [(entry.id, doc_of(entry)) for entry in entries]
+    taken: dict[str, list[int]] = {}
+    for text in filters:
+        if text in taken:
+            continue
+        expr = parse_filter(text) if filter_fault(text) is None else None
+        taken[text] = [entry_id for entry_id, doc in docs if expr is not None and matches(expr, doc)]
+    return taken
 
 
 def every_entry(session: Session) -> list[EntryView]:

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.candidates import doc_of
 from bot.choose.matching import Doc
+from bot.choose.select import taken_by
 from bot.config import Settings
 from bot.config.services import LlmConfig
 from bot.domain import EntryView
@@ -127,11 +128,12 @@ def _wanted(session: Session, llm: LlmConfig, now: datetime) -> list[tuple[Wante
     missing = {
         (entry_id, language) for language in llm.languages for entry_id in without_tldr(session, list(views), language)
     }
-    docs = {entry_id: doc_of(views[entry_id]) for entry_id, _ in missing}
-    readers = reader_filters(session, llm.languages[0]) if docs else []
-    wanted = wanted_tldrs(list(docs.items()), readers, offered=llm.languages)
+    asked = sorted({entry_id for entry_id, _ in missing})
+    readers = reader_filters(session, llm.languages[0]) if asked else []
+    taken = taken_by({text for text, _, _ in readers}, [views[entry_id] for entry_id in asked])
+    wanted = wanted_tldrs(taken, readers, offered=llm.languages)
     return [
-        (item, views[item.entry_id], docs[item.entry_id])
+        (item, views[item.entry_id], doc_of(views[item.entry_id]))
         for item in wanted
         if (item.entry_id, item.language) in missing
     ]

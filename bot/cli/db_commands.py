@@ -76,11 +76,11 @@ def alone(store: Path, doing: str) -> Iterator[None]:
 def _family(c: Context, store: Path) -> set[Path]:
     """Every file of the store's (its WAL, shared memory and journal, the unsubscribe
     journal's, the lock files, the signing key), as they resolve: no backup goes there."""
+    from bot.store.store_files import lock_files, sqlite_files
     from bot.tokens import key_file
 
     journal = journal_file(store)
-    parts = [Path(f"{base}{suffix}") for base in (store, journal) for suffix in ("", "-wal", "-shm", "-journal")]
-    parts += [Path(f"{store}.{lock}") for lock in ("lock", "scheduler.lock", "worker.lock")]
+    parts = [*sqlite_files(store), *sqlite_files(journal), *lock_files(store)]
     key = key_file(c.settings)
     return {part.resolve() for part in [*parts, *([key] if key else [])]}
 

@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 
 from bot.store.session_locks import still_answers, try_session_lock
+from bot.store.store_files import role_lock
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class RoleTaken(RuntimeError):
 
 def _lock_file_path(engine: Engine, role: str) -> Path:
     database = make_url(str(engine.url)).database or "memory"
-    return Path(f"{database}.{role}.lock")
+    return role_lock(Path(database), role)
 
 
 class FileLock:

@@ -30,8 +30,8 @@ from bot.store.copies import checked, connect, read_only_uri, revision_of
 from bot.store.derived_tables import DERIVED_TABLES
 from bot.store.engine import HEAD_REVISION, make_engine, revisions, upgrade
 from bot.store.store_errors import StoreError
+from bot.store.store_files import database_files
 
-_PARTS = ("", "-wal", "-shm")  # a store's files: its WAL belongs to it, never left for another
 SHOWN_READERS = 5
 # Columns whose every value digestbot spells itself: a backup holding another was changed.
 _WRITTEN_ONLY = (
@@ -240,14 +240,14 @@ def read_fact(store: Path, name: str) -> str | None:
 
 
 def remove(store: Path) -> None:
-    for suffix in _PARTS:
-        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    for part in database_files(store):
+        part.unlink(missing_ok=True)
 
 
 def _move(source: Path, target: Path) -> None:
-    for suffix in _PARTS:
-        if Path(f"{source}{suffix}").exists():
-            os.replace(f"{source}{suffix}", f"{target}{suffix}")
+    for part, to in zip(database_files(source), database_files(target), strict=True):
+        if part.exists():
+            os.replace(part, to)
 
 
 def put_in_place(partial: Path, store: Path, now: datetime) -> Path | None:

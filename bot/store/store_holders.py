@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bot.store.store_errors import StoreError
+from bot.store.store_files import holders_lock, wal_file
 
 _HELD: dict[Path, int] = {}  # lock file -> this process's descriptor, shared-locked
 _HELD_BEFORE: dict[Path, bool] = {}  # lock file -> whether it was there when this process came
@@ -28,10 +29,6 @@ _LOCK = threading.Lock()
 
 class StoreInUse(StoreError):
     """Another process holds the store (``str()``: the one line naming who)."""
-
-
-def lock_file(store: Path) -> Path:
-    return Path(f"{store}.lock")
 
 
 # How long a process waits for another that holds a new, still empty store to write it.
@@ -44,16 +41,16 @@ def emptied(store: Path) -> bool:
     Another process holding it may be making it right now: it is waited for."""
     deadline = time.monotonic() + NEW_STORE_SECONDS
     while _empty(store):
-        if not _HELD_BEFORE.get(lock_file(store).absolute(), False):
+        if not _HELD_BEFORE.get(holders_lock(store).absolute(), False):
             return False  # never opened by digestbot: a new store
-        if not holders(lock_file(store), exclude=os.getpid()) or time.monotonic() > deadline:
+        if not holders(holders_lock(store), exclude=os.getpid()) or time.monotonic() > deadline:
             return True
         time.sleep(0.1)
     return False
 
 
 def _empty(store: Path) -> bool:
-    wal = Path(f"{store}-wal")
+    wal = wal_file(store)
     return store.is_file() and store.stat().st_size == 0 and not (wal.is_file() and wal.stat().st_size > 0)
 
 
@@ -61,7 +58,7 @@ def hold(store: Path) -> None:
     """Hold *store* open for the life of this process (shared with every other digestbot
     process); ``StoreInUse`` while an operation on the whole store runs.  A folder that
     cannot be written holds nothing: nothing there can be restored or copied into either."""
-    path = lock_file(store).absolute()
+    path = holders_lock(store).absolute()
     with _LOCK:
         if path in _HELD:
             return
@@ -93,7 +90,7 @@ def alone(store: Path, doing: str) -> Iterator[None]:
     """Hold *store* alone for the block: ``StoreInUse`` naming the other processes that
     hold it (stop them before *doing*); meanwhile any process that would open it is
     refused.  This process's own hold, if any, is kept on the way out."""
-    path = lock_file(store).absolute()
+    path = holders_lock(store).absolute()
     with _LOCK:
         shared = path in _HELD
         try:

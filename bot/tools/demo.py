@@ -26,6 +26,7 @@ from bot.ingest.watcher import expand
 from bot.plan import plan
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
+from bot.store.store_files import database_files
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.csv_io import import_csv
 from bot.taste.libraries import import_library
@@ -60,7 +61,7 @@ def run_demo(
     inbox = var / "inbox"
     database = var / "demo.sqlite3"
     shutil.rmtree(inbox, ignore_errors=True)
-    for leftover in (database, Path(f"{database}-wal"), Path(f"{database}-shm")):
+    for leftover in database_files(database):
         leftover.unlink(missing_ok=True)
     engine = make_engine(f"sqlite:///{database}")
     upgrade(engine)

@@ -154,8 +154,11 @@ def _fill(disk: Path) -> Path:
     filler = disk / "filler"
     free = shutil.disk_usage(disk).free
     with filler.open("wb") as handle:
-        os.posix_fallocate(handle.fileno(), 0, free)
-    while True:  # what fallocate left, a page at a time
+        try:
+            os.posix_fallocate(handle.fileno(), 0, free)
+        except OSError:  # the worker wrote meanwhile, or the filesystem keeps some for itself
+            pass
+    while True:  # what fallocate left (all of it, when it refused), a page at a time
         try:
             with filler.open("ab") as handle:
                 handle.write(b"\0" * 4096)

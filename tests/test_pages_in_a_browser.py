@@ -559,7 +559,7 @@ def test_an_unsubscribe_the_journal_cannot_take_says_try_again(
     next click unsubscribes."""
     import sqlite3
 
-    token = site.add("lena@example.org")
+    token = site.add("nils@example.org")
     browser.get(f"{site.url}/u/{token}")
     journal = sqlite3.connect(site.folder / "var" / "digestbot-unsubscribes.sqlite3", timeout=30)
     try:
@@ -573,7 +573,7 @@ def test_an_unsubscribe_the_journal_cannot_take_says_try_again(
         journal.close()
     assert press(browser, "button", text="Unsubscribe") == "You are unsubscribed"
     eventually(
-        lambda: site.subscriber("lena@example.org").status is SubscriberStatus.UNSUBSCRIBED, "unsubscribe applied"
+        lambda: site.subscriber("nils@example.org").status is SubscriberStatus.UNSUBSCRIBED, "unsubscribe applied"
     )
 
 

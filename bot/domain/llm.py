@@ -41,8 +41,12 @@ def chosen_language(choice: str | None, offered: Sequence[str]) -> str:
 
 
 MAX_DIMENSIONS = 8192  # a vector longer than any embedding model's is not one
-# Half floats: a unit vector's parts are within [-1, 1], where 11 bits of precision
-# rank as well as 24, at half the bytes.
+# The stored formats, spelled here only: a vector's parts are little-endian half floats
+# (a unit vector's parts are within [-1, 1], where 11 bits of precision rank as well as
+# 24, at half the bytes); a reader's model's weights little-endian single floats.  As
+# numpy names them, and the vector's as struct does.
+VECTOR_DTYPE = "<f2"
+WEIGHTS_DTYPE = "<f4"
 _HALF = "e"
 
 

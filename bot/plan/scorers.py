@@ -132,23 +132,17 @@ class EmbeddingRanker:
     def _reader_scores(self, reader: RankerReader) -> dict[int, RankerScore] | None:
         """The reader's model's score of each candidate; None without a model, or when a
         candidate has no vector of the model's width."""
-        import numpy as np  # only when embeddings rank (the taste extra)
+        from bot.taste.embedded import stored_scores  # only when embeddings rank (the taste extra)
 
         model = self._models.get(reader.reader)
-        # A row a restore brings is outside bytes: weights or vectors of no whole width,
-        # or scores that are not numbers, leave the reader in the built-in order.
-        if model is None or not reader.candidates or not model[0] or len(model[0]) % 4:
+        if model is None:
             return None
-        weights = np.frombuffer(model[0], dtype="<f4")
-        vectors = [self._vectors.get(e, b"") for e in reader.candidates]
-        if any(len(v) != 2 * len(weights) for v in vectors):
+        # A row a restore brings is outside bytes: what is no model's or vector's leaves the
+        # reader in the built-in order.
+        found = stored_scores(model[0], model[1], [self._vectors.get(e, b"") for e in reader.candidates])
+        if found is None:
             return None
-        rows = np.vstack([np.frombuffer(v, dtype="<f2") for v in vectors]).astype(np.float32)
-        with np.errstate(all="ignore"):
-            found = rows @ weights + model[1]
-        if not np.isfinite(found).all():
-            return None
-        return {e: RankerScore(float(s)) for e, s in zip(reader.candidates, found, strict=True)}
+        return {e: RankerScore(s) for e, s in zip(reader.candidates, found, strict=True)}
 
     def close(self) -> None:
         """Nothing held: the models and vectors go with the pass."""

@@ -19,6 +19,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
+from bot.domain.llm import VECTOR_DTYPE, WEIGHTS_DTYPE
 from bot.taste.model import SAID_LESS
 
 MIN_POSITIVES = 2  # as the TF-IDF model: fewer, and a reader's digest keeps the built-in order
@@ -36,10 +37,30 @@ class EmbeddedModel:
 
 
 def as_matrix(vectors: Sequence[bytes]) -> np.ndarray:
-    """Stored vectors (little-endian half floats, one size) as a float32 matrix."""
+    """Stored vectors (``VECTOR_DTYPE``, one size) as a float32 matrix."""
     if not vectors:
         return np.zeros((0, 0), dtype=np.float32)
-    return np.vstack([np.frombuffer(v, dtype="<f2") for v in vectors]).astype(np.float32)
+    return np.vstack([np.frombuffer(v, dtype=VECTOR_DTYPE) for v in vectors]).astype(np.float32)
+
+
+def stored_weights(model: EmbeddedModel) -> bytes:
+    """*model*'s weights as stored (``WEIGHTS_DTYPE``)."""
+    return model.weights.astype(WEIGHTS_DTYPE).tobytes()
+
+
+def stored_scores(weights: bytes, intercept: float, vectors: Sequence[bytes]) -> list[float] | None:
+    """A stored model's score of each stored vector; None when they are no model's and
+    vector's (a row a restore brings is outside bytes): no weights, weights or vectors of
+    no whole or no common width, or scores that are not numbers."""
+    if not vectors or not weights or len(weights) % np.dtype(WEIGHTS_DTYPE).itemsize:
+        return None
+    model = EmbeddedModel(np.frombuffer(weights, dtype=WEIGHTS_DTYPE), intercept)
+    width = np.dtype(VECTOR_DTYPE).itemsize * len(model.weights)
+    if any(len(v) != width for v in vectors):
+        return None
+    with np.errstate(all="ignore"):
+        found = model.scores(as_matrix(vectors))
+    return [float(s) for s in found] if np.isfinite(found).all() else None
 
 
 def train_embedded(positives: np.ndarray, less: np.ndarray, sample: np.ndarray) -> EmbeddedModel | None:

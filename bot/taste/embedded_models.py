@@ -83,7 +83,7 @@ def _train_batch(
     report: EmbeddedModelsReport,
     now: datetime,
 ) -> None:
-    from bot.taste.embedded import as_matrix, train_embedded  # numpy and scikit-learn
+    from bot.taste.embedded import as_matrix, stored_weights, train_embedded  # numpy and scikit-learn
 
     with factory() as session:
         examples = examples_of(session, readers)
@@ -114,7 +114,7 @@ def _train_batch(
                 "subscriber_id": sid,
                 "model": model,
                 "signal": signals[sid],
-                "weights": fitted.weights.astype("<f4").tobytes() if fitted is not None else b"",
+                "weights": stored_weights(fitted) if fitted is not None else b"",
                 "intercept": fitted.intercept if fitted is not None else 0.0,
                 "papers": len(known(mine)),
                 "trained_at": now,

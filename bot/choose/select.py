@@ -246,10 +246,10 @@ def select_for(
 
 
 def taken_by(filters: Iterable[str], entries: Sequence[EntryView]) -> dict[str, list[int]]:
-    """Which of *entries* each filter takes, as the planner chooses for a reader with it
-    (the verdict ``SelectionCache`` keeps; ``liked`` atoms, which need a reader's own
-    model, match nothing); a filter the planner leaves out (``filter_fault``: a restored
-    row that does not parse) takes none."""
+    """Which of *entries* each filter takes, by the match the planner's verdicts make
+    (``matches`` on ``doc_of``; ``liked`` atoms, which need a reader's own model, match
+    nothing); a filter the planner leaves out (``filter_fault``: a restored row that
+    does not parse) takes none."""
     docs = [(entry.id, doc_of(entry)) for entry in entries]
     taken: dict[str, list[int]] = {}
     for text in filters:

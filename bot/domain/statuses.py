@@ -81,8 +81,8 @@ UNSUBSCRIBE = StatusAction(
     frozenset(SubscriberStatus) - {SubscriberStatus.UNSUBSCRIBED}, SubscriberStatus.UNSUBSCRIBED, "unsubscribed"
 )
 
-# Who bounces can make bounced.
-BOUNCED_FROM = frozenset({_ACTIVE, _PAUSED})
+# Who bounces can make bounced: whoever is on the list, receiving or paused.
+BOUNCED_FROM = frozenset(status for status in SubscriberStatus if status.subscribed)
 
 
 @dataclass(frozen=True, slots=True)

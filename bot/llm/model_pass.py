@@ -131,12 +131,13 @@ def _wanted(session: Session, llm: LlmConfig, now: datetime) -> list[tuple[Wante
     asked = sorted({entry_id for entry_id, _ in missing})
     readers = reader_filters(session, llm.languages[0]) if asked else []
     taken = taken_by({text for text, _, _ in readers}, [views[entry_id] for entry_id in asked])
-    wanted = wanted_tldrs(taken, readers, offered=llm.languages)
-    return [
-        (item, views[item.entry_id], doc_of(views[item.entry_id]))
-        for item in wanted
+    wanted = [
+        item
+        for item in wanted_tldrs(taken, readers, offered=llm.languages)
         if (item.entry_id, item.language) in missing
     ]
+    docs = {entry_id: doc_of(views[entry_id]) for entry_id in {item.entry_id for item in wanted}}
+    return [(item, views[item.entry_id], docs[item.entry_id]) for item in wanted]
 
 
 def _over(limit: int, spent: int) -> bool:

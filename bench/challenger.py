@@ -26,10 +26,11 @@ from bot.choose.candidates import Candidate
 from bot.choose.select import SelectionCache, select_for
 from bot.choose.tagging import TagRules
 from bot.config import Settings
+from bot.config.services import RankerConfig
 from bot.domain.ranking import BUILT_IN, RankerCandidate, RankerReader, RankerScore
 from bot.llm.embedding import embed_papers
 from bot.plan.scorers import EmbeddingRanker
-from bot.rankers.client import RankerCall, RankerLimits
+from bot.rankers.client import RankerCall
 from bot.rankers.interleave import Verdict, team_draft, verdict
 from bot.store.feedback import feedback_of
 from bot.store.library import library_of
@@ -39,7 +40,7 @@ from bot.taste.ranking import TastePass
 from tests.helpers import example_ranker
 
 SHOWN = 10  # entries of a digest
-LIMITS = RankerLimits(answer_seconds=60, pass_seconds=600)
+LIMITS = RankerConfig(answer_seconds=60, pass_seconds=600)
 
 
 @contextmanager

@@ -16,9 +16,10 @@ from contextlib import contextmanager
 
 import pytest
 
+from bot.config.services import RankerConfig
 from bot.domain import LibraryPaper, RatedEntry
 from bot.domain.ranking import RankerCandidate, RankerReader
-from bot.rankers.client import RankerCall, RankerLimits
+from bot.rankers.client import RankerCall
 from bot.rankers.protocol import PROTOCOL, REQUEST
 from tests.conftest import ROOT
 
@@ -46,7 +47,8 @@ READERS = [
         ratings=(RatedEntry(9, "k", "Spiking chips", "less", WHEN),),
     ),
 ]
-QUICK = RankerLimits(connect_seconds=1, answer_seconds=1.5, pass_seconds=6, attempts=3, backoff_seconds=0.05)
+QUICK = RankerConfig(connect_seconds=1, answer_seconds=1.5, pass_seconds=6, attempts=3)
+BACKOFF = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def example_ranker() -> Iterator[str]:
 
 
 def test_the_example_ranker_orders_each_reader_by_their_library(example_ranker: str) -> None:
-    call = RankerCall(example_ranker, QUICK)
+    call = RankerCall(example_ranker, QUICK, backoff_seconds=BACKOFF)
     scores = call.scores(CANDIDATES, READERS)
     assert scores is not None and call.failure is None and call.ranked == 2
     neuro = scores["r-neuro"]
@@ -95,7 +97,7 @@ def test_the_example_ranker_answers_a_bad_request_400_and_keeps_serving(
 
     answer = httpx.post(example_ranker, content=body, timeout=5)
     assert answer.status_code == 400 and says in answer.json()["error"]
-    assert RankerCall(example_ranker, QUICK).scores(CANDIDATES, READERS) is not None
+    assert RankerCall(example_ranker, QUICK, backoff_seconds=BACKOFF).scores(CANDIDATES, READERS) is not None
 
 
 # Rankers that misbehave: each a listening socket and a thread that answers as told.
@@ -226,7 +228,7 @@ def redirects(connection: socket.socket, request: bytes) -> None:
         (hangs, "no whole answer within 1.5 s"),
         (dribbles, "no whole answer within 1.5 s"),
         (garbage, "readers.0.scores: Input should be a valid array"),
-        (too_much, "over the cap of 1,000,000 bytes"),
+        (too_much, "over the cap of 1,048,576 bytes"),
         (says_too_much, "answer of 99,999,999,999 bytes, over the cap"),
         (compressed, "answered compressed"),
         (busy, "answered 503 (3 attempts)"),
@@ -239,11 +241,9 @@ def redirects(connection: socket.socket, request: bytes) -> None:
 def test_a_failing_ranker_changes_nothing_but_the_order_and_ends_its_part_in_the_pass(
     behaviour: Behaviour, says: str
 ) -> None:
-    limits = RankerLimits(
-        connect_seconds=1, answer_seconds=1.5, pass_seconds=20, max_answer_bytes=1_000_000, backoff_seconds=0.05
-    )
+    limits = RankerConfig(connect_seconds=1, answer_seconds=1.5, pass_seconds=20, max_answer_mb=1)
     with misbehaving(behaviour) as (url, arrived):
-        call = RankerCall(url, limits)
+        call = RankerCall(url, limits, backoff_seconds=BACKOFF)
         started = time.monotonic()
         assert call.scores(CANDIDATES, READERS[:1]) is None
         took = time.monotonic() - started
@@ -258,7 +258,7 @@ def test_a_failing_ranker_changes_nothing_but_the_order_and_ends_its_part_in_the
 
 def test_a_busy_ranker_is_asked_again_after_a_back_off_and_then_used() -> None:
     with misbehaving(busy, busy, good) as (url, arrived):
-        call = RankerCall(url, QUICK)
+        call = RankerCall(url, QUICK, backoff_seconds=BACKOFF)
         scores = call.scores(CANDIDATES, READERS)
     assert scores is not None and scores["r-db"][2].score == -2 and call.failure is None
     gaps = [later - earlier for earlier, later in zip(arrived, arrived[1:], strict=False)]
@@ -267,14 +267,14 @@ def test_a_busy_ranker_is_asked_again_after_a_back_off_and_then_used() -> None:
 
 def test_a_reset_connection_is_asked_again_over_a_new_one() -> None:
     with misbehaving(resets, good) as (url, arrived):
-        call = RankerCall(url, QUICK)
+        call = RankerCall(url, QUICK, backoff_seconds=BACKOFF)
         scores = call.scores(CANDIDATES, READERS)
     assert scores is not None and call.failure is None and len(arrived) == 2
 
 
 def test_a_ranker_that_goes_away_mid_pass_leaves_the_rest_to_the_built_in_order() -> None:
     with misbehaving(good) as (url, _):
-        call = RankerCall(url, QUICK)
+        call = RankerCall(url, QUICK, backoff_seconds=BACKOFF)
         assert call.scores(CANDIDATES, READERS[:1]) is not None
     assert call.scores(CANDIDATES, READERS[1:]) is None  # the port is closed now: refused, tried three times
     assert call.failure is not None and "ConnectError" in call.failure and "(3 attempts)" in call.failure
@@ -282,10 +282,10 @@ def test_a_ranker_that_goes_away_mid_pass_leaves_the_rest_to_the_built_in_order(
 
 
 def test_the_pass_has_one_time_for_every_request() -> None:
-    limits = RankerLimits(connect_seconds=1, answer_seconds=50, pass_seconds=1.5, backoff_seconds=0.05)
+    limits = RankerConfig(connect_seconds=1, answer_seconds=50, pass_seconds=1.5)
     with misbehaving(good, hangs) as (url, _):
         began = time.monotonic()
-        call = RankerCall(url, limits)
+        call = RankerCall(url, limits, backoff_seconds=BACKOFF)
         assert call.scores(CANDIDATES, READERS[:1]) is not None
         assert call.scores(CANDIDATES, READERS[1:]) is None
         assert time.monotonic() - began < 20  # the pass's 1.5 s, not the answer's own 50 s
@@ -294,11 +294,11 @@ def test_the_pass_has_one_time_for_every_request() -> None:
 
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/", "http://[::1/", "http://127.0.0.1:99999/", "not a url"])
 def test_a_url_no_request_can_go_to_is_a_one_line_failure(url: str) -> None:
-    call = RankerCall(url, QUICK)
+    call = RankerCall(url, QUICK, backoff_seconds=BACKOFF)
     assert call.scores(CANDIDATES, READERS) is None
     assert call.failure and "\n" not in call.failure and call.skipped == 2
 
 
 def test_no_readers_asks_nothing() -> None:
-    call = RankerCall("http://127.0.0.1:1/", QUICK)
+    call = RankerCall("http://127.0.0.1:1/", QUICK, backoff_seconds=BACKOFF)
     assert call.scores(CANDIDATES, []) == {} and call.failure is None

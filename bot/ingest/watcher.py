@@ -18,7 +18,6 @@ import stat
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,13 +25,11 @@ from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import FileStamp, IngestResult, SourceStatus
 from bot.domain.text import path_text, shown_url
-from bot.ingest.formats.fetch import FetchError, fetch
+from bot.http_reader import HttpReader
+from bot.ingest.formats.fetch import FetchError, feed_reader, fetch
 from bot.ingest.storing import DEFAULT_MAX_FILE_BYTES, ingest_bytes, ingest_file, utcnow
 from bot.store.engine import transaction
 from bot.store.sources import feed_state, save_feed_state, seen_stamps
-
-if TYPE_CHECKING:
-    import httpx  # imported where a feed is fetched: a worker never loads it
 
 log = logging.getLogger(__name__)
 
@@ -153,20 +150,20 @@ def fetch_feeds(
     settings: Settings,
     *,
     urls: Iterable[str] | None = None,
-    client: httpx.Client | None = None,
     rules: TagRules | None = None,
     stop: Callable[[], bool] = lambda: False,
 ) -> list[IngestResult]:
     """Fetch each feed URL (conditional GET) and ingest what changed; a *stop* that turns
     true (the daemon stopping) leaves the feeds not yet fetched for the next start."""
     results = []
-    for url in urls if urls is not None else settings.feeds.urls:
-        if stop():
-            break
-        try:
-            results.append(_fetch_feed(factory, settings, url, client=client, rules=rules))
-        except Exception as exc:  # noqa: BLE001 - this feed's failure, never the other feeds'
-            results.append(_not_ingested(shown_url(url), exc))
+    with feed_reader() as reader:
+        for url in urls if urls is not None else settings.feeds.urls:
+            if stop():
+                break
+            try:
+                results.append(_fetch_feed(factory, settings, url, reader=reader, rules=rules))
+            except Exception as exc:  # noqa: BLE001 - this feed's failure, never the other feeds'
+                results.append(_not_ingested(shown_url(url), exc))
     return results
 
 
@@ -175,7 +172,7 @@ def _fetch_feed(
     settings: Settings,
     url: str,
     *,
-    client: httpx.Client | None,
+    reader: HttpReader,
     rules: TagRules | None,
 ) -> IngestResult:
     name = shown_url(url)  # stored, logged and printed: never a password in the URL
@@ -189,7 +186,7 @@ def _fetch_feed(
             last_modified=state.last_modified,
             timeout=settings.feeds.timeout_seconds,
             max_bytes=settings.feeds.max_bytes,
-            client=client,
+            reader=reader,
         )
     except FetchError as exc:
         with transaction(factory) as session:

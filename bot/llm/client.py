@@ -18,16 +18,13 @@ import math
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
-
-from bot import __version__
 from bot.config.services import LlmConfig
-from bot.domain.text import one_line
+from bot.http_reader import COMPRESSED, TIMEOUT, TOO_LONG, UNREACHABLE, HttpFailure, HttpLimits, HttpReader
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -62,9 +59,9 @@ class LlmCall:
     tokens: int = 0  # as the API reported them for the answers read
     paused_seconds: float = 0.0  # a pause an earlier pass was asked for, still running
     _paused_until: float = 0.0
-    _client: httpx.Client | None = None
+    _reader: HttpReader = field(default_factory=HttpReader)  # no redirect followed: a key never follows one
     # Requests may be in flight from several threads (``llm.concurrency``): the tallies,
-    # the pause and the client are changed under this lock.
+    # the pause are changed under this lock (the reader has its own).
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -77,9 +74,7 @@ class LlmCall:
         return max(0.0, self._paused_until - self._started)
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._reader.close()
 
     def chat(self, body: dict[str, Any]) -> ChatAnswer | None:
         """The answer to one chat-completions request, None when it failed (tallied)."""
@@ -148,60 +143,33 @@ class LlmCall:
 
     def _post(self, path: str, body: bytes) -> bytes:
         limits = self.settings
-        timeout = httpx.Timeout(
-            connect=limits.connect_seconds, read=limits.answer_seconds, write=limits.answer_seconds, pool=None
-        )
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "Accept-Encoding": "identity",
-            "User-Agent": f"digestbot/{__version__}",
-        }
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        with self._lock:
-            if self._client is None:
-                self._client = httpx.Client(follow_redirects=False, trust_env=False)
-            client = self._client
-        ends = self.clock() + limits.answer_seconds
+        bounds = HttpLimits(limits.connect_seconds, limits.answer_seconds, limits.max_answer_kb * 1024)
         try:
-            with client.stream(
-                "POST", limits.base_url + path, content=body, headers=headers, timeout=timeout
-            ) as response:
-                self._check(response)
-                return self._read(response, ends)
-        except httpx.TimeoutException:
-            raise LlmFailure("timeout", f"no whole answer within {limits.answer_seconds:g} s") from None
-        except (httpx.HTTPError, httpx.InvalidURL) as error:
-            raise LlmFailure("unreachable", one_line(f"{type(error).__name__}: {error}")[:200]) from None
+            answer = self._reader.request(
+                "POST", limits.base_url + path, limits=bounds, headers=headers, content=body, before_body=self._check
+            )
+        except HttpFailure as failure:
+            raise LlmFailure(_KINDS.get(failure.kind, UNREACHABLE), str(failure)) from None
+        return answer.body
 
-    def _check(self, response: httpx.Response) -> None:
-        status = response.status_code
+    def _check(self, status: int, headers: Mapping[str, str]) -> bool:
         if status == 429:
             with self._lock:
-                self._paused_until = self.clock() + _retry_after(response.headers.get("Retry-After", ""))
+                self._paused_until = self.clock() + _retry_after(headers.get("Retry-After", ""))
             raise LlmFailure("busy (429)", "answered 429")
         if status != 200:
             kind = "server error (5xx)" if status >= 500 else "redirect" if 300 <= status < 400 else "refused (4xx)"
             raise LlmFailure(kind, f"answered {status}")
-        if "event-stream" in response.headers.get("Content-Type", ""):
+        if "event-stream" in headers.get("Content-Type", ""):
             raise LlmFailure("streamed", "answered a stream, though asked not to")
-        if response.headers.get("Content-Encoding", "identity").lower() != "identity":
-            raise LlmFailure("not the API's answer", "answered compressed, though asked not to")
+        return True
 
-    def _read(self, response: httpx.Response, ends: float) -> bytes:
-        cap = self.settings.max_answer_kb * 1024
-        declared = response.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > cap:
-            raise LlmFailure("too long", f"answer of {int(declared):,} bytes, over {cap:,}")
-        received = bytearray()
-        for chunk in response.iter_raw():
-            received += chunk
-            if len(received) > cap:
-                raise LlmFailure("too long", f"answer over {cap:,} bytes")
-            if self.clock() > ends:
-                raise LlmFailure("timeout", f"no whole answer within {self.settings.answer_seconds:g} s")
-        return bytes(received)
+
+# The bounded reader's failures as a pass tallies them.
+_KINDS = {TIMEOUT: "timeout", TOO_LONG: "too long", COMPRESSED: "not the API's answer"}
 
 
 def _retry_after(value: str) -> float:

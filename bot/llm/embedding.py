@@ -20,13 +20,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain.llm import packed
+from bot.llm.budget import DayBudget
 from bot.llm.client import LlmCall, answered
 from bot.llm.pauses import keep_pause, paused_call
 from bot.llm.tldr import MAX_ABSTRACT_CHARS
 from bot.store.embeddings import PaperText, entries_to_embed, library_to_embed, save_embeddings
 from bot.store.engine import transaction
 from bot.store.facts import EMBEDDING_FAILURE_FACT, set_fact
-from bot.store.tldrs import add_spending, spent_on
+from bot.store.tldrs import add_spending
 from bot.taste.embedded_models import EmbeddedModelsReport
 
 TEXTS_PER_REQUEST = 32
@@ -75,29 +76,24 @@ def embed_papers(
         keys = {key for key, _, _ in wanted}  # an entry kept in a library: embedded once
         library = library_to_embed(session, llm.embedding_model, TEXTS_PER_PASS)
         wanted += [paper for paper in library if paper[0] not in keys][: TEXTS_PER_PASS - len(wanted)]
-        spent = list(spent_on(session, now.date()))
+        budget = DayBudget.today(session, llm, now.date())
     done.wanted = len(wanted)
     call = call or paused_call(factory, llm, now)
+    budget.follow(call)
     batches = [wanted[start : start + TEXTS_PER_REQUEST] for start in range(0, len(wanted), TEXTS_PER_REQUEST)]
-    recorded = [call.sent, call.tokens]  # the call's totals already counted in the store
 
     def admit(batch: list[PaperText]) -> bool:
-        if any(limit > 0 and used >= limit for limit, used in zip(_limits(settings), spent, strict=True)):
-            done.over_budget += len(batch)
-            return False
-        spent[0] += 1  # reserved before it is sent: requests in flight count against the day
-        return True
+        if budget.admit():
+            return True
+        done.over_budget += len(batch)
+        return False
 
     def ask(batch: list[PaperText]) -> list[list[float]] | None:
         return call.embed(llm.embedding_model, [paper_text(title, abstract) for _, title, abstract in batch])
 
     try:
         for batch, vectors in answered(batches, ask, concurrency=llm.concurrency, admit=admit, keep_going=keep_going):
-            totals = [call.sent, call.tokens]
-            requests, tokens = totals[0] - recorded[0], totals[1] - recorded[1]
-            recorded = totals
-            spent[1] += tokens
-            _keep(factory, settings, batch, vectors, done, (requests, tokens), now)
+            _keep(factory, settings, batch, vectors, done, budget.settle(call), now)
     finally:
         call.close()
     keep_pause(factory, llm, call, now)
@@ -107,10 +103,6 @@ def embed_papers(
             words = ", ".join(f"{count} {kind}" for kind, count in done.failures.most_common())
             set_fact(session, EMBEDDING_FAILURE_FACT, f"{now:%Y-%m-%d %H:%M} UTC: {words}")
     return done
-
-
-def _limits(settings: Settings) -> tuple[int, int]:
-    return settings.llm.requests_per_day, settings.llm.tokens_per_day
 
 
 def _keep(

@@ -24,6 +24,7 @@ from bot.config import Settings
 from bot.config.services import LlmConfig
 from bot.domain import EntryView
 from bot.domain.llm import Tldr
+from bot.llm.budget import DayBudget
 from bot.llm.client import ChatAnswer, LlmCall, answered
 from bot.llm.embedding import EmbeddingPass, embed_papers
 from bot.llm.pauses import keep_pause, paused_call
@@ -32,7 +33,7 @@ from bot.llm.wanted import WantedTldr, wanted_tldrs
 from bot.store.engine import transaction
 from bot.store.entry_reads import entries_first_seen_between
 from bot.store.facts import TLDR_FAILURE_FACT, set_fact
-from bot.store.tldrs import add_spending, reader_filters, save_tldr, spent_on, without_tldr
+from bot.store.tldrs import add_spending, reader_filters, save_tldr, without_tldr
 from bot.taste.embedded_models import refresh_embedding_models
 
 RECENT = timedelta(days=2)  # entries first seen this long ago or less are the ones readers will get next
@@ -75,18 +76,16 @@ def write_tldrs(
         return done
     with factory() as session:
         wanted = _wanted(session, llm, now)
-        requests_spent, tokens_spent = spent_on(session, now.date())
+        budget = DayBudget.today(session, llm, now.date())
     done.wanted = len(wanted)
     call = call or paused_call(factory, llm, now)
-    spent = [requests_spent, tokens_spent]  # as counted before the pass, and reserved by it
-    recorded = [call.sent, call.tokens]  # the call's totals already counted in the store
+    budget.follow(call)
 
     def admit(_: object) -> bool:
-        if _over(llm.requests_per_day, spent[0]) or _over(llm.tokens_per_day, spent[1]):
-            done.over_budget += 1
-            return False
-        spent[0] += 1  # reserved before it is sent: requests in flight count against the day
-        return True
+        if budget.admit():
+            return True
+        done.over_budget += 1
+        return False
 
     def ask(pair: tuple[WantedTldr, EntryView, Doc]) -> ChatAnswer | None:
         item, view, doc = pair
@@ -100,13 +99,10 @@ def write_tldrs(
         for (item, _, _), answer in answered(
             wanted, ask, concurrency=llm.concurrency, admit=admit, keep_going=keep_going
         ):
-            totals = [call.sent, call.tokens]
-            requests, tokens = totals[0] - recorded[0], totals[1] - recorded[1]
-            recorded = totals
-            spent[1] += tokens
+            spent = budget.settle(call)
             line = tldr_of(answer.text) if answer else None
             with transaction(factory) as session:
-                add_spending(session, now.date(), requests, tokens)
+                add_spending(session, now.date(), *spent)
                 if line is not None:
                     done.written += save_tldr(session, item.entry_id, Tldr(line, item.language, llm.chat_model, now))
             done.refused += answer is not None and line is None
@@ -138,10 +134,6 @@ def _wanted(session: Session, llm: LlmConfig, now: datetime) -> list[tuple[Wante
     ]
     docs = {entry_id: doc_of(views[entry_id]) for entry_id in {item.entry_id for item in wanted}}
     return [(item, views[item.entry_id], docs[item.entry_id]) for item in wanted]
-
-
-def _over(limit: int, spent: int) -> bool:
-    return limit > 0 and spent >= limit
 
 
 def ask_the_model(

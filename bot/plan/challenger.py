@@ -36,7 +36,7 @@ from bot.domain import DigestState, EntryView
 from bot.domain.ranking import Interleaving, RankerCandidate, RankerReader, RankerScore
 from bot.plan.report import PlanReport
 from bot.plan.scorers import EmbeddingRanker, OutsideRanker, Scorer
-from bot.rankers.client import RankerCall, RankerLimits
+from bot.rankers.client import RankerCall
 from bot.rankers.interleave import team_draft
 from bot.rankers.protocol import reader_id
 from bot.store.engine import transaction
@@ -74,15 +74,8 @@ class Challenger:
             if settings.llm.embedding_model and ranking_installed():
                 return cls(settings, key, EmbeddingRanker(settings.llm.embedding_model))
             return None
-        limits = RankerLimits(
-            connect_seconds=ranker.connect_seconds,
-            answer_seconds=ranker.answer_seconds,
-            pass_seconds=ranker.pass_seconds,
-            max_answer_bytes=ranker.max_answer_mb * 2**20,
-            attempts=ranker.attempts,
-        )
         outside = OutsideRanker(
-            RankerCall(ranker.url, limits), ranker.name, ranker.pass_seconds, ranker.readers_per_request
+            RankerCall(ranker.url, ranker), ranker.name, ranker.pass_seconds, ranker.readers_per_request
         )
         return cls(settings, key, outside)
 

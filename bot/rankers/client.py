@@ -17,48 +17,38 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import httpx
-
-from bot import __version__
+from bot.config.services import RankerConfig
 from bot.domain.ranking import RankerCandidate, RankerReader, RankerScore
-from bot.domain.text import one_line, plural
+from bot.domain.text import plural
+from bot.http_reader import UNREACHABLE, HttpFailure, HttpLimits, HttpReader
 from bot.rankers.protocol import RankerFailure, read_answer, request_body
 
 BUSY = frozenset({429, 502, 503, 504})
 
 
-@dataclass(frozen=True, slots=True)
-class RankerLimits:
-    connect_seconds: float = 2.0
-    answer_seconds: float = 30.0  # one request's whole answer
-    pass_seconds: float = 300.0  # every request of one planning pass
-    max_answer_bytes: int = 16 * 2**20
-    attempts: int = 3
-    backoff_seconds: float = 0.5  # before the second attempt; doubled after each
-
-
 @dataclass
 class RankerCall:
-    """One planning pass's use of the ranker at *url*."""
+    """One planning pass's use of the ranker at *url*, within *limits* (the ``ranker``
+    settings)."""
 
     url: str
-    limits: RankerLimits = field(default_factory=RankerLimits)
+    limits: RankerConfig
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    backoff_seconds: float = 0.5  # before the second attempt; doubled after each
     failure: str | None = None  # why this pass goes on without the ranker
     skipped: int = 0  # readers given the built-in ranking for that reason
     ranked: int = 0  # readers the ranker scored
     _ends: float = 0.0
-    _client: httpx.Client | None = None  # one a pass: its TLS context is built once, its connection kept
+    # One a pass: its TLS context built once, its connection kept.  No redirect is followed.
+    _reader: HttpReader = field(default_factory=HttpReader)
 
     def __post_init__(self) -> None:
         self._ends = self.clock() + self.limits.pass_seconds
 
     def close(self) -> None:
         """The pass is over: its connection closed."""
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._reader.close()
 
     def scores(
         self, candidates: Mapping[int, RankerCandidate], readers: Sequence[RankerReader]
@@ -85,7 +75,7 @@ class RankerCall:
             try:
                 return self._post(body)
             except _Retryable as problem:
-                wait = self.limits.backoff_seconds * 2 ** (attempt - 1)
+                wait = self.backoff_seconds * 2 ** (attempt - 1)
                 if attempt >= self.limits.attempts or self.clock() + wait >= self._ends:
                     raise RankerFailure(f"{problem} ({plural(attempt, 'attempt')})") from None
                 self.sleep(wait)
@@ -95,54 +85,30 @@ class RankerCall:
         left = self._ends - now
         if left <= 0:
             raise RankerFailure(f"the pass's {self.limits.pass_seconds:g} s for the ranker ran out")
-        answer_ends = now + min(self.limits.answer_seconds, left)
-        read = max(0.001, answer_ends - now)
-        timeout = httpx.Timeout(connect=min(self.limits.connect_seconds, read), read=read, write=read, pool=read)
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json",
-            "Accept-Encoding": "identity",
-            "User-Agent": f"digestbot/{__version__}",
-        }
-        if self._client is None:
-            self._client = httpx.Client(follow_redirects=False, trust_env=False)
+        limits = self.limits
+        bounds = HttpLimits(limits.connect_seconds, min(limits.answer_seconds, left), limits.max_answer_mb * 2**20)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         try:
-            with self._client.stream("POST", self.url, content=body, headers=headers, timeout=timeout) as response:
-                if response.status_code in BUSY:
-                    raise _Retryable(f"answered {response.status_code}")
-                if response.status_code != 200:
-                    raise RankerFailure(f"answered {response.status_code}, not 200")
-                if response.headers.get("Content-Encoding", "identity").lower() != "identity":
-                    raise RankerFailure("answered compressed, though asked not to")
-                return self._read(response, answer_ends)
-        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+            answer = self._reader.request(
+                "POST", self.url, limits=bounds, headers=headers, content=body, before_body=_answered
+            )
+        except HttpFailure as failure:
             # A reset is what a kept-alive connection the ranker has just closed meets: asking
             # again (scores are the same whenever asked) goes over a new one.
-            raise _Retryable(_transport_line(error)) from None
-        except httpx.TimeoutException:
-            raise RankerFailure(f"no whole answer within {read:.3g} s") from None
-        except (httpx.HTTPError, httpx.InvalidURL) as error:
-            raise RankerFailure(_transport_line(error)) from None
+            if failure.kind == UNREACHABLE:
+                raise _Retryable(str(failure)) from None
+            raise RankerFailure(str(failure)) from None
+        return answer.body
 
-    def _read(self, response: httpx.Response, answer_ends: float) -> bytes:
-        cap = self.limits.max_answer_bytes
-        declared = response.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > cap:
-            raise RankerFailure(f"answer of {int(declared):,} bytes, over the cap of {cap:,}")
-        received = bytearray()
-        for chunk in response.iter_raw():
-            received += chunk
-            if len(received) > cap:
-                raise RankerFailure(f"answer over the cap of {cap:,} bytes")
-            if self.clock() > answer_ends:
-                raise RankerFailure(f"no whole answer within {self.limits.answer_seconds:g} s")
-        return bytes(received)
+
+def _answered(status: int, _: Mapping[str, str]) -> bool:
+    if status in BUSY:
+        raise _Retryable(f"answered {status}")
+    if status != 200:
+        raise RankerFailure(f"answered {status}, not 200")
+    return True
 
 
 class _Retryable(Exception):
     """A failure another attempt may not meet: the ranker unreachable, closing or
     resetting the connection, or saying it is busy."""
-
-
-def _transport_line(error: httpx.HTTPError | httpx.InvalidURL) -> str:
-    return one_line(f"{type(error).__name__}: {error}")[:200] or type(error).__name__

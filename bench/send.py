@@ -62,6 +62,7 @@ from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_bytes  # noqa: E402
 from bot.mail.mailer import Mailer
 from bot.mail.message import Prepared  # noqa: E402
+from bot.mail.parts import Parts
 from bot.plan import plan  # noqa: E402
 from bot.store.bulk import allocate_ids, bulk_insert  # noqa: E402
 from bot.store.digests import get_digest, get_digests  # noqa: E402
@@ -148,7 +149,7 @@ def queued_batches(factory, batch: int = 200) -> Iterator[list[int]]:
 def render_all(factory, settings: Settings) -> tuple[float, int, float]:
     """(seconds, messages, average bytes) to build every queued message without sending
     it, batch by batch as delivery does (the message bytes are dropped after counting)."""
-    mailer = Mailer(settings)
+    mailer = Mailer(Parts(settings))
     total = count = 0
     started = time.perf_counter()
     for ids in queued_batches(factory):
@@ -235,7 +236,7 @@ def wire_rate(port: int, count: int, size: int, sessions_: int) -> float:
 
 def naive_rate(factory, settings: Settings, ids: list[int], port: int) -> float:
     """Per subscriber: Jinja render + EmailMessage + serialize, sent on one aiosmtplib connection."""
-    mailer = Mailer(settings)
+    mailer = Mailer(Parts(settings))
 
     async def run() -> float:
         client = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=30)
@@ -312,7 +313,7 @@ def daily_cycle(path: str, settings: Settings, args: argparse.Namespace, setup_r
         before = smtp_source_rate(port, half, int(size), args.sessions)
         cpu_before = (time.process_time(), children_cpu(), process_cpu(sink.pid))
         started = time.perf_counter()
-        report = asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
+        report = asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY))
         send_s = time.perf_counter() - started
         cpu = [
             after - before

@@ -24,6 +24,7 @@ from bot.choose.tagging import load_rules
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_bytes
 from bot.mail import render
+from bot.mail.parts import Parts
 from bot.mail.prose import ALLOWED_TAGS, sanitize_html
 from bot.plan import plan
 from bot.subscribers.fields import clean_fields
@@ -267,7 +268,7 @@ def deliver_everything(
         result = ingest_bytes(factory, data, name=name, now=DAY, rules=RULES)
         assert result.status.value == "ingested", result
     plan(factory, settings, RULES, now=DAY, all_due=True)
-    report = asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
+    report = asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY))
     assert report.sent == 1, report
     message = BytesParser(policy=policy.default).parsebytes(sink.received[-1].data)
     assert message.get_body(("plain",)) is not None

@@ -22,6 +22,7 @@ from bot.config import Settings
 from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.mail.mailer import Mailer
 from bot.mail.message import Headers, build_message
+from bot.mail.parts import Parts
 from bot.mail.splice import MessageTemplate, Personal
 from bot.plan.message_ids import message_id_for
 from bot.tokens import make_token
@@ -77,12 +78,17 @@ _CONTENTS = st.builds(
 @lru_cache(maxsize=1)
 def _mailer() -> Mailer:
     return Mailer(
-        Settings.model_validate(
-            {
-                "paths": {"var_dir": tempfile.mkdtemp(prefix="conformance-"), "templates_dir": str(ROOT / "templates")},
-                "sender": {"from_address": "digest@bot.example", "from_name": 'Research "Digest", Ünï 😀'},
-                "web": {"public_url": "https://digest.example.org", "signing_key": "conformance-key-0123456789"},
-            }
+        Parts(
+            Settings.model_validate(
+                {
+                    "paths": {
+                        "var_dir": tempfile.mkdtemp(prefix="conformance-"),
+                        "templates_dir": str(ROOT / "templates"),
+                    },
+                    "sender": {"from_address": "digest@bot.example", "from_name": 'Research "Digest", Ünï 😀'},
+                    "web": {"public_url": "https://digest.example.org", "signing_key": "conformance-key-0123456789"},
+                }
+            )
         )
     )
 
@@ -152,11 +158,15 @@ def test_the_bulk_sender_checklist() -> None:
     base = _mailer().settings
     for public_url, feedback in (("https://digest.example.org", "digest:{list_id}:{domain}"), ("", "")):
         mailer = Mailer(
-            base.model_copy(
-                update={
-                    "web": base.web.model_copy(update={"public_url": public_url}),
-                    "sender": base.sender.model_copy(update={"feedback_id": feedback, "list_id": "list.bot.example"}),
-                }
+            Parts(
+                base.model_copy(
+                    update={
+                        "web": base.web.model_copy(update={"public_url": public_url}),
+                        "sender": base.sender.model_copy(
+                            update={"feedback_id": feedback, "list_id": "list.bot.example"}
+                        ),
+                    }
+                )
             )
         )
         subscriber = reader(5)

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_bytes
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.engine import HEAD_REVISION, make_engine, sessions, transaction, upgrade
 from bot.store.schema import BodyItem, Digest, Entry
@@ -74,7 +75,7 @@ class Place:
         return list(planned)
 
     def deliver(self, now: datetime) -> None:
-        asyncio.run(deliver_now(self.factory, self.settings, clock=lambda: now))
+        asyncio.run(deliver_now(self.factory, Parts(self.settings), clock=lambda: now))
 
     def titles_received(self, factory: sessionmaker[Session] | None = None) -> dict[str, list[str]]:
         """Per reader, every paper title in the mail they received, once per message."""

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
+from bot.mail.parts import Parts
 from bot.run.scheduler import Daemon
 from bot.store.sources import list_sources
 from bot.tools.sink import free_port
@@ -71,7 +72,7 @@ def test_the_loop_keeps_beating_while_a_big_dump_is_ingested(
     settings = settings_for(tmp_path, paths={"dump_dir": str(tmp_path / "dumps")}, watch={"quiet_seconds": 0})
 
     async def work() -> None:
-        daemon = Daemon(factory, settings, RULES, engine=engine, deliver_jobs=False)
+        daemon = Daemon(factory, Parts(settings, rules=RULES), engine=engine, deliver_jobs=False)
         assert daemon.leadership.try_acquire()
         await daemon.watching.watch()
         await daemon.planning.plan()
@@ -178,7 +179,7 @@ def test_the_loop_keeps_beating_while_digests_are_built(factory: sessionmaker[Se
         plan(factory, settings, RULES, now=day, all_due=True)
 
         async def work() -> None:
-            assert (await deliver_now(factory, settings, clock=lambda: day)).sent == 240
+            assert (await deliver_now(factory, Parts(settings), clock=lambda: day)).sent == 240
 
         spent, longest_gap = asyncio.run(timed_with_heartbeat(work))
     print(f"delivery: {spent:.2f} s, the loop's longest wait {longest_gap:.3f} s")

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestState
+from bot.mail.parts import Parts
 from bot.run.jobs import guarded
 from bot.run.scheduler import Daemon
 from bot.store.engine import make_engine, sessions
@@ -41,7 +42,7 @@ def store(migrated_sqlite: Path, tmp_path: Path) -> Iterator[Engine]:
 
 
 def daemon_of(store: Engine, settings: Settings, **roles: bool) -> Daemon:
-    return Daemon(sessions(store), settings, RULES, engine=store, **roles)
+    return Daemon(sessions(store), Parts(settings, rules=RULES), engine=store, **roles)
 
 
 def count(store: Engine, table: type[Source] | type[Digest]) -> int:

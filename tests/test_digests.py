@@ -23,6 +23,7 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DeliverReport, DigestKind, DigestState, SubscriberStatus
 from bot.ingest.storing import ingest_bytes, ingest_file
+from bot.mail.parts import Parts
 from bot.plan import plan, resend
 from bot.store.digests import list_digests
 from bot.store.subscribers import get_subscriber
@@ -51,7 +52,7 @@ def settings(tmp_path: Path, sink: Sink) -> Settings:
 
 def cycle(factory: sessionmaker[Session], settings: Settings, now: datetime, *, all_due: bool = False) -> DeliverReport:
     plan(factory, settings, RULES, now=now, all_due=all_due)
-    return asyncio.run(deliver_now(factory, settings, clock=lambda: now))
+    return asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: now))
 
 
 def parsed(received: Received):
@@ -296,7 +297,7 @@ def test_451_twice_then_250_is_one_delivery_after_three_attempts(
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     cycle(factory, settings, DAY1, all_due=True)
     for hours in (3, 6, 9):  # past any backoff
-        asyncio.run(deliver_now(factory, settings, clock=lambda hours=hours: DAY1 + timedelta(hours=hours)))
+        asyncio.run(deliver_now(factory, Parts(settings), clock=lambda hours=hours: DAY1 + timedelta(hours=hours)))
     assert len(sink.received) == 1
     assert _one(factory)[1:] == (3, "sent")
 
@@ -412,7 +413,7 @@ def test_retries_give_up_after_max_attempts(
     ingest_file(factory, seed_files[0], now=DAY1, rules=RULES)
     cycle(factory, settings, DAY1, all_due=True)
     for hours in range(3, 18, 3):  # past any backoff (base 60 s, so at most 8 min by attempt 4)
-        asyncio.run(deliver_now(factory, settings, clock=lambda hours=hours: DAY1 + timedelta(hours=hours)))
+        asyncio.run(deliver_now(factory, Parts(settings), clock=lambda hours=hours: DAY1 + timedelta(hours=hours)))
     assert _one(factory)[1:] == (4, "failed")
     with factory() as s:
         ada = get_subscriber(s, "ada@example.org")
@@ -435,7 +436,7 @@ def test_resend_carries_the_same_entries_and_leaves_the_ledger(
     before = ledger()
     original_id = _one(factory)[0]
     resend(factory, settings, original_id, now=DAY1 + timedelta(hours=2))
-    asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(hours=2)))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY1 + timedelta(hours=2)))
     assert ledger() == before
     original, copy = (parsed(r) for r in sink.received)
     assert copy["Subject"] == "[resent] " + original["Subject"]
@@ -464,10 +465,10 @@ def test_a_sending_row_whose_lease_expired_is_sent_again_with_the_same_message_i
     with transaction(factory) as s:  # a worker claims it and dies
         assert len(claim_due(s, now=DAY1, worker="dead", lease_seconds=300, limit=10)) == 1
         lease = DAY1 if factory.kw["bind"].dialect.name == "sqlite" else datetime.now(UTC)
-    assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(seconds=1))).sent == 0
+    assert asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY1 + timedelta(seconds=1))).sent == 0
     with transaction(factory) as s:  # the lease runs out
         s.execute(update(Digest).values(lease_expires_at=lease - timedelta(seconds=1)))
-    assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(seconds=1))).sent == 1
+    assert asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY1 + timedelta(seconds=1))).sent == 1
     with factory() as s:
         (digest,) = list_digests(s)
     assert parsed(sink.received[0])["Message-ID"] == digest.message_id
@@ -524,7 +525,7 @@ def test_messages_built_in_a_separate_process_are_the_same(
         ingest_file(factory, path, now=DAY1 - timedelta(hours=1), rules=RULES)
     plan(factory, settings, RULES, now=DAY1, all_due=True)
     remote = settings.model_copy(update={"digest": settings.digest.model_copy(update={"build_processes": 1})})
-    report = asyncio.run(deliver_now(factory, remote, clock=lambda: DAY1))
+    report = asyncio.run(deliver_now(factory, Parts(remote), clock=lambda: DAY1))
     assert report.sent == len(sink.received) > 3
     # The same digests again, built here, are the same bytes.
     from bot.mail.mailer import Mailer
@@ -532,7 +533,7 @@ def test_messages_built_in_a_separate_process_are_the_same(
 
     with factory() as session:
         rows = get_digests(session, [d.id for d in list_digests(session)][::-1])
-        local = {b.row.id: b.data for b in Mailer(settings).build(session, rows, DAY1)}
+        local = {b.row.id: b.data for b in Mailer(Parts(settings)).build(session, rows, DAY1)}
     by_id = {parsed(r)["Message-ID"]: r.data for r in sink.received}
     assert sorted(by_id.values()) == sorted(local[row.id] for row in rows if row.message_id in by_id)
 
@@ -564,7 +565,7 @@ def test_stopping_the_daemon_mid_delivery_is_clean_and_loses_nothing(
     handler.faults = lambda recipient, attempt: Fault("data", stall=1.2)  # a slow server, then 250
 
     async def run() -> None:
-        daemon = Daemon(factory, settings, RULES, engine=engine, clock=lambda: DAY1, plan_jobs=False)
+        daemon = Daemon(factory, Parts(settings, rules=RULES), engine=engine, clock=lambda: DAY1, plan_jobs=False)
         running = asyncio.ensure_future(daemon.run())
         for _ in range(1500):
             if handler.received:

@@ -22,6 +22,7 @@ from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_file
 from bot.mail.dkim import SIGNED_HEADERS, signer_of
 from bot.mail.mailer import Mailer
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.digests import get_digest
 from bot.subscribers.fields import clean_fields
@@ -87,7 +88,7 @@ def built_messages(factory: sessionmaker[Session], settings: Settings, seed_file
     """The planned digests' messages as a batch builds them (spliced), then the first
     one again by the simple path; asserts all three readers' bodies were spliced."""
     ids = planned(factory, settings, seed_files)
-    mailer = Mailer(settings)
+    mailer = Mailer(Parts(settings))
     with factory() as session:
         rows = [r for r in (get_digest(session, i) for i in ids) if r is not None]
         built = [b.data for b in mailer.build(session, rows, NOW)] + [mailer.message_bytes(session, rows[0], NOW)[0]]
@@ -130,7 +131,7 @@ def test_what_reaches_the_server_verifies(
     key, record = KEYS[algorithm](tmp_path)
     settings = dkim_settings(tmp_path, algorithm, key, port=sink.port)
     planned(factory, settings, seed_files)
-    report = asyncio.run(deliver_now(factory, settings, clock=lambda: NOW))
+    report = asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: NOW))
     assert report.sent == 3 and len(sink.received) == 3
     assert {r.helo for r in sink.received} == {"bot.example"}  # delivery greets with the From domain
     for received in sink.received:

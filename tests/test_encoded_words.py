@@ -31,6 +31,7 @@ from bot.domain.text import CONTROL_CHARACTERS, header_text
 from bot.ingest.storing import ingest_bytes
 from bot.mail.header_lines import to_line
 from bot.mail.message import Headers, build_message, display_name
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.entry_reads import list_entries
 from bot.subscribers.fields import SubscriberInputError, clean_fields
@@ -216,7 +217,7 @@ def test_tags_from_dumps_and_feeds_reach_the_subject_decoded(
             (entry,) = list_entries(session)
         assert all("=?" not in tag and not CONTROL_CHARACTERS.search(tag) for tag in entry.tags), entry.tags
         plan(factory, settings, load_rules(ROOT / "config" / "tags.toml"), now=DAY, all_due=True)
-        assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY)).sent == 1
+        assert asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY)).sent == 1
         raw = sink.received[0].data
     parsed = message_from_bytes(raw, policy=policy.default)
     assert [name.lower() for name, _ in parsed.raw_items()] == [h.lower() for h in EXPECTED]

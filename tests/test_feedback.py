@@ -34,6 +34,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
@@ -90,7 +91,7 @@ def _deliver(factory: sessionmaker[Session], settings: Settings, seed_files: lis
             now = DAY + timedelta(days=day)
             ingest_file(factory, path, now=now, rules=RULES)
             plan(factory, sending, RULES, now=now, all_due=True)
-            asyncio.run(deliver_now(factory, sending, clock=lambda now=now: now))
+            asyncio.run(deliver_now(factory, Parts(sending), clock=lambda now=now: now))
     parser = BytesParser(policy=policy.default)
     for received in handler.received:
         message = parser.parsebytes(received.data)

@@ -20,6 +20,7 @@ from bot.choose.tagging import load_rules
 from bot.config import ConfigError, load_settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_bytes
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.entry_reads import list_entries
 from bot.subscribers.fields import SubscriberInputError, clean_fields
@@ -114,7 +115,7 @@ def test_received_headers_are_exactly_ours_and_encoded(
     save(factory, settings, [clean_fields("zoe@exämple.org", name="Zoë O'Brien, “PhD” <ok>")], DAY - timedelta(days=1))
     ingest_bytes(factory, hostile_feed(), name="evil.json", now=DAY, rules=RULES)
     plan(factory, settings, RULES, now=DAY, all_due=True)
-    assert asyncio.run(deliver_now(factory, settings, clock=lambda: DAY)).sent == 1
+    assert asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY)).sent == 1
     raw = sink.received[0].data
     head = raw.split(b"\r\n\r\n", 1)[0]
     assert head.isascii()  # everything non-ASCII is RFC 2047 / SMTPUTF8-free encoded

@@ -18,6 +18,7 @@ from bot.choose.tagging import TagRules, load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_bytes, ingest_file
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
@@ -190,7 +191,7 @@ def test_a_rating_from_the_mail_records_the_interest_it_was_shown_under(
     for day, path in enumerate(seed_files[:3]):
         ingest_file(factory, path, now=DAY + timedelta(days=day), rules=RULES)
         plan(factory, settings, RULES, now=DAY + timedelta(days=day), all_due=True)
-        asyncio.run(deliver_now(factory, settings, clock=lambda day=day: DAY + timedelta(days=day)))
+        asyncio.run(deliver_now(factory, Parts(settings), clock=lambda day=day: DAY + timedelta(days=day)))
     with factory() as session:
         digest = list_digests(session, subscriber_id=sid)[-1]
         items = digest_content(session, digest.id).items

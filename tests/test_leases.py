@@ -20,6 +20,7 @@ from bot.delivery.outcomes import Leftovers, Recorder
 from bot.delivery.smtp import SmtpPool
 from bot.domain import DeliverReport, DigestState
 from bot.mail.mailer import Mailer
+from bot.mail.parts import Parts
 from bot.store.answers import Finished, finish_many
 from bot.store.digests import DigestRow, get_digests
 from bot.store.engine import transaction
@@ -44,7 +45,7 @@ def test_a_batch_waiting_behind_a_slow_relay_is_sent_once(factory: sessionmaker[
     queue_digests(factory, 60)
     with Sink(handler) as sink:
         settings = settings_for(tmp_path, smtp_port=sink.port, smtp={"pool_size": 1}, digest={"lease_seconds": 10})
-        builders = Builders(Mailer(settings))
+        builders = Builders(Mailer(Parts(settings)))
 
         async def run() -> object:
             async with SmtpPool.of(settings) as pool:

@@ -27,6 +27,7 @@ from bot.domain import EntryNews
 from bot.domain.identity import normalize_title, title_key
 from bot.ingest.resolve import gained_code
 from bot.ingest.storing import ingest_bytes
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.plan.news import LIBRARY_PER_DIGEST, library_news, news_line
 from bot.store.library import library_of
@@ -63,7 +64,7 @@ def _cycle(factory: sessionmaker[Session], settings: Settings, sink: Sink, at: d
     """Plan and deliver at *at*: (plain text on one line, HTML on one line) by recipient."""
     plan(factory, settings, RULES, now=at, all_due=True)
     before = len(sink.received)
-    asyncio.run(deliver_now(factory, settings, clock=lambda: at))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: at))
     found = {}
     for received in sink.received[before:]:
         message = BytesParser(policy=policy.default).parsebytes(received.data)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain.text import one_line
+from bot.mail.parts import Parts
 from bot.reports.charts import (
     LABEL_GAP,
     LINE_HEIGHT,
@@ -267,7 +268,7 @@ def test_the_page_and_stats_count_a_day_by_one_rule_across_the_date_line(
         fields = [clean_fields(email, filter="*", timezone=zone, send_hour=0) for email, zone in zones.items()]
         save(factory, settings, fields, late - timedelta(days=2))
         plan(factory, settings, rules, now=late, all_due=True)
-        asyncio.run(deliver_now(factory, settings, clock=lambda: late))
+        asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: late))
     with factory() as session:
         counted = {day: figures.get("sent", 0) for day, figures in stats_by_day(session)}
         picture = gather(session, today, days=7, keep_days=365, now=late)

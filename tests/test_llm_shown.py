@@ -24,6 +24,7 @@ from bot.domain.llm import Tldr, chosen_language
 from bot.ingest.storing import ingest_bytes
 from bot.mail.framing import tldr_html
 from bot.mail.mailer import Mailer
+from bot.mail.parts import Parts
 from bot.plan import plan, resend
 from bot.store.digests import list_digests
 from bot.store.llm_tables import EntryTldrRow
@@ -72,7 +73,7 @@ def _mail(factory: sessionmaker[Session], settings: Settings, email: str, *, kin
         assert found is not None
         rows = [d for d in list_digests(session, subscriber_id=found.id) if not kind or d.kind.value == kind]
         row = max(rows, key=lambda d: d.id)
-        data, _, _ = Mailer(settings).message_bytes(session, row, NOW)
+        data, _, _ = Mailer(Parts(settings)).message_bytes(session, row, NOW)
     message = message_from_bytes(data, policy=policy.default)
     assert isinstance(message, EmailMessage)
     return message

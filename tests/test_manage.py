@@ -18,6 +18,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import Subscriber, SubscriberStatus
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
@@ -203,7 +204,7 @@ def test_after_a_send_now_the_page_promises_no_digest_it_will_not_send(
     with Sink(SinkHandler()) as sink:
         sending = settings.model_copy(update={"smtp": settings.smtp.model_copy(update={"port": sink.port})})
         plan(factory, sending, RULES, now=NOW, subscribers=[stored(factory)], kind=DigestKind.MANUAL)
-        asyncio.run(deliver_now(factory, sending, clock=lambda: NOW))
+        asyncio.run(deliver_now(factory, Parts(sending), clock=lambda: NOW))
         assert len(sink.received) == 1
     with Server(create_app(settings, factory, clock=lambda: NOW)) as web:
         preview = web.get(ada).text.split("Your next digest")[1].split("</section>")[0]

@@ -22,6 +22,7 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestContent, EntryKind
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
@@ -52,7 +53,7 @@ def web_settings(tmp_path: Path, sink: Sink) -> Settings:
 def _day(factory: sessionmaker[Session], settings: Settings, seed: Path, now: datetime) -> None:
     ingest_file(factory, seed, now=now - timedelta(hours=1), rules=RULES)
     plan(factory, settings, RULES, now=now, all_due=True)
-    asyncio.run(deliver_now(factory, settings, clock=lambda: now))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: now))
 
 
 def _token(factory: sessionmaker[Session], settings: Settings, email: str) -> str:
@@ -158,7 +159,7 @@ def test_digests_older_than_the_feed_days_and_resends_are_left_out(
     listed = feeds.recent(ada, DAY1 + timedelta(hours=2))
     assert len(listed) == 1
     resend(factory, web_settings, listed[0].content.digest_id, now=DAY1 + timedelta(hours=3))
-    asyncio.run(deliver_now(factory, web_settings, clock=lambda: DAY1 + timedelta(hours=3)))
+    asyncio.run(deliver_now(factory, Parts(web_settings), clock=lambda: DAY1 + timedelta(hours=3)))
     assert [d.content.digest_id for d in feeds.recent(ada, DAY1 + timedelta(hours=4))] == [listed[0].content.digest_id]
     assert feeds.recent(ada, DAY1 + timedelta(days=31)) == []
     empty = feedparser.parse(feeds.atom(ada, "t0ken", []))

@@ -25,6 +25,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_bytes
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.engine import make_engine, refresh_statistics, sessions, upgrade
 from bot.subscribers.fields import clean_fields
@@ -86,7 +87,7 @@ def _store(folder: Path, days: int, sink: Sink) -> tuple[Engine, Settings]:
         dump = dump_text(ENTRIES, seed=back, start=back * 10_000)
         ingest_bytes(factory, dump.encode(), name=f"day-{back}", now=day - timedelta(hours=5), rules=RULES)
         plan(factory, settings, RULES, now=day)
-        asyncio.run(deliver_now(factory, settings, clock=lambda day=day: day))
+        asyncio.run(deliver_now(factory, Parts(settings), clock=lambda day=day: day))
     today = dump_text(ENTRIES, seed=0, start=0)
     ingest_bytes(factory, today.encode(), name="today", now=TODAY - timedelta(hours=5), rules=RULES)
     return engine, settings
@@ -103,7 +104,7 @@ def test_planning_and_delivering_a_day_costs_the_same_whatever_the_history(tmp_p
             with counted(engine) as planning:
                 report = plan(factory, settings, RULES, now=TODAY)
             with counted(engine) as delivering:
-                delivered = asyncio.run(deliver_now(factory, settings, clock=lambda: TODAY))
+                delivered = asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: TODAY))
             assert report.planned and delivered.sent == len(report.planned)
             work[days] = (planning[0], delivering[0])
             engine.dispose()

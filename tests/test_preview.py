@@ -17,6 +17,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.mail.preview import next_message
 from bot.plan import plan
 from bot.plan.next_digest import day_table, next_day
@@ -67,9 +68,9 @@ def test_the_preview_is_the_message_that_is_then_sent(factory: sessionmaker[Sess
     with factory() as session:
         day = next_day(session, ada, START)
     assert day == START.date()
-    preview = next_message(factory, settings, RULES, ada, day=day, now=START)
+    preview = next_message(factory, Parts(settings, rules=RULES), ada, day=day, now=START)
     assert preview is not None and preview.entries == 3
-    assert next_message(factory, settings, RULES, cy, day=day, now=START) is None  # nothing for them
+    assert next_message(factory, Parts(settings, rules=RULES), cy, day=day, now=START) is None  # nothing for them
     lines = {x.email: (x.entries, x.held_back) for x in day_table(factory, settings, RULES, [ada, cy], day, START)}
     assert lines == {"ada@example.org": (3, 0), "cy@example.org": (0, 0)}
     assert _everything(factory) == before  # nothing planned, written or claimed
@@ -81,7 +82,7 @@ def test_the_preview_is_the_message_that_is_then_sent(factory: sessionmaker[Sess
     handler = SinkHandler()
     with Sink(handler) as sink:
         wire = settings.model_copy(update={"smtp": settings.smtp.model_copy(update={"port": sink.port})})
-        asyncio.run(deliver_now(factory, wire, clock=lambda: send_at))
+        asyncio.run(deliver_now(factory, Parts(wire), clock=lambda: send_at))
     (sent,) = handler.received
     assert _without_date_and_id(sent.data) == _without_date_and_id(preview.data)
     assert b"Date: " in preview.data and b"Message-ID: " in preview.data
@@ -101,7 +102,9 @@ def test_a_preview_neither_applies_nor_loses_a_pending_unsubscribe(
     journal = journal_of(factory)
     journal.append([ada.id], START)
     assert journal.pending_subscribers([ada.id]) == {ada.id}
-    assert next_message(factory, settings, RULES, ada, day=START.date(), now=START) is None  # as good as gone
+    assert (
+        next_message(factory, Parts(settings, rules=RULES), ada, day=START.date(), now=START) is None
+    )  # as good as gone
     assert journal.pending_subscribers([ada.id]) == {ada.id}
 
 

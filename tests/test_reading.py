@@ -27,6 +27,7 @@ from bot.domain.links import primary_url, side_links
 from bot.ingest.storing import ingest_bytes, ingest_file
 from bot.mail.bibtex import bibtex_of
 from bot.mail.framing import filter_marks
+from bot.mail.parts import Parts
 from bot.mail.prose import cut_at_sentence, latex_to_text, marks_pattern, summary_of, title_text
 from bot.mail.render import HTML_BUDGET
 from bot.plan import plan, resend
@@ -63,7 +64,7 @@ def _deliver(factory: sessionmaker[Session], settings: Settings, sink: Sink, *fi
     save(factory, settings, people, DAY - timedelta(days=2))
     plan(factory, settings, RULES, now=DAY, all_due=True)
     before = len(sink.received)
-    asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY))
     parser = BytesParser(policy=policy.default)
     messages = [parser.parsebytes(r.data) for r in sink.received[before:]]
     return [m for m in messages if isinstance(m, EmailMessage)]
@@ -443,7 +444,7 @@ def test_the_web_version_and_a_resend_show_the_filter_the_digest_was_sent_with(
         assert 'value="(gpu and llm) or snn or &#34;kv cache&#34;"' in manage
     resend(factory, settings, sent.id, now=DAY + timedelta(hours=1))
     before = len(sink.received)
-    asyncio.run(deliver_now(factory, settings, clock=lambda: DAY + timedelta(hours=1)))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY + timedelta(hours=1)))
     (copy,) = [BytesParser(policy=policy.default).parsebytes(r.data) for r in sink.received[before:]]
     assert isinstance(copy, EmailMessage)
     assert shows.search(_parts(copy)[1])
@@ -524,7 +525,7 @@ def _cycle(factory: sessionmaker[Session], settings: Settings, sink: Sink, at: d
     """Plan and deliver at *at*; the messages sent, by recipient."""
     plan(factory, settings, RULES, now=at, all_due=True)
     before = len(sink.received)
-    asyncio.run(deliver_now(factory, settings, clock=lambda: at))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: at))
     parser = BytesParser(policy=policy.default)
     found = {}
     for received in sink.received[before:]:
@@ -567,7 +568,7 @@ def test_an_entry_revised_since_it_was_sent_is_told_once_to_those_who_want_it(
         assert told is not None
         (original,) = [d for d in list_digests(session, subscriber_id=told.id) if d.local_date == day2_at.date()]
     resend(factory, settings, original.id, now=day2_at + timedelta(hours=1))
-    asyncio.run(deliver_now(factory, settings, clock=lambda: day2_at + timedelta(hours=1)))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: day2_at + timedelta(hours=1)))
     copy = BytesParser(policy=policy.default).parsebytes(sink.received[-1].data)
     assert isinstance(copy, EmailMessage) and new_title in " ".join(_parts(copy)[1].split())
     day3_at = day2_at + timedelta(days=1)

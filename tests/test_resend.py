@@ -16,6 +16,7 @@ from bot.choose.tagging import load_rules
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind, DigestState
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.plan import ResendPending, plan, resend, resend_all
 from bot.store.digests import list_digests, stats_by_day
 from bot.subscribers.fields import clean_fields
@@ -43,7 +44,7 @@ def test_resend_failed_twice_sends_each_failed_digest_once(
         plan(factory, settings, RULES, now=DAY, all_due=True)
 
         def deliver(at: datetime) -> None:
-            asyncio.run(deliver_now(factory, settings, clock=lambda: at))
+            asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: at))
 
         deliver(DAY)
         with factory() as session:

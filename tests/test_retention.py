@@ -21,6 +21,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestState
 from bot.ingest.storing import ingest_bytes
+from bot.mail.parts import Parts
 from bot.plan import DigestNotFound, plan, resend
 from bot.plan.retention import kept_since, remove_expired
 from bot.store.contents import digest_content
@@ -282,7 +283,7 @@ def test_the_scheduler_removes_what_is_no_longer_kept_on_its_own_job(
     later = START + timedelta(days=KEEP + 1)
 
     async def work() -> list[str]:
-        daemon = Daemon(factory, cfg, RULES, engine=engine, deliver_jobs=False, clock=lambda: later)
+        daemon = Daemon(factory, Parts(cfg, rules=RULES), engine=engine, deliver_jobs=False, clock=lambda: later)
         jobs = [job.id for job in daemon._scheduler(later).get_jobs()]
         assert daemon.leadership.try_acquire()
         with caplog.at_level(logging.INFO):

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import ReturnKind, SubscriberStatus
+from bot.mail.parts import Parts
 from bot.returns.inbox_reading import read_inbox, reading_of
 from bot.returns.mailboxes import MailboxError, MaildirBox, open_mailbox
 from bot.store.response_tables import ReturnEvent
@@ -267,7 +268,9 @@ def test_the_daemon_reads_the_inbox_on_its_own_job(
     deliver(maildir, "gmail_hard.eml")
 
     async def work() -> list[str]:
-        daemon = Daemon(factory, settings, load_rules(ROOT / "config" / "tags.toml"), engine=engine, deliver_jobs=False)
+        daemon = Daemon(
+            factory, Parts(settings, rules=load_rules(ROOT / "config" / "tags.toml")), engine=engine, deliver_jobs=False
+        )
         jobs = [job.id for job in daemon._scheduler(NOW).get_jobs()]
         with caplog.at_level(logging.INFO):
             await daemon.elect()  # becoming the scheduler reads the inbox at once, not an interval later

@@ -24,6 +24,7 @@ from bot.config import ConfigError, Settings, load_settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DeliverReport
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.digests import list_digests
 from bot.subscribers.fields import clean_fields
@@ -68,7 +69,7 @@ def _one_digest_to_ada(factory: sessionmaker[Session], settings: Settings, dump:
     save(factory, settings, [clean_fields("ada@example.org")], DAY - timedelta(days=1))
     ingest_file(factory, dump, now=DAY, rules=RULES)
     plan(factory, settings, RULES, now=DAY, all_due=True)
-    return asyncio.run(deliver_now(factory, settings, clock=lambda: DAY))
+    return asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY))
 
 
 def test_a_refused_login_logs_and_stores_no_password(
@@ -86,7 +87,7 @@ def test_a_refused_login_logs_and_stores_no_password(
 
         right = _settings(tmp_path, sink.port, PASSWORD)
         later = DAY + timedelta(hours=3)
-        assert asyncio.run(deliver_now(factory, right, clock=lambda: later)).sent == 1  # the login works at all
+        assert asyncio.run(deliver_now(factory, Parts(right), clock=lambda: later)).sent == 1  # the login works at all
         assert len(sink.received) == 1
     assert_absent(caplog.text + sink.received[0].data.decode("ascii", "replace"), PASSWORD, SIGNING_KEY)
 

@@ -26,6 +26,7 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import EntryKind
 from bot.ingest.storing import ingest_bytes, ingest_file
+from bot.mail.parts import Parts
 from bot.mail.render import Renderer, web_links
 from bot.plan import plan, resend
 from bot.plan.sections import Sectioner, best_section
@@ -163,7 +164,7 @@ def test_readers_of_one_filter_chosen_the_same_share_one_placing_unless_their_mo
 
 def _cycle(factory: sessionmaker[Session], settings: Settings, now: datetime) -> None:
     plan(factory, settings, RULES, now=now, all_due=True)
-    asyncio.run(deliver_now(factory, settings, clock=lambda: now))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: now))
 
 
 def _text(data: bytes) -> str:
@@ -213,7 +214,7 @@ def test_a_reader_of_two_interests_gets_sections_each_entry_once(
         assert reader is not None
         (third,) = [d for d in list_digests(session, subscriber_id=reader.id) if d.local_date == date(2026, 6, 16)]
     resend(factory, settings, third.id, now=DAY1 + timedelta(days=3, hours=1))
-    asyncio.run(deliver_now(factory, settings, clock=lambda: DAY1 + timedelta(days=3, hours=1)))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: DAY1 + timedelta(days=3, hours=1)))
     again = _text(sink.received[-1].data)
     assert again.split("\n\n")[1:3] == day3.split("\n\n")[1:3]
 

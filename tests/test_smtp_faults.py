@@ -24,6 +24,7 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now, due_count
 from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
@@ -139,7 +140,7 @@ def test_every_subscriber_through_a_hostile_server(tmp_path: Path, seed_files: l
         now = DAY1
         rounds = 0
         while due_count(factory, now + timedelta(days=1)) and rounds < MAX_ATTEMPTS:
-            asyncio.run(deliver_now(factory, settings, clock=lambda now=now: now))
+            asyncio.run(deliver_now(factory, Parts(settings), clock=lambda now=now: now))
             now += timedelta(hours=1)  # past the longest backoff (retry_max_seconds 600)
             rounds += 1
         received = list(sink.received)

@@ -19,6 +19,7 @@ import pytest
 from bot.domain import DigestContent, EntryKind
 from bot.mail.mailer import Mailer
 from bot.mail.message import Headers, build_message
+from bot.mail.parts import Parts
 from bot.plan.message_ids import message_id_for
 from bot.tokens import make_token
 from tests.conftest import ROOT
@@ -77,10 +78,12 @@ def _worst_case(tmp_path: Path) -> bytes:
     """30 entries of long LaTeX titles, many authors and tags, long abstracts full of
     links and quotes, for a subscriber with a phrase filter, with https unsubscribe links."""
     mailer = Mailer(
-        settings_for(
-            tmp_path,
-            sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
-            web={"public_url": "https://digest.example.org", "signing_key": "spam-test-key-0123456789"},
+        Parts(
+            settings_for(
+                tmp_path,
+                sender={"from_address": "digest@bot.example", "from_name": "Research Digest"},
+                web={"public_url": "https://digest.example.org", "signing_key": "spam-test-key-0123456789"},
+            )
         )
     )
     items = tuple(

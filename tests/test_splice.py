@@ -29,6 +29,7 @@ from bot.mail.constant_pool import ChunkPool
 from bot.mail.header_lines import folded, html_escape, plain_line, to_line
 from bot.mail.mailer import Mailer
 from bot.mail.message import POLICY, Headers, build_message, message_bytes, prepared
+from bot.mail.parts import Parts
 from bot.mail.splice import MessageTemplate, Personal
 from bot.plan import plan
 from bot.store.contents import digest_content
@@ -109,7 +110,7 @@ def test_spliced_messages_equal_the_simple_path_byte_for_byte(
     settings = _settings(tmp_path, public_url=public_url, templates=templates, inbox=inbox)
     ids = _queued(factory, settings, seed_files)
     assert len(ids) == len(PEOPLE)
-    mailer = Mailer(settings)
+    mailer = Mailer(Parts(settings))
     assert mailer.footer_substituted is (footer == "shipped")
     now = DAY + timedelta(minutes=3)
     with factory() as session:
@@ -148,7 +149,7 @@ def test_an_address_printed_outside_the_footer_is_spliced_with_either_footer(
     header.write_text(header.read_text().replace("Your filter:", "Hello {{ subscriber_email }}! Your filter:"))
     settings = _settings(tmp_path, templates=edited)
     ids = _queued(factory, settings, seed_files)
-    mailer = Mailer(settings)
+    mailer = Mailer(Parts(settings))
     with factory() as session:
         rows = [get_digest(session, i) for i in ids]
         built = mailer.build(session, rows, DAY)
@@ -328,7 +329,7 @@ def test_a_template_dropped_from_the_cache_still_fills(
 ) -> None:
     settings = _settings(tmp_path, public_url="https://digest.example.org")
     ids = _queued(factory, settings, seed_files)
-    mailer = Mailer(settings)
+    mailer = Mailer(Parts(settings))
     mailer.TEMPLATE_BYTES = 1  # every template is evicted as soon as it is made
     now = DAY + timedelta(minutes=3)
     with factory() as session:
@@ -347,7 +348,7 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
     templates = ROOT / "templates" if footer == "shipped" else _wrapping_templates(tmp_path)
     settings = _settings(tmp_path, public_url="https://digest.example.org", templates=templates)
     ids = _queued(factory, settings, seed_files)
-    mailer = Mailer(settings)
+    mailer = Mailer(Parts(settings))
     with factory() as session:
         content = digest_content(session, ids[0])
     template = MessageTemplate.build(
@@ -412,7 +413,7 @@ def test_an_entry_changed_during_a_delivery_run_is_read_again(factory: sessionma
     save(factory, settings, [clean_fields("ada@example.org", filter="*")], DAY - timedelta(days=1))
     ingest_bytes(factory, render_dump(papers).encode(), name="one", now=DAY - timedelta(hours=2), rules=RULES)
     (before,) = plan(factory, settings, RULES, now=DAY, all_due=True).planned
-    mailer = Mailer(settings)
+    mailer = Mailer(Parts(settings))
     mailer.new_run()
     with factory() as session:
         first = mailer.build(session, [get_digest(session, before)], DAY)

@@ -27,6 +27,7 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestState, SubscriberStatus
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.engine import make_engine, sessions
 from bot.store.response_tables import AppliedUnsubscribe, UnsubscribeRequest
@@ -198,7 +199,7 @@ def test_an_acknowledged_address_gets_no_digest_even_before_it_is_applied(
         report = plan(factory, settings, RULES, now=datetime.now(UTC), all_due=True)
         assert len(report.planned) == 2  # second and third
         journal.append([second], NOW)
-        delivered = asyncio.run(deliver_now(factory, settings, clock=lambda: datetime.now(UTC)))
+        delivered = asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: datetime.now(UTC)))
     finally:
         journal.try_apply_pending = original_apply  # type: ignore[method-assign]
     assert delivered.sent == 1 and delivered.cancelled == 1
@@ -233,7 +234,7 @@ def test_a_reader_who_leaves_while_their_batch_is_on_the_wire_is_not_sent_to(
     acknowledged: list[float] = []
 
     async def run() -> object:
-        delivering = asyncio.ensure_future(deliver_now(factory, settings, clock=lambda: datetime.now(UTC)))
+        delivering = asyncio.ensure_future(deliver_now(factory, Parts(settings), clock=lambda: datetime.now(UTC)))
         while not sink.received:
             await asyncio.sleep(0.005)
         await asyncio.to_thread(journal.append, readers[10:], datetime.now(UTC))
@@ -267,7 +268,7 @@ def test_an_unsubscribe_applied_while_the_batch_waits_for_the_relay_is_honoured(
     journal = journal_of(factory)
 
     async def run() -> object:
-        delivering = asyncio.ensure_future(deliver_now(factory, settings, clock=lambda: datetime.now(UTC)))
+        delivering = asyncio.ensure_future(deliver_now(factory, Parts(settings), clock=lambda: datetime.now(UTC)))
         while not sink.received:
             await asyncio.sleep(0.005)
         await asyncio.to_thread(journal.append, readers[6:], datetime.now(UTC))

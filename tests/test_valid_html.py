@@ -21,6 +21,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
@@ -60,7 +61,7 @@ def pages(factory: sessionmaker[Session], settings: Settings, sink: Sink, tmp_pa
     people = [clean_fields("ada@example.org"), clean_fields("grace@example.org", filter="gpu and llm")]
     save(factory, settings, people, NOW - timedelta(days=2))
     plan(factory, settings, RULES, now=NOW, all_due=True)
-    asyncio.run(deliver_now(factory, settings, clock=lambda: NOW))
+    asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: NOW))
     found: dict[str, bytes] = {}
     for n, received in enumerate(sink.received):
         html = received.message.get_body(("html",))

@@ -17,6 +17,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.mail.verp import digest_of, return_path
 from bot.plan import plan
 from bot.store.schema import Digest
@@ -68,7 +69,7 @@ def test_each_digest_goes_out_with_its_own_return_path(
     save(factory, settings, [clean_fields(f"r{n}@example.org") for n in range(3)], NOW - timedelta(days=1))
     ingest_file(factory, seed_files[0], now=NOW, rules=RULES)
     plan(factory, settings, RULES, now=NOW, all_due=True)
-    assert asyncio.run(deliver_now(factory, settings, clock=lambda: NOW)).sent == 3
+    assert asyncio.run(deliver_now(factory, Parts(settings), clock=lambda: NOW)).sent == 3
     with factory() as session:
         digest_by_subscriber_email = {
             f"r{n}@example.org": d
@@ -81,5 +82,5 @@ def test_each_digest_goes_out_with_its_own_return_path(
     plain = Settings.model_validate(base)
     save(factory, plain, [clean_fields("z@example.org")], NOW)
     plan(factory, plain, RULES, now=NOW + timedelta(days=1), all_due=True)
-    asyncio.run(deliver_now(factory, plain, clock=lambda: NOW + timedelta(days=1)))
+    asyncio.run(deliver_now(factory, Parts(plain), clock=lambda: NOW + timedelta(days=1)))
     assert sink.received[-1].sender == "digest@bot.example"  # off: the from address, as before

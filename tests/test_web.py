@@ -25,6 +25,7 @@ from bot.config import Settings
 from bot.delivery.loop import deliver_now
 from bot.domain import SubscriberStatus
 from bot.ingest.storing import ingest_file
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
@@ -341,7 +342,7 @@ def test_the_link_in_a_delivered_digest_unsubscribes(
         sending = settings.model_copy(update={"smtp": settings.smtp.model_copy(update={"port": sink.port})})
         ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
         plan(factory, sending, RULES, now=DAY + timedelta(days=1), all_due=True)
-        asyncio.run(deliver_now(factory, sending, clock=lambda: DAY + timedelta(days=1)))
+        asyncio.run(deliver_now(factory, Parts(sending), clock=lambda: DAY + timedelta(days=1)))
     (to_bob,) = [r for r in handler.received if r.recipients == ["bob@example.org"]]
     message = BytesParser(policy=policy.default).parsebytes(to_bob.data)
     assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"

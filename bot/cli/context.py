@@ -1,6 +1,6 @@
-"""CLI context: what every command needs (settings, tag rules, a store), each loaded
-once on first use (``--help`` and ``init`` need none of them), and the store opened
-as a command must have it: held open, migrated or refused in one line."""
+"""CLI context: what every command needs (settings, the parts loaded of their files, a
+store), each loaded once on first use (``--help`` and ``init`` need none of them), and
+the store opened as a command must have it: held open, migrated or refused in one line."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     from bot.choose.tagging import TagRules
     from bot.config import Settings
+    from bot.mail.parts import Parts
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Context:
     log_format: Literal["text", "json"] = "text"
     _settings: Settings | None = None
     _engine: Engine | None = None
-    _rules: TagRules | None = None
+    _parts: Parts | None = None
 
     @property
     def settings(self) -> Settings:
@@ -37,26 +38,34 @@ class Context:
 
         if self._settings is None:
             try:
-                settings = load_settings(self.config_path)
-                if settings.dkim.domain:  # a DKIM key that cannot sign stops every command at once
-                    from bot.mail.dkim import signer_of
-
-                    signer_of(settings.dkim)
-                self._settings = settings
+                self._settings = load_settings(self.config_path)
             except ConfigError as exc:
                 fail(str(exc), EXIT_USAGE)
         return self._settings
 
     @property
-    def rules(self) -> TagRules:
-        from bot.choose.tagging import TagRulesError, load_rules
+    def parts(self) -> Parts:
+        """What the command loads of the settings' files (``bot.mail.parts``), each part
+        when first used; one that cannot be loaded is a usage error naming its file."""
+        from bot.mail.parts import Parts
 
-        if self._rules is None:
-            try:
-                self._rules = load_rules(self.settings.paths.tags_file)
-            except TagRulesError as exc:
-                fail(str(exc), EXIT_USAGE)
-        return self._rules
+        if self._parts is None:
+            self._parts = Parts(self.settings, store=self.sessions)
+        return self._parts
+
+    def part(self, name: Literal["rules", "key", "signer", "all"]) -> None:
+        """Load the part *name* now (every one: "all"), or exit with its one-line error."""
+        from bot.config import ConfigError
+
+        try:
+            self.parts.check() if name == "all" else getattr(self.parts, name)
+        except ConfigError as exc:
+            fail(str(exc), EXIT_USAGE)
+
+    @property
+    def rules(self) -> TagRules:
+        self.part("rules")
+        return self.parts.rules
 
     @property
     def engine(self) -> Engine:
@@ -64,16 +73,12 @@ class Context:
             self._engine = open_store(self.settings)
         return self._engine
 
-    def signing_key(self) -> bytes:
+    def link_key(self) -> bytes:
         """The key links are signed with, checked against the one the store remembers
-        (``bot.tokens.store_signing_key``): a usage error when they differ."""
-        from bot.config import ConfigError
-        from bot.tokens import store_signing_key
-
-        try:
-            return store_signing_key(self.settings, self.sessions())
-        except ConfigError as exc:
-            fail(str(exc), EXIT_USAGE)
+        (``bot.tokens.store_signing_key``): a usage error when they differ.  A command
+        that signs links mails too: every part is loaded, the DKIM signers with them."""
+        self.part("all")
+        return self.parts.key
 
     def close(self) -> None:
         """Close what the command opened (the store, its unsubscribe journal), as the

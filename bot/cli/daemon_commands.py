@@ -44,7 +44,7 @@ def run_command(
     if not once:
         _daemon(c, factory, plan_jobs=True, deliver_jobs=True)
         return
-    c.signing_key()
+    c.link_key()
     results = scan_folder(
         factory,
         c.dump_dir,
@@ -83,13 +83,13 @@ def _daemon(c: Context, factory: sessionmaker[Session], *, plan_jobs: bool, deli
 
     share_one_arena()  # before the daemon's threads start
     c.log_as_daemon()
-    c.signing_key()  # the key the links already mailed were signed with, or a refusal
+    c.link_key()  # the key the links already mailed were signed with, or a refusal
     if deliver_jobs and c.settings.web.public_url.startswith("http://"):
         import logging
 
         logging.getLogger("bot.run").warning("%s", PLAIN_HTTP)
     try:
-        daemon = Daemon(factory, c.settings, c.rules, engine=c.engine, plan_jobs=plan_jobs, deliver_jobs=deliver_jobs)
+        daemon = Daemon(factory, c.parts, engine=c.engine, plan_jobs=plan_jobs, deliver_jobs=deliver_jobs)
     except RoleTaken as exc:
         fail(str(exc))
         return
@@ -137,10 +137,10 @@ def serve_command(
     elif web.public_url.startswith("http://"):
         err.print(f"note: {PLAIN_HTTP}", markup=False)
     factory = c.sessions()  # migrates SQLite (or refuses an old schema) before any worker starts
-    c.signing_key()  # the key the links already mailed were signed with, or a refusal
+    c.link_key()  # the key the links already mailed were signed with, or a refusal
     if c.config_path is not None:
         os.environ["DIGESTBOT_CONFIG"] = str(c.config_path.resolve())  # what the worker processes load
-    serve(c.settings, factory, host=host or web.listen_host, port=port or web.listen_port, workers=workers)
+    serve(c.parts, factory, host=host or web.listen_host, port=port or web.listen_port, workers=workers)
 
 
 def demo(ctx: typer.Context) -> None:

@@ -51,7 +51,7 @@ def deliver_with_progress(c: Context, factory: sessionmaker[Session]) -> Deliver
     async def deliver(advance: Callable[[int], None]) -> DeliverReport:
         stop = asyncio.Event()
         with StopSignals(stop, stop_seconds=c.settings.digest.stop_seconds):
-            return await deliver_now(factory, c.settings, clock=now, progress=advance, stop=stop)
+            return await deliver_now(factory, c.parts, clock=now, progress=advance, stop=stop)
 
     with progress_bar("sending", total) as advance:
         return asyncio.run(deliver(advance))

@@ -32,7 +32,7 @@ def send_now(
 
     c = ctx_of(ctx)
     factory = c.sessions()
-    c.signing_key()
+    c.link_key()
     chosen, refused = sendable([find_subscriber(factory, e) for e in emails]) if emails else (None, [])
     for line in refused:
         err.print(f"error: {line}", markup=False)
@@ -81,7 +81,7 @@ def resend_command(
 
     c = ctx_of(ctx)
     factory = c.sessions()
-    c.signing_key()
+    c.link_key()
     if failed and unknown:
         fail("give --failed or --unknown, not both", EXIT_USAGE)
     if failed or unknown:

@@ -52,7 +52,7 @@ def preview(
     subscriber = find_subscriber(factory, email)
     train_on_demand(factory, subscriber.id, c.rules)
     if eml or html or show:
-        c.signing_key()  # the message carries signed links
+        c.link_key()  # the message carries signed links
         _preview_message(c, factory, subscriber, day, eml=eml, html=html, show=show)
         return
     _preview_entries(c, factory, subscriber, day, as_json)
@@ -109,7 +109,7 @@ def _preview_message(
         with factory() as session:
             day = next_day(session, subscriber, at)
     try:
-        found = next_message(factory, c.settings, c.rules, subscriber, day=day, now=at)
+        found = next_message(factory, c.parts, subscriber, day=day, now=at)
     except RuntimeError as exc:  # a template or entry that cannot be built: what delivery would record
         fail(f"{subscriber.email}: {exc}")
     if found is None:

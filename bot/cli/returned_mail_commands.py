@@ -68,7 +68,7 @@ def bounces_fetch(ctx: typer.Context) -> None:
     if not c.settings.inbox.url:
         fail("inbox.url is not set: nothing to read (docs/deliverability.md, 'Mail that comes back')", EXIT_USAGE)
     try:
-        report = read_configured_inbox(c.sessions(), c.settings, c.signing_key())
+        report = read_configured_inbox(c.sessions(), c.settings, c.link_key())
     except MailboxError as exc:
         fail(str(exc), EXIT_INPUT_FAILED)
     counts = ", ".join(plural(n, _KIND_WORDS[kind]) for kind, n in sorted(report.kinds.items()))

@@ -64,7 +64,7 @@ def _ask_to_confirm(c: Context, fields: SubscriberFields) -> None:
     if existing is not None and existing.status.subscribed:
         fail(f"{existing.email} is already subscribed (use 'subscribers edit' to change it)")
     origin = Origin("digestbot subscribers add --confirm", "", operator_note("requested"))
-    outgoing = request_signup(c.sessions(), c.settings, c.signing_key(), fields, origin=origin, now=now())
+    outgoing = request_signup(c.sessions(), c.settings, c.link_key(), fields, origin=origin, now=now())
     if outgoing is None:
         fail(f"{fields.email}: a sign-up mail went to this address a moment ago, or it just unsubscribed; not sent")
     elif not asyncio.run(send(c.settings, outgoing)):

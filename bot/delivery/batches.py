@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.domain import DeliverReport, DigestKind, DigestState, SubscriberStatus
 from bot.mail.mailer import Built, Mailer
+from bot.mail.parts import Parts
 from bot.store.answers import Finished, finish_many
 from bot.store.digests import DigestRow, get_digests
 from bot.store.engine import transaction
@@ -94,7 +95,7 @@ def _prepare_remote(
             sessions(
                 make_engine(url, busy_timeout_ms=database.busy_timeout_ms, sqlite_cache_mb=database.sqlite_cache_mb)
             ),
-            Mailer(settings),
+            Mailer(Parts(settings)),  # this build process's own parts
         )
     factory, mailer = _REMOTE[url]
     if mailer.run != run:

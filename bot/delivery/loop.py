@@ -36,6 +36,7 @@ from bot.delivery.wire_marks import StoreUnwritable
 from bot.domain import DeliverReport, SubscriberStatus
 from bot.domain.text import plural
 from bot.mail.mailer import Built, Mailer
+from bot.mail.parts import Parts
 from bot.metrics import Metrics
 from bot.store.engine import transaction
 from bot.store.queue import claim_due, settle_unanswered
@@ -321,14 +322,15 @@ class _Pipeline:
 
 async def deliver_now(
     factory: sessionmaker[Session],
-    settings: Settings,
+    parts: Parts,
     *,
     clock: Clock,
     progress: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> DeliverReport:
     """Open a pool, deliver everything due, close the pool (the CLI's one-shot path)."""
-    builders = Builders(Mailer(settings))
+    settings = parts.settings
+    builders = Builders(Mailer(parts))
     try:
         async with SmtpPool.of(settings) as pool:
             return await deliver(factory, settings, builders, pool, clock=clock, progress=progress, stop=stop)

@@ -12,17 +12,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import cast
 
 from sqlalchemy.orm import Session
 
-from bot.choose.tagging import TagRulesError, load_rules
-from bot.config import Settings
 from bot.domain import DigestContent, Subscriber
 from bot.mail.constant_pool import ChunkPool
-from bot.mail.dkim import signer_of
-from bot.mail.framing import Keywords, period_words
+from bot.mail.framing import period_words
 from bot.mail.message import (
     Headers,
     Prepared,
@@ -32,13 +28,14 @@ from bot.mail.message import (
     message_bytes,
     prepared,
 )
+from bot.mail.parts import Parts
 from bot.mail.personal_slots import Personal, footer_allows_substitution, templates_allow_splicing
 from bot.mail.render import Links, Renderer, web_links
 from bot.mail.splice import MessageTemplate
 from bot.mail.verp import return_path
 from bot.store.contents import ContentCache, digest_content, digest_contents
 from bot.store.digests import DigestRow, get_digest
-from bot.tokens import make_token, signing_key
+from bot.tokens import make_token
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], datetime]
@@ -69,19 +66,20 @@ class Mailer:
     TEMPLATES = 512  # distinct bodies kept; a day has about one per filter and window ...
     TEMPLATE_BYTES = 48 << 20  # ... and no more distinct bytes than this (bodies share most of theirs)
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, parts: Parts) -> None:
+        settings = parts.settings
         self.settings = settings
         self.renderer = Renderer(
             settings.paths.templates_dir,
             search_url=settings.digest.search_url,
             remote_images=settings.digest.remote_images,
             summary_chars=settings.digest.summary_chars,
-            keywords=rule_keywords(settings.paths.tags_file),
+            keywords=parts.keywords,
             public_url=settings.web.public_url,
             top_picks=settings.digest.top_picks,
         )
-        self.key = signing_key(settings)
-        self.signer = signer_of(settings.dkim)
+        self.key = parts.key
+        self.signer = parts.signer
         self.envelope_sender = envelope_address(settings.sender.from_address)
         self.templates: OrderedDict[tuple[object, ...], MessageTemplate | None] = OrderedDict()
         self.splicing = templates_allow_splicing(self.renderer)
@@ -240,13 +238,3 @@ def _resent_message_id(session: Session, row: DigestRow) -> str | None:
         return None
     original = get_digest(session, row.resend_of)
     return original.message_id if original else None
-
-
-def rule_keywords(path: Path | None) -> Keywords:
-    """Each rule tag's keywords, to mark in digests; none when the rules cannot be read
-    (ingest and planning report that file themselves)."""
-    try:
-        rules = load_rules(path)
-    except TagRulesError:
-        return ()
-    return tuple((rule.name, rule.keywords) for rule in rules.rules)

@@ -19,10 +19,9 @@ from datetime import date, datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.candidates import local_send_time
-from bot.choose.tagging import TagRules
-from bot.config import Settings
 from bot.domain import DigestKind, Subscriber, SubscriberStatus
 from bot.mail.mailer import Mailer
+from bot.mail.parts import Parts
 from bot.plan.planner import plan_without_journal
 from bot.store.digests import get_digest
 from bot.unsubscribes import journal_of
@@ -49,8 +48,7 @@ def _rolled_back(factory: sessionmaker[Session]) -> Iterator[sessionmaker[Sessio
 
 def next_message(
     factory: sessionmaker[Session],
-    settings: Settings,
-    rules: TagRules,
+    parts: Parts,
     subscriber: Subscriber,
     *,
     day: date,
@@ -65,8 +63,8 @@ def next_message(
     with _rolled_back(factory) as scratch:
         report = plan_without_journal(
             scratch,
-            settings,
-            rules,
+            parts.settings,
+            parts.rules,
             now=send_at,
             all_due=True,
             subscribers=[active] if active else [],
@@ -78,7 +76,7 @@ def next_message(
         with scratch() as session:
             row = get_digest(session, next(iter(report.planned)))
             assert row is not None
-            (built,) = Mailer(settings).build(session, [row], send_at)
+            (built,) = Mailer(parts).build(session, [row], send_at)
     if built.error or not isinstance(built.data, bytes):
         raise RuntimeError(built.error or "the message was not built")
     return NextMessage(day, send_at, row.entry_count, built.data)

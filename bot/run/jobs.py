@@ -34,6 +34,7 @@ from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.domain.text import plural
 from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
+from bot.mail.parts import Parts
 from bot.metrics import Metrics
 from bot.plan import PlanReport, plan
 from bot.plan.retention import remove_expired
@@ -77,13 +78,20 @@ class DaemonParts:
 
     factory: sessionmaker[Session]
     engine: Engine
-    settings: Settings
-    rules: TagRules
+    loaded: Parts  # the settings and what the process loaded of their files
     clock: Callable[[], datetime]
     stop: asyncio.Event
     leadership: Leadership
     metrics: Metrics
     worker: str
+
+    @property
+    def settings(self) -> Settings:
+        return self.loaded.settings
+
+    @property
+    def rules(self) -> TagRules:
+        return self.loaded.rules
 
     def leads(self) -> bool:
         """Whether a leader's job may run now: not stopping, and still the leader."""
@@ -98,7 +106,7 @@ class Delivering:
 
     def __init__(self, parts: DaemonParts) -> None:
         self.parts = parts
-        self.builders = Builders(Mailer(parts.settings))
+        self.builders = Builders(Mailer(parts.loaded))
         self.pool = SmtpPool.of(parts.settings)
         self.running: asyncio.Task[DeliverReport] | None = None
         self.leftovers = Leftovers()  # what the store refused to take, written at the next delivery

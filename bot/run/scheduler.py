@@ -30,10 +30,9 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot import __version__
-from bot.choose.tagging import TagRules
-from bot.config import Settings
 from bot.delivery.loop import worker_name
 from bot.domain.routes import HEALTH, METRICS
+from bot.mail.parts import Parts
 from bot.metrics import Metrics
 from bot.plan.shared import shares_planning
 from bot.run.exporter import Exporter
@@ -86,15 +85,14 @@ class Daemon:
     def __init__(
         self,
         factory: sessionmaker[Session],
-        settings: Settings,
-        rules: TagRules,
+        loaded: Parts,
         *,
         engine: Engine,
         clock: Callable[[], datetime] = utcnow,
         plan_jobs: bool = True,
         deliver_jobs: bool = True,
     ) -> None:
-        self.settings = settings
+        settings = self.settings = loaded.settings
         self.plan_jobs = plan_jobs
         self.deliver_jobs = deliver_jobs
         # On SQLite a second worker is refused here, before anything starts.
@@ -102,8 +100,7 @@ class Daemon:
         self.parts = DaemonParts(
             factory=factory,
             engine=engine,
-            settings=settings,
-            rules=rules,
+            loaded=loaded.check(),
             clock=clock,
             stop=asyncio.Event(),
             leadership=Leadership(engine),
@@ -114,7 +111,7 @@ class Daemon:
         self.planning = Planning(self.parts, self.delivering if deliver_jobs else None)
         self.model = AskingTheModel(self.parts) if settings.llm.enabled else None
         self.watching = Watching(self.parts, self.planning, self.model)
-        self.inbox = ReadingTheInbox(self.parts, self.delivering.builders.mailer.key)
+        self.inbox = ReadingTheInbox(self.parts, loaded.key)
         self.upkeep = Upkeep(self.parts, self.planning)
         self.exporter: Exporter | None = None
         if settings.metrics.listen_port:  # bound here: a port in use stops the start, not a thread

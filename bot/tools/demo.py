@@ -23,6 +23,7 @@ from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind
 from bot.ingest.storing import ingest_file
 from bot.ingest.watcher import expand
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.digests import list_digests
 from bot.store.engine import make_engine, sessions, upgrade
@@ -86,11 +87,12 @@ def run_demo(
                 )
             }
         )
+        loaded = Parts(demo_settings, rules=rules)
         for day, dump in enumerate(expand([settings.paths.dump_dir]), start=1):
             now = start + timedelta(days=day - 1)
             ingest_file(factory, dump, now=now, rules=rules)
             plan(factory, demo_settings, rules, now=now, all_due=True)
-            asyncio.run(deliver_now(factory, demo_settings, clock=partial(_fixed, now)))
+            asyncio.run(deliver_now(factory, loaded, clock=partial(_fixed, now)))
             with factory() as session:
                 digests = {
                     d.subscriber_id: d for d in list_digests(session, local_date=now.date(), kind=DigestKind.SCHEDULED)

@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 
 from bot.config import Settings, site_url
+from bot.mail.parts import Parts
 from bot.web.feedback import FeedbackPages
 from bot.web.feeds import FeedPage
 from bot.web.manage import ManagePage
@@ -35,9 +36,16 @@ log = logging.getLogger(__name__)
 
 
 def create_app(
-    settings: Settings, factory: sessionmaker[Session], *, clock: Callable[[], datetime] | None = None
+    settings: Settings,
+    factory: sessionmaker[Session],
+    *,
+    clock: Callable[[], datetime] | None = None,
+    loaded: Parts | None = None,
 ) -> Starlette:
-    site = open_site(settings, factory, clock or (lambda: datetime.now(UTC)))
+    """The app on *settings* and what the process *loaded* of their files (built here,
+    every part at once, when not given: a broken file stops the start)."""
+    loaded = (loaded or Parts(settings)).check()
+    site = open_site(loaded, factory, clock or (lambda: datetime.now(UTC)))
     if settings.web.signup and not settings.web.public_url:
         log.warning("web.signup is on without web.public_url: confirmation links point at %s", site_url(settings.web))
 
@@ -58,7 +66,7 @@ def create_app(
 
 def routes(site: Site) -> list[BaseRoute]:
     """Every page's routes (no two match the same path)."""
-    versions = WebVersions(site.settings, site.read_only)
+    versions = WebVersions(site.loaded, site.read_only)
     pages = (
         UnsubscribePage(site),
         ManagePage(site),

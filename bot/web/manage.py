@@ -29,7 +29,7 @@ from bot.web.choices import read_choices
 from bot.web.doors import MANAGE_DOOR, posted, through
 from bot.web.forms import address_of, is_multipart
 from bot.web.manage_view import Told, language_choices, manage_choices, toggles
-from bot.web.next_digest_view import Outlooks, rules_or_none
+from bot.web.next_digest_view import Outlooks
 from bot.web.site import Site, with_reader
 from bot.web.uploads import LibraryUploads
 
@@ -41,7 +41,7 @@ BUSY = Told(503, error="Busy: please try again in a moment.")
 class ManagePage:
     def __init__(self, site: Site) -> None:
         self.site = site
-        self.rules = rules_or_none(site.settings.paths.tags_file)
+        self.rules = site.loaded.rules
         self.outlooks = Outlooks(site.read_only, self.rules, send_empty=site.settings.digest.send_empty)
         self.uploads = LibraryUploads(site)
 

@@ -15,12 +15,11 @@ import zoneinfo
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from datetime import datetime
-from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from bot.choose.tagging import TagRules, TagRulesError, load_rules
+from bot.choose.tagging import TagRules
 from bot.domain import Subscriber, SubscriberStatus
 from bot.mail.why import reader_why
 from bot.plan.cadence import mails
@@ -80,13 +79,3 @@ class Outlooks:
         if send_at <= now:
             when = f"now: its send time, {local:%H:%M} ({subscriber.timezone}), has passed today"
         return NextDigest(note, when, seen.first, "Goes out" if mails(subscriber.cadence) else "Goes into your feed")
-
-
-def rules_or_none(tags_file: Path) -> TagRules:
-    """The tag rules, for the manage page's outlook; none (logged) when the file is bad:
-    the page must still let a subscriber leave."""
-    try:
-        return load_rules(tags_file)
-    except TagRulesError as exc:
-        log.warning("manage pages work without tag rules: %s", exc)
-        return TagRules(())

@@ -12,7 +12,8 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.applications import Starlette
 
-from bot.config import Settings, WebConfig, load_settings
+from bot.config import WebConfig, load_settings
+from bot.mail.parts import Parts
 from bot.store.engine import make_engine, sessions
 from bot.store.store_holders import hold
 from bot.web.app import create_app
@@ -33,7 +34,7 @@ def app_from_environment() -> Starlette:
     )
     if engine.dialect.name == "sqlite" and engine.url.database:
         hold(Path(engine.url.database))  # as the command that started it: no restore or copy meanwhile
-    return create_app(settings, sessions(engine))
+    return create_app(settings, sessions(engine), loaded=Parts(settings))
 
 
 def uvicorn_options(web: WebConfig) -> dict[str, Any]:
@@ -54,11 +55,13 @@ def uvicorn_options(web: WebConfig) -> dict[str, Any]:
     }
 
 
-def serve(settings: Settings, factory: sessionmaker[Session], *, host: str, port: int, workers: int = 1) -> None:
+def serve(loaded: Parts, factory: sessionmaker[Session], *, host: str, port: int, workers: int = 1) -> None:
     """Run the endpoint with uvicorn until SIGINT/SIGTERM (the ``digestbot serve`` command);
-    with *workers* > 1, in that many processes sharing the port (each makes its own app)."""
+    with *workers* > 1, in that many processes sharing the port (each makes its own app
+    from the same files, after this process found every part loads)."""
     import uvicorn
 
+    settings = loaded.check().settings
     options = uvicorn_options(settings.web)
     limits = ConnectionLimits(settings.web.header_timeout_seconds, settings.web.max_connections)
     if workers > 1:
@@ -76,7 +79,7 @@ def serve(settings: Settings, factory: sessionmaker[Session], *, host: str, port
             # a clean stop exits 0 here, as the scheduler and worker do.
             getattr(self, "_captured_signals", []).clear()
 
-    config = uvicorn.Config(create_app(settings, factory), host=host, port=port, **options)
+    config = uvicorn.Config(create_app(settings, factory, loaded=loaded), host=host, port=port, **options)
     config.digestbot_limits = limits  # type: ignore[attr-defined]
     Server(config).run()
 

@@ -23,7 +23,7 @@ from starlette.responses import Response
 
 from bot.config import Settings
 from bot.domain import Subscriber
-from bot.tokens import signing_key
+from bot.mail.parts import Parts
 from bot.unsubscribes import journal_of, read_only_sessions
 from bot.web.limits import MissBudget
 from bot.web.lookups import TokenLookups
@@ -36,6 +36,7 @@ from bot.web.unsubscribe_journaling import Acknowledger
 @dataclass(frozen=True, slots=True)
 class Site:
     settings: Settings
+    loaded: Parts  # the tag rules, the signing key: loaded once for the process
     factory: sessionmaker[Session]
     # Look-ups read without the store's write lock (SQLite), so a long delivery or
     # ingest never holds a page or an unsubscribe back.
@@ -47,8 +48,8 @@ class Site:
     tag_menu: TagMenu
 
 
-def open_site(settings: Settings, factory: sessionmaker[Session], now: Callable[[], datetime]) -> Site:
-    key = signing_key(settings)
+def open_site(loaded: Parts, factory: sessionmaker[Session], now: Callable[[], datetime]) -> Site:
+    settings, key = loaded.settings, loaded.key
     read_only = read_only_sessions(factory)
     web = settings.web
     readers = Readers(
@@ -56,7 +57,7 @@ def open_site(settings: Settings, factory: sessionmaker[Session], now: Callable[
         MissBudget(web.misses_per_second, web.misses_burst),
         Acknowledger(journal_of(factory), factory, now),
     )
-    return Site(settings, factory, read_only, key, now, Pages(settings, key), readers, TagMenu(read_only))
+    return Site(settings, loaded, factory, read_only, key, now, Pages(settings, key), readers, TagMenu(read_only))
 
 
 class OnSite(Protocol):

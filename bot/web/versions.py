@@ -19,11 +19,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from bot.config import Settings
 from bot.domain import DigestContent, DigestState, Subscriber
 from bot.domain.routes import FEED, WEB_VERSION, WEB_VERSION_PART
 from bot.mail.bibtex import bibtex_entry, bibtex_of
-from bot.mail.mailer import rule_keywords
+from bot.mail.parts import Parts
 from bot.mail.render import Renderer, web_links
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
@@ -59,7 +58,8 @@ def wanted(day: str, ref: str | None) -> Wanted | None:
 
 
 class WebVersions:
-    def __init__(self, settings: Settings, read_only: sessionmaker[Session]) -> None:
+    def __init__(self, loaded: Parts, read_only: sessionmaker[Session]) -> None:
+        settings = loaded.settings
         self.settings, self.read_only = settings, read_only
         digest = settings.digest
         self.renderer = Renderer(
@@ -67,7 +67,7 @@ class WebVersions:
             search_url=digest.search_url,
             remote_images=digest.remote_images,
             summary_chars=0,
-            keywords=rule_keywords(settings.paths.tags_file),
+            keywords=loaded.keywords,
             fit=False,
             top_picks=digest.top_picks,
         )

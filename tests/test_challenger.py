@@ -24,6 +24,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain.ranking import Interleaving
 from bot.ingest.storing import ingest_bytes
+from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.plan.resend import resend
 from bot.rankers.interleave import tallies
@@ -278,7 +279,7 @@ def test_a_resend_and_the_web_version_show_the_order_the_reader_was_sent(engine:
         assert [item.key for item in digest_content(session, resent).items] == [keys[e] for e in shown]
         ada = get_subscriber(session, "ada@example.org")
     assert ada is not None
-    versions = WebVersions(cfg, factory)
+    versions = WebVersions(Parts(cfg), factory)
     content = versions.content(ada, NOW.date())
     assert content is not None
     page = versions.page(content, "t" * 20, "f" * 20, {})

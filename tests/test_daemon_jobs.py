@@ -19,7 +19,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestState
 from bot.mail.parts import Parts
-from bot.run.jobs import guarded
+from bot.run.job_parts import NOTHING, guarded
 from bot.run.scheduler import Daemon
 from bot.store.engine import make_engine, sessions
 from bot.store.schema import Digest, Source
@@ -94,17 +94,17 @@ def test_watching_reads_nothing_unless_this_process_leads(store: Engine, tmp_pat
     copy_aged(sorted(SEEDS.glob("*.txt"))[0], dumps)
     daemon = daemon_of(store, settings_for(tmp_path, paths={"dump_dir": str(dumps)}), deliver_jobs=False)
 
-    async def work() -> tuple[bool, int, bool]:
-        not_leading = await daemon.watching.watch()
+    async def work() -> tuple[list[str], int, list[str]]:
+        not_leading = await daemon.run_job("watch")
         stored = count(store, Source)
         assert daemon.leadership.try_acquire()
-        leading = await daemon.watching.watch()
+        leading = await daemon.run_job("watch")
         daemon.leadership.release()
         return not_leading, stored, leading
 
     not_leading, stored_before, leading = asyncio.run(work())
-    assert (not_leading, stored_before) == (False, 0)
-    assert leading is True  # new entries: it planned at once
+    assert (not_leading, stored_before) == (["watch"], 0)
+    assert leading == ["watch", "plan"]  # new entries: the scheduler planned at once
     assert count(store, Source) == 1
     assert daemon.parts.metrics.last_success.labels("plan")._value.get() > 0
 
@@ -119,14 +119,14 @@ def test_a_watch_that_fails_is_logged_once_and_the_job_goes_on(
     with store.begin() as connection:  # a restore that lost a table
         connection.execute(text("DROP TABLE sources"))
 
-    async def work() -> bool:
+    async def work() -> list[str]:
         assert daemon.leadership.try_acquire()
-        planned = await daemon.watching.watch()
+        ran = await daemon.run_job("watch")
         daemon.leadership.release()
-        return planned
+        return ran
 
     with caplog.at_level(logging.ERROR):
-        assert asyncio.run(work()) is False
+        assert asyncio.run(work()) == ["watch"]
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("watch failed: OperationalError: ") and line.endswith("; the next scan tries again")
     assert "no such table: sources" in line
@@ -156,8 +156,8 @@ def test_a_stopping_process_starts_no_job(store: Engine, tmp_path: Path) -> None
     async def work() -> None:
         assert daemon.leadership.try_acquire()
         daemon.stop.set()
-        assert await daemon.watching.watch() is False
-        await daemon.planning.plan()
+        assert await daemon.watching.watch() == NOTHING
+        assert await daemon.planning.plan() == NOTHING
         await daemon.inbox.read()
         await daemon.delivering.deliver()
         daemon.leadership.release()
@@ -190,3 +190,27 @@ def test_one_delivery_at_a_time_and_the_sends_in_flight_finish(store: Engine, tm
         states = session.scalars(select(Digest.state)).all()
     assert sorted(states) == [DigestState.SENT] * 3
     assert len(sink.received) == 3
+
+
+def test_no_job_calls_another_and_the_scheduler_does_no_jobs_work() -> None:
+    """A job is made of the process's shared parts alone (it holds no other job, so it
+    cannot call one: it asks for what follows with ``Then``); the scheduler's module
+    reads and writes no store and runs no service of a stage."""
+    import ast
+
+    from tests.conftest import ROOT
+
+    jobs = ast.parse((ROOT / "bot" / "run" / "jobs.py").read_text())
+    units = {node.name for node in jobs.body if isinstance(node, ast.ClassDef)}
+    for node in jobs.body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    taken = {ast.unparse(arg.annotation) for arg in item.args.args[1:] if arg.annotation}
+                    assert not taken & units, (node.name, taken)
+    scheduler = ast.parse((ROOT / "bot" / "run" / "scheduler.py").read_text())
+    imported = {
+        node.module for node in ast.walk(scheduler) if isinstance(node, ast.ImportFrom) and node.module is not None
+    }
+    stages = ("bot.store", "bot.ingest", "bot.plan.planner", "bot.llm", "bot.returns", "bot.subscribers")
+    assert not [module for module in imported if module.startswith(stages)], imported

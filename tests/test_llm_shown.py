@@ -222,7 +222,7 @@ def test_the_web_version_and_the_feed_show_the_tldr(factory: sessionmaker[Sessio
     with factory() as session:
         ada = get_subscriber(session, "ada@example.org")
         assert ada is not None
-    versions = WebVersions(settings, factory)
+    versions = WebVersions(Parts(settings), factory)
     content = versions.content(ada, NOW.date())
     assert content is not None
     assert [item.tldr.text for item in content.items if item.tldr is not None] == [GERMAN]

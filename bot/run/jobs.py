@@ -16,16 +16,8 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import datetime
-
-from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.select import SelectionCache
-from bot.choose.tagging import TagRules
-from bot.config import Settings
 from bot.delivery.batches import Builders
 from bot.delivery.loop import deliver
 from bot.delivery.outcomes import Leftovers
@@ -34,68 +26,19 @@ from bot.domain import DeliverReport, IngestResult, SourceStatus
 from bot.domain.text import plural
 from bot.ingest.watcher import fetch_feeds, scan_folder
 from bot.mail.mailer import Mailer
-from bot.mail.parts import Parts
-from bot.metrics import Metrics
 from bot.plan import PlanReport, plan
 from bot.plan.retention import remove_expired
 from bot.plan.shared import plan_shared, shares_planning
 from bot.returns.inbox_reading import read_configured_inbox
 from bot.returns.mailboxes import MailboxError
 from bot.run.job_logs import delivery_done, log_ingest, log_model_pass, log_planned
-from bot.run.roles import Leadership
+from bot.run.job_parts import NOTHING, DaemonParts, Then, said
 from bot.store.engine import refresh_statistics, transaction
 from bot.store.queue import expire_leases
 from bot.subscribers.optin import expire_signups
 
 # The daemon's lines keep the scheduler's logger name, which operators filter by.
 log = logging.getLogger("bot.run.scheduler")
-
-
-def guarded(name: str, job: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
-    """*job* as the daemon runs it: whatever it raises is logged in one line (the
-    traceback at debug level) and the job runs again at its next tick; the daemon,
-    its other jobs and the endpoint's unsubscribe journal go on."""
-
-    async def run() -> None:
-        try:
-            await job()
-        except Exception as exc:  # noqa: BLE001 - one job's failure, never the daemon's
-            log.error("%s failed: %s: %s; it runs again at its next tick", name, type(exc).__name__, said(exc))
-            log.debug("%s failed", name, exc_info=exc)
-
-    return run
-
-
-def said(exc: BaseException) -> str:
-    """An exception's message on one line, cut to what a log line holds."""
-    return " ".join(str(exc).split())[:300]
-
-
-@dataclass(frozen=True)
-class DaemonParts:
-    """What every job of one daemon process shares: the store, the settings, the clock,
-    the stop signal, the metrics and whether this process leads."""
-
-    factory: sessionmaker[Session]
-    engine: Engine
-    loaded: Parts  # the settings and what the process loaded of their files
-    clock: Callable[[], datetime]
-    stop: asyncio.Event
-    leadership: Leadership
-    metrics: Metrics
-    worker: str
-
-    @property
-    def settings(self) -> Settings:
-        return self.loaded.settings
-
-    @property
-    def rules(self) -> TagRules:
-        return self.loaded.rules
-
-    def leads(self) -> bool:
-        """Whether a leader's job may run now: not stopping, and still the leader."""
-        return not self.stop.is_set() and self.leadership.holds()
 
 
 class Delivering:
@@ -110,6 +53,7 @@ class Delivering:
         self.pool = SmtpPool.of(parts.settings)
         self.running: asyncio.Task[DeliverReport] | None = None
         self.leftovers = Leftovers()  # what the store refused to take, written at the next delivery
+        self.taken_over = not parts.sole_worker
 
     async def take_over(self) -> None:
         """As the only worker (SQLite), end the leases a previous worker left: what it had
@@ -134,24 +78,29 @@ class Delivering:
             )
 
     async def deliver(self) -> None:
-        """Start delivering what is due, unless a delivery is still running; returns at once."""
+        """Start delivering what is due, unless a delivery is still running; returns at once.
+        The sole worker's first delivery first ends the leases a previous worker left."""
         if self.parts.stop.is_set() or (self.running is not None and not self.running.done()):
             return
+        self.running = asyncio.ensure_future(self._deliver())
+        self.running.add_done_callback(functools.partial(delivery_done, self.parts.metrics, time.monotonic()))
+
+    async def _deliver(self) -> DeliverReport:
+        if not self.taken_over:
+            await self.take_over()
+            self.taken_over = True
         parts = self.parts
-        self.running = asyncio.ensure_future(
-            deliver(
-                parts.factory,
-                parts.settings,
-                self.builders,
-                self.pool,
-                clock=parts.clock,
-                worker=parts.worker,
-                stop=parts.stop,
-                metrics=parts.metrics,
-                leftovers=self.leftovers,
-            )
+        return await deliver(
+            parts.factory,
+            parts.settings,
+            self.builders,
+            self.pool,
+            clock=parts.clock,
+            worker=parts.worker,
+            stop=parts.stop,
+            metrics=parts.metrics,
+            leftovers=self.leftovers,
         )
-        self.running.add_done_callback(functools.partial(delivery_done, parts.metrics, time.monotonic()))
 
     async def finish(self) -> None:
         """Let the delivery under way stop (its sends on the wire answered or unknown, the
@@ -166,19 +115,18 @@ class Delivering:
 
 class Planning:
     """Plans the digests that are due: as the leader, or (PostgreSQL) by helping with the
-    slices of the leader's shared pass; delivers at once what it planned."""
+    slices of the leader's shared pass; asks for a delivery at once when it planned."""
 
-    def __init__(self, parts: DaemonParts, delivering: Delivering | None) -> None:
+    def __init__(self, parts: DaemonParts) -> None:
         self.parts = parts
-        self.delivering = delivering
-        self.lock = asyncio.Lock()
+        self.lock = parts.planning_lock
         self.selection = SelectionCache()  # filters' verdicts, kept from one pass to the next
 
-    async def plan(self) -> None:
+    async def plan(self) -> Then:
         """Plan as the leader: on PostgreSQL open a pass that every process shares."""
         parts = self.parts
         if not parts.leads() or self.lock.locked():
-            return
+            return NOTHING
         async with self.lock:
             if shares_planning(parts.factory):
                 report = await asyncio.to_thread(self._plan_shared, opens=True)
@@ -195,17 +143,18 @@ class Planning:
             expired = await asyncio.to_thread(expire_signups, parts.factory, parts.settings, parts.clock())
         if expired:
             log.info("deleted %d unconfirmed sign-ups whose link expired", expired)
-        await self._planned(report)
+        return self._planned(report)
 
-    async def help(self) -> None:
+    async def help(self) -> Then:
         """Plan the slices of a shared pass (PostgreSQL) that no other process holds.  The
         leader plans its own passes (``plan``), which a help under way would make skip."""
         if self.parts.stop.is_set() or self.parts.leadership.is_leader or self.lock.locked():
-            return
+            return NOTHING
         async with self.lock:
             report = await asyncio.to_thread(self._plan_shared, opens=False)
         if report.planned or report.empty or report.not_due:
-            await self._planned(report)
+            return self._planned(report)
+        return NOTHING
 
     def _plan_shared(self, *, opens: bool) -> PlanReport:
         parts = self.parts
@@ -220,11 +169,15 @@ class Planning:
             stop=parts.stop.is_set,
         )
 
-    async def _planned(self, report: PlanReport) -> None:
+    def _planned(self, report: PlanReport) -> Then:
         self.parts.metrics.plan_done(len(report.planned), report.ranker_ranked, report.ranker_skipped)
         log_planned(report)
-        if report.planned and self.delivering is not None:
-            await self.delivering.deliver()
+        return Then(after=("deliver",)) if report.planned else NOTHING
+
+    async def finish(self) -> None:
+        """A pass under way ends on its own (between batches, once stopping): waited for."""
+        async with self.lock:
+            pass
 
 
 class AskingTheModel:
@@ -234,11 +187,6 @@ class AskingTheModel:
     def __init__(self, parts: DaemonParts) -> None:
         self.parts = parts
         self.lock = asyncio.Lock()
-        self._after_ingest: asyncio.Future[None] | None = None
-
-    def soon(self) -> None:
-        """Ask beside the planning a new dump starts, never awaited by it."""
-        self._after_ingest = asyncio.ensure_future(guarded("the language model", self.ask)())
 
     async def ask(self) -> None:
         parts = self.parts
@@ -257,36 +205,41 @@ class AskingTheModel:
         log_model_pass(tldrs, embedded)
         parts.metrics.model_pass_done(tldrs.outcomes(), embedded.outcomes())
 
+    async def finish(self) -> None:
+        """A pass under way ends between two requests once stopping: waited for."""
+        async with self.lock:
+            pass
+
 
 class Watching:
-    """Scans the dump folder and fetches the feeds; when that brought new entries, plans
-    at once (an open day's readers get them now, not at the next minute)."""
+    """Scans the dump folder and fetches the feeds; when that brought new entries, asks
+    for planning at once (an open day's readers get them now, not at the next minute)
+    and for the language model beside it."""
 
-    def __init__(self, parts: DaemonParts, planning: Planning, model: AskingTheModel | None) -> None:
+    def __init__(self, parts: DaemonParts) -> None:
         self.parts = parts
-        self.planning = planning
-        self.model = model
         self.lock = asyncio.Lock()
 
-    async def watch(self) -> bool:
-        """Returns whether it planned."""
+    async def watch(self) -> Then:
         if not self.parts.leads() or self.lock.locked():
-            return False
+            return NOTHING
         async with self.lock:
             try:
                 results = await self._read()
             except Exception as exc:  # noqa: BLE001 - planning and delivery go on
                 log.error("watch failed: %s: %s; the next scan tries again", type(exc).__name__, said(exc))
                 log.debug("watch failed", exc_info=exc)
-                return False
+                return NOTHING
         log_ingest(results)
         self.parts.metrics.ingested(results)
         if not any(r.status is SourceStatus.INGESTED and r.new for r in results):
-            return False
-        if self.model is not None:
-            self.model.soon()
-        await self.planning.plan()
-        return True
+            return NOTHING
+        return Then(after=("plan",), beside=("llm",))
+
+    async def finish(self) -> None:
+        """A scan under way stops between files once stopping: waited for."""
+        async with self.lock:
+            pass
 
     async def _read(self) -> list[IngestResult]:
         parts = self.parts
@@ -334,21 +287,24 @@ class ReadingTheInbox:
                 plural(len(report.changed), "subscriber changed", "subscribers changed"),
             )
 
+    async def finish(self) -> None:
+        async with self.lock:
+            pass
+
 
 class Upkeep:
     """The store's upkeep: fresh statistics for SQLite's query planner, and removing what
     ``database.keep_days`` no longer keeps.  Retention never runs beside planning."""
 
-    def __init__(self, parts: DaemonParts, planning: Planning) -> None:
+    def __init__(self, parts: DaemonParts) -> None:
         self.parts = parts
-        self.planning = planning
 
     async def refresh_statistics(self) -> None:
         if self.parts.leads():
             await asyncio.to_thread(refresh_statistics, self.parts.engine)
 
     async def remove_expired(self) -> None:
-        parts, lock = self.parts, self.planning.lock
+        parts, lock = self.parts, self.parts.planning_lock
         if not parts.leads() or lock.locked():
             return
         async with lock:

@@ -19,6 +19,7 @@ work.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -36,16 +37,8 @@ from bot.mail.parts import Parts
 from bot.metrics import Metrics
 from bot.plan.shared import shares_planning
 from bot.run.exporter import Exporter
-from bot.run.jobs import (
-    AskingTheModel,
-    DaemonParts,
-    Delivering,
-    Planning,
-    ReadingTheInbox,
-    Upkeep,
-    Watching,
-    guarded,
-)
+from bot.run.job_parts import DaemonParts, Then, guarded
+from bot.run.jobs import AskingTheModel, Delivering, Planning, ReadingTheInbox, Upkeep, Watching
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.run.stopping import StopSignals
 
@@ -69,7 +62,7 @@ class Job:
 
     id: str
     name: str
-    run: Callable[[], Awaitable[object]]
+    run: Callable[[], Awaitable[Then | None]]
     every: timedelta
     first: datetime | None
 
@@ -97,6 +90,8 @@ class Daemon:
         self.deliver_jobs = deliver_jobs
         # On SQLite a second worker is refused here, before anything starts.
         self.worker_lock = claim_sqlite_worker(engine) if deliver_jobs else None
+        self._beside: set[asyncio.Future[list[str]]] = set()
+        self._jobs: dict[str, Job] | None = None
         self.parts = DaemonParts(
             factory=factory,
             engine=engine,
@@ -106,13 +101,15 @@ class Daemon:
             leadership=Leadership(engine),
             metrics=Metrics(factory, clock),
             worker=worker_name(),
+            sole_worker=self.worker_lock is not None,
+            planning_lock=asyncio.Lock(),
         )
         self.delivering = Delivering(self.parts)
-        self.planning = Planning(self.parts, self.delivering if deliver_jobs else None)
+        self.planning = Planning(self.parts)
         self.model = AskingTheModel(self.parts) if settings.llm.enabled else None
-        self.watching = Watching(self.parts, self.planning, self.model)
+        self.watching = Watching(self.parts)
         self.inbox = ReadingTheInbox(self.parts, loaded.key)
-        self.upkeep = Upkeep(self.parts, self.planning)
+        self.upkeep = Upkeep(self.parts)
         self.exporter: Exporter | None = None
         if settings.metrics.listen_port:  # bound here: a port in use stops the start, not a thread
             self.exporter = Exporter(
@@ -139,16 +136,39 @@ class Daemon:
 
     async def elect(self) -> None:
         """Become the scheduler if nobody is; ingest, plan and read the inbox at once
-        when we just did (not an interval later)."""
+        when we just did (not an interval later), in that order: a day planned a moment
+        before its dumps are read would be recorded as empty."""
         if self.stop.is_set():
             return
         was_leader = self.leadership.is_leader
         if self.leadership.try_acquire() and not was_leader:
             log.info("became the scheduler (leader) of this database")
-            if not await self.watching.watch():
-                await self.planning.plan()
-            if self.settings.inbox.url:
-                await self.inbox.read()
+            if "plan" not in await self.run_job("watch"):
+                await self.run_job("plan")
+            await self.run_job("inbox")
+
+    async def run_job(self, job_id: str) -> list[str]:
+        """Run the job *job_id* of this process's table now, then what it asks for after it
+        (each awaited, in order) and beside it (started, not awaited); the ids run, in
+        order.  An id the table does not hold (this process's roles do not run it) is
+        not run."""
+        job = self._table().get(job_id)
+        if job is None:
+            return []
+        then = await guarded(job.name, job.run)()
+        for beside in then.beside:
+            started = asyncio.ensure_future(self.run_job(beside))
+            self._beside.add(started)
+            started.add_done_callback(self._beside.discard)
+        ran = [job_id]
+        for after in then.after:
+            ran += await self.run_job(after)
+        return ran
+
+    def _table(self) -> dict[str, Job]:
+        if self._jobs is None:
+            self._jobs = {job.id: job for job in self.jobs(utcnow())}
+        return self._jobs
 
     def jobs(self, now: datetime) -> list[Job]:
         """The jobs this process's roles run, with when each runs first and how often."""
@@ -182,7 +202,7 @@ class Daemon:
         for job in self.jobs(now):
             first = {} if job.first is None else {"next_run_time": job.first}
             trigger = IntervalTrigger(seconds=job.every.total_seconds())
-            scheduler.add_job(guarded(job.name, job.run), trigger, id=job.id, **first)
+            scheduler.add_job(functools.partial(self.run_job, job.id), trigger, id=job.id, **first)
         return scheduler
 
     def _announce(self) -> None:
@@ -210,10 +230,6 @@ class Daemon:
 
     async def _run(self) -> None:
         scheduler = self._scheduler(utcnow())
-        if self.worker_lock is not None:
-            # The only SQLite worker: whatever is still "sending" was left by a previous
-            # process that died; it need not wait for its leases to run out.
-            await self.delivering.take_over()
         scheduler.start()
         if self.exporter is not None:
             self.exporter.start()
@@ -224,7 +240,7 @@ class Daemon:
                 # that order: a day planned a moment before its dumps are read would
                 # be recorded as empty), while digests already due go out.  Standbys
                 # keep trying every few seconds.
-                await guarded("election", self.elect)()
+                await self.run_job("elect")
                 if not self.leadership.is_leader:
                     log.info("another scheduler is the leader; standing by")
             await self.stop.wait()
@@ -233,10 +249,9 @@ class Daemon:
             # between files): wait for it, then shut down.  The shutdown cancels the jobs
             # it finds running, and APScheduler logs a cancelled job as a traceback.
             scheduler.pause()
-            locks = [self.watching.lock, self.planning.lock, self.inbox.lock]
-            for running in locks + ([self.model.lock] if self.model is not None else []):
-                async with running:
-                    pass
+            for job in (self.watching, self.planning, self.inbox, self.model):
+                if job is not None:
+                    await job.finish()
             scheduler.shutdown(wait=False)
             await self.delivering.finish()  # in-flight sends finish
             if self.exporter is not None:

@@ -109,6 +109,51 @@ def test_a_standing_pick_is_what_select_picks_from_the_whole_window(
     assert (got.left, got.oldest_left) == (expected.left, expected.oldest_left)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=match_rows,
+    start_hours=st.none() | st.integers(-1, 42),
+    excluded=st.sets(st.integers(1, 45), max_size=20),
+    count=st.integers(0, 8),
+)
+def test_the_one_order_and_pick_are_the_rule_as_written(
+    rows: list[tuple[int, int, int, int]], start_hours: int | None, excluded: set[int], count: int
+) -> None:
+    """The order and the pick every ranking uses, against the rule spelled out here:
+    higher score, more matched atoms, newer published, newer first seen, lower id; the
+    first *count* of the window not excluded, the rest counted, the oldest of it."""
+    candidates = _candidates(rows)
+    start = None if start_hours is None else BASE + timedelta(hours=start_hours)
+
+    def rule(c: Candidate) -> tuple[int, int, int, float, int]:
+        published = c.entry.content.published
+        return (
+            -c.explanation.score,
+            -len(c.explanation.hits),
+            -(published.toordinal() if published else 0),
+            -c.entry.first_seen_at.timestamp(),
+            c.entry.id,
+        )
+
+    ordered = sorted(candidates, key=rule)
+    assert [c.entry.id for c in rank(candidates)] == [c.entry.id for c in ordered]
+    window = [c for c in ordered if (start is None or c.entry.first_seen_at >= start) and c.entry.id not in excluded]
+    rest = window[count:]
+    expected = (
+        tuple(c.entry.id for c in window[:count]),
+        len(rest),
+        min((c.entry.first_seen_at for c in rest), default=None),
+    )
+    got = _standing(candidates).pick(start, frozenset(excluded), count)
+    assert (got.chosen, got.left, got.oldest_left) == expected
+    if start is None:
+        picked = pick(rank(candidates), frozenset(excluded), count)
+        assert ([c.entry.id for c in picked.chosen], picked.left, picked.oldest_left) == (
+            list(expected[0]),
+            *expected[1:],
+        )
+
+
 @settings(max_examples=200, deadline=None)
 @given(rows=match_rows, again=st.sets(st.integers(1, 40), max_size=15), new=match_rows, since=st.integers(0, 40))
 def test_a_merged_ranking_is_the_ranking_made_afresh(

@@ -13,6 +13,7 @@ from functools import cached_property
 
 from bot.choose.filter_terms import Expr
 from bot.choose.matching import Doc, Explanation, explain
+from bot.choose.standing_ranking import Match, Ordered, micros
 from bot.choose.tagging import TagRules, nfkc
 from bot.domain import EntryKind, EntryView, Subscriber, match_text
 from bot.domain.identity import is_repo_name
@@ -72,32 +73,27 @@ def explain_entry(expr: Expr, entry: EntryView, rules: TagRules, liked: bool = F
     return explain(expr, doc, rules.match(doc.title, doc.summary) if len(rules) else {})
 
 
-def _order_key(candidate: Candidate) -> tuple[int, int, int, float]:
+def _order(candidate: Candidate) -> tuple[int, int, int]:
     entry = candidate.entry
-    published = entry.content.published.toordinal() if entry.content.published else 0
-    return (
-        -candidate.explanation.score,
-        -len(candidate.explanation.hits),
-        -published,
-        -entry.first_seen_at.timestamp(),
-    )
+    return Match.of(entry.id, entry.first_seen_at, entry.content.published, candidate.explanation).order()
 
 
 class Ranked(list[Candidate]):
-    """Candidates, best first, with what ``pick`` needs of them, worked out once per
-    ranking (the subscribers of one filter and window share it)."""
+    """Candidates, best first, with what a pick reads of them (``Ordered``) worked out
+    once per ranking (the subscribers of one filter and window share it)."""
 
     @cached_property
-    def ids(self) -> frozenset[int]:
-        return frozenset(c.entry.id for c in self)
+    def ordered(self) -> Ordered:
+        return Ordered([c.entry.id for c in self], [micros(c.entry.first_seen_at) for c in self])
 
     @cached_property
-    def by_first_seen(self) -> list[Candidate]:
-        return sorted(self, key=lambda c: first_seen_order(c.entry))
+    def by_id(self) -> dict[int, Candidate]:
+        return {c.entry.id: c for c in self}
 
 
 def rank(candidates: Iterable[Candidate]) -> Ranked:
-    return Ranked(sorted(candidates, key=_order_key))
+    """*candidates* in the one ranking order (``standing_ranking.Match.order``)."""
+    return Ranked(sorted(candidates, key=_order))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,27 +107,11 @@ class Picked:
 
 
 def pick(ranked: list[Candidate], exclude: set[int] | frozenset[int], count: int) -> Picked:
-    """The best *count* of *ranked* not in *exclude*, and what is left.  Reads as many
-    candidates as it takes plus the excluded ones, not the whole ranking: a reader with
-    weeks of left-overs has thousands (``Ranked``)."""
+    """The one pick (``standing_ranking.Ordered.pick``) of *ranked*, as candidates."""
     ranking = ranked if isinstance(ranked, Ranked) else Ranked(ranked)
-    chosen: list[Candidate] = []
-    for candidate in ranking:
-        if len(chosen) == count:
-            break
-        if candidate.entry.id not in exclude:
-            chosen.append(candidate)
-    excluded = sum(1 for entry_id in exclude if entry_id in ranking.ids) if exclude else 0
-    left = len(ranking) - excluded - len(chosen)
-    oldest = None
-    if left:
-        taken = {c.entry.id for c in chosen}
-        oldest = next(
-            c.entry.first_seen_at
-            for c in ranking.by_first_seen
-            if c.entry.id not in exclude and c.entry.id not in taken
-        )
-    return Picked(chosen, left, oldest)
+    taken = ranking.ordered.pick(None, exclude, count)
+    by_id = ranking.by_id
+    return Picked([by_id[entry_id] for entry_id in taken.chosen], taken.left, taken.oldest_left)
 
 
 def first_seen_order(entry: EntryView) -> tuple[datetime, int]:

@@ -1,12 +1,18 @@
-"""Select stage: a filter's standing ranking, kept from one planning pass to the next.
+"""Select stage: the one order a filter's matches are ranked in and the one pick a
+digest makes of them, and a filter's standing ranking, kept from one planning pass to
+the next.
 
-Every entry of a span of days that one filter matches, in ``select.rank``'s order
-(higher score, more matched atoms, newer published date, newer first seen, then the
-lower id), held as five packed columns: what ordering and ``select.pick`` need of a
-match, and nothing of its text.  A pass merges the day's new and changed entries in
-and forgets those that left the span, instead of weighing a month again; it picks for
-a reader as ``select.pick`` would from a ranking of the whole window.  Pure: never
-reads the store (``bot.plan.standings`` does), never weighs an entry itself.
+The order (``Match.order``): higher score, more matched atoms, newer published date,
+newer first seen, then the lower id.  The pick (``Ordered.pick``): the first *count*
+not excluded, how many are left and when the oldest of those was first seen.  Every
+ranking, a window's made afresh (``candidates.rank``, ``candidates.pick``) or a kept
+one, is ordered and picked from by these two: a change to either is made here once.
+
+A standing ranking holds every entry of a span of days that one filter matches, as
+three packed columns: what ordering and picking need of a match, and nothing of its
+text.  A pass merges the day's new and changed entries in and forgets those that left
+the span, instead of weighing a month again.  Pure: never reads the store
+(``bot.plan.standings`` does), never weighs an entry itself.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from itertools import compress
@@ -56,7 +62,7 @@ class Match:
         return cls(entry_id, micros(first_seen_at), score << _SCORE_SHIFT | hits << _HITS_SHIFT | day)
 
     def order(self) -> tuple[int, int, int]:
-        """``select.rank``'s key, the entry id last (the order a window sorted by id keeps)."""
+        """The ranking order's key: heavier first, then newer first seen, then the lower id."""
         return (-self.weight, -self.first_seen_us, self.entry_id)
 
 
@@ -75,12 +81,64 @@ class _Orders:
 
 @dataclass(frozen=True, slots=True)
 class StandingPick:
-    """``select.Picked`` in ids: the first *count* in the window not excluded, how many
-    more are left, and the oldest first-seen time among those (None: none left)."""
+    """A pick in ids: the first *count* in the window not excluded, how many more are
+    left, and the oldest first-seen time among those (None: none left)."""
 
     chosen: tuple[int, ...]
     left: int
     oldest_left: datetime | None
+
+
+class Ordered:
+    """A ranking as a pick reads it: entry ids best first and when each was first seen
+    (microseconds), with what a pick of the whole ranking needs worked out once, when
+    first asked: the set of its ids and its positions oldest first."""
+
+    __slots__ = ("_ids", "_oldest_first", "ids", "seen")
+
+    def __init__(self, ids: Sequence[int], seen: Sequence[int]) -> None:
+        self.ids, self.seen = ids, seen
+        self._ids: frozenset[int] | None = None
+        self._oldest_first: list[int] | None = None
+
+    def pick(self, start: datetime | None, exclude: Set[int], count: int) -> StandingPick:
+        """The first *count* first seen since *start* (None: all) not in *exclude*, how
+        many more are left and the oldest of those.  A pick of the whole ranking reads as
+        many as it takes and the excluded ones, not the whole ranking (a reader with weeks
+        of left-overs has thousands); one since *start* reads it once."""
+        start_us = -sys.maxsize if start is None else micros(start)
+        chosen: list[int] = []
+        at = 0
+        for at, (entry_id, seen) in enumerate(zip(self.ids, self.seen, strict=True)):  # noqa: B007
+            if len(chosen) == count:
+                break
+            if seen >= start_us and entry_id not in exclude:
+                chosen.append(entry_id)
+        else:
+            at = len(self.ids)
+        if start is None:
+            return self._rest_of_whole(chosen, exclude)
+        left, oldest = 0, sys.maxsize
+        for entry_id, seen in zip(self.ids[at:], self.seen[at:], strict=True):
+            if seen >= start_us and entry_id not in exclude:
+                left += 1
+                oldest = min(oldest, seen)
+        return StandingPick(tuple(chosen), left, moment(oldest) if left else None)
+
+    def _rest_of_whole(self, chosen: list[int], exclude: Set[int]) -> StandingPick:
+        if self._ids is None:
+            self._ids = frozenset(self.ids)
+        excluded = sum(1 for entry_id in exclude if entry_id in self._ids) if exclude else 0
+        left = len(self.ids) - excluded - len(chosen)
+        if not left:
+            return StandingPick(tuple(chosen), 0, None)
+        if self._oldest_first is None:
+            self._oldest_first = sorted(range(len(self.ids)), key=lambda n: (self.seen[n], self.ids[n]))
+        taken = set(chosen)
+        oldest = next(
+            self.seen[n] for n in self._oldest_first if self.ids[n] not in exclude and self.ids[n] not in taken
+        )
+        return StandingPick(tuple(chosen), left, moment(oldest))
 
 
 class Standing:
@@ -132,22 +190,9 @@ class Standing:
         return result
 
     def pick(self, start: datetime | None, exclude: Set[int], count: int) -> StandingPick:
-        """What ``select.pick`` gives of this filter's ranking of the window first seen
-        since *start*: the first *count* not excluded, in one reading of the ranking that
-        also counts the rest and finds the oldest of them."""
-        start_us = -sys.maxsize if start is None else micros(start)
-        chosen: list[int] = []
-        left, oldest = 0, sys.maxsize
-        for entry_id, seen in zip(self.ids, self.seen, strict=True):
-            if seen < start_us or entry_id in exclude:
-                continue
-            if len(chosen) < count:
-                chosen.append(entry_id)
-                continue
-            left += 1
-            if seen < oldest:
-                oldest = seen
-        return StandingPick(tuple(chosen), left, moment(oldest) if left else None)
+        """The pick (``Ordered.pick``) of this filter's ranking of the window first seen
+        since *start*."""
+        return Ordered(self.ids, self.seen).pick(start, exclude, count)
 
     def encode(self) -> bytes:
         parts = [_FORMAT, len(self).to_bytes(8, "little")]

@@ -3,7 +3,7 @@ the readers' verdict (bot.rankers).
 
 The challenger is `bm25` (examples/rankers/bm25/ranker.py, started as a process of its
 own) or `random` (a server in this process that scores every candidate at random),
-asked over HTTP through ``bot.rankers.client`` with each reader's library, ratings
+asked over HTTP through ``bot.rankers.ranker_call`` with each reader's library, ratings
 and today's entries.  Each reader's digest is the first 10 of a team-draft
 interleaving of the built-in order (their model's) and the challenger's; they rate
 about half of them as bench/rank.py's readers do, and each rating credits the ranker
@@ -27,15 +27,15 @@ from bot.choose.select import SelectionCache, select_for
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.config.services import RankerConfig
-from bot.domain.ranking import BUILT_IN, RankerCandidate, RankerReader, RankerScore
+from bot.domain.rankers import BUILT_IN, RankerCandidate, RankerReader, RankerScore
 from bot.llm.embedding import embed_papers
 from bot.plan.scorers import EmbeddingRanker
-from bot.rankers.client import RankerCall
 from bot.rankers.interleave import Verdict, team_draft, verdict
+from bot.rankers.ranker_call import RankerCall
 from bot.store.feedback import feedback_of
 from bot.store.library import library_of
 from bot.taste.embedded_models import refresh_embedding_models
-from bot.taste.libraries import give_feedback
+from bot.taste.library_service import give_feedback
 from bot.taste.ranking import TastePass
 from tests.helpers import example_ranker
 
@@ -94,7 +94,7 @@ Scores = Callable[[dict[int, RankerCandidate], list[RankerReader]], dict[str, di
 
 
 def asking(url: str) -> Scores:
-    """The challenger at *url*, asked over HTTP (``bot.rankers.client``)."""
+    """The challenger at *url*, asked over HTTP (``bot.rankers.ranker_call``)."""
 
     def scores(candidates: dict[int, RankerCandidate], asked: list[RankerReader]) -> Any:
         call = RankerCall(url, LIMITS)

@@ -30,7 +30,7 @@ from bench.places import Place  # noqa: E402
 from bot.domain.llm import packed  # noqa: E402
 from bot.store.embeddings import save_embeddings, save_models  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
-from bot.store.schema import Subscriber  # noqa: E402
+from bot.store.schema import SubscriberRow  # noqa: E402
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
 
@@ -67,7 +67,7 @@ def measure(url: str, args: argparse.Namespace, sqlite_file: Path | None) -> Non
     middle = _postgres_bytes(engine, "embeddings") if postgres else _sqlite_bytes(sqlite_file)  # type: ignore[arg-type]
     with transaction(factory) as session:
         session.execute(
-            Subscriber.__table__.insert(),
+            SubscriberRow.__table__.insert(),
             [
                 {
                     "email": f"r{n}@example.org",

@@ -83,7 +83,7 @@ from bot.store.bulk import allocate_ids, among, bulk_insert, chunks
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
 from bot.store.entry_reads import entries_first_seen_between  # noqa: E402
 from bot.store.schema import BodyItem, Digest  # noqa: E402
-from bot.store.schema import Subscriber as SubscriberRow  # noqa: E402
+from bot.store.schema import SubscriberRow as SubscriberRow  # noqa: E402
 from bot.store.subscribers import list_subscribers  # noqa: E402
 from bot.unsubscribes import close_journal  # noqa: E402
 from tests.helpers import dump_text, filter_expressions  # noqa: E402
@@ -291,11 +291,11 @@ def give_libraries(factory, percent: float, papers: int = 5) -> int:
     """Libraries of *papers* stored entries for *percent* of the subscribers; how many."""
     import random
 
-    from bot.store.schema import Entry, Subscriber
+    from bot.store.schema import Entry, SubscriberRow
     from bot.store.taste_tables import LibraryPaperRow
 
     with factory() as session:
-        subscriber_ids = list(session.scalars(select(Subscriber.id)))
+        subscriber_ids = list(session.scalars(select(SubscriberRow.id)))
         entries = list(session.execute(select(Entry.id, Entry.key, Entry.title)))
     rng = random.Random(7)
     chosen = rng.sample(subscriber_ids, int(len(subscriber_ids) * percent / 100))

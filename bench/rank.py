@@ -77,7 +77,7 @@ from bot.plan.sections import Sectioner  # noqa: E402
 from bot.rankers.interleave import Verdict, tally  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
 from bot.store.subscribers import list_subscribers  # noqa: E402
-from bot.taste.libraries import give_feedback, import_library  # noqa: E402
+from bot.taste.library_service import give_feedback, import_library  # noqa: E402
 from bot.taste.ranking import TastePass  # noqa: E402
 from bot.taste.training import ModelsReport, refresh_models
 from tests.helpers import render_dump  # noqa: E402

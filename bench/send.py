@@ -61,13 +61,13 @@ from bot.config import Settings  # noqa: E402
 from bot.delivery.loop import deliver_now
 from bot.ingest.storing import ingest_bytes  # noqa: E402
 from bot.mail.mailer import Mailer
-from bot.mail.message import Prepared  # noqa: E402
+from bot.mail.message import SmtpData  # noqa: E402
 from bot.mail.parts import Parts
 from bot.plan import plan  # noqa: E402
 from bot.store.bulk import allocate_ids, bulk_insert  # noqa: E402
 from bot.store.digests import get_digest, get_digests  # noqa: E402
 from bot.store.engine import make_engine, sessions, transaction, upgrade  # noqa: E402
-from bot.store.schema import Digest, Subscriber  # noqa: E402
+from bot.store.schema import Digest, SubscriberRow  # noqa: E402
 from bot.tools.sink import free_port  # noqa: E402
 from tests.helpers import dump_text, filter_expressions  # noqa: E402
 
@@ -98,10 +98,10 @@ def add_subscribers(
     while part := list(itertools.islice(iterator, chunk)):
         distinct.update(part)
         with transaction(factory) as session:
-            ids = list(allocate_ids(session, Subscriber.__table__, len(part)))
+            ids = list(allocate_ids(session, SubscriberRow.__table__, len(part)))
             bulk_insert(
                 session,
-                Subscriber.__table__,
+                SubscriberRow.__table__,
                 [
                     {
                         "id": sid,
@@ -156,7 +156,7 @@ def render_all(factory, settings: Settings) -> tuple[float, int, float]:
         with factory() as session:
             built = mailer.build(session, get_digests(session, ids), DAY, for_wire=True)
         assert all(b.error is None for b in built)
-        total += sum(b.data.size if isinstance(b.data, Prepared) else len(b.data) for b in built)
+        total += sum(b.data.size if isinstance(b.data, SmtpData) else len(b.data) for b in built)
         count += len(built)
         del built
     return time.perf_counter() - started, count, total / max(count, 1)

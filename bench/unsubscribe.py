@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import func, select  # noqa: E402
 
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
-from bot.store.schema import Digest, Subscriber  # noqa: E402
+from bot.store.schema import Digest, SubscriberRow  # noqa: E402
 from bot.tokens import make_token  # noqa: E402
 from bot.tools.sink import Sink, SinkHandler, free_port  # noqa: E402
 from bot.unsubscribes import journal_of  # noqa: E402
@@ -129,7 +129,7 @@ def main() -> None:
         with factory() as session:
             tokens = [
                 make_token(KEY.encode(), sid, secret)
-                for sid, secret in session.execute(select(Subscriber.id, Subscriber.unsubscribe_secret))
+                for sid, secret in session.execute(select(SubscriberRow.id, SubscriberRow.unsubscribe_secret))
             ]
         smtp_port = free_port()
         if shutil.which("smtp-sink"):
@@ -182,7 +182,7 @@ def main() -> None:
         journal = journal_of(factory)
         wait_until(lambda: not journal.pending_subscribers(), 120, "journal applied")
         with factory() as session:
-            left = session.scalar(select(func.count()).where(Subscriber.status == "unsubscribed")) or 0
+            left = session.scalar(select(func.count()).where(SubscriberRow.status == "unsubscribed")) or 0
         cuts = statistics.quantiles(latencies, n=100)
         print(
             f"store: {'PostgreSQL' if args.pg else 'SQLite'}; serve --workers {args.workers}; "

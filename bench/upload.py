@@ -35,7 +35,7 @@ from sqlalchemy import select  # noqa: E402
 
 from bench.unsubscribe import answers, burst, wait_until  # noqa: E402
 from bot.store.engine import make_engine, sessions, upgrade  # noqa: E402
-from bot.store.schema import Subscriber  # noqa: E402
+from bot.store.schema import SubscriberRow  # noqa: E402
 from bot.tokens import make_token  # noqa: E402
 from bot.tools.sink import free_port  # noqa: E402
 from tests.helpers import DIGESTBOT, queue_digests  # noqa: E402
@@ -65,7 +65,7 @@ def main() -> None:
         with factory() as session:
             tokens = [
                 make_token(KEY.encode(), sid, secret)
-                for sid, secret in session.execute(select(Subscriber.id, Subscriber.unsubscribe_secret))
+                for sid, secret in session.execute(select(SubscriberRow.id, SubscriberRow.unsubscribe_secret))
             ]
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}

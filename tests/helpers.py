@@ -34,7 +34,7 @@ from bot.domain import DigestItem, EntryContent, EntryView, ParsedEntry
 from bot.ingest.storing import ingest_bytes
 from bot.store.bulk import allocate_ids, bulk_insert, insert_ignoring_conflicts
 from bot.store.engine import transaction
-from bot.store.schema import BodyItem, Digest, Subscriber
+from bot.store.schema import BodyItem, Digest, SubscriberRow
 from bot.tools.sink import free_port
 
 _ENTRY = (
@@ -347,10 +347,10 @@ def bulk_subscribers(
 ) -> list[int]:
     """*count* active subscribers readerN@example.org, due from midnight UTC with every
     entry they match (their filters taken in turn from *filters*), inserted in bulk."""
-    ids = list(allocate_ids(session, Subscriber.__table__, count))
+    ids = list(allocate_ids(session, SubscriberRow.__table__, count))
     bulk_insert(
         session,
-        Subscriber.__table__,
+        SubscriberRow.__table__,
         [
             {
                 "id": sid,
@@ -534,7 +534,7 @@ def rich_digest(*, sections: bool = False) -> tuple[str, str]:
     left for later, and a verdict; with *sections*, its reader's two interests."""
     from dataclasses import replace
 
-    from bot.domain import DigestContent, EntryKind, Update
+    from bot.domain import DigestContent, EntryKind, UpdateLine
     from bot.domain.llm import Tldr
     from bot.mail.render import Renderer, web_links
 
@@ -583,8 +583,8 @@ def rich_digest(*, sections: bool = False) -> tuple[str, str]:
         items=items,
         pending=4,
         updates=(
-            Update("A revised paper", 'title was "An old title"', "https://arxiv.org/abs/2606.00001"),
-            Update("A <kept> paper & its code", "code released", "https://github.com/o/r?a=1&b=2", library=True),
+            UpdateLine("A revised paper", 'title was "An old title"', "https://arxiv.org/abs/2606.00001"),
+            UpdateLine("A <kept> paper & its code", "code released", "https://github.com/o/r?a=1&b=2", library=True),
         ),
     )
     if sections:

@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.store.bulk import allocate_ids, bulk_insert
 from bot.store.engine import transaction
-from bot.store.response_tables import Consent, ReturnEvent
-from bot.store.schema import Digest, Entry, Source, Subscriber
+from bot.store.response_tables import Consent, ReturnEventRow
+from bot.store.schema import Digest, Entry, Source, SubscriberRow
 from bot.store.taste_tables import Feedback
 
 FEEDS = (
@@ -63,7 +63,7 @@ def fill_history(factory: sessionmaker[Session], today: date, *, days: int = 90,
 
 def _readers(session: Session, first: date) -> list[tuple[int, str]]:
     statuses = [status for status, count in STATUSES.items() for _ in range(count)]
-    ids = list(allocate_ids(session, Subscriber.__table__, len(statuses)))
+    ids = list(allocate_ids(session, SubscriberRow.__table__, len(statuses)))
     at = _at(first, 0)
     rows = [
         {
@@ -83,7 +83,7 @@ def _readers(session: Session, first: date) -> list[tuple[int, str]]:
         }
         for sid, status in zip(ids, statuses, strict=True)
     ]
-    bulk_insert(session, Subscriber.__table__, rows)
+    bulk_insert(session, SubscriberRow.__table__, rows)
     return list(zip(ids, statuses, strict=True))
 
 
@@ -219,7 +219,7 @@ def _leaving(
         | {"kind": "complaint", "address": f"reader{sid}@example.org", "status": "", "diagnostic": "abuse"}
         for sid, day in zip(left[:5], days[:5], strict=True)
     ]
-    bulk_insert(session, ReturnEvent.__table__, complaints)
+    bulk_insert(session, ReturnEventRow.__table__, complaints)
     written.complaints = len(complaints)
 
 

@@ -14,7 +14,7 @@ from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.store.bulk import bulk_insert
 from bot.store.engine import transaction
-from bot.store.schema import Digest, Subscriber
+from bot.store.schema import Digest, SubscriberRow
 from tests.helpers import digest_row
 
 RETURNS = Path(__file__).resolve().parent / "fixtures" / "returns"
@@ -45,7 +45,7 @@ def add_people(factory: sessionmaker[Session]) -> None:
     with transaction(factory) as session:
         bulk_insert(
             session,
-            Subscriber.__table__,
+            SubscriberRow.__table__,
             [
                 {
                     "id": sid,
@@ -71,7 +71,7 @@ def add_people(factory: sessionmaker[Session]) -> None:
 
 def statuses(factory: sessionmaker[Session]) -> dict[str, SubscriberStatus]:
     with factory() as session:
-        return {e: SubscriberStatus(s) for e, s in session.execute(select(Subscriber.email, Subscriber.status))}
+        return {e: SubscriberStatus(s) for e, s in session.execute(select(SubscriberRow.email, SubscriberRow.status))}
 
 
 def new_maildir(path: Path) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
+from bot.store.schema import AppearanceRow, Entry, EntryTag, Source, TagRow
 
 
 def snapshot(factory: sessionmaker[Session]) -> dict[str, object]:
@@ -16,16 +16,21 @@ def snapshot(factory: sessionmaker[Session]) -> dict[str, object]:
         )
         appearances = sorted(
             s.execute(
-                select(Entry.key, Source.sha256, Appearance.position, func.coalesce(Appearance.summary, Entry.summary))
-                .join(Entry, Entry.id == Appearance.entry_id)
-                .join(Source, Source.id == Appearance.source_id)
+                select(
+                    Entry.key,
+                    Source.sha256,
+                    AppearanceRow.position,
+                    func.coalesce(AppearanceRow.summary, Entry.summary),
+                )
+                .join(Entry, Entry.id == AppearanceRow.entry_id)
+                .join(Source, Source.id == AppearanceRow.source_id)
             ).all()
         )
         tags = sorted(
             s.execute(
-                select(Entry.key, Tag.name, EntryTag.origin)
+                select(Entry.key, TagRow.name, EntryTag.origin)
                 .join(Entry, Entry.id == EntryTag.entry_id)
-                .join(Tag, Tag.id == EntryTag.tag_id)
+                .join(TagRow, TagRow.id == EntryTag.tag_id)
             ).all()
         )
         ingested = sorted(

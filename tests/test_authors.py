@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.filter_terms import Author, make_author, to_text
 from bot.choose.filters import FilterError, normalize_filter, parse_filter
-from bot.choose.matching import Doc, explain, matches
+from bot.choose.matching import FilterInput, explain, matches
 from bot.choose.names import fold_name, same_person
 from bot.choose.select import select_for
 from bot.choose.tagging import load_rules
@@ -30,8 +30,8 @@ NOW = datetime(2026, 6, 14, 12, tzinfo=UTC)
 names = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=40)
 
 
-def doc(*authors: str) -> Doc:
-    return Doc({}, "A title", "A summary", authors)
+def doc(*authors: str) -> FilterInput:
+    return FilterInput({}, "A title", "A summary", authors)
 
 
 @given(names)

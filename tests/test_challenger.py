@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.tagging import load_rules
 from bot.config import Settings
-from bot.domain.ranking import Interleaving
+from bot.domain.rankers import Interleaving
 from bot.ingest.storing import ingest_bytes
 from bot.mail.parts import Parts
 from bot.plan import plan
@@ -31,12 +31,11 @@ from bot.rankers.interleave import tallies
 from bot.store.contents import digest_content
 from bot.store.engine import sessions, transaction
 from bot.store.interleaved import judged_since
-from bot.store.schema import Digest
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import Digest, SubscriberRow
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
-from bot.taste.libraries import give_feedback, import_library
+from bot.taste.library_service import give_feedback, import_library
 from bot.web.versions import WebVersions
 from tests.conftest import ROOT
 from tests.helpers import Cli, digest_entry_ids, render_dump, settings_for

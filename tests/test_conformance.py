@@ -23,7 +23,7 @@ from bot.domain import DigestContent, DigestItem, EntryKind
 from bot.mail.mailer import Mailer
 from bot.mail.message import Headers, build_message
 from bot.mail.parts import Parts
-from bot.mail.splice import MessageTemplate, Personal
+from bot.mail.splice import MessageTemplate, RecipientValues
 from bot.plan.message_ids import message_id_for
 from bot.tokens import make_token
 from tests.conftest import ROOT
@@ -142,12 +142,14 @@ def test_generated_digests_are_standards_clean_by_both_paths(
         footer_substituted=mailer.footer_substituted,
     )
     if template is not None:  # else every message of this body is built the simple way
-        spliced = template.fill(Personal(subscriber.email, subscriber.name, subscriber.email, token, message_id, WHEN))
+        spliced = template.fill(
+            RecipientValues(subscriber.email, subscriber.name, subscriber.email, token, message_id, WHEN)
+        )
         assert spliced == simple
         other = replace(subscriber, id=43, email="other@example.org", name="Other")
         other_token = make_token(mailer.key, 43, other.unsubscribe_secret)
         other_id = message_id_for(8, 43, WHEN.date(), "scheduled", mailer.settings.sender)
-        filled = template.fill(Personal(other.email, other.name, other.email, other_token, other_id, WHEN))
+        filled = template.fill(RecipientValues(other.email, other.name, other.email, other_token, other_id, WHEN))
         again = mailer.renderer.render(replace(content, subscriber=other), mailer.links_for_token(other_token)[0])
         _check(filled, again.text, again.html)
         assert other_id != message_id
@@ -185,7 +187,10 @@ def test_the_bulk_sender_checklist() -> None:
             mailer.renderer, content, mailer.settings.sender, mailer.links_for_token, footer_substituted=True
         )
         assert template is not None
-        assert template.fill(Personal(subscriber.email, "Reader", subscriber.email, token, message_id, WHEN)) == data
+        assert (
+            template.fill(RecipientValues(subscriber.email, "Reader", subscriber.email, token, message_id, WHEN))
+            == data
+        )
         message = BytesParser(policy=policy.default).parsebytes(data)
         assert isinstance(message, EmailMessage)
         text, html = (message.get_body((kind,)) for kind in ("plain", "html"))

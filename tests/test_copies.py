@@ -28,8 +28,7 @@ from bot.ingest.storing import ingest_bytes
 from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.engine import HEAD_REVISION, make_engine, sessions, transaction, upgrade
-from bot.store.schema import BodyItem, Digest, Entry
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import BodyItem, Digest, Entry, SubscriberRow
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import remove, save

@@ -25,7 +25,7 @@ from bot.delivery.smtp import Outcome, SendResult, SmtpPool
 from bot.delivery.transmit import _can_send_prepared, _unstuffed, transmit
 from bot.delivery.wire_marks import StoreUnwritable
 from bot.domain import DeliverReport
-from bot.mail.message import Prepared, prepared
+from bot.mail.message import SmtpData, prepared
 from bot.store.digests import DigestRow, get_digests
 from bot.store.engine import transaction
 from bot.store.queue import claim_due
@@ -41,7 +41,7 @@ def test_prepared_is_what_aiosmtplib_would_send(lines: list[bytes], final_newlin
     message = b"\r\n".join(lines) + (b"\r\n" if final_newline else b"")
     normalized = normalize_message_line_endings(message)
     ready = prepared(message)
-    assert ready == Prepared((PERIOD_REGEX.sub(b"..", normalized) + b".\r\n",), len(normalized))
+    assert ready == SmtpData((PERIOD_REGEX.sub(b"..", normalized) + b".\r\n",), len(normalized))
     assert _unstuffed(ready) == normalized
 
 

@@ -30,7 +30,7 @@ from bot.store.subscribers import get_subscriber
 from bot.subscribers.csv_io import import_csv
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import change_status, save
-from bot.taste.libraries import import_library
+from bot.taste.library_service import import_library
 from bot.tools.sink import Fault, Received, Sink, SinkHandler
 from tests.conftest import ROOT
 from tests.helpers import claims, queue_digests, render_dump, settings_for

@@ -21,8 +21,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.ingest.storing import ingest_file
 from bot.plan import plan
-from bot.store.schema import Digest
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import Digest, SubscriberRow
 from bot.store.subscribers import get_subscriber
 from bot.store.taste_tables import Feedback
 from bot.subscribers.fields import clean_fields

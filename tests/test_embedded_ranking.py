@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain.llm import packed
-from bot.domain.ranking import Interleaving
+from bot.domain.rankers import Interleaving
 from bot.ingest.storing import ingest_bytes
 from bot.llm.embedding import embed_papers
 from bot.plan import plan
@@ -34,7 +34,7 @@ from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
 from bot.taste.embedded import MIN_POSITIVES, as_matrix, train_embedded
 from bot.taste.embedded_models import refresh_embedding_models
-from bot.taste.libraries import give_feedback, import_library
+from bot.taste.library_service import give_feedback, import_library
 from tests.conftest import ROOT
 from tests.helpers import digest_entry_ids, render_dump, settings_for
 from tests.test_challenger import TITLES

@@ -39,13 +39,12 @@ from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
 from bot.store.entry_reads import find_entry
-from bot.store.schema import BodyItem, Digest
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import BodyItem, Digest, SubscriberRow
 from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import remove, save
-from bot.taste.libraries import feedback, give_feedback, import_library, library, set_taste_threshold
 from bot.taste.library import csl_json, read_library
+from bot.taste.library_service import feedback, give_feedback, import_library, library, set_taste_threshold
 from bot.taste.training import refresh_models
 from bot.tools.sink import Sink, SinkHandler
 from bot.web import create_app

@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from bot.choose.filter_terms import And, Everything, Not, Or, Phrase, Tag, make_and, make_or, to_text
 from bot.choose.filters import FilterError, parse_filter
-from bot.choose.matching import Doc, explain, matches
+from bot.choose.matching import FilterInput, explain, matches
 
 
-def doc(tags: dict[str, set[str]] | None = None, title: str = "", summary: str = "") -> Doc:
-    return Doc({k: frozenset(v) for k, v in (tags or {}).items()}, title, summary)
+def doc(tags: dict[str, set[str]] | None = None, title: str = "", summary: str = "") -> FilterInput:
+    return FilterInput({k: frozenset(v) for k, v in (tags or {}).items()}, title, summary)
 
 
 def test_examples_parse_with_not_over_and_over_or() -> None:
@@ -85,13 +85,13 @@ def test_printing_round_trips(expr) -> None:
 
 
 @given(_exprs(), _exprs(), _docs)
-def test_de_morgan(a, b, d: Doc) -> None:
+def test_de_morgan(a, b, d: FilterInput) -> None:
     assert matches(Not(make_and(a, b)), d) == matches(make_or(Not(a), Not(b)), d)
     assert matches(Not(make_or(a, b)), d) == matches(make_and(Not(a), Not(b)), d)
 
 
 @given(_exprs(), _docs)
-def test_explain_agrees_with_matches(expr, d: Doc) -> None:
+def test_explain_agrees_with_matches(expr, d: FilterInput) -> None:
     result = explain(expr, d)
     assert result.matched == matches(expr, d)
     assert result.score >= 0 and (result.matched or result.score == 0)

@@ -1,4 +1,4 @@
-"""A model per interest (``bot.taste.interests``, ``bot.taste.libraries``,
+"""A model per interest (``bot.taste.interests``, ``bot.taste.library_service``,
 ``bot.taste.ranking``): a reader of several named interests has each section ordered
 by what they kept and rated for that interest, and a rating trains the interest its
 entry was shown under."""
@@ -22,13 +22,12 @@ from bot.mail.parts import Parts
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import list_digests
-from bot.store.schema import Entry
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import Entry, SubscriberRow
 from bot.store.taste_tables import Feedback, TasteModel
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
 from bot.taste.interests import Example, Examples, by_interest
-from bot.taste.libraries import give_feedback, import_library
+from bot.taste.library_service import give_feedback, import_library
 from bot.taste.training import refresh_models
 from bot.tools.sink import Sink
 from bot.web import create_app

@@ -323,7 +323,7 @@ def test_csl_json_of_any_shape_is_read_or_named(data: bytes) -> None:
 
 
 def test_a_library_holds_at_most_its_share(factory: sessionmaker[Session]) -> None:
-    from bot.taste.libraries import import_library
+    from bot.taste.library_service import import_library
 
     ada = _ada(factory)
     ids = "".join(f"2401.{n:05d}\n" for n in range(10)).encode()

@@ -34,7 +34,7 @@ from bot.store.library import library_of
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save, set_setting
-from bot.taste.libraries import import_library
+from bot.taste.library_service import import_library
 from bot.tools.sink import Sink
 from tests.conftest import FIXTURES, ROOT
 from tests.helpers import render_dump, settings_for

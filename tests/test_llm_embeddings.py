@@ -26,7 +26,7 @@ from bot.store.embeddings import embeddings_of
 from bot.store.facts import EMBEDDING_FAILURE_FACT, fact
 from bot.store.library import add_papers
 from bot.store.llm_tables import EmbeddingRow
-from bot.store.schema import Entry, Subscriber
+from bot.store.schema import Entry, SubscriberRow
 from bot.store.tldrs import spent_on
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
@@ -70,7 +70,7 @@ def _store(factory: sessionmaker[Session], settings: Settings, abstracts: list[s
     save(factory, settings, [clean_fields("ada@example.org")], NOW)
     with factory() as session, session.begin():
         keys = list(session.scalars(select(Entry.key).order_by(Entry.id)))
-        ada = session.scalars(select(Subscriber.id)).one()
+        ada = session.scalars(select(SubscriberRow.id)).one()
         kept = [LibraryPaper(keys[0], "Paper 0"), LibraryPaper("doi:10.1/kept", "A kept paper", "On kernels.")]
         add_papers(session, ada, kept, NOW)
     return keys

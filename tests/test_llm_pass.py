@@ -19,7 +19,7 @@ from bot.ingest.storing import ingest_bytes
 from bot.llm.embedding import embed_papers
 from bot.llm.model_pass import write_tldrs
 from bot.llm.wanted import WantedTldr, wanted_tldrs
-from bot.store.schema import Entry, Subscriber
+from bot.store.schema import Entry, SubscriberRow
 from bot.store.tldrs import model_paused_until, set_language, spent_on, tldrs_for
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
@@ -82,7 +82,7 @@ def _store(factory: sessionmaker[Session], tmp_path: Path, base_url: str, **llm:
     )
     save(factory, settings, [clean_fields(f"r{n}@example.org", filter="*") for n in range(3)], NOW)
     with factory() as session, session.begin():
-        first = session.scalars(select(Subscriber.id).order_by(Subscriber.id)).first()
+        first = session.scalars(select(SubscriberRow.id).order_by(SubscriberRow.id)).first()
         assert first is not None
         set_language(session, first, "zh", NOW)
     return settings

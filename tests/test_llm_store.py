@@ -14,7 +14,7 @@ from bot.choose.tagging import load_rules
 from bot.domain.llm import Tldr
 from bot.ingest.storing import ingest_bytes
 from bot.store.llm_tables import EntryTldrRow
-from bot.store.schema import Entry, Subscriber
+from bot.store.schema import Entry, SubscriberRow
 from bot.store.tldrs import (
     add_spending,
     reader_filters,
@@ -70,7 +70,7 @@ def test_readers_are_counted_by_the_language_they_chose(factory: sessionmaker[Se
     people = [clean_fields(f"r{n}@example.org") for n in range(4)]
     save(factory, settings, people, NOW)
     with factory() as session, session.begin():
-        ids = list(session.scalars(select(Subscriber.id).order_by(Subscriber.id)))
+        ids = list(session.scalars(select(SubscriberRow.id).order_by(SubscriberRow.id)))
         set_language(session, ids[0], "zh", NOW)
         set_language(session, ids[1], "de", NOW)
     with factory() as session:

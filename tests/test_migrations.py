@@ -16,7 +16,7 @@ from bot.choose.tagging import load_rules
 from bot.config import Settings
 from bot.domain import DigestContent, DigestKind
 from bot.domain.identity import key_for_title_hash
-from bot.domain.ranking import Interleaving, JudgedDigest
+from bot.domain.rankers import Interleaving, JudgedDigest
 from bot.ingest.storing import ingest_bytes, ingest_file
 from bot.plan import plan, resend
 from bot.store.contents import digest_contents
@@ -299,7 +299,7 @@ def test_library_papers_from_before_0022_are_matched_by_title_when_their_entry_a
     """0022 writes each library paper's title key: a paper an export named by its arXiv
     id, kept before the migration, is matched by a dump that lists it by title."""
     from bot.store.library import library_of
-    from bot.taste.libraries import import_library
+    from bot.taste.library_service import import_library
     from tests.helpers import render_dump
 
     factory = sessions(engine)

@@ -23,7 +23,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.store.engine import make_engine, sessions, upgrade
-from bot.store.schema import Digest, Subscriber
+from bot.store.schema import Digest, SubscriberRow
 from bot.tokens import make_token
 from bot.tools.sink import Fault, Sink, SinkHandler, free_port
 from tests.conftest import PG_SKIP, ROOT
@@ -195,7 +195,8 @@ def _disk_fills(tmp_path: Path, disk: Path) -> None:
     url, engine, factory = _queued(disk / "store.sqlite3", total)
     with factory() as session:
         readers = [
-            (row.id, row.unsubscribe_secret) for row in session.scalars(select(Subscriber).order_by(Subscriber.id))
+            (row.id, row.unsubscribe_secret)
+            for row in session.scalars(select(SubscriberRow).order_by(SubscriberRow.id))
         ]
     handler = SinkHandler()
     serve_port = free_port()

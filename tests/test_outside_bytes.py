@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.domain import EntryContent, EntryKind, ParsedEntry, ParsedSource, SourceStatus, SubscriberStatus
-from bot.domain.ranking import BUILT_IN, Interleaving
+from bot.domain.rankers import BUILT_IN, Interleaving
 from bot.domain.text import CONTROL_CHARACTERS, NOT_STORABLE, one_line
 from bot.ingest.formats import SourceFormatError, parse_any
 from bot.ingest.formats import storable as bounds
@@ -424,7 +424,7 @@ def test_an_interleaving_longer_than_any_written_is_never_parsed(monkeypatch: py
     """30 MB of one list took rankers report 2.4 s and 480 MB to parse."""
     import json
 
-    import bot.domain.ranking
+    import bot.domain.rankers
 
     parsed: list[int] = []
 
@@ -436,7 +436,7 @@ def test_an_interleaving_longer_than_any_written_is_never_parsed(monkeypatch: py
 
         dumps = staticmethod(json.dumps)
 
-    monkeypatch.setattr(bot.domain.ranking, "json", Counting)
+    monkeypatch.setattr(bot.domain.rankers, "json", Counting)
     assert Interleaving.from_text('{"order": [' + "1, " * 10_000_000 + "1]}", 30) is None
     pinned = Interleaving("bm25", (2, 0, 1), frozenset({2}))
     assert Interleaving.from_text(pinned.as_text(), 3) == pinned

@@ -422,7 +422,7 @@ def test_the_manage_page_names_the_interests_with_a_model_of_their_own(
     from bot.choose.tagging import load_rules
     from bot.config import Settings
     from bot.store.schema import Entry
-    from bot.taste.libraries import give_feedback
+    from bot.taste.library_service import give_feedback
     from bot.taste.training import refresh_models
 
     token = site.add("margaret@example.org", "--filter", 'Spiking: snn or fpga; Serving: llm and "kv cache"')

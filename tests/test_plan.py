@@ -34,8 +34,7 @@ from bot.plan.days import closes_at, local_time
 from bot.store.claims import claimed_entry_ids, claimed_from
 from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.ledger import release_entries
-from bot.store.schema import Digest, Entry
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import Digest, Entry, SubscriberRow
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save, set_filter

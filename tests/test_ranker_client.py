@@ -1,4 +1,4 @@
-"""An outside ranker over HTTP (bot.rankers.client): the example ranker started as a
+"""An outside ranker over HTTP (bot.rankers.ranker_call): the example ranker started as a
 process of its own, and rankers that hang, dribble, answer garbage or too much, say
 they are busy, or go away mid-pass, each on a real socket on 127.0.0.1."""
 
@@ -18,9 +18,9 @@ import pytest
 
 from bot.config.services import RankerConfig
 from bot.domain import LibraryPaper, RatedEntry
-from bot.domain.ranking import RankerCandidate, RankerReader
-from bot.rankers.client import RankerCall
+from bot.domain.rankers import RankerCandidate, RankerReader
 from bot.rankers.protocol import PROTOCOL, REQUEST
+from bot.rankers.ranker_call import RankerCall
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "rankers" / "bm25" / "ranker.py"

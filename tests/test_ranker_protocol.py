@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bot.domain import LibraryPaper, RatedEntry
-from bot.domain.ranking import BUILT_IN, JudgedDigest, RankerCandidate, RankerReader
+from bot.domain.rankers import BUILT_IN, JudgedDigest, RankerCandidate, RankerReader
 from bot.rankers.interleave import Verdict, sign_test, tallies, tally, team_draft, verdict
 from bot.rankers.protocol import (
     PROTOCOL,
@@ -207,7 +207,7 @@ def test_a_hostile_answer_costs_no_more_than_a_good_one_of_its_size() -> None:
 
 def test_the_schema_file_is_the_one_the_models_make() -> None:
     shipped = json.loads((ROOT / "docs" / "ranker-protocol.schema.json").read_text())
-    assert shipped == json_schema(), "run: python -m bot.rankers.schema > docs/ranker-protocol.schema.json"
+    assert shipped == json_schema(), "run: python -m bot.rankers.json_schema > docs/ranker-protocol.schema.json"
 
 
 # The judge

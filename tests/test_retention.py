@@ -28,7 +28,7 @@ from bot.store.contents import digest_content
 from bot.store.engine import transaction
 from bot.store.ledger import release_entries
 from bot.store.retention import removed
-from bot.store.schema import Appearance, BodyItem, Digest, Entry, Source
+from bot.store.schema import AppearanceRow, BodyItem, Digest, Entry, Source
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import remove, save, set_filter
@@ -170,7 +170,7 @@ def test_bodies_other_digests_show_stay_and_old_appearances_go(factory: sessionm
     remove_expired(factory, cfg, now=START + timedelta(days=KEEP + 1), pause=0)
     with factory() as session:
         assert set(session.scalars(select(BodyItem.body_key).distinct())) == bodies
-        kept = set(session.execute(select(Appearance.entry_id, Appearance.source_id)))
+        kept = set(session.execute(select(AppearanceRow.entry_id, AppearanceRow.source_id)))
         assert session.scalar(select(func.count()).select_from(Source)) == 2  # a file's memory stays
     assert {(e, s) for e, s in entries.items()} <= kept  # the variants the kept body pins
     remove_expired(factory, cfg, now=START + timedelta(days=KEEP + 41), pause=0)
@@ -178,7 +178,7 @@ def test_bodies_other_digests_show_stay_and_old_appearances_go(factory: sessionm
         assert session.scalar(select(func.count()).select_from(BodyItem)) == 0
         assert session.scalar(select(func.count()).select_from(Digest)) == 0
         pinned = session.execute(select(Entry.id, Entry.summary_source_id)).all()
-        kept = set(session.execute(select(Appearance.entry_id, Appearance.source_id)))
+        kept = set(session.execute(select(AppearanceRow.entry_id, AppearanceRow.source_id)))
     assert set(pinned) == kept  # only each entry's current summary variant is still read
 
 

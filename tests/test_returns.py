@@ -24,7 +24,7 @@ from bot.domain import ReturnKind, SubscriberStatus
 from bot.mail.parts import Parts
 from bot.returns.inbox_reading import read_inbox, reading_of
 from bot.returns.mailboxes import MailboxError, MaildirBox, open_mailbox
-from bot.store.response_tables import ReturnEvent
+from bot.store.response_tables import ReturnEventRow
 from bot.subscribers.subscriptions import change_status, remove
 from tests.helpers import Cli, CliResult
 from tests.returned_mail import KEY, PEOPLE, add_people, deliver, inbox_settings, new_maildir, seen, statuses
@@ -47,7 +47,7 @@ def read(factory: sessionmaker[Session], maildir: Path, now: datetime = NOW, **i
 def events(factory: sessionmaker[Session]) -> int:
     """Outcomes recorded (messages left for a person are remembered as "other", not counted)."""
     with factory() as session:
-        query = select(func.count()).select_from(ReturnEvent).where(ReturnEvent.kind != ReturnKind.OTHER.value)
+        query = select(func.count()).select_from(ReturnEventRow).where(ReturnEventRow.kind != ReturnKind.OTHER.value)
         return int(session.scalar(query) or 0)
 
 

@@ -21,7 +21,7 @@ from bot.delivery.outcomes import RECORD_EVERY
 from bot.domain import DigestState
 from bot.store.derived_tables import PlanningSlice
 from bot.store.engine import make_engine, sessions, transaction
-from bot.store.schema import Digest, Subscriber
+from bot.store.schema import Digest, SubscriberRow
 from bot.tools.sink import Sink
 from tests.conftest import PG_SKIP, ROOT
 from tests.helpers import (
@@ -194,10 +194,10 @@ def test_one_scheduler_plans_and_a_standby_takes_over(pg_url: str, tmp_path: Pat
                 session.scalar(
                     select(func.count())
                     .select_from(Digest)
-                    .join(Subscriber, Subscriber.id == Digest.subscriber_id)
+                    .join(SubscriberRow, SubscriberRow.id == Digest.subscriber_id)
                     .where(
                         Digest.kind == "scheduled",
-                        Subscriber.email.in_([f"s{n}@example.org" for n in range(emails_from, emails_from + count)]),
+                        SubscriberRow.email.in_([f"s{n}@example.org" for n in range(emails_from, emails_from + count)]),
                     )
                 )
                 or 0

@@ -28,7 +28,7 @@ from bot.plan.shared import FRESH_FOR, plan_shared
 from bot.store.derived_tables import PlanningSlice
 from bot.store.engine import make_engine, sessions, transaction, upgrade
 from bot.store.planning_slices import finish_slice, open_slices, take_slice
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import SubscriberRow
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
 from tests.conftest import PG_SKIP, PG_URL

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.domain import SubscriberStatus
 from bot.store.consents import consents_of
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import SubscriberRow
 from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.optin import expire_signups

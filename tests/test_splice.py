@@ -30,7 +30,7 @@ from bot.mail.header_lines import folded, html_escape, plain_line, to_line
 from bot.mail.mailer import Mailer
 from bot.mail.message import POLICY, Headers, build_message, message_bytes, prepared
 from bot.mail.parts import Parts
-from bot.mail.splice import MessageTemplate, Personal
+from bot.mail.splice import MessageTemplate, RecipientValues
 from bot.plan import plan
 from bot.store.contents import digest_content
 from bot.store.digests import get_digest
@@ -390,7 +390,7 @@ def test_filling_a_template_for_any_subscriber_matches_the_simple_path(
         simple = build_message(
             rendered, Headers(name, subscriber.email, "<m.1@bot.example>", DAY, unsubscribe), settings.sender
         ).as_bytes()
-        personal = Personal(subscriber.email, name, subscriber.email, token, "<m.1@bot.example>", DAY)
+        personal = RecipientValues(subscriber.email, name, subscriber.email, token, "<m.1@bot.example>", DAY)
         assert template.fill(personal) == simple
         assert template.fill_wire(personal) == prepared(simple)  # the token lines laid out per token length
 
@@ -507,7 +507,7 @@ def test_a_token_line_is_filled_as_encoding_it_would_at_every_soft_break() -> No
     from bot.mail.personal_slots import TokenLine
     from bot.mail.qp import qp_lines
     from bot.mail.render import Links
-    from bot.mail.splice import MessageTemplate, Personal
+    from bot.mail.splice import MessageTemplate, RecipientValues
 
     links = Links("u", None)
     for length in (5, 30, 31, 90):
@@ -517,7 +517,7 @@ def test_a_token_line_is_filled_as_encoding_it_would_at_every_soft_break() -> No
             segments = (b"=" * (offset % 7) + b"a" * offset + b"<a href=/d/", "token", b"/more> &nbsp;", "token", b" ")
             line = TokenLine(segments)
             for value in (token, dotted[:length]):
-                personal = Personal("e", "", "e@x.org", value, "<m@x>", datetime(2026, 1, 1, tzinfo=UTC))
+                personal = RecipientValues("e", "", "e@x.org", value, "<m@x>", datetime(2026, 1, 1, tzinfo=UTC))
                 whole = b"".join(value.encode() if s == "token" else s for s in segments)  # type: ignore[misc]
                 assert line(personal, links) == qp_lines(whole), (length, offset)
                 # and as DATA carries it, dot-stuffed, from the layout compiled for its length

@@ -30,8 +30,7 @@ from bot.ingest.storing import ingest_bytes, retag_all
 from bot.plan import plan
 from bot.store.derived_tables import FilterRanking
 from bot.store.engine import make_engine, sessions, transaction, upgrade
-from bot.store.schema import BodyItem, Digest
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import BodyItem, Digest, SubscriberRow
 from bot.store.subscribers import list_subscribers
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save, set_filter

@@ -8,7 +8,7 @@ from sqlalchemy import Engine, delete, insert, select
 
 from bot.store.bulk import among, chunks
 from bot.store.engine import sessions, transaction
-from bot.store.schema import Tag
+from bot.store.schema import TagRow
 
 # What a dump may name a key or a tag: any text PostgreSQL holds (not NUL), with the
 # characters an array's text form quotes or splits on.
@@ -25,10 +25,10 @@ NAMES = st.text(
 @given(stored=st.sets(NAMES, max_size=20), asked=st.lists(NAMES, max_size=20))
 def test_among_finds_exactly_the_values_asked_for(engine: Engine, stored: set[str], asked: list[str]) -> None:
     with transaction(sessions(engine)) as session:
-        session.execute(delete(Tag))
+        session.execute(delete(TagRow))
         if stored:
-            session.execute(insert(Tag), [{"name": name, "label": name} for name in stored])
-        found = set(session.scalars(select(Tag.name).where(among(session, Tag.name, asked))))
+            session.execute(insert(TagRow), [{"name": name, "label": name} for name in stored])
+        found = set(session.scalars(select(TagRow.name).where(among(session, TagRow.name, asked))))
     assert found == stored & set(asked)
 
 
@@ -36,12 +36,12 @@ def test_among_takes_a_chunk_of_ids_in_one_statement_text(engine: Engine) -> Non
     """Every list finds its rows; PostgreSQL gets the same statement for lists of any
     length (one array parameter), so the driver parses it once."""
     with transaction(sessions(engine)) as session:
-        session.execute(insert(Tag), [{"id": n, "name": f"t{n}", "label": f"t{n}"} for n in range(1, 2001)])
+        session.execute(insert(TagRow), [{"id": n, "name": f"t{n}", "label": f"t{n}"} for n in range(1, 2001)])
     texts = set()
     found: list[int] = []
     with transaction(sessions(engine)) as session:
         for part in chunks([*range(0, 2003, 2), 7, 7]):
-            query = select(Tag.id).where(among(session, Tag.id, part))
+            query = select(TagRow.id).where(among(session, TagRow.id, part))
             texts.add(str(query.compile(session.get_bind())))
             found += session.scalars(query)
     assert sorted(found) == sorted([*range(2, 2001, 2), 7])
@@ -53,7 +53,7 @@ def test_among_matches_no_stored_value_on_a_longer_one(engine: Engine) -> None:
     """A value longer than the column (a tag name is 100 characters at most) finds
     nothing, not the stored value it begins with."""
     with transaction(sessions(engine)) as session:
-        session.execute(insert(Tag), [{"name": "x" * 100, "label": "x"}])
+        session.execute(insert(TagRow), [{"name": "x" * 100, "label": "x"}])
         asked = ["x" * 100 + "y", "x" * 101]
-        assert list(session.scalars(select(Tag.name).where(among(session, Tag.name, asked)))) == []
-        assert list(session.scalars(select(Tag.name).where(among(session, Tag.name, ["x" * 100])))) == ["x" * 100]
+        assert list(session.scalars(select(TagRow.name).where(among(session, TagRow.name, asked)))) == []
+        assert list(session.scalars(select(TagRow.name).where(among(session, TagRow.name, ["x" * 100])))) == ["x" * 100]

@@ -225,7 +225,7 @@ def test_every_yes_no_setting_is_on_every_surface(tmp_path) -> None:
     by the CLI's add and edit, --json and show, CSV import and export, and the manage page
     with no other edit: this walks each surface for each setting."""
     from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields
-    from bot.store.schema import Subscriber as SubscriberRow
+    from bot.store.schema import SubscriberRow
     from bot.subscribers.csv_io import CSV_COLUMNS
     from bot.subscribers.settings import by_action
     from bot.web.manage_view import toggles

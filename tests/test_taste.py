@@ -27,7 +27,7 @@ from bot.store.taste_tables import TasteModel
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import remove, save
 from bot.taste.features import RowCache, Vocabulary, fit_vocabulary, vectors, words
-from bot.taste.libraries import import_library
+from bot.taste.library_service import import_library
 from bot.taste.training import refresh_models
 from tests.conftest import ROOT
 from tests.helpers import settings_for

@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from functools import cached_property
 
 from bot.choose.filter_terms import Expr
-from bot.choose.matching import Doc, Explanation, explain
+from bot.choose.matching import Explanation, FilterInput, explain
 from bot.choose.standing_ranking import Match, Ordered, micros
 from bot.choose.tagging import TagRules, nfkc
 from bot.domain import EntryKind, EntryView, Subscriber, match_text
@@ -47,8 +47,8 @@ def local_send_time(subscriber: Subscriber, day: date) -> datetime:
     return datetime.combine(day, time(subscriber.send_hour), tzinfo=zone).astimezone(UTC)
 
 
-def doc_of(entry: EntryView) -> Doc:
-    return Doc(
+def doc_of(entry: EntryView) -> FilterInput:
+    return FilterInput(
         tags=entry.tag_origins,
         title=nfkc(entry.content.title),
         summary=nfkc(match_text(entry.content.summary, entry.content.extra)),

@@ -14,7 +14,7 @@ title or summary, case-insensitively and on word boundaries), authors
 (``author:"J. Smith"``, matched on the entry's author list as ``same_person``
 says; a repository's owner is its author), ``liked`` (the entries the subscriber's
 own model scores above their threshold, ``bot.taste``; the caller says which those
-are, in ``matching.Doc.liked``) and ``*`` (everything).  ``not``
+are, in ``matching.FilterInput.liked``) and ``*`` (everything).  ``not``
 binds tightest, then ``and``, then ``or``; there is no implicit ``and``.
 Parsing uses lark; a stored filter is always one that parsed, and printing
 a parsed filter gives text that parses back to it.
@@ -159,7 +159,7 @@ def parse_filter(text: str) -> Expr:
 
 
 @dataclass(frozen=True, slots=True)
-class Section:
+class NamedInterest:
     """One named interest of a filter: "Serving: llm and serving"."""
 
     name: str
@@ -182,13 +182,13 @@ _SEGMENTS = re.compile(r'"(?:[^"\\]|\\.)*"?|;|[^";]+')  # a phrase (its ";" stay
 
 
 @lru_cache(maxsize=4096)
-def sections_of(text: str) -> tuple[Section, ...]:
+def sections_of(text: str) -> tuple[NamedInterest, ...]:
     """The named interests of a filter written "Name: filter; Name: filter", in order;
     none for a filter of one interest.  ``FilterError`` names the first problem."""
     if len(text) > MAX_FILTER_LENGTH or not _SECTION_HEAD.match(text):
         return ()  # too long: refused as any filter is
     _check_before_parsing(text)
-    found: list[Section] = []
+    found: list[NamedInterest] = []
     for start, segment in _segments(text):
         at = start + len(segment) - len(segment.lstrip()) + 1  # where its name begins
         head = _SECTION_HEAD.match(segment)
@@ -202,7 +202,7 @@ def sections_of(text: str) -> tuple[Section, ...]:
         if any(s.name.casefold() == name.casefold() for s in found):
             raise FilterError(text, at, f"two interests are named {name!r}")
         try:
-            found.append(Section(name, _parse_one(segment[head.end() :])))
+            found.append(NamedInterest(name, _parse_one(segment[head.end() :])))
         except FilterError as exc:
             raise FilterError(text, start + head.end() + exc.position, exc.message) from None
     return tuple(found)

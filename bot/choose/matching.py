@@ -22,7 +22,7 @@ def phrase_pattern(text: str) -> re.Pattern[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Doc:
+class FilterInput:
     """What a filter looks at: the entry's tags (case-folded name -> origins), text and
     authors (as written)."""
 
@@ -33,7 +33,7 @@ class Doc:
     liked: bool = False  # the subscriber's model scores it above their threshold
 
 
-def authors_named(expr: Author, doc: Doc) -> list[str]:
+def authors_named(expr: Author, doc: FilterInput) -> list[str]:
     """The entry's authors that *expr* names, as written.  Names are folded here, when
     a filter asks, not for every entry a planning pass weighs."""
     wanted = fold_name(expr.name)
@@ -64,7 +64,7 @@ WEIGHT_TITLE, WEIGHT_SOURCE_TAG, WEIGHT_SUMMARY, WEIGHT_AUTHOR = 3, 2, 1, 3
 AUTHOR_HIT = "author"  # a followed author's hit: "author: John Smith" in the why line
 
 
-def matches(expr: Expr, doc: Doc) -> bool:
+def matches(expr: Expr, doc: FilterInput) -> bool:
     if isinstance(expr, Everything):
         return True
     if isinstance(expr, Tag):
@@ -83,7 +83,9 @@ def matches(expr: Expr, doc: Doc) -> bool:
     return any(matches(i, doc) for i in expr.items)
 
 
-def _positive_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]], negated: bool = False) -> list[Hit]:
+def _positive_hits(
+    expr: Expr, doc: FilterInput, rule_fields: dict[str, tuple[str, ...]], negated: bool = False
+) -> list[Hit]:
     if isinstance(expr, Not):
         return _positive_hits(expr.expr, doc, rule_fields, not negated)
     if isinstance(expr, (And, Or)):
@@ -91,7 +93,7 @@ def _positive_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]]
     return [] if negated else _atom_hits(expr, doc, rule_fields)
 
 
-def _atom_hits(expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]]) -> list[Hit]:
+def _atom_hits(expr: Expr, doc: FilterInput, rule_fields: dict[str, tuple[str, ...]]) -> list[Hit]:
     if isinstance(expr, Tag) and expr.name in doc.tags:
         return [_tag_hit(expr.name, doc.tags[expr.name], rule_fields.get(expr.name, ()))]
     if isinstance(expr, Phrase):
@@ -117,7 +119,7 @@ def _tag_hit(name: str, origins: frozenset[str], fields: tuple[str, ...]) -> Hit
 
 
 def explain(
-    expr: Expr, doc: Doc, rule_fields: dict[str, tuple[str, ...]] | None = None, *, matched: bool | None = None
+    expr: Expr, doc: FilterInput, rule_fields: dict[str, tuple[str, ...]] | None = None, *, matched: bool | None = None
 ) -> Explanation:
     """Whether *doc* matches, which atoms were found where, and its relevance score.
 

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from bot.choose.candidates import Candidate, Ranked, doc_of, effective_start, explain_entry, first_seen_order, rank
 from bot.choose.filter_terms import Atom, Expr, Liked, atoms, to_text
 from bot.choose.filters import filter_fault, parse_filter, uses_liked
-from bot.choose.matching import Doc, Explanation, explain, matches
+from bot.choose.matching import Explanation, FilterInput, explain, matches
 from bot.choose.tagging import TagRules
 from bot.domain import EntryView, Subscriber
 from bot.store.entry_reads import entries_first_seen_between
@@ -63,7 +63,7 @@ class SelectionCache:
         # Per filter, its ranking over the longest window asked for in this pass, and where that starts.
         self.widest: dict[str, tuple[datetime | None, Ranked]] = {}
         # Per entry, what every filter's verdict starts from: its text and where the tag rules hit.
-        self.docs: dict[int, tuple[Doc, dict[str, tuple[str, ...]]]] = {}
+        self.docs: dict[int, tuple[FilterInput, dict[str, tuple[str, ...]]]] = {}
         # Per entry with verdicts, the content they were made from (``_content``).
         self.weighed: dict[int, int] = {}
         self.rules: TagRules | None = None

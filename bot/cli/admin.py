@@ -39,8 +39,8 @@ def smtp_test(
     import asyncio
     from datetime import UTC, datetime
 
-    from bot.delivery.probe import Step, probe
     from bot.delivery.smtp import helo_name
+    from bot.delivery.smtp_probe import Step, probe
     from bot.mail.message import envelope_address
     from bot.mail.notices import test_message
     from bot.subscribers.fields import SubscriberInputError, clean_email

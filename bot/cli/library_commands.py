@@ -1,5 +1,6 @@
 """CLI commands ``subscribers library``: add, list, remove a reader's library (the
-papers their ranking learns from), their feedback and their threshold.  Thin shells over ``bot.taste.libraries``."""
+papers their ranking learns from), their feedback and their threshold.  Thin shells
+over ``bot.taste.library_service``."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ def library_add(
 ) -> None:
     """Add the papers of a reference manager's export to EMAIL's library.  Each record
     that cannot be read is one warning line; the rest is added (exit 1 if any was bad)."""
-    from bot.taste.libraries import import_library
     from bot.taste.library import MAX_BYTES, LibraryFileError
+    from bot.taste.library_service import import_library
 
     c = ctx_of(ctx)
     settings, factory = c.settings, c.sessions()
@@ -85,7 +86,7 @@ def library_list(
     as_json: JsonOption = False,
 ) -> None:
     """EMAIL's library: key, title, and the stored entry each paper is."""
-    from bot.taste.libraries import library
+    from bot.taste.library_service import library
 
     factory = ctx_of(ctx).sessions()
     papers = library(factory, find_subscriber(factory, email).id)
@@ -109,7 +110,7 @@ def library_remove(
     keys: Annotated[list[str], typer.Argument(help="Keys as 'library list' shows them.")],
 ) -> None:
     """Remove papers from EMAIL's library (exit 1 when a key is not in it)."""
-    from bot.taste.libraries import remove_from_library
+    from bot.taste.library_service import remove_from_library
     from bot.taste.training import refresh_models
 
     factory = ctx_of(ctx).sessions()
@@ -131,7 +132,7 @@ def library_feedback(
     """What EMAIL said of entries of their digests: "more like this" (learned as library
     papers) and "less like this" (learned as papers they do not want), and the interest
     each was shown under in a digest of several (whose model learns it)."""
-    from bot.taste.libraries import feedback
+    from bot.taste.library_service import feedback
 
     factory = ctx_of(ctx).sessions()
     rows = feedback(factory, find_subscriber(factory, email).id)
@@ -170,7 +171,7 @@ def library_threshold(
     """Show or set EMAIL's threshold: the filter atom `liked` matches the entries their
     model scores above it (0 is a typical entry of the store, 1 a typical paper of their
     library; higher is pickier)."""
-    from bot.taste.libraries import set_taste_threshold
+    from bot.taste.library_service import set_taste_threshold
 
     factory = ctx_of(ctx).sessions()
     subscriber = find_subscriber(factory, email)
@@ -186,8 +187,8 @@ def library_threshold(
 def print_library(ctx: typer.Context, email: str) -> None:
     """``subscribers export --library EMAIL``: their library and feedback as CSL-JSON
     (``library add`` reads it back; "less like this" items are left out then)."""
-    from bot.taste.libraries import feedback, library
     from bot.taste.library import csl_json
+    from bot.taste.library_service import feedback, library
 
     factory = ctx_of(ctx).sessions()
     subscriber_id = find_subscriber(factory, email).id

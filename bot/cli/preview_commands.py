@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from bot.cli.candidates import print_candidates
 from bot.cli.context import Context
+from bot.cli.entry_lists import print_candidates
 from bot.cli.library_commands import train_on_demand
 from bot.cli.output import EXIT_USAGE, fail, out, print_json_lines
 from bot.cli.shell import JsonOption, ctx_of, find_subscriber, now, parse_date

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bot.cli.candidates import print_candidates
+from bot.cli.entry_lists import print_candidates
 from bot.cli.library_commands import train_on_demand
 from bot.cli.output import EXIT_USAGE, err, fail, out, print_json_lines, progress_bar
 from bot.cli.shell import MAX_ROWS, JsonOption, command_group, ctx_of, find_subscriber

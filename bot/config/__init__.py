@@ -30,7 +30,7 @@ from bot.config.mail import InboxConfig as InboxConfig
 from bot.config.mail import SenderConfig as SenderConfig
 from bot.config.mail import SmtpConfig as SmtpConfig
 from bot.config.mail import feedback_id_of as feedback_id_of
-from bot.config.services import LlmConfig, MetricsConfig, RankerConfig, Section
+from bot.config.services import LlmConfig, MetricsConfig, RankerConfig, SettingsSection
 from bot.config.values import address_or_network
 from bot.config.values import dns_name as dns_name
 from bot.config.values import greeting_name as greeting_name
@@ -43,7 +43,7 @@ from bot.shipped import TAG_RULES, TEMPLATES, shipped
 DEFAULT_CONFIG_PATH = Path("config/digestbot.toml")
 
 
-class PathsConfig(Section):
+class PathsConfig(SettingsSection):
     var_dir: Path = Path("var")
     dump_dir: Path = Path("seeds")
     # The shipped templates and tag rules wherever digestbot runs from; point these
@@ -52,7 +52,7 @@ class PathsConfig(Section):
     tags_file: Path = Field(default_factory=lambda: shipped(TAG_RULES))
 
 
-class DatabaseConfig(Section):
+class DatabaseConfig(SettingsSection):
     # Empty means "SQLite file digestbot.sqlite3 inside paths.var_dir".
     url: str = ""
     busy_timeout_ms: int = Field(5000, ge=0)
@@ -62,7 +62,7 @@ class DatabaseConfig(Section):
     keep_days: int = Field(365, ge=60, le=36500)
 
 
-class FeedsConfig(Section):
+class FeedsConfig(SettingsSection):
     urls: list[str] = []
     timeout_seconds: float = Field(20.0, gt=0)
     max_bytes: int = Field(20_000_000, gt=0)
@@ -76,7 +76,7 @@ class FeedsConfig(Section):
         return urls
 
 
-class WatchConfig(Section):
+class WatchConfig(SettingsSection):
     interval_seconds: int = Field(60, ge=1)
     # A file whose mtime is younger than this is assumed to be still written.
     quiet_seconds: float = Field(5.0, ge=0)
@@ -84,7 +84,7 @@ class WatchConfig(Section):
     max_file_bytes: int = Field(32_000_000, gt=0)
 
 
-class ScheduleConfig(Section):
+class ScheduleConfig(SettingsSection):
     default_timezone: str = "UTC"  # an IANA zone (e.g. Europe/Berlin): new readers get it
 
     # A zone this machine does not have would make every reader added after it a reader of UTC.
@@ -110,7 +110,7 @@ class ScheduleConfig(Section):
     wait_for_dump_minutes: int = Field(0, ge=0, le=720)
 
 
-class SubscribersConfig(Section):
+class SubscribersConfig(SettingsSection):
     # What a new subscriber receives first: entries first seen in the last N
     # days ("7d"), "all", or "none".
     default_backfill: str = Field("7d", pattern=r"^(?:all|none|\d{1,4}d)$")
@@ -130,7 +130,7 @@ def site_url(web: WebConfig) -> str:
     return f"http://[{host}]:{web.listen_port}" if ":" in host else f"http://{host}:{web.listen_port}"
 
 
-class DigestConfig(Section):
+class DigestConfig(SettingsSection):
     max_entries: int = Field(30, ge=1)  # the rest rolls into the next digest, best first
     # Left-over entries (beyond max_entries) roll over for at most this many days.
     max_age_days: int = Field(30, ge=1, le=3650)
@@ -153,7 +153,7 @@ class DigestConfig(Section):
     top_picks: int = Field(3, ge=0, le=10)
 
 
-class WebConfig(Section):
+class WebConfig(SettingsSection):
     # e.g. "https://digest.example.org": enables https List-Unsubscribe and manage links.
     public_url: str = ""
 

@@ -12,12 +12,12 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, SecretStr, field_validator
 
 from bot.config.config_errors import ENV_PREFIX, read_secret_file
-from bot.config.services import Section
+from bot.config.services import SettingsSection
 from bot.config.values import dns_name, greeting_name
 from bot.domain.text import CONTROL_CHARACTERS, hides_control_characters
 
 
-class SmtpConfig(Section):
+class SmtpConfig(SettingsSection):
     host: str = "127.0.0.1"
     port: int = Field(1025, ge=1, le=65535)
     tls: Literal["none", "starttls", "tls"] = "none"
@@ -50,7 +50,7 @@ def _password(given: SecretStr, path: Path | None, setting: str) -> SecretStr:
     return SecretStr(read_secret_file(path, setting)) if path is not None else SecretStr("")
 
 
-class SenderConfig(Section):
+class SenderConfig(SettingsSection):
     from_address: str = "digestbot@localhost"
     from_name: str = "digestbot"
     list_id: str = "digest.digestbot.localhost"
@@ -97,7 +97,7 @@ DnsName = Annotated[str, AfterValidator(dns_name)]
 DkimAlgorithm = Literal["rsa-sha256", "ed25519-sha256"]
 
 
-class DkimKey(Section):
+class DkimKey(SettingsSection):
     """One more key every message is signed with, for the same domain."""
 
     selector: DnsName
@@ -105,7 +105,7 @@ class DkimKey(Section):
     algorithm: DkimAlgorithm = "ed25519-sha256"
 
 
-class DkimConfig(Section):
+class DkimConfig(SettingsSection):
     # DKIM-sign every message (off while domain is empty; most relays sign for you).
     domain: DnsName = ""
     selector: DnsName = ""
@@ -116,7 +116,7 @@ class DkimConfig(Section):
     additional_keys: list[DkimKey] = []
 
 
-class InboxConfig(Section):
+class InboxConfig(SettingsSection):
     # Where bounces, complaints and unsubscribe mails arrive (docs/deliverability.md, "Mail that comes
     # back"): "imaps://user@host[:port]/FOLDER" or "maildir:///path"; "" reads nothing.
     url: str = ""

@@ -11,15 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from bot.config.config_errors import read_secret_file
 from bot.domain.llm import LANGUAGE_TAG, MODEL_NAME, chosen_language
-from bot.domain.ranking import BUILT_IN, RANKER_NAME
+from bot.domain.rankers import BUILT_IN, RANKER_NAME
 from bot.domain.text import is_web_url
 
 
-class Section(BaseModel):
+class SettingsSection(BaseModel):
     model_config = ConfigDict(extra="forbid")  # as bot.config's sections: a misspelled key is an error
 
 
-class MetricsConfig(Section):
+class MetricsConfig(SettingsSection):
     # /metrics and /healthz of run, scheduler and worker, on a port of their own (0: off).
     listen_host: str = "127.0.0.1"
     listen_port: int = Field(0, ge=0, le=65535)
@@ -42,7 +42,7 @@ class MetricsConfig(Section):
         return networks
 
 
-class RankerConfig(Section):
+class RankerConfig(SettingsSection):
     # An outside ranker (docs/rankers.md): "" asks none and sends nothing anywhere.
     url: str = ""
     # Its name in reports and in the readers' ids it is sent (each ranker sees others).
@@ -72,7 +72,7 @@ class RankerConfig(Section):
         return value
 
 
-class LlmConfig(Section):
+class LlmConfig(SettingsSection):
     # A language model behind the OpenAI-compatible API (docs/llm.md): the base URL
     # ("http://127.0.0.1:11434/v1" for Ollama); "" asks none and sends nothing anywhere.
     base_url: str = ""

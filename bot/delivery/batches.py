@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from bot.config import Settings
 from bot.domain import DeliverReport, DigestKind, DigestState, SubscriberStatus
-from bot.mail.mailer import Built, Mailer
+from bot.mail.mailer import BuiltMessage, Mailer
 from bot.mail.parts import Parts
 from bot.store.answers import Finished, finish_many
 from bot.store.digests import DigestRow, get_digests
@@ -37,7 +37,7 @@ class Builders:
 
     async def prepare(
         self, factory: sessionmaker[Session], ids: list[int], *, now: datetime, worker: str
-    ) -> tuple[list[Built], DeliverReport]:
+    ) -> tuple[list[BuiltMessage], DeliverReport]:
         """``_prepare_batch`` in a thread of this process, or with
         ``digest.build_processes`` in a worker process (its own connection and
         templates), so that building the next batch overlaps sending this one on
@@ -84,7 +84,7 @@ _REMOTE: dict[str, tuple[sessionmaker[Session], Mailer]] = {}  # per build proce
 
 def _prepare_remote(
     url: str, settings: Settings, ids: list[int], now: datetime, worker: str, run: str
-) -> tuple[list[Built], DeliverReport]:
+) -> tuple[list[BuiltMessage], DeliverReport]:
     """``_prepare_batch`` in a build process (``Builders.prepare``), for the sending
     Mailer's delivery run *run*."""
     if url not in _REMOTE:
@@ -106,7 +106,7 @@ def _prepare_remote(
 
 def _prepare_batch(
     factory: sessionmaker[Session], mailer: Mailer, ids: list[int], *, now: datetime, worker: str, report: DeliverReport
-) -> list[Built]:
+) -> list[BuiltMessage]:
     """Messages for the claimed digests; cancels those whose subscriber left and
     fails those whose message cannot be built (recorded at once).  The store is
     read in one short transaction and messages are built after it: on SQLite

@@ -19,7 +19,7 @@ from bot.unsubscribes import Journal, journal_of, read_only_sessions
 LEAVERS_FRESH_SECONDS = 0.05
 
 
-class Leavers:
+class LeavingLookup:
     """Who of a batch's readers is leaving: an unsubscribe acknowledged in the journal and
     not yet applied, or a status in the store that is no longer active (applied since the
     batch was built: a batch can wait behind a slow relay for minutes, and the endpoint

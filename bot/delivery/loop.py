@@ -29,13 +29,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.config import Settings
 from bot.delivery.batches import Builders, cancel_digests
 from bot.delivery.leases import Leases
-from bot.delivery.leavers import Leavers
+from bot.delivery.leavers import LeavingLookup
 from bot.delivery.outcomes import Leftovers, Recorder, leftovers_written
 from bot.delivery.smtp import SmtpPool
 from bot.delivery.wire_marks import StoreUnwritable
 from bot.domain import DeliverReport, SubscriberStatus
 from bot.domain.text import plural
-from bot.mail.mailer import Built, Mailer
+from bot.mail.mailer import BuiltMessage, Mailer
 from bot.mail.parts import Parts
 from bot.metrics import Metrics
 from bot.store.engine import transaction
@@ -147,7 +147,7 @@ class _Pipeline:
         self.factory, self.settings, self.builders, self.pool = factory, settings, builders, pool
         self.clock, self.worker, self.progress = clock, worker, progress
         self.total = DeliverReport()
-        self.building: deque[tuple[asyncio.Future[tuple[list[Built], DeliverReport]], int]] = deque()
+        self.building: deque[tuple[asyncio.Future[tuple[list[BuiltMessage], DeliverReport]], int]] = deque()
         self.sending: asyncio.Future[DeliverReport] | None = None
         self.sending_count = 0
         self.sending_batch = 0
@@ -264,15 +264,15 @@ class _Pipeline:
             plural(len(self.leftovers.claims), "digest"),
         )
 
-    async def _send_batch(self, built: list[Built], batch: int) -> DeliverReport:
+    async def _send_batch(self, built: list[BuiltMessage], batch: int) -> DeliverReport:
         """Send a built batch: each message through the gate just before DATA (its
         reader not leaving, its claim still held and marked on the wire)."""
         report = DeliverReport()
-        leavers = Leavers(self.factory, {b.row.subscriber_id for b in built})
+        leavers = LeavingLookup(self.factory, {b.row.subscriber_id for b in built})
         self.recorder.marks.expect([b.row for b in built])
-        leaving: list[Built] = []
+        leaving: list[BuiltMessage] = []
 
-        async def send(message: Built) -> None:
+        async def send(message: BuiltMessage) -> None:
             verdict = "stopped"  # what held it back, if anything did
 
             async def wanted() -> bool:
@@ -312,7 +312,7 @@ class _Pipeline:
                 report.given_back += await self.leases.give_back(unsent)
         return report
 
-    def _cancel_leavers(self, left: list[Built]) -> int:
+    def _cancel_leavers(self, left: list[BuiltMessage]) -> int:
         with transaction(self.factory) as session:
             gone = [(b.row, SubscriberStatus.UNSUBSCRIBED) for b in left]
             cancelled = cancel_digests(session, gone, worker=self.worker, now=self.clock())

@@ -30,7 +30,7 @@ from pydantic import SecretStr
 
 from bot.config import Settings, SmtpConfig
 from bot.delivery.transmit import Wire, transmit
-from bot.mail.message import Prepared
+from bot.mail.message import SmtpData
 
 
 class Outcome(StrEnum):
@@ -278,7 +278,7 @@ class SmtpPool:
         self,
         sender: str,
         recipient: str,
-        data: bytes | Prepared,
+        data: bytes | SmtpData,
         *,
         wanted: Callable[[], Awaitable[bool]] | None = None,
     ) -> SendResult | None:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import aiosmtplib
 from aiosmtplib.protocol import SMTPProtocol
 
-from bot.mail.message import Prepared, prepared
+from bot.mail.message import SmtpData, prepared
 
 # An addr-spec of dot-atom text only (RFC 5321 4.1.2): nothing to parse or quote.
 _PLAIN_ADDRESS = re.compile(
@@ -63,7 +63,7 @@ async def transmit(
     client: aiosmtplib.SMTP,
     sender: str,
     recipient: str,
-    message: bytes | Prepared,
+    message: bytes | SmtpData,
     *,
     wire: Wire | None = None,
     gate: Gate | None = None,
@@ -83,7 +83,7 @@ async def transmit(
     apart: any failure without a reply there is unknown.  tests/test_deliver.py checks
     the fast way is the one taken."""
     wire = wire or Wire(client.timeout or 60.0)
-    ready = message if isinstance(message, Prepared) else prepared(_crlf(message))
+    ready = message if isinstance(message, SmtpData) else prepared(_crlf(message))
     protocol = client.protocol
     if ready is None or protocol is None or not _can_send_prepared(protocol):
         if gate is not None and not await gate():
@@ -138,7 +138,7 @@ async def _envelope(client: aiosmtplib.SMTP, sender: str, recipient: str, option
 
 
 async def _data(
-    client: aiosmtplib.SMTP, protocol: SMTPProtocol, ready: Prepared, wire: Wire
+    client: aiosmtplib.SMTP, protocol: SMTPProtocol, ready: SmtpData, wire: Wire
 ) -> aiosmtplib.SMTPResponse:
     """DATA with the message written as it is (dot-stuffed, ending in CRLF.CRLF); the
     reply to DATA within the client's timeout, the reply to the final dot within *wire*'s."""
@@ -164,7 +164,7 @@ async def _data(
     return response
 
 
-def _unstuffed(message: Prepared) -> bytes:
+def _unstuffed(message: SmtpData) -> bytes:
     body = message.wire[: -len(b".\r\n")]
     body = body[1:] if body.startswith(b".") else body
     return body.replace(b"\r\n..", b"\r\n.")

@@ -271,7 +271,7 @@ class DigestItem:
 
 
 @dataclass(frozen=True, slots=True)
-class Update:
+class UpdateLine:
     """An entry a subscriber already received, revised since (an arXiv ``replace``), or
     a paper in their library with news (a new version, a code or model link)."""
 
@@ -305,7 +305,7 @@ class DigestContent:
     items: tuple[DigestItem, ...]
     pending: int = 0  # matching entries left for the next digest
     resend_of: int | None = None
-    updates: tuple[Update, ...] = ()  # entries sent before and revised since
+    updates: tuple[UpdateLine, ...] = ()  # entries sent before and revised since
 
 
 @dataclass(frozen=True, slots=True)

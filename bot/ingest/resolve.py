@@ -59,7 +59,7 @@ class Lookups(NamedTuple):
     title_hashes: list[int]
 
 
-class Appearance(NamedTuple):
+class FirstPlacement(NamedTuple):
     """An entry's first place in the source: one appearance row per entry and source."""
 
     record: EntryRecord
@@ -70,7 +70,7 @@ class Appearance(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Resolution:
     records: list[EntryRecord]  # every entry of the source once, in order of first appearance
-    appearances: list[Appearance]
+    appearances: list[FirstPlacement]
 
 
 def keyed(entries: Iterable[ParsedEntry]) -> list[KeyedEntry]:
@@ -270,7 +270,7 @@ def resolve(items: Sequence[KeyedEntry], index: IdentityIndex, source_id: int) -
     an entry that appears twice in one source merges with its own first appearance."""
     seen: set[int] = set()
     records: list[EntryRecord] = []
-    appearances: list[Appearance] = []
+    appearances: list[FirstPlacement] = []
     for position, (item, key, title_norm) in enumerate(items):
         record = index.find(item, key, title_norm)
         if record is None:
@@ -280,7 +280,7 @@ def resolve(items: Sequence[KeyedEntry], index: IdentityIndex, source_id: int) -
             _merge(record, item, title_norm)
         if id(record) not in seen:
             seen.add(id(record))
-            appearances.append(Appearance(record, item, position))
+            appearances.append(FirstPlacement(record, item, position))
             records.append(record)
         for label in item.tags:
             record.tags.setdefault((label.casefold(), TagOrigin.CATEGORY), label)

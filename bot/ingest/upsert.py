@@ -47,7 +47,7 @@ _RECORD_COLUMNS = ("id", "key", "title_norm", "summary_source_id", *CONTENT_FIEL
 
 
 @dataclass(frozen=True, slots=True)
-class UpsertCounts:
+class EntryUpsertCounts:
     entries: int
     new: int
     updated: int
@@ -55,7 +55,7 @@ class UpsertCounts:
 
 def upsert_source_entries(
     session: Session, source_id: int, parsed: ParsedSource, now: datetime, rules: TagRules | None = None
-) -> UpsertCounts:
+) -> EntryUpsertCounts:
     """Store every entry of *parsed* once, record its appearance in *source_id*,
     attach header and category tags, (re)compute rule tags of the entries that are
     new or whose text changed, and match the library papers waiting for them."""
@@ -77,7 +77,7 @@ def upsert_source_entries(
     _write_appearances_and_tags(session, source_id, resolution, parsed.header_tags)
     if rules is not None and len(rules):
         _retag(session, rules, [r for r in resolution.records if r.created or r.dirty])
-    return UpsertCounts(entries=len(resolution.records), new=created, updated=changed)
+    return EntryUpsertCounts(entries=len(resolution.records), new=created, updated=changed)
 
 
 def _write_entries(

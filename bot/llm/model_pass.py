@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.candidates import doc_of
-from bot.choose.matching import Doc
+from bot.choose.matching import FilterInput
 from bot.choose.select import taken_by
 from bot.config import Settings
 from bot.config.services import LlmConfig
@@ -87,7 +87,7 @@ def write_tldrs(
         done.over_budget += 1
         return False
 
-    def ask(pair: tuple[WantedTldr, EntryView, Doc]) -> ChatAnswer | None:
+    def ask(pair: tuple[WantedTldr, EntryView, FilterInput]) -> ChatAnswer | None:
         item, view, doc = pair
         content = view.content
         body = tldr_request(
@@ -116,7 +116,7 @@ def write_tldrs(
     return done
 
 
-def _wanted(session: Session, llm: LlmConfig, now: datetime) -> list[tuple[WantedTldr, EntryView, Doc]]:
+def _wanted(session: Session, llm: LlmConfig, now: datetime) -> list[tuple[WantedTldr, EntryView, FilterInput]]:
     """The (entry, language) pairs to ask for, most read first, each with its entry.  Only
     entries still without a TL;DR in some language are matched against the readers'
     filters: a pass that finds every one written costs a query per language."""

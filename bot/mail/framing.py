@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from bot.choose.filter_terms import And, Or, Phrase, Tag
 from bot.choose.filters import FilterError, parse_filter, shown_filter
-from bot.domain import DigestContent, DigestItem, EntryContent, EntryKind, Update
+from bot.domain import DigestContent, DigestItem, EntryContent, EntryKind, UpdateLine
 from bot.domain.text import one_line
 from bot.llm.tldr import shown_tldr
 from bot.mail.prose import marks_pattern, title_text
@@ -193,7 +193,7 @@ def preheader(items: list[dict[str, object]]) -> str:
     return line if len(line) <= 150 else line[:149].rsplit(" ", 1)[0] + " …"
 
 
-def update_shown(update: Update) -> dict[str, str]:
+def update_shown(update: UpdateLine) -> dict[str, str]:
     return {"title": title_text(update.title), "note": update.note, "url": update.url}
 
 

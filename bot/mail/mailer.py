@@ -21,7 +21,7 @@ from bot.mail.constant_pool import ChunkPool
 from bot.mail.framing import period_words
 from bot.mail.message import (
     Headers,
-    Prepared,
+    SmtpData,
     build_message,
     envelope_address,
     envelope_for,
@@ -29,7 +29,7 @@ from bot.mail.message import (
     prepared,
 )
 from bot.mail.parts import Parts
-from bot.mail.personal_slots import Personal, footer_allows_substitution, templates_allow_splicing
+from bot.mail.personal_slots import RecipientValues, footer_allows_substitution, templates_allow_splicing
 from bot.mail.render import Links, Renderer, web_links
 from bot.mail.splice import MessageTemplate
 from bot.mail.verp import return_path
@@ -42,11 +42,11 @@ Clock = Callable[[], datetime]
 
 
 @dataclass(frozen=True, slots=True)
-class Built:
+class BuiltMessage:
     """One digest's message, or why there is none."""
 
     row: DigestRow
-    data: bytes | Prepared = b""
+    data: bytes | SmtpData = b""
     sender: str = ""
     recipient: str = ""
     error: str | None = None
@@ -140,7 +140,7 @@ class Mailer:
 
     def build(
         self, session: Session, rows: Sequence[DigestRow], now: datetime, *, for_wire: bool = False
-    ) -> list[Built]:
+    ) -> list[BuiltMessage]:
         """Messages for a batch of digests, same bytes as ``message_bytes`` (apart
         from Date): bodies shared by several subscribers are rendered once.
         *for_wire*: spliced messages come ``Prepared`` for DATA (what delivery sends)."""
@@ -153,7 +153,7 @@ class Mailer:
 
     def build_loaded(
         self, loaded: Sequence[tuple[DigestRow, DigestContent, str | None]], now: datetime, *, for_wire: bool = False
-    ) -> list[Built]:
+    ) -> list[BuiltMessage]:
         built = []
         # Digests of one batch share item objects: a cheap key finds their template once.
         in_batch: dict[tuple[object, ...], MessageTemplate | None] = {}
@@ -174,11 +174,11 @@ class Mailer:
                         in_batch[quick] = self._template(content)
                     template = in_batch[quick]
                 if template is None:
-                    built.append(Built(row, *self._simple(row, content, resend_of, now)))
+                    built.append(BuiltMessage(row, *self._simple(row, content, resend_of, now)))
                     continue
                 subscriber = content.subscriber
                 recipient = envelope_address(subscriber.email)
-                personal = Personal(
+                personal = RecipientValues(
                     email=subscriber.email,
                     to_name=subscriber.name,
                     to_address=recipient,
@@ -192,11 +192,11 @@ class Mailer:
                 else:
                     data = template.fill_wire(personal) if for_wire else template.fill(personal)
                 self.spliced += 1
-                built.append(Built(row, data, self.return_path(row.id), recipient))
+                built.append(BuiltMessage(row, data, self.return_path(row.id), recipient))
             except Exception as exc:  # a broken template or entry must not wedge the queue
                 log.exception("digest %d: cannot build the message", row.id)
                 built.append(
-                    Built(
+                    BuiltMessage(
                         row, error=f"cannot build the message: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
                     )
                 )

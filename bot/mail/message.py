@@ -133,7 +133,7 @@ def message_bytes(msg: EmailMessage) -> bytes:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Prepared:
+class SmtpData:
     """A message in the form SMTP's DATA carries it: CRLF line ends, lines that
     begin with a dot doubled, ``.\r\n`` at the end.  ``size`` is the message's
     own length, as the SIZE extension counts it.
@@ -150,7 +150,7 @@ class Prepared:
         return b"".join(self.parts)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Prepared) and self.size == other.size and self.wire == other.wire
+        return isinstance(other, SmtpData) and self.size == other.size and self.wire == other.wire
 
     def __hash__(self) -> int:
         return hash((self.wire, self.size))
@@ -162,7 +162,7 @@ def dot_stuff(lines: bytes) -> bytes:
     return b"." + stuffed if stuffed.startswith(b".") else stuffed
 
 
-def prepared(message: bytes) -> Prepared | None:
+def prepared(message: bytes) -> SmtpData | None:
     """*message* for DATA when it has CRLF line ends everywhere (every message
     this module builds does); None for anything else."""
     crlf = message.count(b"\r\n")
@@ -170,7 +170,7 @@ def prepared(message: bytes) -> Prepared | None:
         return None
     if not message.endswith(b"\r\n"):
         message += b"\r\n"
-    return Prepared((dot_stuff(message), b".\r\n"), len(message))
+    return SmtpData((dot_stuff(message), b".\r\n"), len(message))
 
 
 def envelope_for(headers: Headers, sender: SenderConfig) -> Envelope:

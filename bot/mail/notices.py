@@ -26,7 +26,7 @@ from bot.plan.cadence import describe
 
 
 @dataclass(frozen=True, slots=True)
-class Choices:
+class SignupChoices:
     """What the person picked from the form's menus, repeated in the confirmation mail."""
 
     cadence: str
@@ -52,7 +52,7 @@ def confirmation(
     to_address: str,
     url: str,
     expires: datetime,
-    choices: Choices,
+    choices: SignupChoices,
     now: datetime,
 ) -> bytes:
     list_name = header_text(sender.from_name)

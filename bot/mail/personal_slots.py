@@ -24,7 +24,7 @@ from bot.mail.templates import digest_environment
 
 
 @dataclass(frozen=True, slots=True)
-class Personal:
+class RecipientValues:
     """One subscriber's values in one message."""
 
     email: str  # as stored, shown in the footer
@@ -111,7 +111,7 @@ def lines_around(spans: list[tuple[int, int]], start: int, end: int) -> tuple[in
 
 
 # A hole's kind -> the subscriber's value as that place prints it.
-HOLE_VALUES: dict[str, Callable[[Personal], bytes]] = {
+HOLE_VALUES: dict[str, Callable[[RecipientValues], bytes]] = {
     "email_raw": lambda p: p.email.encode("utf-8"),
     "email_text": lambda p: html_escape(p.email, attribute=False).encode("utf-8"),
     "email_attribute": lambda p: html_escape(p.email, attribute=True).encode("utf-8"),
@@ -119,11 +119,11 @@ HOLE_VALUES: dict[str, Callable[[Personal], bytes]] = {
 }
 
 
-def spliced_line(segments: tuple[bytes | str, ...]) -> Callable[[Personal, Links], bytes]:
+def spliced_line(segments: tuple[bytes | str, ...]) -> Callable[[RecipientValues, Links], bytes]:
     if all(isinstance(s, bytes) or s == "token" for s in segments):
         return TokenLine(segments)
 
-    def line(personal: Personal, _links: Links) -> bytes:
+    def line(personal: RecipientValues, _links: Links) -> bytes:
         return qp_lines(b"".join(s if isinstance(s, bytes) else HOLE_VALUES[s](personal) for s in segments))
 
     return line
@@ -161,7 +161,7 @@ class TokenLine:
             self.layouts[length] = _layout(self.segments, self.stand_in, self.holes, length)
         return self.layouts[length]
 
-    def __call__(self, personal: Personal, _links: Links) -> bytes:
+    def __call__(self, personal: RecipientValues, _links: Links) -> bytes:
         token = personal.token.encode("ascii")
         layout = self.layout(len(token)) if TOKEN_CHARACTERS.issuperset(token) else None
         return self._encoded(token) if layout is None else _filled(layout, token)

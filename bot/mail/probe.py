@@ -20,7 +20,7 @@ from bot.domain import DigestContent, RenderedDigest
 from bot.mail.header_lines import date_line, html_escape, plain_line, to_line
 from bot.mail.message import Headers, build_message, message_bytes
 from bot.mail.personal_slots import (
-    Personal,
+    RecipientValues,
     line_spans,
     lines_around,
     spliced_line,
@@ -38,7 +38,7 @@ PROBE_NAME = "Probe Reader"
 PROBE_ADDRESS = "probe@example.org"
 
 
-Piece = bytes | Callable[[Personal, Links], bytes]
+Piece = bytes | Callable[[RecipientValues, Links], bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +75,14 @@ class Probe:
     """A subscriber whose address and token are marker strings, so that their places
     can be found in the message made for them."""
 
-    personal: Personal
+    personal: RecipientValues
     holes: ProbeMarks
 
     @classmethod
     def new(cls) -> Probe:
         nonce = secrets.token_hex(8)
         token, email_mark, email_end = f"zqtok{nonce}", f"zqmail{nonce}", f"zqend{nonce}"
-        personal = Personal(
+        personal = RecipientValues(
             email=email_mark + HTML_SPECIALS + email_end,
             to_name=PROBE_NAME,
             to_address=PROBE_ADDRESS,
@@ -134,7 +134,7 @@ def header_pieces(head: bytes, probe: Probe, list_unsubscribe: tuple[str, ...]) 
     """The header block's fields: the four that differ per subscriber are made for each."""
     token = probe.personal.token
     unsubscribe_value = ", ".join(f"<{uri}>" for uri in list_unsubscribe)
-    dynamic: dict[bytes, Callable[[Personal, Links], bytes]] = {
+    dynamic: dict[bytes, Callable[[RecipientValues, Links], bytes]] = {
         b"to": lambda p, _: to_line(p.to_name, p.to_address),
         b"date": lambda p, _: date_line(format_datetime(p.date)),
         b"message-id": lambda p, _: plain_line("Message-ID", p.message_id),
@@ -203,7 +203,7 @@ def text_pieces(
     template = renderer.text_footer_template
     assert template is not None
 
-    def footer_lines(personal: Personal, links: Links) -> bytes:
+    def footer_lines(personal: RecipientValues, links: Links) -> bytes:
         rendered = template.render({**context, **personal_context(personal.email, links)})
         return qp_lines(head + rendered.encode("utf-8") + tail, cached=True)
 

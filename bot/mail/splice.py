@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from bot.config import SenderConfig
 from bot.domain import DigestContent
 from bot.mail.constant_pool import ChunkPool
-from bot.mail.message import Prepared, dot_stuff, prepared
+from bot.mail.message import SmtpData, dot_stuff, prepared
 from bot.mail.personal_slots import (
     TOKEN_CHARACTERS,
-    Personal,
+    RecipientValues,
     TokenLine,
 )
 from bot.mail.probe import LinksFor, Piece, Probe, ProbeMessage, probe_pieces
@@ -52,7 +52,7 @@ class _Laid:
     base: list[bytes]
     whole: tuple[int, ...]
     cuts: tuple[tuple[int, int, int, bool], ...]
-    made: tuple[tuple[int, Callable[[Personal, Links], bytes]], ...]
+    made: tuple[tuple[int, Callable[[RecipientValues, Links], bytes]], ...]
     size: int
 
 
@@ -66,7 +66,7 @@ class MessageTemplate:
         # dot-stuffed for DATA by itself: the constant ones once, here, and
         # kept only in that form, in the pool's chunks (a day's templates are
         # most of the sender's memory).
-        self.wire_pieces: list[tuple[bytes, ...] | Callable[[Personal, Links], bytes]] = [
+        self.wire_pieces: list[tuple[bytes, ...] | Callable[[RecipientValues, Links], bytes]] = [
             self.pool.intern(dot_stuff(p)) if isinstance(p, bytes) else p for p in pieces
         ]
         self.constant_size = sum(len(p) for p in pieces if isinstance(p, bytes))
@@ -83,12 +83,12 @@ class MessageTemplate:
                 if isinstance(piece, tuple):
                     self.pool.release(piece)
 
-    def fill(self, personal: Personal) -> bytes:
+    def fill(self, personal: RecipientValues) -> bytes:
         """One subscriber's message (what ``message.build_message`` gives them)."""
         links = self.links_for(personal.token)[0]
         return b"".join(_unstuff(b"".join(p)) if isinstance(p, tuple) else p(personal, links) for p in self.wire_pieces)
 
-    def fill_wire(self, personal: Personal) -> Prepared:
+    def fill_wire(self, personal: RecipientValues) -> SmtpData:
         """``fill`` as DATA carries it (``message.prepared(fill(personal))``), without
         a pass over the whole message: the constant chunks as they are, the token lines
         from their layouts (``TokenLine``), and only the rest made for the subscriber."""
@@ -114,7 +114,7 @@ class MessageTemplate:
             size += len(made)
             parts[slot] = dot_stuff(made)
         parts.append(b".\r\n")
-        return Prepared(tuple(parts), size)
+        return SmtpData(tuple(parts), size)
 
     def _compiled(self, length: int) -> _Laid:
         """The DATA parts of a message whose token has *length* characters, and the size of
@@ -124,7 +124,7 @@ class MessageTemplate:
         base: list[bytes] = []
         whole: list[int] = []
         cuts: list[tuple[int, int, int, bool]] = []
-        made: list[tuple[int, Callable[[Personal, Links], bytes]]] = []
+        made: list[tuple[int, Callable[[RecipientValues, Links], bytes]]] = []
         size = self.constant_size
         for piece in self.wire_pieces:
             if isinstance(piece, tuple):

@@ -33,12 +33,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.choose.filters import sections_of
 from bot.config import Settings
 from bot.domain import DigestState, EntryView
-from bot.domain.ranking import Interleaving, RankerCandidate, RankerReader, RankerScore
+from bot.domain.rankers import Interleaving, RankerCandidate, RankerReader, RankerScore
 from bot.plan.report import PlanReport
 from bot.plan.scorers import EmbeddingRanker, OutsideRanker, Scorer
-from bot.rankers.client import RankerCall
 from bot.rankers.interleave import team_draft
 from bot.rankers.protocol import reader_id
+from bot.rankers.ranker_call import RankerCall
 from bot.store.engine import transaction
 from bot.store.entry_reads import entries_by_ids
 from bot.store.facts import RANKER_FAILURE_FACT, set_fact

@@ -19,9 +19,9 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.domain.ranking import RankerCandidate, RankerReader, RankerScore
-from bot.rankers.client import RankerCall
+from bot.domain.rankers import RankerCandidate, RankerReader, RankerScore
 from bot.rankers.protocol import batches
+from bot.rankers.ranker_call import RankerCall
 from bot.store.embeddings import embeddings_of, models_of
 from bot.store.entry_reads import keys_of
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from bot.choose.candidates import Candidate
-from bot.choose.filters import Section, sections_of
+from bot.choose.filters import NamedInterest, sections_of
 from bot.choose.matching import Explanation
 from bot.choose.select import SelectionCache
 from bot.choose.tagging import TagRules
@@ -67,7 +67,7 @@ class Sectioner:
         )
 
     def _verdicts(
-        self, sections: Sequence[Section], candidate: Candidate, liked: frozenset[int] | None
+        self, sections: Sequence[NamedInterest], candidate: Candidate, liked: frozenset[int] | None
     ) -> list[Explanation | None]:
         entry = candidate.entry
         return [
@@ -75,7 +75,9 @@ class Sectioner:
         ]
 
 
-def best_section(sections: Sequence[Section], verdicts: Sequence[Explanation | None], why: str) -> tuple[int, str]:
+def best_section(
+    sections: Sequence[NamedInterest], verdicts: Sequence[Explanation | None], why: str
+) -> tuple[int, str]:
     """The section an entry goes in (the highest score of the interests that match it,
     the first of them on a tie) and its why line: that interest's reasons, and the other
     interests it matches.  *why*: the line to keep when none matches (never, for an

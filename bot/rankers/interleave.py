@@ -18,7 +18,7 @@ from enum import StrEnum
 from math import comb
 from typing import TypeVar
 
-from bot.domain.ranking import BUILT_IN, JudgedDigest
+from bot.domain.rankers import BUILT_IN, JudgedDigest
 
 Item = TypeVar("Item", bound=Hashable)
 

@@ -21,7 +21,7 @@ from typing import Any, Literal, NotRequired
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict  # pydantic asks for this one on Python 3.11
 
-from bot.domain.ranking import RankerCandidate, RankerReader, RankerScore
+from bot.domain.rankers import RankerCandidate, RankerReader, RankerScore
 from bot.domain.text import one_line
 
 PROTOCOL = "digestbot-ranker/1"
@@ -211,7 +211,7 @@ def json_schema() -> dict[str, Any]:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://digestbot.invalid/ranker-protocol-1.schema.json",
         "title": f"digestbot ranker protocol ({PROTOCOL})",
-        "description": "docs/rankers.md; made by python -m bot.rankers.schema, and a test keeps the file equal",
+        "description": "docs/rankers.md; made by python -m bot.rankers.json_schema, and a test keeps the file equal",
         "oneOf": [{"$ref": "#/$defs/RankRequest"}, {"$ref": "#/$defs/RankAnswer"}],
         **definitions,
     }

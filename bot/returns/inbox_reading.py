@@ -50,7 +50,7 @@ class InboxReport:
 
 
 @dataclass(frozen=True, slots=True)
-class Reading:
+class InboxSetup:
     """What the service needs besides the store and the mailbox."""
 
     key: bytes
@@ -59,9 +59,9 @@ class Reading:
     soft_days: int
 
 
-def reading_of(settings: Settings, key: bytes) -> Reading:
+def reading_of(settings: Settings, key: bytes) -> InboxSetup:
     sender = settings.sender
-    return Reading(
+    return InboxSetup(
         key=key,
         addresses=Addresses(key, sender.bounce_address, sender.unsubscribe_address or sender.from_address),
         limits=BounceLimits(settings.smtp.bounce_threshold, settings.inbox.soft_bounce_limit),
@@ -70,7 +70,7 @@ def reading_of(settings: Settings, key: bytes) -> Reading:
 
 
 def read_inbox(
-    factory: sessionmaker[Session], mailbox: Mailbox, reading: Reading, now: datetime | None = None
+    factory: sessionmaker[Session], mailbox: Mailbox, reading: InboxSetup, now: datetime | None = None
 ) -> InboxReport:
     """Process every unprocessed message of *mailbox*.  ``MailboxError`` when the mailbox
     fails midway: what was committed stays committed, the rest waits for the next time."""
@@ -121,7 +121,7 @@ def _remember_other(factory: sessionmaker[Session], message_key: str, returned: 
 
 
 def _record(
-    session: Session, returned: Returned, message_key: str, reading: Reading, now: datetime, report: InboxReport
+    session: Session, returned: Returned, message_key: str, reading: InboxSetup, now: datetime, report: InboxReport
 ) -> bool:
     """Record one message's outcome; False when it is for a person after all (an
     unsubscribe mail whose token is nobody's: nothing is recorded)."""

@@ -20,8 +20,7 @@ from bot.domain.stored import stored_status
 from bot.store.base import UTCDateTime
 from bot.store.bulk import chunks
 from bot.store.queue import claimed
-from bot.store.schema import Digest
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import Digest, SubscriberRow
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from bot.domain import ConsentEvent, SubscriberStatus
 from bot.store.bulk import bulk_insert, chunks
 from bot.store.response_tables import Consent, SignupRequest
 from bot.store.row_shapes import RowShape
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import SubscriberRow
 from bot.store.subscribers import email_key
 
 

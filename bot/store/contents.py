@@ -13,14 +13,13 @@ from typing import Any
 from sqlalchemy import Text, func, select, type_coerce
 from sqlalchemy.orm import Session, aliased
 
-from bot.domain import DigestContent, DigestItem, Subscriber, Update
+from bot.domain import DigestContent, DigestItem, Subscriber, UpdateLine
 from bot.domain.llm import Tldr
-from bot.domain.ranking import Interleaving
+from bot.domain.rankers import Interleaving
 from bot.store.bulk import chunks
 from bot.store.entry_content import CONTENT_COLUMNS, content_of
 from bot.store.ledger import ItemRow
-from bot.store.schema import Appearance, BodyItem, Digest, Entry
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import AppearanceRow, BodyItem, Digest, Entry, SubscriberRow
 from bot.store.subscribers import _view as subscriber_view
 from bot.store.tldrs import tldrs_for
 
@@ -72,8 +71,8 @@ class ContentCache:
             for entry in session.execute(select(*_ENTRY_COLUMNS).where(Entry.id.in_(part))):
                 self.entries[entry.id] = (entry.updated_at, entry)
             for entry_id, source_id, summary in session.execute(
-                select(Appearance.entry_id, Appearance.source_id, Appearance.summary).where(
-                    Appearance.entry_id.in_(part)
+                select(AppearanceRow.entry_id, AppearanceRow.source_id, AppearanceRow.summary).where(
+                    AppearanceRow.entry_id.in_(part)
                 )
             ):
                 if summary is None:  # NULL: the entry's current summary
@@ -166,12 +165,12 @@ def _as_planned(subscriber: Subscriber, head: Any) -> Subscriber:
     return subscriber if planned is None or planned == subscriber.filter else replace(subscriber, filter=planned)
 
 
-def _updates(pinned: Any) -> tuple[Update, ...]:
+def _updates(pinned: Any) -> tuple[UpdateLine, ...]:
     """The revised entries and library news a digest tells of, as the planner pinned them."""
     if not isinstance(pinned, list):
         return ()
     return tuple(
-        Update(str(u.get("title", "")), str(u.get("note", "")), str(u.get("url", "")), u.get("library") is True)
+        UpdateLine(str(u.get("title", "")), str(u.get("note", "")), str(u.get("url", "")), u.get("library") is True)
         for u in pinned
         if isinstance(u, dict)
     )

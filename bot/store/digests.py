@@ -17,8 +17,7 @@ from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.domain.stored import stored_hour, stored_zone
 from bot.store.bulk import chunks
 from bot.store.row_shapes import RowShape
-from bot.store.schema import BodyItem, Digest, Entry, Source
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import BodyItem, Digest, Entry, Source, SubscriberRow
 
 
 def set_message_id(session: Session, digest_id: int, message_id: str) -> None:

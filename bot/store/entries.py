@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from bot.domain import TagOrigin
 from bot.store.bulk import allocate_ids, among, bulk_insert, chunks, insert_ignoring_conflicts
-from bot.store.schema import Appearance, Entry, EntryTag, Tag
+from bot.store.schema import AppearanceRow, Entry, EntryTag, TagRow
 
 
 def entries_matching(
@@ -70,7 +70,7 @@ def keep_replaced_summaries(session: Session, replaced: list[tuple[int, str]]) -
     the entry had until now, before the entry's summary changes under them."""
     if not replaced:
         return
-    table = Appearance.__table__
+    table = AppearanceRow.__table__
     session.connection().execute(
         update(table)
         .where(table.c.entry_id == bindparam("eid"), table.c.summary.is_(None))
@@ -102,23 +102,23 @@ def mark_linked(session: Session, entry_ids: list[int], now: datetime) -> None:
 
 
 def insert_appearances(session: Session, rows: list[dict[str, Any]]) -> None:
-    insert_ignoring_conflicts(session, Appearance.__table__, rows)
+    insert_ignoring_conflicts(session, AppearanceRow.__table__, rows)
 
 
 def ensure_tags(session: Session, labels: Iterable[str]) -> dict[str, int]:
-    """Tag ids by case-folded name, creating the missing tags."""
+    """TagRow ids by case-folded name, creating the missing tags."""
     wanted: dict[str, str] = {}
     for label in labels:
         wanted.setdefault(label.casefold(), label)
     ids: dict[str, int] = {}
     names = sorted(wanted)
     for part in chunks(names):
-        ids.update(session.execute(select(Tag.name, Tag.id).where(Tag.name.in_(part))).all())
+        ids.update(session.execute(select(TagRow.name, TagRow.id).where(TagRow.name.in_(part))).all())
     missing = [{"name": n, "label": wanted[n]} for n in names if n not in ids]
     if missing:
-        insert_ignoring_conflicts(session, Tag.__table__, missing)
+        insert_ignoring_conflicts(session, TagRow.__table__, missing)
         for part in chunks([m["name"] for m in missing]):
-            ids.update(session.execute(select(Tag.name, Tag.id).where(Tag.name.in_(part))).all())
+            ids.update(session.execute(select(TagRow.name, TagRow.id).where(TagRow.name.in_(part))).all())
     return ids
 
 
@@ -152,7 +152,7 @@ def refresh_statistics(session: Session, new_entries: int) -> bool:
         c.name for c in (Entry.id, Entry.key, Entry.title_hash, Entry.arxiv_id, Entry.doi, Entry.first_seen_at)
     )
     session.execute(text(f"ANALYZE {Entry.__tablename__} ({entries})"))
-    session.execute(text(f"ANALYZE {Appearance.__tablename__}"))
+    session.execute(text(f"ANALYZE {AppearanceRow.__tablename__}"))
     session.execute(text(f"ANALYZE {EntryTag.__tablename__}"))
     return True
 
@@ -160,7 +160,7 @@ def refresh_statistics(session: Session, new_entries: int) -> bool:
 def attach_source_tags(
     session: Session, source_id: int, header_tags: Sequence[str], entry_tags: Sequence[tuple[int, str, TagOrigin]]
 ) -> None:
-    """Tag every entry of the source with *header_tags*, and each entry with its own
+    """TagRow every entry of the source with *header_tags*, and each entry with its own
     ``(entry id, label, origin)`` tags, creating the tags that are new."""
     tag_ids = ensure_tags(session, [*header_tags, *(label for _, label, _ in entry_tags)])
     dialect = session.get_bind().dialect.name
@@ -168,8 +168,8 @@ def attach_source_tags(
     for name in {label.casefold() for label in header_tags}:
         # A header tag goes to every entry of the source: one INSERT ... SELECT
         # over its appearances, run inside the database, not 10k Python rows.
-        rows_of_source = select(Appearance.entry_id, literal(tag_ids[name]), literal(TagOrigin.HEADER.value)).where(
-            Appearance.source_id == source_id
+        rows_of_source = select(AppearanceRow.entry_id, literal(tag_ids[name]), literal(TagOrigin.HEADER.value)).where(
+            AppearanceRow.source_id == source_id
         )
         session.execute(
             build(EntryTag)

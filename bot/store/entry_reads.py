@@ -15,7 +15,7 @@ from bot.domain import EntryNews, EntryView, match_text
 from bot.store.bulk import among, chunks
 from bot.store.entry_content import content_of
 from bot.store.row_shapes import RowShape
-from bot.store.schema import Appearance, Entry, EntryTag, Source, Tag
+from bot.store.schema import AppearanceRow, Entry, EntryTag, Source, TagRow
 
 # Rows, not ORM objects: a planning pass reads thousands and keeps none of them.
 _ENTRIES = Entry.__table__
@@ -31,10 +31,10 @@ def _tags_by_entry(session: Session, entry_ids: Sequence[int]) -> dict[int, _Ent
     tags: dict[int, _EntryTags] = {}
     for part in chunks(list(entry_ids)):
         rows = session.execute(
-            select(EntryTag.entry_id, Tag.name, Tag.label, EntryTag.origin)
-            .join(Tag, Tag.id == EntryTag.tag_id)
+            select(EntryTag.entry_id, TagRow.name, TagRow.label, EntryTag.origin)
+            .join(TagRow, TagRow.id == EntryTag.tag_id)
             .where(among(session, EntryTag.entry_id, part))
-            .order_by(EntryTag.entry_id, Tag.name)
+            .order_by(EntryTag.entry_id, TagRow.name)
         )
         for entry_id, name, label, origin in rows:
             found = tags.setdefault(entry_id, _EntryTags())
@@ -82,7 +82,9 @@ def entries_seen_or_touched_since(session: Session, since: datetime, end: dateti
     ingested since *since* listed (it may have changed their text or tags)."""
     first_seen = select(Entry.id).where(Entry.first_seen_at >= since, Entry.first_seen_at <= end)
     touched = (
-        select(Appearance.entry_id).join(Source, Source.id == Appearance.source_id).where(Source.ingested_at >= since)
+        select(AppearanceRow.entry_id)
+        .join(Source, Source.id == AppearanceRow.source_id)
+        .where(Source.ingested_at >= since)
     )
     return sorted(set(session.scalars(first_seen)) | set(session.scalars(touched)))
 
@@ -96,7 +98,9 @@ def list_entries(
     if tag is not None:
         query = query.where(
             Entry.id.in_(
-                select(EntryTag.entry_id).join(Tag, Tag.id == EntryTag.tag_id).where(Tag.name == tag.casefold())
+                select(EntryTag.entry_id)
+                .join(TagRow, TagRow.id == EntryTag.tag_id)
+                .where(TagRow.name == tag.casefold())
             )
         )
     if since is not None:
@@ -143,15 +147,15 @@ class AppearanceView:
 def appearances_of(session: Session, entry_id: int) -> list[AppearanceView]:
     rows = session.execute(
         select(
-            Appearance.source_id,
+            AppearanceRow.source_id,
             Source.path,
-            Appearance.position,
-            func.coalesce(Appearance.summary, Entry.summary),
+            AppearanceRow.position,
+            func.coalesce(AppearanceRow.summary, Entry.summary),
             Source.ingested_at,
         )
-        .join(Source, Source.id == Appearance.source_id)
-        .join(Entry, Entry.id == Appearance.entry_id)
-        .where(Appearance.entry_id == entry_id)
+        .join(Source, Source.id == AppearanceRow.source_id)
+        .join(Entry, Entry.id == AppearanceRow.entry_id)
+        .where(AppearanceRow.entry_id == entry_id)
         .order_by(Source.ingested_at, Source.id)
     )
     return [AppearanceView(*row) for row in rows]
@@ -159,10 +163,10 @@ def appearances_of(session: Session, entry_id: int) -> list[AppearanceView]:
 
 def tag_origins_of(session: Session, entry_id: int) -> list[tuple[str, str]]:
     rows = session.execute(
-        select(Tag.label, EntryTag.origin)
-        .join(Tag, Tag.id == EntryTag.tag_id)
+        select(TagRow.label, EntryTag.origin)
+        .join(TagRow, TagRow.id == EntryTag.tag_id)
         .where(EntryTag.entry_id == entry_id)
-        .order_by(Tag.name, EntryTag.origin)
+        .order_by(TagRow.name, EntryTag.origin)
     )
     return [(label, origin) for label, origin in rows]
 
@@ -173,7 +177,7 @@ def count_entries(session: Session) -> int:
 
 def tag_names(session: Session) -> set[str]:
     """Every tag label the store knows, case-folded."""
-    return {label.casefold() for label in session.scalars(select(Tag.label))}
+    return {label.casefold() for label in session.scalars(select(TagRow.label))}
 
 
 def tag_counts(session: Session) -> list[tuple[str, int, dict[str, int]]]:
@@ -188,7 +192,7 @@ def tag_counts(session: Session) -> list[tuple[str, int, dict[str, int]]]:
             select(EntryTag.tag_id, func.count(func.distinct(EntryTag.entry_id))).group_by(EntryTag.tag_id)
         ).all()
     )
-    rows = [(t.label, totals.get(t.id, 0), per_origin.get(t.id, {})) for t in session.scalars(select(Tag))]
+    rows = [(t.label, totals.get(t.id, 0), per_origin.get(t.id, {})) for t in session.scalars(select(TagRow))]
     return sorted(rows, key=lambda r: (-r[1], r[0].casefold()))
 
 

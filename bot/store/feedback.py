@@ -12,8 +12,7 @@ from sqlalchemy.orm import Session
 from bot.domain import RatedEntry
 from bot.store.bulk import among, chunks
 from bot.store.row_shapes import RowShape
-from bot.store.schema import Entry
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import Entry, SubscriberRow
 from bot.store.taste_tables import Feedback
 
 VERDICTS = ("more", "less")

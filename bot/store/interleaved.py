@@ -12,7 +12,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestState
-from bot.domain.ranking import Interleaving, JudgedDigest
+from bot.domain.rankers import Interleaving, JudgedDigest
 from bot.store.bulk import among, chunks
 from bot.store.schema import BodyItem, Digest
 from bot.store.taste_tables import Feedback

@@ -22,7 +22,7 @@ from bot.domain.statuses import UNSUBSCRIBE
 from bot.store.bulk import bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.engine import make_engine
 from bot.store.response_tables import AppliedUnsubscribe, Consent, UnsubscribeRequest
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import SubscriberRow
 from bot.store.store_errors import StoreError, meaning
 
 REQUESTS = UnsubscribeRequest.__table__

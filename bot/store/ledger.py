@@ -23,8 +23,7 @@ from sqlalchemy.orm import Session
 from bot.domain import DigestKind, DigestState, ScheduledDay
 from bot.store.bulk import allocate_ids, among, bulk_insert, chunks, insert_ignoring_conflicts
 from bot.store.retention import drop_unshown_bodies
-from bot.store.schema import BodyItem, Digest
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import BodyItem, Digest, SubscriberRow
 
 # entry, pinned source, why, tags, url, taste (the reader's taste score, None without a
 # model), section (the reader's interest it is shown under; None for one interest)

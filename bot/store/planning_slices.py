@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from bot.domain import SubscriberStatus
 from bot.store.base import UTCDateTime
 from bot.store.derived_tables import PlanningSlice
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import SubscriberRow
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,7 +78,7 @@ class SignupRequest(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
-class ReturnEvent(Base):
+class ReturnEventRow(Base):
     """What a message read from the inbox did (``bot.returns``), for the subscriber it
     names, if any; ``message_key`` (its SHA-256) records it once.  ``cleared`` rows mark
     where ``subscribers resume`` started the count of hard bounces again."""

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, aliased
 
 from bot.domain import SETTLED_STATES, Removed
 from bot.store.bulk import chunks
-from bot.store.schema import Appearance, BodyItem, Digest, Entry, Retention, RevisionNotice, Source
+from bot.store.schema import AppearanceRow, BodyItem, Digest, Entry, Retention, RevisionNotice, Source
 
 _SETTLED = sorted(state.value for state in SETTLED_STATES)
 
@@ -58,9 +58,9 @@ def remove_notices(session: Session, before: datetime) -> None:
 def _unread() -> list[Any]:
     """An appearance no kept entry or body reads: not the summary variant its entry
     carries now, nor one a kept digest body pins."""
-    current = exists().where(Entry.id == Appearance.entry_id, Entry.summary_source_id == Appearance.source_id)
+    current = exists().where(Entry.id == AppearanceRow.entry_id, Entry.summary_source_id == AppearanceRow.source_id)
     pinned = exists().where(
-        BodyItem.entry_id == Appearance.entry_id, BodyItem.summary_source_id == Appearance.source_id
+        BodyItem.entry_id == AppearanceRow.entry_id, BodyItem.summary_source_id == AppearanceRow.source_id
     )
     return [~current, ~pinned]
 
@@ -68,18 +68,18 @@ def _unread() -> list[Any]:
 def sources_with_unread_appearances(session: Session, before: datetime) -> list[int]:
     """Sources ingested before *before* with appearances nothing reads any more."""
     query = (
-        select(Appearance.source_id)
-        .join(Source, Source.id == Appearance.source_id)
+        select(AppearanceRow.source_id)
+        .join(Source, Source.id == AppearanceRow.source_id)
         .where(Source.ingested_at < before, *_unread())
         .distinct()
-        .order_by(Appearance.source_id)
+        .order_by(AppearanceRow.source_id)
     )
     return list(session.scalars(query))
 
 
 def remove_appearances(session: Session, source_id: int) -> int:
     """Delete the source's appearances that nothing reads any more; how many."""
-    result = session.execute(delete(Appearance).where(Appearance.source_id == source_id, *_unread()))
+    result = session.execute(delete(AppearanceRow).where(AppearanceRow.source_id == source_id, *_unread()))
     return int(getattr(result, "rowcount", 0) or 0)
 
 

@@ -9,7 +9,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from bot.domain import ReturnEvent, ReturnKind
-from bot.store.response_tables import ReturnEvent as ReturnRow
+from bot.store.response_tables import ReturnEventRow as ReturnRow
 from bot.store.row_shapes import RowShape
 from bot.store.schema import Digest
 

@@ -22,8 +22,7 @@ from sqlalchemy.orm import Session
 from bot.domain import DigestState
 from bot.store.bulk import chunks
 from bot.store.claims import claims_on
-from bot.store.schema import BodyItem, Digest, Entry, RevisionNotice
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import BodyItem, Digest, Entry, RevisionNotice, SubscriberRow
 
 
 def revised_since(session: Session, since: datetime) -> dict[int, tuple[datetime, str, str | None]]:

@@ -114,7 +114,7 @@ class Entry(Base):
     )
 
 
-class Appearance(Base):
+class AppearanceRow(Base):
     """Entry × source, with the summary variant that source carried.
 
     ``summary`` is NULL when the variant is the entry's current summary, so the
@@ -132,7 +132,7 @@ class Appearance(Base):
     summary: Mapped[str | None] = mapped_column(Text)
 
 
-class Tag(Base):
+class TagRow(Base):
     """A tag; ``name`` is case-folded so "GPU" and "gpu" are one tag."""
 
     __tablename__ = "tags"
@@ -150,7 +150,7 @@ class EntryTag(Base):
     origin: Mapped[str] = mapped_column(String(16), primary_key=True)  # header | category | rule
 
 
-class Subscriber(Base):
+class SubscriberRow(Base):
     """A person who receives digests.  ``email_key`` (case-folded normalized
     address) is what makes two spellings of one address the same subscriber."""
 

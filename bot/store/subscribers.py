@@ -16,8 +16,7 @@ from bot.domain.stored import read_settings, stored_status
 from bot.store.bulk import among, bulk_insert, chunks
 from bot.store.retention import drop_unshown_bodies
 from bot.store.row_shapes import RowShape
-from bot.store.schema import Digest
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import Digest, SubscriberRow
 
 
 def email_key(email: str) -> str:

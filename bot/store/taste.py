@@ -15,8 +15,7 @@ from sqlalchemy.orm import Session
 from bot.domain import StoredModel, StoredVocabulary, match_text
 from bot.store.bulk import chunks
 from bot.store.row_shapes import RowShape
-from bot.store.schema import Entry
-from bot.store.schema import Subscriber as SubscriberRow
+from bot.store.schema import Entry, SubscriberRow
 from bot.store.taste_tables import Feedback, LibraryPaperRow, TasteModel, TasteVocabulary
 
 VOCABULARY = RowShape(StoredVocabulary)

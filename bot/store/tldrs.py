@@ -18,7 +18,7 @@ from bot.store.bulk import among, chunks
 from bot.store.facts import MODEL_PAUSE_FACT, fact, set_fact
 from bot.store.llm_tables import EntryTldrRow, LlmUsageRow
 from bot.store.row_shapes import RowShape
-from bot.store.schema import Subscriber
+from bot.store.schema import SubscriberRow
 
 MOST_COUNTED = 2**31 - 1  # an INTEGER column's largest value on PostgreSQL
 
@@ -59,16 +59,18 @@ def reader_filters(session: Session, default: str) -> list[tuple[str, str, int]]
     """(filter, language, readers) of the active readers: how many chose each filter and
     language (those who chose no language: *default*)."""
     rows = session.execute(
-        select(Subscriber.filter, Subscriber.language, func.count())
-        .where(Subscriber.status == SubscriberStatus.ACTIVE.value)
-        .group_by(Subscriber.filter, Subscriber.language)
+        select(SubscriberRow.filter, SubscriberRow.language, func.count())
+        .where(SubscriberRow.status == SubscriberStatus.ACTIVE.value)
+        .group_by(SubscriberRow.filter, SubscriberRow.language)
     )
     return [(text, language or default, count) for text, language, count in rows]
 
 
 def set_language(session: Session, subscriber_id: int, language: str | None, now: datetime) -> None:
     """A reader's TL;DR language (None: the operator's first)."""
-    session.execute(update(Subscriber).where(Subscriber.id == subscriber_id).values(language=language, updated_at=now))
+    session.execute(
+        update(SubscriberRow).where(SubscriberRow.id == subscriber_id).values(language=language, updated_at=now)
+    )
 
 
 def spent_on(session: Session, day: date) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from bot.domain import REQUEST_WINDOW, ConsentEvent, Subscriber, SubscriberField
 from bot.domain.routes import CONFIRMATION
 from bot.domain.statuses import SIGNED_UP, after_confirm
 from bot.mail.message import envelope_address
-from bot.mail.notices import Choices, already_subscribed, confirmation
+from bot.mail.notices import SignupChoices, already_subscribed, confirmation
 from bot.mail.render import web_links
 from bot.store.consents import (
     consents_of,
@@ -144,7 +144,7 @@ def request_signup(
             to_address=subscriber.email,
             url=CONFIRMATION.url(public, token=token),
             expires=expires,
-            choices=Choices(subscriber.cadence, subscriber.send_hour, subscriber.timezone),
+            choices=SignupChoices(subscriber.cadence, subscriber.send_hour, subscriber.timezone),
             now=now,
         )
         return Outgoing(envelope_address(subscriber.email), data, step)

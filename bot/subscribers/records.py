@@ -12,7 +12,7 @@ from bot.domain import ConsentEvent, ReturnEvent, Subscriber
 from bot.store.consents import consents_of
 from bot.store.digests import DigestRow, list_digests
 from bot.store.returns import returns_of
-from bot.taste.libraries import TasteSummary, taste_summary
+from bot.taste.library_service import TasteSummary, taste_summary
 
 LAST_DIGESTS = 10
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from bot.choose.filters import Section
-from bot.choose.matching import Doc, matches
+from bot.choose.filters import NamedInterest
+from bot.choose.matching import FilterInput, matches
 from bot.choose.tagging import TagRules, nfkc
 
 MIN_POSITIVES = 2  # library papers and "more like this"; fewer teach nothing a filter does not already say
@@ -37,11 +37,11 @@ class Examples:
     sample: list[str] = field(default_factory=list)
 
 
-def by_interest(sections: Sequence[Section], rules: TagRules, examples: Examples) -> dict[str, Examples]:
+def by_interest(sections: Sequence[NamedInterest], rules: TagRules, examples: Examples) -> dict[str, Examples]:
     """The examples of each interest with enough positives of its own, by name."""
     names = {s.name for s in sections}
 
-    def belongs(example: Example, section: Section) -> bool:
+    def belongs(example: Example, section: NamedInterest) -> bool:
         if example.shown_under in names:
             return example.shown_under == section.name
         return matches(section.expr, _doc(example, rules))
@@ -55,7 +55,7 @@ def by_interest(sections: Sequence[Section], rules: TagRules, examples: Examples
     return found
 
 
-def _doc(example: Example, rules: TagRules) -> Doc:
+def _doc(example: Example, rules: TagRules) -> FilterInput:
     title, text = nfkc(example.title), nfkc(example.text)
     tags = rules.match(title, text) if len(rules) else {}
-    return Doc(tags={name.casefold(): frozenset({"rule"}) for name in tags}, title=title, summary=text)
+    return FilterInput(tags={name.casefold(): frozenset({"rule"}) for name in tags}, title=title, summary=text)

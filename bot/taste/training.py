@@ -15,7 +15,7 @@ from datetime import datetime
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from bot.choose.filters import FilterError, Section, sections_of
+from bot.choose.filters import FilterError, NamedInterest, sections_of
 from bot.choose.tagging import TagRules
 from bot.domain.stored import THRESHOLD_RANGE
 from bot.domain.text import plural
@@ -154,7 +154,7 @@ def _fit_vocabulary(factory: sessionmaker[Session], count: int, now: datetime) -
 
 def _wanted(
     factory: sessionmaker[Session], signals: dict[int, str], only: list[int] | None, rules: TagRules | None
-) -> tuple[dict[int, str], dict[int, tuple[Section, ...]]]:
+) -> tuple[dict[int, str], dict[int, tuple[NamedInterest, ...]]]:
     """What the models of each subscriber (of *only*) with enough to learn from must be
     trained from, and their interests.  Without the *rules*, readers of several
     interests are left to the next planning pass."""
@@ -170,7 +170,7 @@ def _wanted(
     return wanted, interests
 
 
-def filter_interests(filter_text: str) -> tuple[Section, ...]:
+def filter_interests(filter_text: str) -> tuple[NamedInterest, ...]:
     """The named interests of a stored filter; none for one of one interest."""
     try:
         return sections_of(filter_text)
@@ -179,7 +179,11 @@ def filter_interests(filter_text: str) -> tuple[Section, ...]:
 
 
 def _signals(
-    vocabulary_id: int | None, signals: str, filter_text: str, interests: tuple[Section, ...], rules: TagRules | None
+    vocabulary_id: int | None,
+    signals: str,
+    filter_text: str,
+    interests: tuple[NamedInterest, ...],
+    rules: TagRules | None,
 ) -> str:
     """What a subscriber's models are trained from: the vocabulary, their library and
     feedback, and (for a reader of several interests) the interests and the tag rules
@@ -195,7 +199,7 @@ def _train(
     stale: list[int],
     wanted: dict[int, str],
     now: datetime,
-    interests_of: Callable[[int], tuple[tuple[Section, ...], TagRules]],
+    interests_of: Callable[[int], tuple[tuple[NamedInterest, ...], TagRules]],
     unfitted: list[str],
 ) -> int:
     """Train and save the models of *stale*; how many.  A reader whose models cannot be

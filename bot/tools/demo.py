@@ -30,7 +30,7 @@ from bot.store.engine import make_engine, sessions, upgrade
 from bot.store.store_files import database_files
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.csv_io import import_csv
-from bot.taste.libraries import import_library
+from bot.taste.library_service import import_library
 from bot.tools.sink import Sink, SinkHandler, write_index
 
 FIRST_DAY = date(2026, 6, 14)  # the date the seed dumps carry

@@ -6,7 +6,7 @@ every URL in a message, and must record nothing.  ``POST`` to the same address w
 the page's form token records the verdict, replaces the other one, or undoes it
 (``action`` = more | less | undo); the web version's buttons post the same.  Only
 entries of a digest that was sent to the subscriber can be rated.  A thin shell
-over ``bot.taste.libraries``: never sends, never writes SQL itself, never trains (the
+over ``bot.taste.library_service``: never sends, never writes SQL itself, never trains (the
 next planning pass does).
 """
 
@@ -25,7 +25,7 @@ from bot.domain import Subscriber, SubscriberStatus
 from bot.domain.routes import RATING
 from bot.mail.prose import title_text
 from bot.store.feedback import VERDICTS, entry_ids_of, verdicts_on
-from bot.taste.libraries import give_feedback
+from bot.taste.library_service import give_feedback
 from bot.web.doors import RATING_DOOR, behind, posted, through
 from bot.web.site import Site, with_reader
 from bot.web.versions import WebVersions

@@ -24,18 +24,18 @@ from bot.domain.statuses import StatusAction, reader_action
 from bot.subscribers.fields import StatusChangeRefused, SubscriberInputError
 from bot.subscribers.settings import by_action
 from bot.subscribers.subscriptions import change_status, edit, filter_warning, set_filter, set_setting
-from bot.taste.libraries import taste_summary
+from bot.taste.library_service import taste_summary
 from bot.web.choices import read_choices
 from bot.web.doors import MANAGE_DOOR, posted, through
 from bot.web.forms import address_of, is_multipart
-from bot.web.manage_view import Told, language_choices, manage_choices, toggles
+from bot.web.manage_view import PageNotice, language_choices, manage_choices, toggles
 from bot.web.next_digest_view import Outlooks
 from bot.web.site import Site, with_reader
 from bot.web.uploads import LibraryUploads
 
 log = logging.getLogger(__name__)
 
-BUSY = Told(503, error="Busy: please try again in a moment.")
+BUSY = PageNotice(503, error="Busy: please try again in a moment.")
 
 
 class ManagePage:
@@ -52,12 +52,12 @@ class ManagePage:
         self,
         request: Request,
         subscriber: Subscriber,
-        told: Told | None = None,
+        told: PageNotice | None = None,
         values: dict[str, list[str]] | None = None,
     ) -> HTMLResponse:
         """The page as *subscriber* sees it now, saying *told*; *values* (a form that
         failed) fill the form instead of what is stored."""
-        told = told or Told()
+        told = told or PageNotice()
         site = self.site
         return site.pages.render(
             "manage",
@@ -107,15 +107,17 @@ class ManagePage:
             subscriber = await run_in_threadpool(
                 set_setting, site.factory, subscriber.email, setting.name, on, site.now()
             )
-            return await self.page(request, subscriber, Told(message=setting.turned_on if on else setting.turned_off))
+            return await self.page(
+                request, subscriber, PageNotice(message=setting.turned_on if on else setting.turned_off)
+            )
         change = reader_action(action, subscriber.status)
         after = await self.set_status(request, subscriber, change) if change is not None else None
         if change is None or after is None:
-            return await self.page(request, subscriber, Told(400, error="That change is not possible now."))
+            return await self.page(request, subscriber, PageNotice(400, error="That change is not possible now."))
         self.outlooks.forget(after.id)
         if action == "resubscribe":
             log.info("subscriber %d subscribed again through their manage page", after.id)
-        return await self.page(request, after, Told(message=change.said))
+        return await self.page(request, after, PageNotice(message=change.said))
 
     async def set_status(self, request: Request, subscriber: Subscriber, change: StatusAction) -> Subscriber | None:
         """*change* applied, if their status (read again as it is changed) still allows it;
@@ -143,7 +145,7 @@ class ManagePage:
             fields = read_choices(values, email=subscriber.email)
             subscriber = await run_in_threadpool(edit, site.factory, site.settings, fields, site.now())
         except SubscriberInputError as exc:
-            return await self.page(request, subscriber, Told(400, error=str(exc)), values)
+            return await self.page(request, subscriber, PageNotice(400, error=str(exc)), values)
         return await self.saved(request, subscriber, "Saved.")
 
     async def change_filter(self, request: Request, subscriber: Subscriber, raw: str) -> Response:
@@ -151,7 +153,7 @@ class ManagePage:
         try:
             subscriber = await run_in_threadpool(set_filter, site.factory, site.settings, subscriber, raw, site.now())
         except SubscriberInputError as exc:
-            return await self.page(request, subscriber, Told(400, error=str(exc)), {"filter": [raw]})
+            return await self.page(request, subscriber, PageNotice(400, error=str(exc)), {"filter": [raw]})
         return await self.saved(request, subscriber, "Filter saved.")
 
     async def change_language(self, request: Request, subscriber: Subscriber, raw: str) -> Response:
@@ -163,13 +165,13 @@ class ManagePage:
                 partial(edit, language=raw), site.factory, site.settings, fields, site.now()
             )
         except SubscriberInputError as exc:
-            return await self.page(request, subscriber, Told(400, error=str(exc)))
+            return await self.page(request, subscriber, PageNotice(400, error=str(exc)))
         return await self.page(
-            request, subscriber, Told(message="Saved: your next digests' TL;DRs are in that language.")
+            request, subscriber, PageNotice(message="Saved: your next digests' TL;DRs are in that language.")
         )
 
     async def saved(self, request: Request, subscriber: Subscriber, said: str) -> HTMLResponse:
         """The page after new digest choices, warning of a filter that matches nothing."""
         self.outlooks.forget(subscriber.id)
         warning = await run_in_threadpool(filter_warning, self.site.read_only, self.rules, subscriber.filter)
-        return await self.page(request, subscriber, Told(message=said, warning=warning))
+        return await self.page(request, subscriber, PageNotice(message=said, warning=warning))

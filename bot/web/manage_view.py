@@ -19,7 +19,7 @@ from bot.web.choices import ChoicesForm, hour_or, menu, ticked_tags
 
 
 @dataclass(frozen=True, slots=True)
-class Told:
+class PageNotice:
     """What the manage page says above its form, and the status it answers with."""
 
     status_code: int = 200

@@ -60,11 +60,11 @@ def open_site(loaded: Parts, factory: sessionmaker[Session], now: Callable[[], d
     return Site(settings, loaded, factory, read_only, key, now, Pages(settings, key), readers, TagMenu(read_only))
 
 
-class OnSite(Protocol):
+class HasSite(Protocol):
     site: Site
 
 
-PageT = TypeVar("PageT", bound=OnSite)
+PageT = TypeVar("PageT", bound=HasSite)
 ReaderHandler = Callable[[PageT, Request, Subscriber], Awaitable[Response]]
 
 

@@ -11,7 +11,7 @@ the rest is added; a file that cannot be read at all changes nothing.  A reader 
 at most ``subscribers.library_uploads_per_hour`` files an hour, and their library holds
 at most ``subscribers.library_max_papers`` papers.  The model learns it in the next planning pass (training
 loads scikit-learn, which the endpoint never does).  A thin shell over
-``bot.taste.libraries``: never writes SQL itself.
+``bot.taste.library_service``: never writes SQL itself.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from starlette.responses import Response
 
 from bot.domain import Subscriber, SubscriberStatus
 from bot.taste import ranking_installed
-from bot.taste.libraries import LibraryImport, add_library, set_taste_threshold, upload_allowed
 from bot.taste.library import LibraryFileError
+from bot.taste.library_service import LibraryImport, add_library, set_taste_threshold, upload_allowed
 from bot.web.forms import MAX_UPLOAD_BYTES, discard_body, form_with_file, read_body
-from bot.web.manage_view import Told
+from bot.web.manage_view import PageNotice
 from bot.web.site import Site
 from bot.web.upload_process import read_upload
 
@@ -44,12 +44,12 @@ class LibraryUploads:
         self.reading = asyncio.Semaphore(1)  # uploads take turns: at most one core goes to reading them
         self.in_flight = 0  # bytes of upload bodies being received now
 
-    async def upload(self, request: Request, subscriber: Subscriber) -> Told | Response:
+    async def upload(self, request: Request, subscriber: Subscriber) -> PageNotice | Response:
         """Everything that can refuse an upload is asked before a byte of its body is read
         (the page's form token travels in the form's address for that); the bytes read
         at once are bounded for the whole server."""
         refused = await self._refusal(request, subscriber)
-        if isinstance(refused, Told) and refused.status_code in (409, 429):
+        if isinstance(refused, PageNotice) and refused.status_code in (409, 429):
             # A refusal the reader is meant to read: their browser sends the whole file first.
             await discard_body(request, MAX_UPLOAD_BYTES)
         if refused is not None:
@@ -58,46 +58,46 @@ class LibraryUploads:
         if self.in_flight + size > UPLOAD_BYTES_IN_FLIGHT:
             await discard_body(request, size)  # read and dropped: nothing of it is held
             error = "Other files are being added right now: please try again in a minute."
-            return Told(503, error=error)
+            return PageNotice(503, error=error)
         self.in_flight += size
         try:
             body = await read_body(request, size)
         finally:
             self.in_flight -= size
         if body is None:
-            return Told(400, error="That file did not arrive whole.")
+            return PageNotice(400, error="That file did not arrive whole.")
         # Taking the form apart is milliseconds for 5 MB of any bytes (python-multipart);
         # reading the file is not, and happens in a process of its own below.
         _fields, data = form_with_file(request.headers.get("content-type", ""), body, "library")
         if not data:
-            return Told(400, error="Choose a file to add.")
+            return PageNotice(400, error="Choose a file to add.")
         try:
             async with self.reading:
                 read = await read_upload(data, READ_SECONDS)
         except LibraryFileError as exc:
-            return Told(400, error=f"That file cannot be read: {exc}.")
+            return PageNotice(400, error=f"That file cannot be read: {exc}.")
         most = self.site.settings.subscribers.library_max_papers
         found = await run_in_threadpool(add_library, self.site.factory, subscriber.id, read, self.site.now(), most=most)
-        return Told(message=said(found), warning=problems(found, most))
+        return PageNotice(message=said(found), warning=problems(found, most))
 
-    async def _refusal(self, request: Request, subscriber: Subscriber) -> Told | Response | None:
+    async def _refusal(self, request: Request, subscriber: Subscriber) -> PageNotice | Response | None:
         """Why this upload is refused, from its headers and the store alone; None when it is
         not.  Its origin and token were checked at the manage page's door (``bot.web.doors``)."""
         declared = request.headers.get("content-length", "")
         if not declared.isascii() or not declared.isdigit():
-            return Told(411, error="Your browser did not say the file's size.")
+            return PageNotice(411, error="Your browser did not say the file's size.")
         if int(declared) > MAX_UPLOAD_BYTES:
             limit = f"{MAX_UPLOAD_BYTES // 1_000_000} MB"
-            return Told(413, error=f"That file is larger than {limit}.")
+            return PageNotice(413, error=f"That file is larger than {limit}.")
         if subscriber.status is SubscriberStatus.UNSUBSCRIBED:
-            return Told(409, error="You are unsubscribed: nothing was added.")
+            return PageNotice(409, error="You are unsubscribed: nothing was added.")
         per_hour = self.site.settings.subscribers.library_uploads_per_hour
         if not await run_in_threadpool(upload_allowed, self.site.factory, subscriber.id, per_hour, self.site.now()):
             error = f"You uploaded {per_hour} files in the last hour: please try again later."
-            return Told(429, error=error)
+            return PageNotice(429, error=error)
         return None
 
-    async def threshold(self, subscriber: Subscriber, raw: str) -> tuple[Subscriber, Told]:
+    async def threshold(self, subscriber: Subscriber, raw: str) -> tuple[Subscriber, PageNotice]:
         """Set the taste score above which their entries are ``liked`` (the manage page
         has checked the form token and the origin); a bad value changes nothing.  The
         reader as changed, and what the page says."""
@@ -106,9 +106,9 @@ class LibraryUploads:
             await run_in_threadpool(set_taste_threshold, self.site.factory, subscriber.id, value, self.site.now())
         except ValueError:
             error = "The threshold must be a number from -5 to 5 (0.1 unless you changed it)."
-            return subscriber, Told(400, error=error)
+            return subscriber, PageNotice(400, error=error)
         changed = replace(subscriber, taste_threshold=value)
-        return changed, Told(message=f"Saved: liked means a taste score above {value:.2f}.")
+        return changed, PageNotice(message=f"Saved: liked means a taste score above {value:.2f}.")
 
 
 def said(found: LibraryImport) -> str:

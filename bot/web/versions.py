@@ -36,13 +36,13 @@ _REF = re.compile(r"([1-9]\d{0,3})\.bib")
 
 
 @dataclass(frozen=True, slots=True)
-class Wanted:
+class VersionRequest:
     day: date
     bibtex: bool
     ref: int | None  # one entry's BibTeX; None: the page, or every entry
 
 
-def wanted(day: str, ref: str | None) -> Wanted | None:
+def wanted(day: str, ref: str | None) -> VersionRequest | None:
     """What a ``/d/`` path asks for; None for anything else (answered 404)."""
     found = _DAY.fullmatch(day)
     if found is None or (ref is not None and found.group(2)):
@@ -52,9 +52,9 @@ def wanted(day: str, ref: str | None) -> Wanted | None:
     except ValueError:
         return None
     if ref is None:
-        return Wanted(when, bool(found.group(2)), None)
+        return VersionRequest(when, bool(found.group(2)), None)
     number = _REF.fullmatch(ref)
-    return Wanted(when, True, int(number.group(1))) if number else None
+    return VersionRequest(when, True, int(number.group(1))) if number else None
 
 
 class WebVersions:

@@ -6,7 +6,7 @@ Create Date: 2026-11-26
 
 A reader of several named interests gets, besides the model of everything they
 keep and rate, a model per interest they kept or rated enough of
-(``bot.taste.libraries``).  ``feedback.section`` is the interest the rated entry was
+(``bot.taste.library_service``).  ``feedback.section`` is the interest the rated entry was
 shown under ('' for a digest of one interest, and for feedback given before);
 ``taste_models`` gains ``section`` in its key ('' for the reader's one model).
 Models are made from the library and feedback alone: the table is made anew, and the

@@ -8,7 +8,7 @@ Create Date: 2026-11-28
 placed it: a second body per digest asked about, a row per item written twice.  A
 digest now keeps its body as planned and pins the drafted order on itself
 (``digests.interleaving``, JSON: the ranker's name, the body's positions in the order
-shown, the positions the ranker placed; ``bot.domain.ranking.Interleaving``).  Each
+shown, the positions the ranker placed; ``bot.domain.rankers.Interleaving``).  Each
 body 0028 reordered becomes its digest's body in its own order, with the positions
 its outside ranker placed.  A digest whose items the built-in ranking placed every
 one of names no outside ranker, so it judges none, as before.  The way back writes

@@ -1,5 +1,5 @@
 """Prints the ranker protocol's JSON Schema (``docs/ranker-protocol.schema.json``):
-``python -m bot.rankers.schema > docs/ranker-protocol.schema.json``."""
+``python -m bot.rankers.json_schema > docs/ranker-protocol.schema.json``."""
 
 from __future__ import annotations
 

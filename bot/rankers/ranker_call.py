@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bot.config.services import RankerConfig
-from bot.domain.ranking import RankerCandidate, RankerReader, RankerScore
+from bot.domain.rankers import RankerCandidate, RankerReader, RankerScore
 from bot.domain.text import plural
 from bot.http_reader import UNREACHABLE, HttpFailure, HttpLimits, HttpReader
 from bot.rankers.protocol import RankerFailure, read_answer, request_body

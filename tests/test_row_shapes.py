@@ -101,6 +101,22 @@ def test_no_store_module_maps_a_table_row_by_hand() -> None:
     assert by_hand == []
 
 
+def test_no_store_module_maps_a_row_by_position() -> None:
+    """A row is never spread into a constructor or a helper by position (``Kind(*row)``):
+    a column added to the query before another would shift every field after it."""
+    spread = [
+        f"{path.name}:{node.lineno}"
+        for path in sorted((ROOT / "bot" / "store").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and any(
+            isinstance(a, ast.Starred) and isinstance(a.value, ast.Name) and a.value.id in {"row", "found", "r"}
+            for a in node.args
+        )
+    ]
+    assert spread == []
+
+
 def _row_attribute(node: ast.expr) -> bool:
     if isinstance(node, ast.Call) and len(node.args) == 1:  # Kind(row.kind)
         node = node.args[0]

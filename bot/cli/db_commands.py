@@ -5,7 +5,7 @@ shells over ``bot.plan.retention`` and the ``bot.whole_store`` services."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -13,7 +13,9 @@ from bot.cli.admin import db_app
 from bot.cli.output import EXIT_USAGE, fail, out, print_json_lines
 from bot.cli.shell import JsonOption, ctx_of, now
 from bot.domain.text import plural
-from bot.whole_store.sqlite_store import WholeStoreError
+
+if TYPE_CHECKING:
+    from bot.whole_store.sqlite_store import WholeStoreError
 
 
 @db_app.command("prune")
@@ -53,6 +55,7 @@ def db_backup(
     scheduler, workers and serve run; the signing key beside it as FILE.key (mode
     0600), which its restore needs.  On PostgreSQL use pg_dump (docs/operating.md)."""
     from bot.whole_store.backup import back_up
+    from bot.whole_store.sqlite_store import WholeStoreError
 
     c = ctx_of(ctx)
     try:
@@ -82,6 +85,7 @@ def db_copy(
     SQLite store is left as it was; point database.url at the copy afterwards."""
     from bot.store.engine import HEAD_REVISION
     from bot.whole_store.copy import copy_to_postgresql
+    from bot.whole_store.sqlite_store import WholeStoreError
 
     c = ctx_of(ctx)
     try:

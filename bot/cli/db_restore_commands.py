@@ -14,7 +14,6 @@ from bot.cli.db_commands import fail_as
 from bot.cli.output import out
 from bot.cli.shell import ctx_of, now
 from bot.domain.text import plural
-from bot.whole_store.sqlite_store import WholeStoreError
 
 if TYPE_CHECKING:
     from bot.store.restores import RestoreReport
@@ -35,6 +34,7 @@ def db_restore(
     have gone out; 'digestbot resend' sends one again).  FILE.key, the signing key
     'db backup' wrote beside it, is put back when the restored links need it."""
     from bot.whole_store.restore import restore
+    from bot.whole_store.sqlite_store import WholeStoreError
 
     c = ctx_of(ctx)
     try:

@@ -21,12 +21,12 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.bounded_http import BoundedHttp
 from bot.choose.tagging import TagRules
 from bot.config import Settings
 from bot.domain import FileStamp, IngestResult, SourceStatus
 from bot.domain.text import path_text, shown_url
-from bot.http_reader import HttpReader
-from bot.ingest.formats.fetch import FetchError, feed_reader, fetch
+from bot.ingest.formats.fetch import FetchError, feed_http, fetch
 from bot.ingest.storing import DEFAULT_MAX_FILE_BYTES, ingest_bytes, ingest_file, utcnow
 from bot.store.engine import transaction
 from bot.store.sources import feed_state, save_feed_state, seen_stamps
@@ -156,12 +156,12 @@ def fetch_feeds(
     """Fetch each feed URL (conditional GET) and ingest what changed; a *stop* that turns
     true (the daemon stopping) leaves the feeds not yet fetched for the next start."""
     results = []
-    with feed_reader() as reader:
+    with feed_http() as http:
         for url in urls if urls is not None else settings.feeds.urls:
             if stop():
                 break
             try:
-                results.append(_fetch_feed(factory, settings, url, reader=reader, rules=rules))
+                results.append(_fetch_feed(factory, settings, url, http=http, rules=rules))
             except Exception as exc:  # noqa: BLE001 - this feed's failure, never the other feeds'
                 results.append(_not_ingested(shown_url(url), exc))
     return results
@@ -172,7 +172,7 @@ def _fetch_feed(
     settings: Settings,
     url: str,
     *,
-    reader: HttpReader,
+    http: BoundedHttp,
     rules: TagRules | None,
 ) -> IngestResult:
     name = shown_url(url)  # stored, logged and printed: never a password in the URL
@@ -186,7 +186,7 @@ def _fetch_feed(
             last_modified=state.last_modified,
             timeout=settings.feeds.timeout_seconds,
             max_bytes=settings.feeds.max_bytes,
-            reader=reader,
+            http=http,
         )
     except FetchError as exc:
         with transaction(factory) as session:

@@ -23,8 +23,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from bot.bounded_http import COMPRESSED, TIMEOUT, TOO_LONG, UNREACHABLE, BoundedHttp, HttpFailure, HttpLimits
 from bot.config.services import LlmConfig
-from bot.http_reader import COMPRESSED, TIMEOUT, TOO_LONG, UNREACHABLE, HttpFailure, HttpLimits, HttpReader
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -59,9 +59,9 @@ class LlmCall:
     tokens: int = 0  # as the API reported them for the answers read
     paused_seconds: float = 0.0  # a pause an earlier pass was asked for, still running
     _paused_until: float = 0.0
-    _reader: HttpReader = field(default_factory=HttpReader)  # no redirect followed: a key never follows one
+    _http: BoundedHttp = field(default_factory=BoundedHttp)  # no redirect followed: a key never follows one
     # Requests may be in flight from several threads (``llm.concurrency``): the tallies,
-    # the pause are changed under this lock (the reader has its own).
+    # the pause are changed under this lock (the HTTP client has its own).
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -74,7 +74,7 @@ class LlmCall:
         return max(0.0, self._paused_until - self._started)
 
     def close(self) -> None:
-        self._reader.close()
+        self._http.close()
 
     def chat(self, body: dict[str, Any]) -> ChatAnswer | None:
         """The answer to one chat-completions request, None when it failed (tallied)."""
@@ -148,7 +148,7 @@ class LlmCall:
             headers["Authorization"] = f"Bearer {self.api_key}"
         bounds = HttpLimits(limits.connect_seconds, limits.answer_seconds, limits.max_answer_kb * 1024)
         try:
-            answer = self._reader.request(
+            answer = self._http.request(
                 "POST", limits.base_url + path, limits=bounds, headers=headers, content=body, before_body=self._check
             )
         except HttpFailure as failure:

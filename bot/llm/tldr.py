@@ -48,7 +48,7 @@ _SENTINEL = re.compile(r"tl\s*;?\s*dr\s*[:：-]", re.IGNORECASE)
 _LABEL = re.compile(r"^(?:tl;?\s*dr|summary|one[- ]sentence summary|answer)\s*[:：-]\s*", re.IGNORECASE)
 _EMPHASIS = re.compile(r"\*+|`+|~~|(?<!\w)__|__(?!\w)")
 _QUOTES = "\"'“”‘’«»「」『』"
-# What a mail client or feed reader would make a link of, or what is markup: refused.
+# What a mail client or feed app would make a link of, or what is markup: refused.
 _MARKUP = re.compile(r"<[A-Za-z/!?]|\]\s*\(|!\[|&[#A-Za-z0-9]+;")  # "x < y" is no tag
 _LINKISH = re.compile(
     r"://"  # any scheme with an authority, or a URL's remains
@@ -91,7 +91,7 @@ def tldr_request(model: str, *, title: str, authors: tuple[str, ...], abstract: 
 def tldr_of(answer: object) -> str | None:
     """The line shown for a model's *answer*, or None when nothing of it may be shown:
     not in the form asked for ("TL;DR: " and the sentence), too long to be the sentence
-    asked for, empty, a refusal, markup, or anything a mail client or feed reader would
+    asked for, empty, a refusal, markup, or anything a mail client or feed app would
     turn into a link.  Invisible characters (zero-width, bidi controls) are dropped and
     control characters folded; the result is plain text that the renderer escapes like
     any other."""

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bot.bounded_http import UNREACHABLE, BoundedHttp, HttpFailure, HttpLimits
 from bot.config.services import RankerConfig
 from bot.domain.rankers import RankerCandidate, RankerReader, RankerScore
 from bot.domain.text import plural
-from bot.http_reader import UNREACHABLE, HttpFailure, HttpLimits, HttpReader
 from bot.rankers.protocol import RankerFailure, read_answer, request_body
 
 BUSY = frozenset({429, 502, 503, 504})
@@ -41,14 +41,14 @@ class RankerCall:
     ranked: int = 0  # readers the ranker scored
     _ends: float = 0.0
     # One a pass: its TLS context built once, its connection kept.  No redirect is followed.
-    _reader: HttpReader = field(default_factory=HttpReader)
+    _http: BoundedHttp = field(default_factory=BoundedHttp)
 
     def __post_init__(self) -> None:
         self._ends = self.clock() + self.limits.pass_seconds
 
     def close(self) -> None:
         """The pass is over: its connection closed."""
-        self._reader.close()
+        self._http.close()
 
     def scores(
         self, candidates: Mapping[int, RankerCandidate], readers: Sequence[RankerReader]
@@ -89,7 +89,7 @@ class RankerCall:
         bounds = HttpLimits(limits.connect_seconds, min(limits.answer_seconds, left), limits.max_answer_mb * 2**20)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         try:
-            answer = self._reader.request(
+            answer = self._http.request(
                 "POST", self.url, limits=bounds, headers=headers, content=body, before_body=_answered
             )
         except HttpFailure as failure:

@@ -10,7 +10,7 @@ from datetime import date, datetime
 from pathlib import PurePath
 from typing import Any
 
-from sqlalchemy import and_, case, exists, func, or_, select, update
+from sqlalchemy import Row, and_, case, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from bot.domain import DigestKind, DigestState, SubscriberStatus
@@ -61,25 +61,28 @@ def _with_subscriber() -> Any:
     )
 
 
-def _row(d: Digest, email: str, timezone: str = "UTC", send_hour: int = 0) -> DigestRow:
+def _row(found: Row[tuple[Digest, str, str, int]]) -> DigestRow:
+    """A digest with its subscriber's columns, read by name (``_with_subscriber``)."""
     return DIGEST.of(
-        d,
-        subscriber_email=email,
-        subscriber_timezone=stored_zone(timezone),
-        subscriber_send_hour=stored_hour(send_hour),
+        found.Digest,
+        subscriber_email=found.email,
+        subscriber_timezone=stored_zone(found.timezone),
+        subscriber_send_hour=stored_hour(found.send_hour),
     )
 
 
 def get_digest(session: Session, digest_id: int) -> DigestRow | None:
     found = session.execute(_with_subscriber().where(Digest.id == digest_id)).first()
-    return _row(*found) if found else None
+    return _row(found) if found else None
 
 
 def get_digests(session: Session, digest_ids: Sequence[int]) -> list[DigestRow]:
     """The digests that exist among *digest_ids*, in that order."""
     found: dict[int, DigestRow] = {}
     for part in chunks(list(digest_ids)):
-        found.update((row[0].id, _row(*row)) for row in session.execute(_with_subscriber().where(Digest.id.in_(part))))
+        found.update(
+            (row.Digest.id, _row(row)) for row in session.execute(_with_subscriber().where(Digest.id.in_(part)))
+        )
     return [found[i] for i in digest_ids if i in found]
 
 
@@ -104,7 +107,7 @@ def list_digests(
     query = query.order_by(Digest.id.desc())
     if limit is not None:
         query = query.limit(limit)
-    rows = [_row(*row) for row in session.execute(query)]
+    rows = [_row(row) for row in session.execute(query)]
     filled = [r.id for r in rows if r.nothing_at is not None and r.state is not DigestState.EMPTY]
     arrived = _arrivals(session, filled) if filled else {}
     return [replace(r, arrived=arrived[r.id]) if r.id in arrived else r for r in rows]

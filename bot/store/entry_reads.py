@@ -144,13 +144,16 @@ class AppearanceView:
     ingested_at: datetime
 
 
+APPEARANCE = RowShape(AppearanceView)
+
+
 def appearances_of(session: Session, entry_id: int) -> list[AppearanceView]:
     rows = session.execute(
         select(
             AppearanceRow.source_id,
             Source.path,
             AppearanceRow.position,
-            func.coalesce(AppearanceRow.summary, Entry.summary),
+            func.coalesce(AppearanceRow.summary, Entry.summary).label("summary"),
             Source.ingested_at,
         )
         .join(Source, Source.id == AppearanceRow.source_id)
@@ -158,7 +161,7 @@ def appearances_of(session: Session, entry_id: int) -> list[AppearanceView]:
         .where(AppearanceRow.entry_id == entry_id)
         .order_by(Source.ingested_at, Source.id)
     )
-    return [AppearanceView(*row) for row in rows]
+    return [APPEARANCE.of(row) for row in rows]
 
 
 def tag_origins_of(session: Session, entry_id: int) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from bot.domain import SubscriberStatus
 from bot.store.base import UTCDateTime
 from bot.store.derived_tables import PlanningSlice
+from bot.store.row_shapes import RowShape
 from bot.store.schema import SubscriberRow
 
 
@@ -29,6 +30,9 @@ class SliceTaken:
     pass_at: datetime
     first_id: int
     last_id: int
+
+
+SLICE = RowShape(SliceTaken, columns={"slice_id": "id"})
 
 
 def open_slices(session: Session, now: datetime, size: int, *, fresh_after: datetime) -> bool:
@@ -68,7 +72,7 @@ def take_slice(connection: Connection, *, fresh_after: datetime) -> SliceTaken |
     if row is None:
         connection.rollback()
         return None
-    return SliceTaken(*row)
+    return SLICE.of(row)
 
 
 def finish_slice(connection: Connection, taken: SliceTaken, *, now: datetime, by: str) -> None:

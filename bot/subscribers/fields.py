@@ -54,7 +54,7 @@ def clean_name(raw: str) -> str:
         raise SubscriberInputError(
             "name: contains control characters or noncharacters (line breaks included, RFC 2047 encoded or not)"
         )
-    # A name goes into the To header: stored as what a mail reader would show,
+    # A name goes into the To header: stored as what a mail client would show,
     # never as encoded words.
     name = header_text(raw)
     if len(name) > 200:

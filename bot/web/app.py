@@ -51,11 +51,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        site.readers.start()
+        site.by_token.start()
         try:
             yield
         finally:
-            await site.readers.stop()
+            await site.by_token.stop()
 
     app = Starlette(lifespan=lifespan, routes=routes(site), exception_handlers=site.pages.error_handlers())
     # "/u/TOKEN/" must not answer with a redirect built from the Host header: every

@@ -1,6 +1,6 @@
 """Subscriber endpoint: a reader's own Atom feed, ``/f/TOKEN.atom``.
 
-One feed entry per paper their recent digests carried (a feed reader lists, marks
+One feed entry per paper their recent digests carried (a feed app lists, marks
 read and opens papers one by one; one entry per digest would be the mail again, as
 one long item), newest digest first, for the last ``FEED_DAYS`` days and at most
 ``FEED_ENTRIES`` papers.  Each entry's id names the paper, not the digest, so a
@@ -95,7 +95,7 @@ class Validators:
 
 
 def feed_title(title: str, key: str) -> str:
-    """An entry's title on one line, what XML 1.0 cannot carry left out (an XML reader
+    """An entry's title on one line, what XML 1.0 cannot carry left out (an XML parser
     would turn a carriage return into a line feed): its key when nothing is left."""
     for text in (title_text(title), key):
         line = " ".join(NOT_XML.sub("", text).split())
@@ -232,9 +232,9 @@ class FeedPage:
 
 
 def feed_name(list_name: str, subscriber: Subscriber) -> str:
-    """The feed's title: the list's name and whose papers they are (a feed reader lists
+    """The feed's title: the list's name and whose papers they are (a feed app lists
     many feeds; "your papers" named none of them)."""
-    if subscriber.name:  # never the address: a feed reader may sync its titles elsewhere
+    if subscriber.name:  # never the address: a feed app may sync its titles elsewhere
         return one_line(f"{list_name}: papers for {subscriber.name}")[:120]
     interests = [s.name for s in sections_of(subscriber.filter)] if filter_fault(subscriber.filter) is None else []
     about = ", ".join(interests) if interests else shown_filter(subscriber.filter)
@@ -251,7 +251,7 @@ def entry_time(item: DigestItem, sent_at: datetime) -> datetime:
 
 
 def feed_home(public: str, token: str, digests: list[FeedDigest]) -> str:
-    """What a feed reader opens as the feed's own page (newsboat's OPML export): the newest
+    """What a feed app opens as the feed's own page (newsboat's OPML export): the newest
     digest's web version, else the manage page."""
     newest = max(digests, key=lambda d: d.sent_at, default=None)
     if newest is None:

@@ -84,7 +84,7 @@ class ManagePage:
             told = await self.uploads.upload(request, subscriber)
             return told if isinstance(told, Response) else await self.page(request, subscriber, told)
         lists = posted(request)
-        if not await run_in_threadpool(site.readers.settle, subscriber):
+        if not await run_in_threadpool(site.by_token.settle, subscriber):
             return await self.page(request, subscriber, BUSY)
         return await self.act(request, subscriber, lists)
 
@@ -135,7 +135,7 @@ class ManagePage:
             )
         except StatusChangeRefused:
             return None
-        site.readers.settled(subscriber)
+        site.by_token.settled(subscriber)
         return changed
 
     async def change_settings(self, request: Request, subscriber: Subscriber, values: dict[str, list[str]]) -> Response:

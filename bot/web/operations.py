@@ -24,7 +24,7 @@ class OperatorPages:
     def __init__(self, site: Site) -> None:
         self.site = site
         self.metrics = Metrics(site.read_only, site.now)
-        self.metrics_readers = [ipaddress.ip_network(n, strict=False) for n in site.settings.metrics.allow_from]
+        self.metrics_clients = [ipaddress.ip_network(n, strict=False) for n in site.settings.metrics.allow_from]
 
     def routes(self) -> list[Route]:
         return [
@@ -40,7 +40,7 @@ class OperatorPages:
             address = ipaddress.ip_address(request.client.host if request.client else "")
         except ValueError:
             return self.site.pages.not_found()
-        if not any(address in network for network in self.metrics_readers):
+        if not any(address in network for network in self.metrics_clients):
             return self.site.pages.not_found()
         body = await run_in_threadpool(self.metrics.exposition)
         return Response(body, media_type=CONTENT_TYPE_LATEST)

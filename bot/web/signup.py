@@ -148,7 +148,7 @@ class SignupPages:
         token = request.path_params["token"]
         state, subscriber = await run_in_threadpool(check_confirmation, self.factory, self.key, token, self.now())
         if state is Confirmation.UNKNOWN or subscriber is None:
-            self.site.readers.miss(request)
+            self.site.by_token.miss(request)
             return self.site.pages.not_found()
         if request.method in ("GET", "HEAD") or state is not Confirmation.CONFIRMED:
             return self._confirm_page(state, subscriber, token)

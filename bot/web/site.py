@@ -2,7 +2,7 @@
 
 ``Site`` holds the settings, the store (a writer and a read-only one that never waits for
 the write lock), the signing key, the clock, the page templates (``bot.web.pages``),
-the readers by token (``bot.web.readers``) and the tag menu.  A page module is a class
+the readers by token (``bot.web.token_subscribers``) and the tag menu.  A page module is a class
 made from a ``Site`` that lists its own routes; a handler under a token is wrapped
 by ``with_reader``, which looks the token up, spends the client's miss budget and
 answers 404 for a token that names nobody, and hands the handler the reader.
@@ -28,8 +28,8 @@ from bot.unsubscribes import journal_of, read_only_sessions
 from bot.web.limits import MissBudget
 from bot.web.lookups import TokenLookups
 from bot.web.pages import Pages
-from bot.web.readers import Readers
 from bot.web.tag_menu import TagMenu
+from bot.web.token_subscribers import TokenSubscribers
 from bot.web.unsubscribe_journaling import Acknowledger
 
 
@@ -44,7 +44,7 @@ class Site:
     key: bytes
     now: Callable[[], datetime]
     pages: Pages
-    readers: Readers
+    by_token: TokenSubscribers
     tag_menu: TagMenu
 
 
@@ -52,12 +52,12 @@ def open_site(loaded: Parts, factory: sessionmaker[Session], now: Callable[[], d
     settings, key = loaded.settings, loaded.key
     read_only = read_only_sessions(factory)
     web = settings.web
-    readers = Readers(
+    by_token = TokenSubscribers(
         TokenLookups(read_only, key),
         MissBudget(web.misses_per_second, web.misses_burst),
         Acknowledger(journal_of(factory), factory, now),
     )
-    return Site(settings, loaded, factory, read_only, key, now, Pages(settings, key), readers, TagMenu(read_only))
+    return Site(settings, loaded, factory, read_only, key, now, Pages(settings, key), by_token, TagMenu(read_only))
 
 
 class HasSite(Protocol):
@@ -74,7 +74,7 @@ def with_reader(handler: ReaderHandler[PageT]) -> Callable[[PageT, Request], Awa
 
     @functools.wraps(handler)
     async def answered(page: PageT, request: Request) -> Response:
-        subscriber = await page.site.readers.of(request)
+        subscriber = await page.site.by_token.of(request)
         if subscriber is None:
             return page.site.pages.not_found()
         return await handler(page, request, subscriber)

@@ -45,7 +45,7 @@ class UnsubscribePage:
         if (after := after_unsubscribe(subscriber.status)) is not None:
             # Answered once durable in the journal; applied to the store in the background.
             try:
-                await self.site.readers.acks.acknowledge(subscriber.id)
+                await self.site.by_token.acks.acknowledge(subscriber.id)
             except NotJournaled:
                 # Nothing is acknowledged that is not journaled; the mail provider or the person tries again.
                 retry = {"Retry-After": "60"}

@@ -1,4 +1,4 @@
-"""Fetch a feed URL: a conditional GET (ETag/Last-Modified) through the bounded reader.
+"""Fetch a feed URL: a conditional GET (ETag/Last-Modified) through the bounded HTTP client.
 
 The only module of the sources stage that does network I/O; it returns bytes and
 validators and never parses or stores anything.  A feed may move (redirects followed,
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from bot.bounded_http import NOT_A_URL, TIMEOUT, TOO_LONG, BoundedHttp, HttpFailure, HttpLimits
 from bot.domain.text import shown_url
-from bot.http_reader import NOT_A_URL, TIMEOUT, TOO_LONG, HttpFailure, HttpLimits, HttpReader
 
 FEED_REDIRECTS = 5
 ACCEPT = "application/rss+xml, application/atom+xml, application/feed+json, application/xml;q=0.9, */*;q=0.5"
@@ -31,9 +31,9 @@ class Fetched:
     last_modified: str | None = None
 
 
-def feed_reader() -> HttpReader:
-    """The reader a round of feed fetches shares (its connections kept between feeds)."""
-    return HttpReader(redirects=FEED_REDIRECTS, decoded=True, proxies_from_env=True)
+def feed_http() -> BoundedHttp:
+    """The client a round of feed fetches shares (its connections kept between feeds)."""
+    return BoundedHttp(redirects=FEED_REDIRECTS, decoded=True, proxies_from_env=True)
 
 
 def fetch(
@@ -43,7 +43,7 @@ def fetch(
     last_modified: str | None,
     timeout: float,
     max_bytes: int,
-    reader: HttpReader,
+    http: BoundedHttp,
 ) -> Fetched:
     headers = {"Accept": ACCEPT}
     if etag:
@@ -61,7 +61,7 @@ def fetch(
 
     limits = HttpLimits(connect_seconds=timeout, answer_seconds=timeout, max_bytes=max_bytes)
     try:
-        answer = reader.request("GET", url, limits=limits, headers=headers, before_body=changed)
+        answer = http.request("GET", url, limits=limits, headers=headers, before_body=changed)
     except HttpFailure as failure:
         raise FetchError(f"{shown}: {_worded(failure, timeout, max_bytes)}") from None
     if answer.status == 304:

@@ -1,8 +1,8 @@
-"""Reading outside bytes over HTTP: one request to a server digestbot does not run,
+"""Outside bytes over HTTP: one request to a server digestbot does not run,
 bounded in time, in size and in redirects.
 
-Every request to an outside server (a feed, a model, a ranker, a reader's Zotero
-library, a chat room) goes through ``HttpReader.request``, so each has a connect
+Every request to an outside server (a feed, a model, a ranker, a subscriber's Zotero
+library, a chat room) goes through ``BoundedHttp.request``, so each has a connect
 timeout, a deadline for its whole answer (checked while the bytes arrive: a server
 that dribbles a byte a second is cut off too, where httpx's timeout bounds each read
 only), a byte cap (a declared length over it refused before any byte is read) and
@@ -72,14 +72,14 @@ def _read_all(status: int, headers: Mapping[str, str]) -> bool:
     return True
 
 
-class HttpReader:
+class BoundedHttp:
     """One client's requests: its connections kept between them (one TLS set-up), safe
     to use from several threads.
 
     *redirects* is how many a request may follow (0: a redirect is the answer, for the
     caller to refuse); *decoded* lets the server compress its answer (a feed) where the
     callers that ask for none refuse one that comes compressed; *proxies_from_env*
-    honours ``HTTPS_PROXY`` and the like, as a feed reader does."""
+    honours ``HTTPS_PROXY`` and the like, as a feed app does."""
 
     def __init__(
         self,
@@ -96,7 +96,7 @@ class HttpReader:
         self._client: httpx.Client | None = None
         self._lock = threading.Lock()
 
-    def __enter__(self) -> HttpReader:
+    def __enter__(self) -> BoundedHttp:
         return self
 
     def __exit__(self, *_: object) -> None:

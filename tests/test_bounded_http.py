@@ -1,4 +1,4 @@
-"""The bounded reader of outside bytes (bot.http_reader), against a real HTTP server on
+"""The bounded reader of outside bytes (bot.bounded_http), against a real HTTP server on
 127.0.0.1: a deadline for the whole answer, a byte cap, redirects only where the
 caller allows them, compression only where it asked for it, a URL's secret never in a
 failure's line; and every client of an outside server goes through it."""
@@ -14,16 +14,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bot.http_reader import (
+from bot.bounded_http import (
     BROKEN,
     COMPRESSED,
     NOT_A_URL,
     TIMEOUT,
     TOO_LONG,
     UNREACHABLE,
+    BoundedHttp,
     HttpFailure,
     HttpLimits,
-    HttpReader,
 )
 from tests.conftest import ROOT
 
@@ -85,7 +85,7 @@ def server() -> Iterator[str]:
         httpd.server_close()
 
 
-def failure_of(reader: HttpReader, url: str, limits: HttpLimits = QUICK) -> HttpFailure:
+def failure_of(reader: BoundedHttp, url: str, limits: HttpLimits = QUICK) -> HttpFailure:
     with pytest.raises(HttpFailure) as raised:
         reader.request("GET", url, limits=limits)
     assert "\n" not in str(raised.value)
@@ -93,14 +93,14 @@ def failure_of(reader: HttpReader, url: str, limits: HttpLimits = QUICK) -> Http
 
 
 def test_an_answer_is_read_whole_with_our_name_on_the_request(server: str) -> None:
-    with HttpReader() as reader:
+    with BoundedHttp() as reader:
         answer = reader.request("GET", f"{server}/ok", limits=QUICK)
     assert (answer.status, answer.body) == (200, b"fine")
     assert answer.headers["X-Agent"].startswith("digestbot/")
 
 
 def test_a_redirect_is_the_answer_unless_the_caller_allows_it(server: str) -> None:
-    with HttpReader() as strict, HttpReader(redirects=5) as feeds:
+    with BoundedHttp() as strict, BoundedHttp(redirects=5) as feeds:
         assert strict.request("GET", f"{server}/moved", limits=QUICK).status == 302
         assert feeds.request("GET", f"{server}/moved", limits=QUICK).body == b"fine"
         assert failure_of(feeds, f"{server}/loop").kind == BROKEN
@@ -108,7 +108,7 @@ def test_a_redirect_is_the_answer_unless_the_caller_allows_it(server: str) -> No
 
 def test_a_dribbling_server_is_cut_off_at_the_whole_answers_deadline(server: str) -> None:
     began = time.monotonic()
-    with HttpReader() as reader:
+    with BoundedHttp() as reader:
         failure = failure_of(reader, f"{server}/dribble")
     assert failure.kind == TIMEOUT and "no whole answer within 1 s" in str(failure)
     assert time.monotonic() - began < 5  # each byte came in 0.1 s: only the whole deadline stops it
@@ -116,13 +116,13 @@ def test_a_dribbling_server_is_cut_off_at_the_whole_answers_deadline(server: str
 
 @pytest.mark.parametrize("path", ["/big", "/big-undeclared"])
 def test_an_answer_over_the_cap_is_refused(server: str, path: str) -> None:
-    with HttpReader() as reader:
+    with BoundedHttp() as reader:
         failure = failure_of(reader, server + path)
     assert failure.kind == TOO_LONG and "10,000" in str(failure)
 
 
 def test_compression_is_taken_only_where_the_caller_asked_for_it(server: str) -> None:
-    with HttpReader() as api, HttpReader(decoded=True) as feeds:
+    with BoundedHttp() as api, BoundedHttp(decoded=True) as feeds:
         assert failure_of(api, f"{server}/gzip").kind == COMPRESSED
         assert feeds.request("GET", f"{server}/gzip", limits=QUICK).body == b"packed"
 
@@ -134,20 +134,20 @@ def test_the_caller_sees_status_and_headers_before_the_body(server: str) -> None
         seen.append(status)
         return status == 200
 
-    with HttpReader() as reader:
+    with BoundedHttp() as reader:
         answer = reader.request("GET", f"{server}/not-modified", limits=QUICK, before_body=look)
     assert (seen, answer.status, answer.body) == ([304], 304, b"")
 
 
 def test_a_url_nothing_listens_at_may_be_tried_again_and_hides_its_password() -> None:
-    with HttpReader() as reader:
+    with BoundedHttp() as reader:
         failure = failure_of(reader, "http://someone:hunter2@127.0.0.1:1/feed")
     assert failure.kind == UNREACHABLE and "hunter2" not in str(failure)
 
 
 @pytest.mark.parametrize("url", ["http://[::1/", "http://127.0.0.1:99999/", "not a url", "ftp://127.0.0.1/"])
 def test_a_url_no_request_can_go_to_is_one_line(url: str) -> None:
-    with HttpReader() as reader:
+    with BoundedHttp() as reader:
         assert failure_of(reader, url).kind in (NOT_A_URL, BROKEN, UNREACHABLE)
 
 
@@ -156,7 +156,7 @@ def test_no_module_but_the_reader_opens_an_http_client() -> None:
     an httpx client or request of its own."""
     opened = []
     for path in sorted((ROOT / "bot").rglob("*.py")):
-        if path.name == "http_reader.py":
+        if path.name == "bounded_http.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (

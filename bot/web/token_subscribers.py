@@ -25,8 +25,8 @@ from bot.web.lookups import TokenLookups
 from bot.web.unsubscribe_journaling import Acknowledger
 
 
-class Readers:
-    """Readers by the token in a request's path, with the unsubscribes this process acknowledged."""
+class TokenSubscribers:
+    """TokenSubscribers by the token in a request's path, with the unsubscribes this process acknowledged."""
 
     def __init__(self, lookups: TokenLookups, misses: MissBudget, acks: Acknowledger) -> None:
         self.lookups, self.misses, self.acks = lookups, misses, acks

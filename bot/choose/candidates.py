@@ -13,7 +13,7 @@ from functools import cached_property
 
 from bot.choose.filter_terms import Expr
 from bot.choose.matching import Explanation, FilterInput, explain
-from bot.choose.standing_ranking import Match, Ordered, micros
+from bot.choose.standing_ranking import Ordered, micros, order_of, weight_of
 from bot.choose.tagging import TagRules, nfkc
 from bot.domain import EntryKind, EntryView, Subscriber, match_text
 from bot.domain.identity import is_repo_name
@@ -75,7 +75,7 @@ def explain_entry(expr: Expr, entry: EntryView, rules: TagRules, liked: bool = F
 
 def _order(candidate: Candidate) -> tuple[int, int, int]:
     entry = candidate.entry
-    return Match.of(entry.id, entry.first_seen_at, entry.content.published, candidate.explanation).order()
+    return order_of(entry.id, micros(entry.first_seen_at), weight_of(candidate.explanation, entry.content.published))
 
 
 class Ranked(list[Candidate]):
@@ -92,7 +92,7 @@ class Ranked(list[Candidate]):
 
 
 def rank(candidates: Iterable[Candidate]) -> Ranked:
-    """*candidates* in the one ranking order (``standing_ranking.Match.order``)."""
+    """*candidates* in the one ranking order (``standing_ranking.order_of``)."""
     return Ranked(sorted(candidates, key=_order))
 
 

@@ -2,7 +2,7 @@
 digest makes of them, and a filter's standing ranking, kept from one planning pass to
 the next.
 
-The order (``Match.order``): higher score, more matched atoms, newer published date,
+The order (``order_of``, of ``weight_of``): higher score, more matched atoms, newer published date,
 newer first seen, then the lower id.  The pick (``Ordered.pick``): the first *count*
 not excluded, how many are left and when the oldest of those was first seen.  Every
 ranking, a window's made afresh (``candidates.rank``, ``candidates.pick``) or a kept
@@ -36,9 +36,12 @@ _HITS_SHIFT, _SCORE_SHIFT = 24, 40
 _MOST_HITS, _MOST_SCORE = 2**16 - 1, 2**22 - 1
 
 
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def micros(moment: datetime) -> int:
     """*moment* as whole microseconds since the epoch: exact, and ordered as the moment."""
-    return (moment - _EPOCH) // timedelta(microseconds=1)
+    return (moment - _EPOCH) // _MICROSECOND
 
 
 def moment(value: int) -> datetime:
@@ -56,14 +59,23 @@ class Match:
 
     @classmethod
     def of(cls, entry_id: int, first_seen_at: datetime, published: date | None, explanation: Explanation) -> Match:
-        score = min(max(explanation.score, 0), _MOST_SCORE)
-        hits = min(len(explanation.hits), _MOST_HITS)
-        day = published.toordinal() if published else 0
-        return cls(entry_id, micros(first_seen_at), score << _SCORE_SHIFT | hits << _HITS_SHIFT | day)
+        return cls(entry_id, micros(first_seen_at), weight_of(explanation, published))
 
     def order(self) -> tuple[int, int, int]:
-        """The ranking order's key: heavier first, then newer first seen, then the lower id."""
-        return (-self.weight, -self.first_seen_us, self.entry_id)
+        return order_of(self.entry_id, self.first_seen_us, self.weight)
+
+
+def weight_of(explanation: Explanation, published: date | None) -> int:
+    """A match's score, then matched atoms, then published date, in one number."""
+    score = min(max(explanation.score, 0), _MOST_SCORE)
+    hits = min(len(explanation.hits), _MOST_HITS)
+    day = published.toordinal() if published else 0
+    return score << _SCORE_SHIFT | hits << _HITS_SHIFT | day
+
+
+def order_of(entry_id: int, first_seen_us: int, weight: int) -> tuple[int, int, int]:
+    """The ranking order's key: heavier first, then newer first seen, then the lower id."""
+    return (-weight, -first_seen_us, entry_id)
 
 
 class _Orders:

@@ -93,7 +93,8 @@ def choose_batch(session: Session, run: PlanningPass, due: list[tuple[Subscriber
     fast = run.standings.choose(session, shared)
     slow = [(s, d) for s, d in due if s.id not in fast]
     claimed = claimed_in_windows(session, slow, starts, run.cache, now)
-    _rank_widest_first(session, run, slow, starts)
+    _rank_widest_first(session, run, [(s, d) for s, d in slow if s.id in models], starts)
+    run.standings.widen(session, [(s.filter, effective_start(s, starts[s.id])) for s, _ in slow if s.id not in models])
     batch = Batch()
     sectioner = Sectioner(run.cache, run.rules)
     for subscriber, day in due:
@@ -161,10 +162,12 @@ def _long_way(
     taste: ReaderTaste | None,
     liked: frozenset[int] | None,
 ) -> Picked:
-    """What a reader gets from a ranking of their whole window: theirs alone (their
-    model reorders it, or their filter names ``liked``), or one that no standing ranking
-    spans (``bot.plan.standings``)."""
+    """What a reader gets from a ranking of their whole window: one that no kept ranking
+    spans, made from empty as a kept one is (``Standings.from_empty``), or theirs alone
+    (their model reorders it, or their filter names ``liked``)."""
     window_start = effective_start(subscriber, start)
+    if taste is None and liked is None:
+        return run.standings.from_empty(session, subscriber.filter, window_start, exclude)
     ranked = run.cache.ranked(session, subscriber.filter, window_start, run.now, run.rules, liked)
     if taste is not None:
         placing = sectioner.interest_of(subscriber.filter, liked)

@@ -25,6 +25,7 @@ from bot.domain import DigestKind, DigestState, Subscriber
 from bot.domain.links import primary_url
 from bot.plan.cadence import mails
 from bot.plan.days import DayStep, closes_at, day_step, waits_for_dump
+from bot.plan.fresh_rankings import FreshRankings
 from bot.plan.report import PlanReport
 from bot.plan.retention import kept_since
 from bot.plan.sections import Sectioner
@@ -59,11 +60,12 @@ class PlanningPass:
     taste: TastePass | None = None  # the subscribers' models, when any has one
     challenger: Challenger | None = None  # an outside ranker, when one is configured
     standings: Standings = field(init=False)
+    fresh: FreshRankings = field(init=False)
 
     def __post_init__(self) -> None:
-        self.standings = Standings(
-            self.cache, self.rules, self.now, self.settings.digest.max_age_days, self.settings.digest.max_entries
-        )
+        digest = self.settings.digest
+        self.standings = Standings(self.cache, self.rules, self.now, digest.max_age_days, digest.max_entries)
+        self.fresh = FreshRankings(self.cache, self.rules, self.now, digest.max_entries, self.standings.memory.views)
 
 
 def planned_key(subscriber: Subscriber, rules: TagRules) -> str:
@@ -88,13 +90,7 @@ def choose_batch(session: Session, run: PlanningPass, due: list[tuple[Subscriber
     oldest = now - timedelta(days=settings.digest.max_age_days)
     starts, marked = window_starts(session, due, keys, oldest, kept_since(settings, now))
     models = _models(session, run, due)
-    shared = [(s.id, s.filter, effective_start(s, starts[s.id])) for s, _ in due if s.id not in models]
-    run.standings.prepare(session, [text for _, text, _ in shared])
-    fast = run.standings.choose(session, shared)
-    slow = [(s, d) for s, d in due if s.id not in fast]
-    claimed = claimed_in_windows(session, slow, starts, run.cache, now)
-    _rank_widest_first(session, run, [(s, d) for s, d in slow if s.id in models], starts)
-    run.standings.widen(session, [(s.filter, effective_start(s, starts[s.id])) for s, _ in slow if s.id not in models])
+    fast, claimed = _rankings_ready(session, run, due, starts, models)
     batch = Batch()
     sectioner = Sectioner(run.cache, run.rules)
     for subscriber, day in due:
@@ -130,6 +126,26 @@ def choose_batch(session: Session, run: PlanningPass, due: list[tuple[Subscriber
     return batch
 
 
+def _rankings_ready(
+    session: Session,
+    run: PlanningPass,
+    due: list[tuple[Subscriber, date]],
+    starts: dict[int, datetime],
+    models: dict[int, Model],
+) -> tuple[dict[int, Picked], dict[int, set[int]]]:
+    """The picks the kept rankings make for the readers they serve; for the others,
+    what they were sent in their windows, with their rankings made (from empty, or
+    their own to be reordered by their model)."""
+    shared = [(s.id, s.filter, effective_start(s, starts[s.id])) for s, _ in due if s.id not in models]
+    run.standings.prepare(session, [text for _, text, _ in shared])
+    fast = run.standings.choose(session, shared)
+    slow = [(s, d) for s, d in due if s.id not in fast]
+    claimed = claimed_in_windows(session, slow, starts, run.cache, run.now)
+    _rank_widest_first(session, run, [(s, d) for s, d in slow if s.id in models], starts)
+    run.fresh.widen(session, [(s.filter, effective_start(s, starts[s.id])) for s, _ in slow if s.id not in models])
+    return fast, claimed
+
+
 def _mark(
     batch: Batch, subscriber_id: int, mark: tuple[datetime, str], marked: dict[int, tuple[datetime, str]]
 ) -> None:
@@ -163,11 +179,11 @@ def _long_way(
     liked: frozenset[int] | None,
 ) -> Picked:
     """What a reader gets from a ranking of their whole window: one that no kept ranking
-    spans, made from empty as a kept one is (``Standings.from_empty``), or theirs alone
+    spans, made from empty as a kept one is (``bot.plan.fresh_rankings``), or theirs alone
     (their model reorders it, or their filter names ``liked``)."""
     window_start = effective_start(subscriber, start)
     if taste is None and liked is None:
-        return run.standings.from_empty(session, subscriber.filter, window_start, exclude)
+        return run.fresh.pick(session, subscriber.filter, window_start, exclude)
     ranked = run.cache.ranked(session, subscriber.filter, window_start, run.now, run.rules, liked)
     if taste is not None:
         placing = sectioner.interest_of(subscriber.filter, liked)

@@ -10,7 +10,7 @@ seen or listed again since the ranking was made, and readers whose digests share
 same bodies (the readers of one filter planned on the same days) share what they were
 sent and what they get.  A reader whose window starts before the kept ranking's span
 (new, their filter changed) gets the same filter's ranking of their window made from
-empty (``from_empty``: as a kept one is made, not kept), so every reader of a filter is
+empty (``bot.plan.fresh_rankings``: as a kept one is made, not kept), so every reader of a filter is
 planned one way: one order and one pick (``bot.choose.standing_ranking``), a ranking
 kept or made afresh; ``tests/test_standing.py`` plans a seeded month both ways, digest
 for digest.  Only a reader whose ranking is their own (a model reorders it, a filter
@@ -21,19 +21,16 @@ renders, never sends; writes only rankings.
 from __future__ import annotations
 
 import hashlib
-import sys
-from collections.abc import Sequence, Set
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
-from itertools import compress
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.choose.candidates import Candidate, Picked
 from bot.choose.filters import uses_liked
-from bot.choose.matching import Explanation
 from bot.choose.select import SelectionCache
-from bot.choose.standing_ranking import Match, Ordered, Standing, StandingPick, micros
+from bot.choose.standing_ranking import Match, Standing, StandingPick, micros
 from bot.choose.tagging import TagRules
 from bot.domain import EntryView
 from bot.plan.windows import WATERMARK_MARGIN
@@ -123,11 +120,6 @@ class Standings:
     picks: dict[tuple[str, datetime | None, frozenset[str]], Picked | None] = field(default_factory=dict)
     unsaved: list[StoredRanking] = field(default_factory=list)
     earliest: dict[str, datetime] = field(default_factory=dict)  # filter -> its readers' earliest watermark
-    # Made from empty this pass: per filter, its ranking over the widest window asked for
-    # (and where that starts); per (filter, window start), the part of it a pick reads.
-    unkept: dict[str, tuple[datetime | None, Standing]] = field(default_factory=dict)
-    unkept_windows: dict[tuple[str, datetime | None], Ordered] = field(default_factory=dict)
-    unkept_picks: dict[tuple[str, datetime | None], Picked] = field(default_factory=dict)  # nothing excluded
 
     @property
     def memory(self) -> StandingMemory:
@@ -181,7 +173,7 @@ class Standings:
         """Where the filter's ranking starts this pass: at midnight before the earliest
         window its readers' watermarks open (readers who keep up need days, not a month),
         never before ``span_start``.  A reader whose window starts earlier (new, or whose
-        filter changed) gets a ranking made from empty (``from_empty``)."""
+        filter changed) gets a ranking made from empty (``bot.plan.fresh_rankings``)."""
         floor = span_start(self.now, self.max_age_days)
         mark = self.earliest.get(text)
         if mark is None:
@@ -218,65 +210,8 @@ class Standings:
         """``save`` in the caller's transaction; the caller clears ``unsaved`` once it commits."""
         store_rankings(session, self.unsaved)
 
-    def widen(self, session: Session, windows: Sequence[tuple[str, datetime | None]]) -> None:
-        """Make each filter's ranking from empty over the widest of *windows* (filter,
-        start) first: the narrower ones of this pass are parts of it, not rankings of
-        their own."""
-        widest: dict[str, datetime | None] = {}
-        for text, start in windows:
-            if text not in widest:
-                widest[text] = start
-            elif (known := widest[text]) is not None:
-                widest[text] = None if start is None else min(known, start)
-        for text, start in widest.items():
-            if not uses_liked(text):
-                self._unkept(session, text, start)
-
-    def from_empty(self, session: Session, text: str, start: datetime | None, exclude: Set[int]) -> Picked:
-        """What a reader whose window no kept ranking spans gets (a new reader, a filter
-        changed, a pass earlier than the kept one): the filter's ranking of their window
-        made from empty, as a kept one is made, and picked from as a kept one is.  Kept
-        for this pass only (readers who start together share it), never stored."""
-        if not exclude and (known := self.unkept_picks.get((text, start))) is not None:
-            return known  # readers who start together with nothing sent yet: one pick
-        ordered = self.unkept_windows.get((text, start))
-        if ordered is None:
-            standing = self._unkept(session, text, start)
-            since = -sys.maxsize if start is None else micros(start)
-            keep = [seen >= since for seen in standing.seen]
-            ordered = Ordered(list(compress(standing.ids, keep)), list(compress(standing.seen, keep)))
-            self.unkept_windows[(text, start)] = ordered
-        raw = ordered.pick(None, exclude, self.count)
-        views = self.memory.views
-        absent = set(raw.chosen) - views.keys()
-        if absent:  # the entries it was ranked from (not read again)
-            widest = self.unkept[text][0]
-            views.update((e.id, e) for e in self.cache.entries(session, widest, self.now) if e.id in absent)
-        chosen = [Candidate(views[i], explained) for i in raw.chosen if (explained := self._verdict(text, views[i]))]
-        picked = Picked(chosen, raw.left, raw.oldest_left)
-        if not exclude:
-            self.unkept_picks[(text, start)] = picked
-        return picked
-
-    def _unkept(self, session: Session, text: str, start: datetime | None) -> Standing:
-        known = self.unkept.get(text)
-        if known is not None and (known[0] is None or (start is not None and known[0] <= start)):
-            return known[1]
-        standing = self._made(session, text, start)
-        self.unkept[text] = (start, standing)
-        return standing
-
-    def _verdict(self, text: str, entry: EntryView) -> Explanation | None:
-        return self.cache.verdict(text, entry, self.rules)
-
-    def _made(self, session: Session, text: str, covers_from: datetime | None) -> Standing:
-        """The filter's ranking of the whole span, every entry weighed (or its verdict kept)."""
-        entries = self.cache.entries(session, covers_from, self.now)
-        return Standing(
-            Match.of(e.id, e.first_seen_at, e.content.published, x)
-            for e in entries
-            if (x := self.cache.verdict(text, e, self.rules)) is not None
-        )
+    def _made(self, session: Session, text: str, covers_from: datetime) -> Standing:
+        return made_from_empty(session, self.cache, self.rules, text, covers_from, self.now)
 
     def _update(
         self,
@@ -319,7 +254,7 @@ class Standings:
     def choose(self, session: Session, readers: Sequence[tuple[int, str, datetime | None]]) -> dict[int, Picked]:
         """What each reader of *readers* (subscriber id, filter, window start) gets, for
         those whose filter's ranking is ready and spans their window; the others are
-        left out, for ``from_empty``."""
+        left out, for ``bot.plan.fresh_rankings``."""
         served = [
             (sid, text, start)
             for sid, text, start in readers
@@ -375,3 +310,17 @@ def reader_groups(
         groups.update((sid, group) for sid in subscriber_ids)
     read_bodies(session, {key for keys in set(groups.values()) for key in keys}, bodies)
     return groups
+
+
+def made_from_empty(
+    session: Session, cache: SelectionCache, rules: TagRules, text: str, covers_from: datetime | None, now: datetime
+) -> Standing:
+    """The filter's ranking of the entries first seen from *covers_from* to *now*, every
+    entry weighed (or its verdict kept): how a kept ranking is first made, and a window
+    no kept ranking spans (``bot.plan.fresh_rankings``)."""
+    entries = cache.entries(session, covers_from, now)
+    return Standing(
+        Match.of(e.id, e.first_seen_at, e.content.published, x)
+        for e in entries
+        if (x := cache.verdict(text, e, rules)) is not None
+    )

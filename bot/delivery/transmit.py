@@ -78,7 +78,7 @@ async def transmit(
     have CRLF line ends already, so here DATA gets the message dot-stuffed
     with one ``bytes.replace``, written under aiosmtplib's own command lock
     exactly as its ``execute_data_command`` writes it (a spliced message comes
-    ``Prepared`` already; any other is made so).  An aiosmtplib whose protocol
+    ``SmtpData`` already; any other is made so).  An aiosmtplib whose protocol
     looks different goes through ``sendmail``, where the final dot cannot be told
     apart: any failure without a reply there is unknown.  tests/test_deliver.py checks
     the fast way is the one taken."""

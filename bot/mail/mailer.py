@@ -143,7 +143,7 @@ class Mailer:
     ) -> list[BuiltMessage]:
         """Messages for a batch of digests, same bytes as ``message_bytes`` (apart
         from Date): bodies shared by several subscribers are rendered once.
-        *for_wire*: spliced messages come ``Prepared`` for DATA (what delivery sends)."""
+        *for_wire*: spliced messages come ``SmtpData`` for DATA (what delivery sends)."""
         return self.build_loaded(self.load(session, rows), now, for_wire=for_wire)
 
     def load(self, session: Session, rows: Sequence[DigestRow]) -> list[tuple[DigestRow, DigestContent, str | None]]:

@@ -1,6 +1,6 @@
 """Message stage, fast path: the places a subscriber's own values go.
 
-What ``splice`` needs to know about one hole: the subscriber's values (``Personal``),
+What ``splice`` needs to know about one hole: the subscriber's values (``RecipientValues``),
 whether the templates only print them (checked on their syntax tree), and how a
 line holding a token is encoded once per token length and filled per subscriber.
 Never renders a digest, never reads the store, never sends.

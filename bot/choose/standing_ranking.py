@@ -118,23 +118,26 @@ class Ordered:
         many more are left and the oldest of those.  A pick of the whole ranking reads as
         many as it takes and the excluded ones, not the whole ranking (a reader with weeks
         of left-overs has thousands); one since *start* reads it once."""
-        start_us = -sys.maxsize if start is None else micros(start)
-        chosen: list[int] = []
-        at = 0
-        for at, (entry_id, seen) in enumerate(zip(self.ids, self.seen, strict=True)):  # noqa: B007
-            if len(chosen) == count:
-                break
-            if seen >= start_us and entry_id not in exclude:
-                chosen.append(entry_id)
-        else:
-            at = len(self.ids)
         if start is None:
+            chosen: list[int] = []
+            for entry_id in self.ids:
+                if len(chosen) == count:
+                    break
+                if entry_id not in exclude:
+                    chosen.append(entry_id)
             return self._rest_of_whole(chosen, exclude)
+        start_us = micros(start)
+        chosen = []
         left, oldest = 0, sys.maxsize
-        for entry_id, seen in zip(self.ids[at:], self.seen[at:], strict=True):
-            if seen >= start_us and entry_id not in exclude:
-                left += 1
-                oldest = min(oldest, seen)
+        for entry_id, seen in zip(self.ids, self.seen, strict=True):
+            if seen < start_us or entry_id in exclude:
+                continue
+            if len(chosen) < count:
+                chosen.append(entry_id)
+                continue
+            left += 1
+            if seen < oldest:
+                oldest = seen
         return StandingPick(tuple(chosen), left, moment(oldest) if left else None)
 
     def _rest_of_whole(self, chosen: list[int], exclude: Set[int]) -> StandingPick:

@@ -64,6 +64,45 @@ def test_a_batch_waiting_behind_a_slow_relay_is_sent_once(factory: sessionmaker[
     assert states == {DigestState.SENT.value: 60}
 
 
+def test_a_digest_retried_within_one_delivery_is_marked_on_the_wire_again(
+    factory: sessionmaker[Session], tmp_path: Path
+) -> None:
+    """A 452, then due again while the same delivery still sends (a busy day's: the
+    store's clock moves on): the retry is claimed by this delivery and asks for a mark of
+    its own; the first attempt's spent mark does not answer for it (chaos seed 21682
+    stopped a worker's delivery there with a KeyError)."""
+    at_rcpt = {f"reader{n}@example.org" for n in range(0, 40, 8)}  # refused before the gate
+    after_data = {f"reader{n}@example.org" for n in range(4, 40, 8)}  # refused after it
+    refused = at_rcpt | after_data
+
+    def faults(recipient: str, attempt: int) -> Fault:
+        if attempt == 0 and recipient in at_rcpt:
+            return Fault("rcpt", "452 4.2.2 mailbox full")
+        if attempt == 0 and recipient in after_data:
+            return Fault(at="data", reply="452 4.3.1 insufficient storage")
+        return Fault(at="data", stall=0.02, reply="250 OK")
+
+    handler = SinkHandler(faults=faults)
+    queue_digests(factory, 40)
+    with Sink(handler) as sink:
+        settings = settings_for(
+            tmp_path, smtp_port=sink.port, smtp={"pool_size": 1, "retry_base_seconds": 1, "retry_max_seconds": 2}
+        )
+        builders = Builders(Mailer(Parts(settings)))
+
+        async def run() -> object:
+            async with SmtpPool.of(settings) as pool:
+                return await deliver(factory, settings, builders, pool, clock=_hurried_clock(100), batch=4)
+
+        try:
+            report = asyncio.run(run())
+        finally:
+            builders.close()
+    copies = Counter(r.recipients[0] for r in handler.received)
+    assert len(copies) == 40 and max(copies.values()) == 1
+    assert report.sent == 40 and report.retrying == len(refused)  # type: ignore[attr-defined]
+
+
 def _run_out(factory: sessionmaker[Session], ids: list[int]) -> None:
     """These leases ran out, as time would make them (by the store's clock, the real one)."""
     with transaction(factory) as session:

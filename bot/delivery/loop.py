@@ -308,7 +308,7 @@ class _Pipeline:
                 report.cancelled += await asyncio.to_thread(self._cancel_leavers, leaving)
             if not self.sending_allowed():
                 held = self.leases.claims_of(batch)
-                unsent = {i: a for i, a in held.items() if i not in self.recorder.marks.went_out}
+                unsent = {i: a for i, a in held.items() if (i, a) not in self.recorder.marks.went_out}
                 report.given_back += await self.leases.give_back(unsent)
         return report
 

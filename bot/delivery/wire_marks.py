@@ -22,6 +22,10 @@ from collections.abc import Callable
 
 from bot.store.digests import DigestRow
 
+# A claim: the digest and the attempt it was claimed for.  A mark is a claim's: a digest
+# refused with a 4xx and claimed again in the same delivery needs a mark of its own.
+Claim = tuple[int, int]
+
 MARK_AHEAD_SECONDS = 0.2  # marks written ahead: what the relay takes in this long
 MOST_AHEAD = 64  # and at most this many
 PACE_MEMORY = 10.0  # seconds of answers the relay's pace is read from, at most
@@ -60,14 +64,14 @@ class WireMarks:
         self.pool_size, self.pace, self.write_soon = pool_size, pace, write_soon
         self._coming: deque[DigestRow] = deque()  # the batch's rows whose marks are not asked for yet
         self._asked_now: list[DigestRow] = []  # asked for, not yet in a transaction
-        self._pending: dict[int, asyncio.Future[bool]] = {}  # asked for, not yet answered
-        self._asked: set[int] = set()  # every row whose mark was asked for: asked once
-        self._refused: set[int] = set()  # asked for and not written: another worker's, or recorded
-        self._ready: set[int] = set()  # marked, their messages not yet at the gate
+        self._pending: dict[Claim, asyncio.Future[bool]] = {}  # asked for, not yet answered
+        self._asked: set[Claim] = set()  # every claim whose mark was asked for: asked once
+        self._refused: set[Claim] = set()  # asked for and not written: another worker's, or recorded
+        self._ready: set[Claim] = set()  # marked, their messages not yet at the gate
         self.closed = False
         self.failure: BaseException | None = None  # the write the store refused
-        self.on_wire: set[int] = set()  # through the gate, not yet answered
-        self.went_out: set[int] = set()  # every one through the gate in this delivery
+        self.on_wire: set[int] = set()  # digests through the gate, not yet answered
+        self.went_out: set[Claim] = set()  # every claim through the gate in this delivery
 
     @property
     def ahead(self) -> int:
@@ -91,22 +95,23 @@ class WireMarks:
             raise StoreUnwritable(str(self.failure))
         if self.closed:
             return False
-        if row.id in self._ready:
+        claim = _claim(row)
+        if claim in self._ready:
             marked = True
-        elif row.id in self._refused:
+        elif claim in self._refused:
             marked = False
         else:
-            pending = self._pending.get(row.id)
+            pending = self._pending.get(claim)
             if pending is None:
                 self._ask([row])
-                pending = self._pending[row.id]
+                pending = self._pending[claim]
             self._top_up()
             marked = await pending
-        self._ready.discard(row.id)
+        self._ready.discard(claim)
         if not marked or self.closed:
             return False
         self.on_wire.add(row.id)
-        self.went_out.add(row.id)
+        self.went_out.add(claim)
         self._top_up()
         return True
 
@@ -131,11 +136,12 @@ class WireMarks:
     def settle(self, rows: list[DigestRow], marked: set[int]) -> None:
         """What a transaction wrote of the marks of *rows*: *marked* may go."""
         for row in rows:
-            future = self._pending.pop(row.id)
+            claim = _claim(row)
+            future = self._pending.pop(claim)
             if row.id in marked and not self.closed:
-                self._ready.add(row.id)
+                self._ready.add(claim)
             elif row.id not in marked:
-                self._refused.add(row.id)
+                self._refused.add(claim)
             if not future.done():
                 future.set_result(row.id in marked)
 
@@ -152,16 +158,16 @@ class WireMarks:
     def _ask(self, rows: list[DigestRow]) -> None:
         """Marks for *rows*, and for the next of the batch up to ``ahead`` in all."""
         loop = asyncio.get_running_loop()
-        wanted = [row for row in rows if row.id not in self._asked]
+        wanted = [row for row in rows if _claim(row) not in self._asked]
         # Marks written and not yet used stay within ahead (what a crash leaves unknown).
         room = self.ahead - len(self._ready) - len(self._pending)
         while len(wanted) < room and self._coming:
             following = self._coming.popleft()
-            if following.id not in self._asked and all(following.id != row.id for row in wanted):
+            if _claim(following) not in self._asked and all(following.id != row.id for row in wanted):
                 wanted.append(following)
         for row in wanted:
-            self._asked.add(row.id)
-            self._pending[row.id] = loop.create_future()
+            self._asked.add(_claim(row))
+            self._pending[_claim(row)] = loop.create_future()
             self._asked_now.append(row)
         self.write_soon()
 
@@ -170,3 +176,7 @@ class WireMarks:
         waiting = len(self._ready) + len(self._pending)
         if 2 * waiting < self.ahead and self._coming and not self.closed:
             self._ask([])
+
+
+def _claim(row: DigestRow) -> Claim:
+    return (row.id, row.attempts)

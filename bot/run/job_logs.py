@@ -27,6 +27,7 @@ def delivery_done(metrics: Metrics, started: float, task: asyncio.Task[DeliverRe
         return
     if (exc := task.exception()) is not None:
         log.error("delivery stopped by an unexpected error: %s: %s", type(exc).__name__, exc)
+        log.debug("delivery stopped", exc_info=exc)
         return
     report = task.result()
     metrics.delivery_done(report)

@@ -217,6 +217,7 @@ class Run:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     paused: set[str] = field(default_factory=set)
+    skewed: set[str] = field(default_factory=set)  # workers whose clock is an hour ahead, kept so when started again
     acknowledged: dict[str, float] = field(default_factory=dict)
     full: tuple[float, float] | None = None  # when the disk was full (monotonic)
     held: list[tuple[datetime, datetime]] = field(default_factory=list)  # a paused writer may hold the lock (wall)
@@ -303,7 +304,9 @@ def _start(run: Run, name: str, env: dict[str, str], *args: str, skewed: bool = 
     log = (run.folder / f"{name}.log").open("ab")
     command = [DIGESTBOT, "-v", *args]
     library = _libfaketime()
-    if skewed and library:  # its clock an hour ahead: it must take nothing another worker holds
+    if skewed:
+        run.skewed.add(name)
+    if name in run.skewed and library:  # its clock an hour ahead, started again so too
         env = {**env, "LD_PRELOAD": library, "FAKETIME": "+1h"}
     run.processes[name] = subprocess.Popen(command, cwd=run.folder, env=env, stderr=log, stdout=log)
 

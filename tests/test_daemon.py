@@ -424,3 +424,30 @@ def test_a_reader_that_raises_is_that_files_failure_never_the_scans(
     assert bad.status.value == "failed" and good.status.value == "ingested" and good.new == 5
     assert bad.error == f'{bad.path}: could not be read as a dump (KeyError: "a library\'s bug")'
     assert scan_folder(factory, folder, quiet_seconds=0) == []  # recorded: not retried until it changes
+
+
+def test_a_stop_asked_while_a_worker_starts_exits_cleanly(tmp_path: Path) -> None:
+    """SIGTERM as soon as the command listens for it (its handler is in /proc's SigCgt),
+    whether the worker is still opening its store and loading its parts or already runs:
+    exit 0 and no traceback, never the signal's default (-15)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DIGESTBOT_")}
+    env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{tmp_path / 'd.sqlite3'}"
+    env["DIGESTBOT_SMTP__PORT"] = "9"
+    worker = subprocess.Popen([DIGESTBOT, "worker"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _catches_sigterm(worker.pid), worker, "a SIGTERM handler")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.stderr is not None and "Traceback" not in worker.stderr.read()
+
+
+def _catches_sigterm(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))

@@ -18,7 +18,7 @@ from bot.domain import SourceStatus
 from bot.domain.text import plural
 
 if TYPE_CHECKING:
-    from sqlalchemy.orm import Session, sessionmaker
+    pass
 
 
 def run_command(
@@ -40,10 +40,10 @@ def run_command(
     if all_due and not once:
         fail("--all-due only goes with --once", EXIT_USAGE)
     c.check_watch_inputs()
-    factory = c.sessions()
     if not once:
-        _daemon(c, factory, plan_jobs=True, deliver_jobs=True)
+        _daemon(c, plan_jobs=True, deliver_jobs=True)
         return
+    factory = c.sessions()
     c.link_key()
     results = scan_folder(
         factory,
@@ -74,15 +74,29 @@ PLAIN_HTTP = (
 )
 
 
-def _daemon(c: Context, factory: sessionmaker[Session], *, plan_jobs: bool, deliver_jobs: bool) -> None:
+def _daemon(c: Context, *, plan_jobs: bool, deliver_jobs: bool) -> None:
+    """The daemon of *c*'s roles; a stop asked while it starts exits 0 at once."""
+    import logging
+
+    from bot.run.stopping import StoppedBeforeStart, stop_while_starting
+
+    try:
+        with stop_while_starting():
+            _start_daemon(c, plan_jobs=plan_jobs, deliver_jobs=deliver_jobs)
+    except StoppedBeforeStart as exc:
+        logging.getLogger("bot.run.scheduler").warning("stop asked (%s) while starting: stopped, nothing claimed", exc)
+
+
+def _start_daemon(c: Context, *, plan_jobs: bool, deliver_jobs: bool) -> None:
     import asyncio
 
     from bot.run.malloc_arenas import share_one_arena
     from bot.run.roles import RoleTaken
     from bot.run.scheduler import Daemon
 
-    share_one_arena()  # before the daemon's threads start
     c.log_as_daemon()
+    factory = c.sessions()
+    share_one_arena()  # before the daemon's threads start
     c.link_key()  # the key the links already mailed were signed with, or a refusal
     if deliver_jobs and c.settings.web.public_url.startswith("http://"):
         import logging
@@ -105,14 +119,14 @@ def scheduler_command(ctx: typer.Context) -> None:
     one is elected (PostgreSQL advisory lock), the others stand by and take over."""
     c = ctx_of(ctx)
     c.check_watch_inputs()
-    _daemon(c, c.sessions(), plan_jobs=True, deliver_jobs=False)
+    _daemon(c, plan_jobs=True, deliver_jobs=False)
 
 
 def worker_command(ctx: typer.Context) -> None:
     """The worker role only: deliver due digests.  On PostgreSQL run as many as you
     like (they claim disjoint batches); on SQLite exactly one."""
     c = ctx_of(ctx)
-    _daemon(c, c.sessions(), plan_jobs=False, deliver_jobs=True)
+    _daemon(c, plan_jobs=False, deliver_jobs=True)
 
 
 def serve_command(

@@ -11,6 +11,9 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 
 log = logging.getLogger("bot.run.scheduler")  # the daemon's lines keep the name operators filter by
 
@@ -47,3 +50,25 @@ class StopSignals:
         log.warning("stop asked again (%s): exiting at once; what was on the wire is left unrecorded", sig.name)
         logging.shutdown()
         os._exit(EXIT_STOPPED_AT_ONCE)
+
+
+class StoppedBeforeStart(Exception):
+    """A stop signal came while the process was starting: nothing was claimed yet."""
+
+
+@contextmanager
+def stop_while_starting() -> Iterator[None]:
+    """A SIGTERM or SIGINT that comes while a daemon starts (opening the store, loading
+    its parts, before its loop listens for them: ``StopSignals``) raises
+    ``StoppedBeforeStart``, for a clean exit, instead of ending the process by the
+    signal's default."""
+
+    def asked(signum: int, _: FrameType | None) -> None:
+        raise StoppedBeforeStart(signal.Signals(signum).name)
+
+    before = {sig: signal.signal(sig, asked) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

@@ -107,11 +107,11 @@ def test_a_redirect_is_the_answer_unless_the_caller_allows_it(server: str) -> No
 
 
 def test_a_dribbling_server_is_cut_off_at_the_whole_answers_deadline(server: str) -> None:
-    began = time.monotonic()
     with BoundedHttp() as reader:
         failure = failure_of(reader, f"{server}/dribble")
+    # Each byte comes within 0.1 s, so httpx's read timeout never fires: only the deadline
+    # for the whole answer gives a timeout, long before the 10 s the body takes.
     assert failure.kind == TIMEOUT and "no whole answer within 1 s" in str(failure)
-    assert time.monotonic() - began < 5  # each byte came in 0.1 s: only the whole deadline stops it
 
 
 @pytest.mark.parametrize("path", ["/big", "/big-undeclared"])

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.config import Settings
 from bot.delivery.batches import Builders
 from bot.delivery.leases import Leases
 from bot.delivery.loop import deliver
@@ -37,6 +38,20 @@ def _hurried_clock(speed: float) -> callable:  # type: ignore[valid-type]
     return lambda: start + timedelta(seconds=(time.monotonic() - began) * speed)
 
 
+def _deliver_hurried(factory: sessionmaker[Session], settings: Settings, *, batch: int) -> DeliverReport:
+    """One delivery of everything due, in batches of *batch*, the store's clock 100 times the wall's."""
+    builders = Builders(Mailer(Parts(settings)))
+
+    async def run() -> DeliverReport:
+        async with SmtpPool.of(settings) as pool:
+            return await deliver(factory, settings, builders, pool, clock=_hurried_clock(100), batch=batch)
+
+    try:
+        return asyncio.run(run())
+    finally:
+        builders.close()
+
+
 def test_a_batch_waiting_behind_a_slow_relay_is_sent_once(factory: sessionmaker[Session], tmp_path: Path) -> None:
     # Each message takes at least 20 ms at DATA, one connection: a batch of 20 takes 0.4 s
     # of the wall, 40 s of the store's clock, four leases.  Before leases were renewed, the
@@ -45,20 +60,11 @@ def test_a_batch_waiting_behind_a_slow_relay_is_sent_once(factory: sessionmaker[
     queue_digests(factory, 60)
     with Sink(handler) as sink:
         settings = settings_for(tmp_path, smtp_port=sink.port, smtp={"pool_size": 1}, digest={"lease_seconds": 10})
-        builders = Builders(Mailer(Parts(settings)))
-
-        async def run() -> object:
-            async with SmtpPool.of(settings) as pool:
-                return await deliver(factory, settings, builders, pool, clock=_hurried_clock(100), batch=20)
-
-        try:
-            report = asyncio.run(run())
-        finally:
-            builders.close()
+        report = _deliver_hurried(factory, settings, batch=20)
     copies = Counter(r.recipients[0] for r in handler.received)
     assert len(copies) == 60
     assert max(copies.values()) == 1, [r for r, n in copies.items() if n > 1][:5]
-    assert report.sent == 60 and report.lost_lease == 0  # type: ignore[attr-defined]
+    assert report.sent == 60 and report.lost_lease == 0
     with factory() as session:
         states = Counter(session.scalars(select(Digest.state)))
     assert states == {DigestState.SENT.value: 60}
@@ -88,19 +94,10 @@ def test_a_digest_retried_within_one_delivery_is_marked_on_the_wire_again(
         settings = settings_for(
             tmp_path, smtp_port=sink.port, smtp={"pool_size": 1, "retry_base_seconds": 1, "retry_max_seconds": 2}
         )
-        builders = Builders(Mailer(Parts(settings)))
-
-        async def run() -> object:
-            async with SmtpPool.of(settings) as pool:
-                return await deliver(factory, settings, builders, pool, clock=_hurried_clock(100), batch=4)
-
-        try:
-            report = asyncio.run(run())
-        finally:
-            builders.close()
+        report = _deliver_hurried(factory, settings, batch=4)
     copies = Counter(r.recipients[0] for r in handler.received)
     assert len(copies) == 40 and max(copies.values()) == 1
-    assert report.sent == 40 and report.retrying == len(refused)  # type: ignore[attr-defined]
+    assert report.sent == 40 and report.retrying == len(refused)
 
 
 def _run_out(factory: sessionmaker[Session], ids: list[int]) -> None:

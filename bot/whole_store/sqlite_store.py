@@ -14,6 +14,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 from bot.config import Settings
+from bot.domain.text import one_line
 from bot.store.journal import journal_url
 from bot.store.store_errors import StoreError
 from bot.store.store_files import lock_files, sqlite_files
@@ -69,4 +70,5 @@ def alone(store: Path, doing: str) -> Iterator[None]:
 
 
 def said(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
+    """An exception's message on one line (``one_line``), cut to what a line holds."""
+    return one_line(str(exc))[:300]

@@ -308,7 +308,22 @@ def _start(run: Run, name: str, env: dict[str, str], *args: str, skewed: bool = 
         run.skewed.add(name)
     if name in run.skewed and library:  # its clock an hour ahead, started again so too
         env = {**env, "LD_PRELOAD": library, "FAKETIME": "+1h"}
-    run.processes[name] = subprocess.Popen(command, cwd=run.folder, env=env, stderr=log, stdout=log)
+    run.processes[name] = process = subprocess.Popen(command, cwd=run.folder, env=env, stderr=log, stdout=log)
+    # The faults are a running process's: a signal sent while the interpreter still imports,
+    # before the command listens for it, ends any program by the signal's default.
+    deadline = time.monotonic() + 30
+    while process.poll() is None and not _listens_for_sigterm(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _listens_for_sigterm(pid: int) -> bool:
+    """Whether the process catches SIGTERM (its bit in /proc's SigCgt)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
 
 
 def _unsubscribe(

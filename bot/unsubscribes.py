@@ -1,4 +1,5 @@
-"""Unsubscribe requests: acknowledged once journaled, applied to the store later.
+"""Unsubscribe requests (and "Save to Zotero" asks): acknowledged once journaled,
+applied to the store later.
 
 The subscriber endpoint answers a one-click unsubscribe as soon as the
 request is in the journal (``bot.store.journal``), which never waits for the
@@ -21,6 +22,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.store import journal as store
+from bot.store import zotero as zotero_store
 from bot.store.engine import make_engine, sessions, transaction
 
 log = logging.getLogger(__name__)
@@ -51,6 +53,27 @@ class Journal:
         with self._writing, transaction(self.factory) as session:
             store.append_requests(session, rows, now)
         return [rid for rid, _ in rows]
+
+    def append_saves(self, asked: Sequence[tuple[int, int]], now: datetime) -> list[str]:
+        """Journal one "Save to Zotero" per (subscriber id, entry id); durable when this
+        returns (``bot.zotero.saves`` applies them).  Their ids."""
+        rows = [(uuid.uuid4().hex, sid, eid) for sid, eid in asked]
+        with self._writing, transaction(self.factory) as session:
+            zotero_store.append_save_requests(session, rows, now)
+        return [rid for rid, _, _ in rows]
+
+    def pending_saves(self) -> list[tuple[str, int, int]]:
+        with self.read_only() as session:
+            return zotero_store.pending_save_requests(session)
+
+    def saves_asked(self, subscriber_id: int) -> set[int]:
+        """The entries *subscriber_id* asked to save that are not applied yet."""
+        with self.read_only() as session:
+            return zotero_store.requested_saves(session, subscriber_id)
+
+    def mark_saves_applied(self, request_ids: Sequence[str]) -> None:
+        with self._writing, transaction(self.factory) as session:
+            zotero_store.mark_save_requests(session, request_ids)
 
     def pending_subscribers(self, subscriber_ids: Iterable[int] | None = None) -> set[int]:
         with self.read_only() as session:

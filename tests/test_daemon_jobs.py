@@ -69,7 +69,7 @@ def test_the_job_table_follows_the_roles_and_the_settings(store: Engine, tmp_pat
     plain = settings_for(tmp_path)
     scheduler_only = daemon_of(store, plain, deliver_jobs=False)
     now = datetime(2026, 6, 14, 12, tzinfo=UTC)
-    assert [j.id for j in scheduler_only.jobs(now)] == ["elect", "watch", "plan", "statistics", "retention"]
+    assert [j.id for j in scheduler_only.jobs(now)] == ["elect", "watch", "plan", "statistics", "retention", "zotero"]
     scheduler_only.leadership.release()
     worker = daemon_of(store, plain, plan_jobs=False)
     assert [j.id for j in worker.jobs(now)] == ["deliver"]
@@ -82,7 +82,7 @@ def test_the_job_table_follows_the_roles_and_the_settings(store: Engine, tmp_pat
     )
     both = daemon_of(store, everything)
     table = {j.id: j for j in both.jobs(now)}
-    assert list(table) == ["elect", "watch", "plan", "statistics", "retention", "llm", "inbox", "deliver"]
+    assert list(table) == ["elect", "watch", "plan", "statistics", "retention", "zotero", "llm", "inbox", "deliver"]
     assert table["deliver"].first == now  # a worker sends what is due at once
     assert both.worker_lock is not None
     both.worker_lock.release()

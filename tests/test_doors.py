@@ -90,6 +90,10 @@ def test_every_post_route_has_a_door_that_refuses_what_it_must(
             f"/d/{token}/{day}/1/more",
             {"form": form_token(key, token), "action": "more"},
         ),
+        "/d/{token}/{day}/{ref}/zotero": (
+            f"/d/{token}/{day}/1/zotero",
+            {"form": form_token(key, token), "action": "save"},
+        ),
         "/c/{token}": (confirm_path, {"form": form_token(key, "confirm:" + confirm_token)}),
         "/subscribe": ("/subscribe", {"csrf": csrf.group(1), "email": "mallory@example.org", "tag": "cs.LG"}),
     }

@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from email.message import EmailMessage
@@ -91,7 +92,13 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    folder = tmp_path_factory.mktemp("site")
+    with serving(tmp_path_factory.mktemp("site")) as running:
+        yield running
+
+
+@contextmanager
+def serving(folder: Path, more_config: str = "") -> Iterator[Site]:
+    """``digestbot serve`` on the seeds' entries, with *more_config* added to its file."""
     port = free_port()
     with Sink(SinkHandler()) as sink:
         config = folder / "digestbot.toml"
@@ -113,6 +120,7 @@ signup = true
 base_url = "http://127.0.0.1:9/v1"
 chat_model = "llama3.1:8b"
 languages = ["en", "de", "zh"]
+{more_config}
 """,
             encoding="utf-8",
         )

@@ -148,3 +148,29 @@ def test_a_copy_goes_into_an_empty_database_once(store: tuple[Settings, Path, En
             assert "subscribers" in inspect(copied).get_table_names()
         finally:
             copied.dispose()
+
+
+def test_the_zotero_save_asks_journaled_go_with_a_backup_and_come_back_pending(
+    store: tuple[Settings, Path, Engine],
+) -> None:
+    """A "Save to Zotero" the page acknowledged lives in the journal (a file of its own):
+    the backup takes it, a restore puts it back pending, and a copy to PostgreSQL keeps it."""
+    from bot.unsubscribes import close_journal, journal_of
+
+    settings, path, engine = store
+    journal = journal_of(sessions(engine))
+    journal.append_saves([(1, 1)], NOW)
+    file = path.with_name("backup.sqlite3")
+    done = back_up(settings, file)
+    assert done.facts.tables["zotero_save_requests"] == 1
+    journal.mark_saves_applied([rid for rid, _, _ in journal.pending_saves()])  # taken since
+    close_journal(engine.url.render_as_string(hide_password=False))
+    engine.dispose()
+    release_all()
+    restore(settings, file, now=NOW)
+    restored = make_engine(f"sqlite:///{path}")
+    try:
+        assert [(s, e) for _, s, e in journal_of(sessions(restored)).pending_saves()] == [(1, 1)]
+    finally:
+        close_journal(restored.url.render_as_string(hide_password=False))
+        restored.dispose()

@@ -4,6 +4,7 @@ is validated by the subscriber service; never writes SQL itself."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -93,14 +94,34 @@ def subscribers_edit(
         str | None,
         typer.Option("--language", help="Their TL;DRs' language: one of llm.languages (docs/llm.md)."),
     ] = None,
+    zotero_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--zotero-key-file",
+            help="Connect their Zotero library with the API key in this file (never on the command line).",
+        ),
+    ] = None,
+    zotero_library: Annotated[
+        str, typer.Option("--zotero-library", help='With --zotero-key-file: "user" (theirs) or "group:ID".')
+    ] = "user",
+    zotero_disconnect: Annotated[
+        bool, typer.Option("--zotero-disconnect", help="Forget their Zotero library's connection and key.")
+    ] = False,
     choices: DigestChoices | None = None,
 ) -> None:
-    """Change the given fields of a subscriber."""
+    """Change the given fields of a subscriber; connect or disconnect their Zotero
+    library (docs/zotero.md)."""
     from bot.subscribers.fields import SubscriberInputError
     from bot.subscribers.subscriptions import SubscriberNotFound, edit
 
     c = ctx_of(ctx)
     fields = clean_or_exit(email, choices)
+    if zotero_key_file is not None or zotero_disconnect:
+        from bot.cli.library_commands import edit_zotero
+
+        edit_zotero(ctx, email, zotero_key_file, zotero_library, zotero_disconnect)
+        if choices is None and language is None:
+            return
     try:
         subscriber = edit(c.sessions(), c.settings, fields, now(), language=language)
     except SubscriberInputError as exc:

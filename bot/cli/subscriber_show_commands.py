@@ -60,6 +60,18 @@ def subscribers_show(
     digests, consents, returned, taste = record.digests, record.consents, record.returned, record.taste
     at = now()
     stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
+    from bot.zotero.connection import shown as zotero_shown
+
+    zotero = zotero_shown(factory, subscriber.id)
+    zotero_said = "not connected"
+    if zotero is not None:
+        zotero_said = f"{zotero.library}, {zotero.can}; " + (
+            f"broken: {zotero.problem}"
+            if zotero.broken
+            else f"synced {zotero.synced_at:%Y-%m-%d %H:%M} UTC"
+            if zotero.synced_at
+            else "not synced yet"
+        )
     if as_json:
         data = subscriber_json(subscriber)
         data["taste"] = {
@@ -70,6 +82,7 @@ def subscribers_show(
             "threshold": taste.threshold,
             "interests_with_models": list(taste.interests),
         }
+        data["zotero"] = zotero_said
         data["consent"] = [consent_json(e) for e in consents]
         data["last_digests"] = [digest_json(d, story) for d, story in zip(digests, stories, strict=True)]
         data["returned_mail"] = [return_json(e) for e in returned]
@@ -83,6 +96,7 @@ def subscribers_show(
         said = shown(value) if key in settings and isinstance(value, bool) else str(jsonable(value))
         table.add_row(key.replace("_", " "), said)
     table.add_row("library", plural(taste.papers, "paper"))
+    table.add_row("zotero", zotero_said)
     table.add_row("ratings", f"{taste.more} more like this, {taste.less} less like this")
     ranked = "a model of their own ranks their digests" if taste.ranked else "not ranked by a model yet"
     table.add_row("taste", f"{ranked}; liked means a taste score above {taste.threshold:.2f}")

@@ -30,7 +30,7 @@ from bot.config.mail import InboxConfig as InboxConfig
 from bot.config.mail import SenderConfig as SenderConfig
 from bot.config.mail import SmtpConfig as SmtpConfig
 from bot.config.mail import feedback_id_of as feedback_id_of
-from bot.config.services import LlmConfig, MetricsConfig, RankerConfig, SettingsSection
+from bot.config.services import LlmConfig, MetricsConfig, RankerConfig, SettingsSection, ZoteroConfig
 from bot.config.values import address_or_network
 from bot.config.values import dns_name as dns_name
 from bot.config.values import greeting_name as greeting_name
@@ -237,6 +237,7 @@ class Settings(BaseSettings):
     inbox: InboxConfig = InboxConfig()
     ranker: RankerConfig = RankerConfig()
     llm: LlmConfig = LlmConfig()
+    zotero: ZoteroConfig = ZoteroConfig()
 
     @classmethod
     def settings_customise_sources(
@@ -267,6 +268,7 @@ class Settings(BaseSettings):
         data["ranker"]["url"] = shown_url(self.ranker.url) if self.ranker.url else ""
         data["llm"]["api_key"] = "**********" if self.llm.api_key.get_secret_value() else ""
         data["llm"]["base_url"] = shown_url(self.llm.base_url) if self.llm.base_url else ""
+        data["zotero"]["base_url"] = shown_url(self.zotero.base_url)
         return data
 
 

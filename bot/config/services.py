@@ -133,3 +133,25 @@ class LlmConfig(SettingsSection):
         if self.api_key.get_secret_value() or self.api_key_file is None:
             return self.api_key
         return SecretStr(read_secret_file(self.api_key_file, "llm.api_key_file"))
+
+
+class ZoteroConfig(SettingsSection):
+    # The Zotero Web API (v3) readers connect their libraries on (docs/zotero.md).
+    base_url: str = "https://api.zotero.org"
+    # A connected library is synced this often (and at once after its reader connects).
+    sync_hours: float = Field(6.0, gt=0, le=168)
+    connect_seconds: float = Field(5.0, gt=0, le=60)
+    answer_seconds: float = Field(30.0, gt=0, le=600)  # one request's whole answer
+    max_answer_mb: int = Field(8, ge=1, le=256)  # a longer answer is that pass's failure
+    in_flight: int = Field(4, ge=1, le=16)  # requests at once, every reader's together
+    # The longest a Retry-After (429, 503) or a Backoff is waited out within a pass;
+    # a longer one ends the pass for every reader (the next one asks again).
+    longest_wait_seconds: float = Field(60.0, ge=0, le=3600)
+    attempts: int = Field(3, ge=1, le=10)  # of one request answered 429, 503 or not at all
+
+    @field_validator("base_url")
+    @classmethod
+    def _plain_url(cls, value: str) -> str:
+        if not is_web_url(value):
+            raise ValueError("must be an http(s) URL without spaces, quotes or angle brackets")
+        return value.rstrip("/")

@@ -306,6 +306,8 @@ class DigestContent:
     pending: int = 0  # matching entries left for the next digest
     resend_of: int | None = None
     updates: tuple[UpdateLine, ...] = ()  # entries sent before and revised since
+    zotero_save: bool = False  # "Save to Zotero" beside each entry: the reader's key may write
+    zotero_broken: bool = False  # the footer says once that their Zotero connection broke
 
 
 @dataclass(frozen=True, slots=True)

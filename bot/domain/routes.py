@@ -66,6 +66,8 @@ WEB_VERSIONS = Route("web_versions", "/d/{token}")  # what a digest's own links 
 WEB_VERSION = Route("web_version", "/d/{token}/{day}")  # also {day}.bib: every entry's BibTeX
 WEB_VERSION_PART = Route("web_version_part", "/d/{token}/{day}/{ref}")  # {ref}.bib: one entry's BibTeX
 RATING = Route("rating", "/d/{token}/{day}/{ref}/{verdict}")
+# Served before RATING, whose pattern its paths also fit (no verdict is named "zotero").
+ZOTERO_SAVE = Route("zotero_save", "/d/{token}/{day}/{ref}/zotero")
 SIGNUP = Route("signup", "/subscribe")
 CONFIRMATION = Route("confirmation", "/c/{token}")
 HEALTH = Route("health", "/healthz")
@@ -80,6 +82,7 @@ ROUTES = (
     WEB_VERSION,
     WEB_VERSION_PART,
     RATING,
+    ZOTERO_SAVE,
     SIGNUP,
     CONFIRMATION,
     HEALTH,

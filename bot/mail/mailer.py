@@ -169,6 +169,8 @@ class Mailer:
                         period_words(content),
                         tuple(map(id, content.items)),
                         content.updates,
+                        content.zotero_save,
+                        content.zotero_broken,
                     )
                     if quick not in in_batch:
                         in_batch[quick] = self._template(content)
@@ -212,6 +214,8 @@ class Mailer:
             period_words(content),
             content.items,
             content.updates,
+            content.zotero_save,
+            content.zotero_broken,
         )
         found = self.templates.get(key, _UNSEEN)  # one hash of 30 items, not three
         if found is not _UNSEEN:

@@ -19,7 +19,7 @@ from jinja2 import FileSystemLoader
 
 from bot.domain import DigestContent, DigestItem, EntryKind, RenderedDigest
 from bot.domain.links import primary_url, side_links
-from bot.domain.routes import MANAGE, RATING, UNSUBSCRIBE, WEB_VERSION, WEB_VERSION_PART, WEB_VERSIONS
+from bot.domain.routes import MANAGE, RATING, UNSUBSCRIBE, WEB_VERSION, WEB_VERSION_PART, WEB_VERSIONS, ZOTERO_SAVE
 from bot.mail.framing import (
     Keywords,
     byline,
@@ -84,6 +84,7 @@ def entry_paths(day: str, ref: int) -> dict[str, str]:
         "bib_path": WEB_VERSION_PART.below(WEB_VERSIONS, day=day, ref=f"{ref}.bib"),
         "more_path": RATING.below(WEB_VERSIONS, day=day, ref=ref, verdict="more"),
         "less_path": RATING.below(WEB_VERSIONS, day=day, ref=ref, verdict="less"),
+        "save_path": ZOTERO_SAVE.below(WEB_VERSIONS, day=day, ref=ref),
     }
 
 
@@ -164,6 +165,8 @@ class Renderer:
             "library_news": [update_shown(u) for u in content.updates if u.library],
             "pending": content.pending,
             "resend_of": content.resend_of,
+            "zotero_save": content.zotero_save,
+            "zotero_broken": content.zotero_broken,
             "links": [(item["ref"], item["url"]) for item in items],
             **personal_context(content.subscriber.email, links),
         }

@@ -17,6 +17,7 @@ from bot.plan import PlanReport
 if TYPE_CHECKING:
     from bot.llm.embedding import EmbeddingPass
     from bot.llm.model_pass import TldrPass
+    from bot.zotero.zotero_pass import ZoteroPass
 
 # The daemon's lines keep the scheduler's logger name, which operators filter by.
 log = logging.getLogger("bot.run.scheduler")
@@ -112,3 +113,26 @@ def log_model_pass(tldrs: TldrPass, embedded: EmbeddingPass) -> None:
             models.unfitted,
             models.removed,
         )
+
+
+def log_zotero_pass(done: ZoteroPass) -> None:
+    """One line when the pass took asks, wrote saves or synced a library that changed;
+    one line a reader whose connection broke."""
+    written = done.written
+    changed = [s for s in done.synced if not s.unchanged]
+    if done.asks or written.saved or written.found or written.waiting or written.given_up or changed:
+        log.info(
+            "Zotero: %s taken; saves: %d made, %d already there, %d waiting, %d given up; "
+            "%d libraries synced (%d unchanged), %s",
+            plural(done.asks, "ask"),
+            written.saved,
+            written.found,
+            written.waiting,
+            written.given_up,
+            len(done.synced),
+            len(done.synced) - len(changed),
+            plural(done.requests, "request"),
+        )
+    for synced in done.synced:
+        if synced.broken:
+            log.warning("Zotero: reader %d: %s", synced.subscriber_id, synced.said())

@@ -1,6 +1,6 @@
 """The daemon's jobs, one unit each: watching the dumps and feeds, planning,
-delivering, asking the language model, reading the inbox and the store's upkeep
-(statistics, retention).  ``bot.run.scheduler`` only says when each runs.
+delivering, asking the language model, reading the inbox, keeping the readers' Zotero
+libraries and the store's upkeep (statistics, retention).  ``bot.run.scheduler`` only says when each runs.
 
 Each unit calls service functions in a thread (ingest and planning are CPU and
 database work of seconds, so the loop keeps delivering, answering signals and
@@ -31,7 +31,7 @@ from bot.plan.retention import remove_expired
 from bot.plan.shared import plan_shared, shares_planning
 from bot.returns.inbox_reading import read_configured_inbox
 from bot.returns.mailboxes import MailboxError
-from bot.run.job_logs import delivery_done, log_ingest, log_model_pass, log_planned
+from bot.run.job_logs import delivery_done, log_ingest, log_model_pass, log_planned, log_zotero_pass
 from bot.run.job_parts import NOTHING, DaemonParts, Then, said
 from bot.store.engine import refresh_statistics, transaction
 from bot.store.queue import expire_leases
@@ -319,3 +319,33 @@ class Upkeep:
                 parts.settings.database.keep_days,
                 plural(report.appearances, "appearance of an old source", "appearances of old sources"),
             )
+
+
+class KeepingZotero:
+    """The readers' Zotero libraries (``bot.zotero.zotero_pass``): the "Save to Zotero"
+    asks journaled, the saves written, the libraries due synced; a stop ends the pass
+    between two readers."""
+
+    def __init__(self, parts: DaemonParts) -> None:
+        self.parts = parts
+        self.lock = asyncio.Lock()
+
+    async def keep(self) -> None:
+        parts = self.parts
+        if not parts.leads() or self.lock.locked():
+            return
+        from bot.zotero.zotero_pass import zotero_pass  # httpx: only a pass with a connected library opens it
+
+        async with self.lock:
+            done = await asyncio.to_thread(
+                zotero_pass,
+                parts.factory,
+                parts.settings,
+                parts.clock(),
+                keep_going=lambda: not parts.stop.is_set(),
+            )
+        log_zotero_pass(done)
+
+    async def finish(self) -> None:
+        async with self.lock:
+            pass

@@ -38,7 +38,7 @@ from bot.metrics import Metrics
 from bot.plan.shared import shares_planning
 from bot.run.exporter import Exporter
 from bot.run.job_parts import DaemonParts, Then, guarded
-from bot.run.jobs import AskingTheModel, Delivering, Planning, ReadingTheInbox, Upkeep, Watching
+from bot.run.jobs import AskingTheModel, Delivering, KeepingZotero, Planning, ReadingTheInbox, Upkeep, Watching
 from bot.run.roles import Leadership, claim_sqlite_worker
 from bot.run.stopping import StopSignals
 
@@ -52,6 +52,7 @@ ELECTION_EVERY_SECONDS = 3
 RETENTION_EVERY = timedelta(hours=1)  # a day's digests are removed within the hour they expire
 RETENTION_FIRST = timedelta(minutes=2)
 MODEL_EVERY = timedelta(seconds=120)  # a dump's entries get their TL;DRs within minutes, before the send hour
+ZOTERO_EVERY = timedelta(minutes=1)  # a save reaches Zotero within a minute; a library syncs when due
 JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600}
 
 
@@ -110,6 +111,7 @@ class Daemon:
         self.watching = Watching(self.parts)
         self.inbox = ReadingTheInbox(self.parts, loaded.key)
         self.upkeep = Upkeep(self.parts)
+        self.zotero = KeepingZotero(self.parts)
         self.exporter: Exporter | None = None
         if settings.metrics.listen_port:  # bound here: a port in use stops the start, not a thread
             self.exporter = Exporter(
@@ -184,6 +186,7 @@ class Daemon:
                     "statistics", "statistics", self.upkeep.refresh_statistics, STATISTICS_EVERY, now + STATISTICS_FIRST
                 ),
                 Job("retention", "retention", self.upkeep.remove_expired, RETENTION_EVERY, now + RETENTION_FIRST),
+                Job("zotero", "the Zotero libraries", self.zotero.keep, ZOTERO_EVERY, soon),
             ]
             if self.model is not None:
                 table.append(Job("llm", "the language model", self.model.ask, MODEL_EVERY, None))
@@ -249,7 +252,7 @@ class Daemon:
             # between files): wait for it, then shut down.  The shutdown cancels the jobs
             # it finds running, and APScheduler logs a cancelled job as a traceback.
             scheduler.pause()
-            for job in (self.watching, self.planning, self.inbox, self.model):
+            for job in (self.watching, self.planning, self.inbox, self.model, self.zotero):
                 if job is not None:
                     await job.finish()
             scheduler.shutdown(wait=False)

@@ -11,7 +11,7 @@ from contextlib import closing
 from pathlib import Path
 
 from bot.domain import SubscriberStatus
-from bot.store.copies import JOURNAL_TABLE, column_list, connect, read_only_uri
+from bot.store.copies import JOURNAL_TABLE, SAVES_TABLE, column_list, connect, read_only_uri
 from bot.store.restores import RestoreReport
 from bot.store.store_errors import StoreError
 
@@ -174,4 +174,25 @@ def journal_from_backup(store: Path, journal: Path | None, report: RestoreReport
             report.requests_to_apply = connection.execute(
                 f"SELECT count(*) FROM main.{JOURNAL_TABLE} WHERE NOT applied"
             ).fetchone()[0]
+            _saves_from_backup(connection)
         connection.execute("DETACH DATABASE restored")
+
+
+def _saves_from_backup(connection: sqlite3.Connection) -> None:
+    """The backup's "Save to Zotero" asks go back into the journal too; an ask is pending
+    again unless the restored store holds its save (taking one again adds nothing)."""
+    connection.execute(
+        f"CREATE TABLE IF NOT EXISTS {SAVES_TABLE} (id VARCHAR(32) NOT NULL PRIMARY KEY, subscriber_id INTEGER "
+        "NOT NULL, entry_id INTEGER NOT NULL, received_at DATETIME NOT NULL, applied BOOLEAN NOT NULL)"
+    )
+    if connection.execute("SELECT 1 FROM restored.sqlite_master WHERE name = ?", (SAVES_TABLE,)).fetchone() is None:
+        return  # a backup from before digestbot kept any
+    columns = column_list(SAVES_TABLE)
+    connection.execute(
+        f"INSERT OR IGNORE INTO main.{SAVES_TABLE} ({columns}) SELECT {columns} FROM restored.{SAVES_TABLE}"
+    )
+    connection.execute(f"DELETE FROM restored.{SAVES_TABLE}")
+    connection.execute(
+        f"UPDATE main.{SAVES_TABLE} SET applied = EXISTS (SELECT 1 FROM restored.zotero_saves s "
+        f"WHERE s.subscriber_id = {SAVES_TABLE}.subscriber_id AND s.entry_id = {SAVES_TABLE}.entry_id)"
+    )

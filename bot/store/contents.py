@@ -22,6 +22,7 @@ from bot.store.ledger import ItemRow
 from bot.store.schema import AppearanceRow, BodyItem, Digest, Entry, SubscriberRow
 from bot.store.subscribers import _view as subscriber_view
 from bot.store.tldrs import tldrs_for
+from bot.store.zotero import NOT_CONNECTED, zotero_shown
 
 _ENTRY_COLUMNS = (Entry.id, Entry.updated_at, Entry.key, *CONTENT_COLUMNS)
 
@@ -136,6 +137,7 @@ def digest_contents(
     wanted = {(row[0], language) for n, (language, _) in told.items() if language for row in rows.get(n, ())}
     if wanted:
         cache.load_tldrs(session, wanted)
+    zotero = zotero_shown(session, [(h.digest_id, subscriber_view(h).id, h.resend_of_id) for h in heads])
     return {
         head.digest_id: DigestContent(
             digest_id=head.digest_id,
@@ -146,6 +148,8 @@ def digest_contents(
             pending=head.pending_count,
             resend_of=head.resend_of_id,
             updates=_updates(head.original_updates if head.resend_of_id else head.own_updates),
+            zotero_save=zotero.get(head.digest_id, NOT_CONNECTED)[0],
+            zotero_broken=zotero.get(head.digest_id, NOT_CONNECTED)[1],
         )
         for head in heads
     }

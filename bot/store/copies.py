@@ -20,6 +20,8 @@ from bot.store.base import Base
 from bot.store.store_errors import StoreError
 
 JOURNAL_TABLE = "unsubscribe_requests"
+SAVES_TABLE = "zotero_save_requests"  # the journal's other table ("Save to Zotero" asks)
+JOURNAL_TABLES = (JOURNAL_TABLE, SAVES_TABLE)
 COPY_CHUNK = 5_000
 
 
@@ -87,12 +89,14 @@ def backup_sqlite(store: Path, journal: Path | None, dest: Path) -> BackupFacts:
             out.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
             if journal is not None and journal.exists():
                 out.execute("ATTACH DATABASE ? AS journal", (read_only_uri(journal),))
+                held = {row[0] for row in out.execute("SELECT name FROM journal.sqlite_master WHERE type = 'table'")}
                 with out:
-                    out.execute(f"DELETE FROM main.{JOURNAL_TABLE}")
-                    columns = column_list(JOURNAL_TABLE)
-                    out.execute(
-                        f"INSERT INTO main.{JOURNAL_TABLE} ({columns}) SELECT {columns} FROM journal.{JOURNAL_TABLE}"
-                    )
+                    for name in JOURNAL_TABLES:
+                        if name not in held:  # a journal an older digestbot made, never opened since
+                            continue
+                        out.execute(f"DELETE FROM main.{name}")
+                        columns = column_list(name)
+                        out.execute(f"INSERT INTO main.{name} ({columns}) SELECT {columns} FROM journal.{name}")
                 out.execute("DETACH DATABASE journal")
             checked(out, str(partial))
             counts = row_counts(out)
@@ -121,9 +125,10 @@ def copy_tables(
     counts: dict[str, tuple[int, int]] = {}
     with _snapshot(source) as reading, target.begin() as writing:
         for table in Base.metadata.sorted_tables:
-            if table.name == JOURNAL_TABLE and journal is not None:
+            if table.name in JOURNAL_TABLES and journal is not None:
                 with journal.connect() as journal_reading:
-                    rows = [dict(row) for row in journal_reading.execute(select(table)).mappings()]
+                    kept = inspect(journal_reading).has_table(table.name)
+                    rows = [dict(row) for row in journal_reading.execute(select(table)).mappings()] if kept else []
                 written = _insert_all(writing, table, iter([rows]))
                 counts[table.name] = (len(rows), written)
                 continue

@@ -24,8 +24,11 @@ from bot.store.engine import make_engine
 from bot.store.response_tables import AppliedUnsubscribe, Consent, UnsubscribeRequest
 from bot.store.schema import SubscriberRow
 from bot.store.store_errors import StoreError, meaning
+from bot.store.zotero_tables import ZoteroSaveRequest
 
 REQUESTS = UnsubscribeRequest.__table__
+# The journal's other kind of request: a "Save to Zotero" (``bot.zotero.saves``).
+SAVE_REQUESTS = ZoteroSaveRequest.__table__
 
 
 def journal_url(store_url: str) -> str:
@@ -46,6 +49,7 @@ def open_journal(store_url: str, *, busy_timeout_ms: int) -> tuple[Engine, Engin
         try:
             with writer.begin() as conn:
                 REQUESTS.create(conn, checkfirst=True)
+                SAVE_REQUESTS.create(conn, checkfirst=True)
         except DBAPIError as exc:  # named here: the journal is a file of its own beside the store
             writer.dispose()
             where = f"the unsubscribe journal {make_url(url).database}"

@@ -59,9 +59,13 @@ def add_papers(
     """Add the papers the subscriber's library does not hold yet, in order, until it
     holds *most*; the ones added, with the stored entry each one is, and how many new
     ones did not fit."""
-    held = set(session.scalars(select(LibraryPaperRow.key).where(LibraryPaperRow.subscriber_id == subscriber_id)))
+    mine = LibraryPaperRow.subscriber_id == subscriber_id
+    held: set[str] = set()
+    for part in chunks(sorted({p.key for p in papers})):  # only these keys: a sync of ten adds to 100,000
+        held.update(session.scalars(select(LibraryPaperRow.key).where(mine, LibraryPaperRow.key.in_(part))))
     new = [p for p in papers if p.key not in held]
-    room = len(new) if most is None else max(0, most - len(held))
+    holds = session.scalar(select(func.count()).select_from(LibraryPaperRow).where(mine)) if most is not None else 0
+    room = len(new) if most is None else max(0, most - (holds or 0))
     new, over = new[:room], len(new) - min(room, len(new))
     if not new:
         return [], over

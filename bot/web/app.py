@@ -3,7 +3,8 @@
 Each page module owns its routes and its template (``templates/web/NAME.html.j2``):
 ``unsubscribe`` (``/u/{token}``), ``manage`` (``/m/{token}``), ``versions`` (``/d/{token}/{date}``,
 the web version of a sent digest and its BibTeX), ``feedback`` (``/d/{token}/{date}/{n}/more``
-or ``less``), ``feeds`` (``/f/{token}.atom``), ``signup`` (``/subscribe`` and ``/c/{token}``)
+or ``less``), ``zotero_pages`` (``/d/{token}/{date}/{n}/zotero``, saving an entry to the
+reader's Zotero library), ``feeds`` (``/f/{token}.atom``), ``signup`` (``/subscribe`` and ``/c/{token}``)
 and ``operations`` (``/healthz``, ``/metrics``).  Tokens are HMAC-signed and bound to one
 subscriber; an unknown, forged or altered token gets the same 404 as an unknown path
 (``bot.web.site.with_reader``).  Only puts the pages together: never answers a request
@@ -31,6 +32,7 @@ from bot.web.signup import SignupPages
 from bot.web.site import Site, open_site
 from bot.web.unsubscribe import UnsubscribePage
 from bot.web.versions import WebVersionPages, WebVersions
+from bot.web.zotero_pages import ZoteroSavePage
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ def routes(site: Site) -> list[BaseRoute]:
         ManagePage(site),
         SignupPages(site),
         WebVersionPages(site, versions),
+        ZoteroSavePage(site, versions),  # before FeedbackPages: its paths fit the rating route's pattern too
         FeedbackPages(site, versions),
         FeedPage(site),
         OperatorPages(site),

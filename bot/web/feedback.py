@@ -99,16 +99,20 @@ class FeedbackPages:
         return render("rate", token=token, said=verdict, left=False, done=_SAID[action], title=title, asked=asked)
 
     def _entry(self, subscriber: Subscriber, asked: Rated) -> tuple[int, str, str] | None:
-        """The stored entry the number names in the digest sent that day, its title, and
-        the interest it was shown under there ('' in a digest of one)."""
-        content = self.versions.content(subscriber, asked.day)
-        if content is None or asked.ref > len(content.items):
-            return None
-        item = content.items[asked.ref - 1]
-        with self.versions.read_only() as session:
-            entry_id = entry_ids_of(session, [item.key]).get(item.key)
-        return (entry_id, title_text(item.content.title), item.section or "") if entry_id is not None else None
+        return sent_entry(self.versions, subscriber, asked)
 
     def _said(self, subscriber: Subscriber, entry_id: int) -> str | None:
         with self.versions.read_only() as session:
             return verdicts_on(session, subscriber.id, [entry_id]).get(entry_id)
+
+
+def sent_entry(versions: WebVersions, subscriber: Subscriber, asked: Rated) -> tuple[int, str, str] | None:
+    """The stored entry the number names in the digest sent that day, its title, and the
+    interest it was shown under there ('' in a digest of one); None when there is none."""
+    content = versions.content(subscriber, asked.day)
+    if content is None or asked.ref > len(content.items):
+        return None
+    item = content.items[asked.ref - 1]
+    with versions.read_only() as session:
+        entry_id = entry_ids_of(session, [item.key]).get(item.key)
+    return (entry_id, title_text(item.content.title), item.section or "") if entry_id is not None else None

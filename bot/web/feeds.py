@@ -31,7 +31,7 @@ from bot.choose.filters import filter_fault, sections_of, shown_filter
 from bot.config import Settings
 from bot.domain import DigestContent, DigestItem, DigestKind, DigestState, Subscriber, SubscriberStatus
 from bot.domain.links import primary_url
-from bot.domain.routes import FEED, FEED_IDENTITY, MANAGE, WEB_VERSION
+from bot.domain.routes import FEED, FEED_IDENTITY, MANAGE, WEB_VERSION, ZOTERO_SAVE
 from bot.domain.text import one_line
 from bot.mail.framing import tldr_html
 from bot.mail.prose import summary_of, title_text
@@ -192,7 +192,12 @@ class PersonalFeeds:
                     item.content, FEED_SUMMARY_CHARACTERS
                 ).text
                 why = f'<p class="why"><em>{escape(reader_why(item.why, item.section))}</em></p>'
-                ET.SubElement(entry, "content", type="html").text = f"{tldr_html(item)}{summary.html}{why}"
+                save = ""
+                if digest.content.zotero_save:
+                    saving = ZOTERO_SAVE.url(public, token=token, day=day, ref=ref)
+                    ET.SubElement(entry, "link", rel="related", type="text/html", title="Save to Zotero", href=saving)
+                    save = f'<p><a href="{escape(saving)}">Save to Zotero</a></p>'
+                ET.SubElement(entry, "content", type="html").text = f"{tldr_html(item)}{summary.html}{why}{save}"
         for element in feed.iter():
             if element.text:
                 element.text = NOT_XML.sub("", element.text)

@@ -1,7 +1,8 @@
 """Subscriber endpoint: the manage page, ``GET|POST /m/{token}``.
 
 The reader changes their tags or filter, cadence, zone and hour, their yes/no
-settings, pauses, resumes or subscribes again, and sees their next digest; a
+settings, pauses, resumes or subscribes again, connects their Zotero library
+(``bot.web.zotero_pages``), and sees their next digest; a
 ``multipart/form-data`` POST adds to their library (``bot.web.uploads``).  Every
 POST comes through the manage door (``bot.web.doors``: its origin and form token).  A thin shell
 over ``bot.subscribers``: never writes SQL itself, never logs tokens.
@@ -32,6 +33,8 @@ from bot.web.manage_view import PageNotice, language_choices, manage_choices, to
 from bot.web.next_digest_view import Outlooks
 from bot.web.site import Site, with_reader
 from bot.web.uploads import LibraryUploads
+from bot.web.zotero_pages import ACTIONS as ZOTERO_ACTIONS
+from bot.web.zotero_pages import ZoteroForms
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ class ManagePage:
         self.rules = site.loaded.rules
         self.outlooks = Outlooks(site.read_only, self.rules, send_empty=site.settings.digest.send_empty)
         self.uploads = LibraryUploads(site)
+        self.zotero = ZoteroForms(site)
 
     def routes(self) -> list[Route]:
         return [Route(MANAGE.pattern, self.manage, methods=["GET", "POST"])]
@@ -70,6 +74,7 @@ class ManagePage:
             taste=await run_in_threadpool(taste_summary, site.read_only, subscriber),
             toggles=toggles(subscriber),
             languages=language_choices(subscriber, site.settings.llm),
+            zotero=await self.zotero.shown(subscriber),
         )
 
     @with_reader
@@ -97,6 +102,8 @@ class ManagePage:
             return await self.change_filter(request, subscriber, (lists.get("filter") or [""])[0])
         if action == "language":
             return await self.change_language(request, subscriber, (lists.get("language") or [""])[0])
+        if action in ZOTERO_ACTIONS:
+            return await self.page(request, subscriber, await self.zotero.act(action, subscriber, lists))
         if action == "threshold":
             changed, told = await self.uploads.threshold(subscriber, (lists.get("threshold") or [""])[0])
             return await self.page(request, changed, told)

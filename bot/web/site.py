@@ -15,6 +15,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Protocol, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -55,9 +56,17 @@ def open_site(loaded: Parts, factory: sessionmaker[Session], now: Callable[[], d
     by_token = TokenSubscribers(
         TokenLookups(read_only, key),
         MissBudget(web.misses_per_second, web.misses_burst),
-        Acknowledger(journal_of(factory), factory, now),
+        Acknowledger(journal_of(factory), factory, now, also=partial(_take_saves, factory, now, settings)),
     )
     return Site(settings, loaded, factory, read_only, key, now, Pages(settings, key), by_token, TagMenu(read_only))
+
+
+def _take_saves(factory: sessionmaker[Session], now: Callable[[], datetime], settings: Settings) -> None:
+    """The "Save to Zotero" asks journaled, taken into the store: a saved paper is a
+    "more like this" and a library paper at once, before Zotero has it."""
+    from bot.zotero.saves import take_asks
+
+    take_asks(journal_of(factory), factory, now(), settings.digest.search_url)
 
 
 class HasSite(Protocol):

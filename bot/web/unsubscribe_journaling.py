@@ -38,8 +38,15 @@ class NotJournaled(Exception):
 class Acknowledger:
     """Group commit of unsubscribes to the journal, and the background applier."""
 
-    def __init__(self, journal: Journal, factory: sessionmaker[Session], now: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        factory: sessionmaker[Session],
+        now: Callable[[], datetime],
+        also: Callable[[], object] = lambda: None,
+    ) -> None:
         self.journal, self.factory, self.now = journal, factory, now
+        self.also = also  # applied beside the unsubscribes: the journal's other asks (Zotero saves)
         self._waiting: list[tuple[int, asyncio.Future[None]]] = []
         self.acknowledged: set[int] = set()  # by this process, until the applier has applied them
         self._wake = asyncio.Event()
@@ -103,5 +110,6 @@ class Acknowledger:
                 done = set(self.acknowledged)
                 if await run_in_threadpool(self.journal.try_apply_pending, self.factory):
                     self.acknowledged -= done
+                await run_in_threadpool(self.also)
             except SQLAlchemyError as exc:  # the journal itself unreadable for a moment
                 log.warning("unsubscribes not applied: %s", type(exc).__name__)

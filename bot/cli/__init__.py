@@ -33,6 +33,7 @@ from bot.cli.returned_mail_commands import bounces_app
 from bot.cli.shell import app
 from bot.cli.subscriber_commands import subscribers_app
 from bot.cli.tag_commands import tags_app
+from bot.cli.zotero_commands import zotero_line as _zotero_commands  # noqa: F401  (registers `library sync`)
 from bot.domain.text import is_utf8_name
 
 # The top-level commands, in the order --help lists them: a day's work first.

@@ -117,7 +117,7 @@ def subscribers_edit(
     c = ctx_of(ctx)
     fields = clean_or_exit(email, choices)
     if zotero_key_file is not None or zotero_disconnect:
-        from bot.cli.library_commands import edit_zotero
+        from bot.cli.zotero_commands import edit_zotero
 
         edit_zotero(ctx, email, zotero_key_file, zotero_library, zotero_disconnect)
         if choices is None and language is None:

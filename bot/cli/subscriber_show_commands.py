@@ -13,6 +13,7 @@ from bot.cli.output import jsonable, new_table, out, print_json_lines
 from bot.cli.shell import JsonOption, ctx_of, find_subscriber, now
 from bot.cli.subscriber_commands import subscribers_app
 from bot.cli.subscriber_views import consent_json, consent_line, subscriber_json, subscriber_table
+from bot.cli.zotero_commands import zotero_line
 from bot.domain import SubscriberStatus
 from bot.domain.text import plural
 from bot.subscribers.settings import SETTINGS, shown
@@ -60,18 +61,7 @@ def subscribers_show(
     digests, consents, returned, taste = record.digests, record.consents, record.returned, record.taste
     at = now()
     stories = [digest_story(d, c.settings.schedule.day_closes_hour, at) for d in digests]
-    from bot.zotero.connection import shown as zotero_shown
-
-    zotero = zotero_shown(factory, subscriber.id)
-    zotero_said = "not connected"
-    if zotero is not None:
-        zotero_said = f"{zotero.library}, {zotero.can}; " + (
-            f"broken: {zotero.problem}"
-            if zotero.broken
-            else f"synced {zotero.synced_at:%Y-%m-%d %H:%M} UTC"
-            if zotero.synced_at
-            else "not synced yet"
-        )
+    zotero_said = zotero_line(factory, subscriber.id)
     if as_json:
         data = subscriber_json(subscriber)
         data["taste"] = {

@@ -11,6 +11,7 @@ over ``bot.subscribers``: never writes SQL itself, never logs tokens.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from starlette.concurrency import run_in_threadpool
@@ -39,6 +40,10 @@ from bot.web.zotero_pages import ZoteroForms
 log = logging.getLogger(__name__)
 
 BUSY = PageNotice(503, error="Busy: please try again in a moment.")
+
+
+def _first(lists: dict[str, list[str]], name: str) -> str:
+    return (lists.get(name) or [""])[0]
 
 
 class ManagePage:
@@ -96,17 +101,9 @@ class ManagePage:
     async def act(self, request: Request, subscriber: Subscriber, lists: dict[str, list[str]]) -> Response:
         """What the manage form's ``action`` asks for (the token and origin are checked)."""
         action = (lists.get("action") or [""])[0]
-        if action == "settings":
-            return await self.change_settings(request, subscriber, lists)
-        if action == "filter":
-            return await self.change_filter(request, subscriber, (lists.get("filter") or [""])[0])
-        if action == "language":
-            return await self.change_language(request, subscriber, (lists.get("language") or [""])[0])
-        if action in ZOTERO_ACTIONS:
-            return await self.page(request, subscriber, await self.zotero.act(action, subscriber, lists))
-        if action == "threshold":
-            changed, told = await self.uploads.threshold(subscriber, (lists.get("threshold") or [""])[0])
-            return await self.page(request, changed, told)
+        form = self.forms().get(action)
+        if form is not None:
+            return await form(request, subscriber, lists)
         toggled = by_action(action)
         if toggled is not None:
             setting, on = toggled
@@ -125,6 +122,27 @@ class ManagePage:
         if action == "resubscribe":
             log.info("subscriber %d subscribed again through their manage page", after.id)
         return await self.page(request, after, PageNotice(message=change.said))
+
+    def forms(self) -> dict[str, Callable[[Request, Subscriber, dict[str, list[str]]], Awaitable[Response]]]:
+        """The page's forms by their ``action``, but the settings and status buttons."""
+        first = _first
+        return {
+            "settings": self.change_settings,
+            "filter": lambda request, subscriber, lists: self.change_filter(
+                request, subscriber, first(lists, "filter")
+            ),
+            "language": lambda request, reader, lists: self.change_language(request, reader, first(lists, "language")),
+            "threshold": self.change_threshold,
+            **dict.fromkeys(ZOTERO_ACTIONS, self.change_zotero),
+        }
+
+    async def change_threshold(self, request: Request, subscriber: Subscriber, lists: dict[str, list[str]]) -> Response:
+        changed, told = await self.uploads.threshold(subscriber, _first(lists, "threshold"))
+        return await self.page(request, changed, told)
+
+    async def change_zotero(self, request: Request, subscriber: Subscriber, lists: dict[str, list[str]]) -> Response:
+        told = await self.zotero.act(_first(lists, "action"), subscriber, lists)
+        return await self.page(request, subscriber, told)
 
     async def set_status(self, request: Request, subscriber: Subscriber, change: StatusAction) -> Subscriber | None:
         """*change* applied, if their status (read again as it is changed) still allows it;

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from bot.domain import EntryContent
 from bot.domain.links import primary_url
 from bot.mail.prose import plain_summary, title_text
 from bot.sealed import Sealer
@@ -109,6 +110,39 @@ def _due(attempts: int, tried_at: datetime | None, now: datetime) -> bool:
     return now >= tried_at + min(LONGEST_PAUSE, timedelta(minutes=2 ** min(attempts, 10)))
 
 
+@dataclass(frozen=True, slots=True)
+class _SaveAttempt:
+    """What one save's attempt needs, read from the store."""
+
+    library: str
+    sealed: str
+    into: str | None
+    token: str
+    attempts: int
+    asked_at: datetime
+    content: EntryContent
+
+
+def _asked(factory: sessionmaker[Session], subscriber_id: int, entry_id: int) -> _SaveAttempt | str:
+    """The save's attempt, or what became of it instead ("gone", ``BROKEN``)."""
+    with factory() as session:
+        connection, save = connection_of(session, subscriber_id), save_of(session, subscriber_id, entry_id)
+        entry = session.get(Entry, entry_id)
+        if connection is None or save is None or entry is None or save.state != PENDING:
+            return "gone"
+        if connection.state == BROKEN:
+            return BROKEN
+        return _SaveAttempt(
+            connection.library,
+            connection.sealed_key,
+            connection.save_into,
+            save.write_token,
+            save.attempts,
+            save.asked_at,
+            content_of(entry),
+        )
+
+
 def _write(
     factory: sessionmaker[Session],
     api: ZoteroApi,
@@ -118,34 +152,15 @@ def _write(
     now: datetime,
     search_url: str,
 ) -> str:
-    with factory() as session:
-        connection, save = connection_of(session, subscriber_id), save_of(session, subscriber_id, entry_id)
-        entry = session.get(Entry, entry_id)
-        if connection is None or save is None or entry is None or save.state != PENDING:
-            return "gone"
-        if connection.state == BROKEN:
-            return BROKEN
-        library, sealed, into, token = connection.library, connection.sealed_key, connection.save_into, save.write_token
-        attempts, asked_at = save.attempts, save.asked_at
-        content = content_of(entry)
-    key = sealer.open(sealed)
+    asked = _asked(factory, subscriber_id, entry_id)
+    if isinstance(asked, str):
+        return asked
+    key = sealer.open(asked.sealed)
     if key is None:
         mark_broken(factory, subscriber_id, UNSEALED)
         return BROKEN
-    url = primary_url(content, search_url)
     try:
-        words = content.doi or (content.arxiv_id and f"arxiv.org/abs/{content.arxiv_id}") or url
-        existing = same_paper(api.find(library, key, words), content.doi, content.arxiv_id) if words else None
-        if existing is not None:
-            _done(factory, subscriber_id, entry_id, now, existing, attempts)
-            return "found"
-        item = new_item(content, title_text(content.title), plain_summary(content), url, into)
-        try:
-            made: str | None = api.create(library, key, item, token)
-        except WriteTokenUsed:
-            made = None  # an earlier attempt made it: its answer was lost
-        _done(factory, subscriber_id, entry_id, now, made, attempts)
-        return "saved"
+        outcome, made = _made(api, key, asked, search_url)
     except ZoteroRefused as refused:
         mark_broken(factory, subscriber_id, str(refused))
         with transaction(factory) as session:
@@ -154,20 +169,45 @@ def _write(
     except ZoteroBusy:
         raise
     except ZoteroTrouble as trouble:
-        given_up = now - asked_at > GIVE_UP
-        with transaction(factory) as session:
-            change_save(
-                session,
-                subscriber_id,
-                entry_id,
-                attempts=attempts + 1,
-                tried_at=now,
-                problem=str(trouble),
-                state=FAILED if given_up else PENDING,
-                done_at=now if given_up else None,
-            )
-        log.info("zotero: reader %d: a save waits (%s)", subscriber_id, trouble)
-        return "given_up" if given_up else "waiting"
+        return _waits(factory, subscriber_id, entry_id, now, asked, str(trouble))
+    _done(factory, subscriber_id, entry_id, now, made, asked.attempts)
+    return outcome
+
+
+def _made(api: ZoteroApi, key: str, asked: _SaveAttempt, search_url: str) -> tuple[str, str | None]:
+    """("found", its key) when the library holds the paper already, else ("saved", the
+    key of the item made, None when an earlier attempt with the token made it)."""
+    content = asked.content
+    url = primary_url(content, search_url)
+    words = content.doi or (content.arxiv_id and f"arxiv.org/abs/{content.arxiv_id}") or url
+    existing = same_paper(api.find(asked.library, key, words), content.doi, content.arxiv_id) if words else None
+    if existing is not None:
+        return "found", existing
+    item = new_item(content, title_text(content.title), plain_summary(content), url, asked.into)
+    try:
+        return "saved", api.create(asked.library, key, item, asked.token)
+    except WriteTokenUsed:
+        return "saved", None  # an earlier attempt made it: its answer was lost
+
+
+def _waits(
+    factory: sessionmaker[Session], subscriber_id: int, entry_id: int, now: datetime, asked: _SaveAttempt, problem: str
+) -> str:
+    """A save Zotero did not take: tried again later, or given up two days after it was asked."""
+    given_up = now - asked.asked_at > GIVE_UP
+    with transaction(factory) as session:
+        change_save(
+            session,
+            subscriber_id,
+            entry_id,
+            attempts=asked.attempts + 1,
+            tried_at=now,
+            problem=problem,
+            state=FAILED if given_up else PENDING,
+            done_at=now if given_up else None,
+        )
+    log.info("zotero: reader %d: a save waits (%s)", subscriber_id, problem)
+    return "given_up" if given_up else "waiting"
 
 
 def _done(

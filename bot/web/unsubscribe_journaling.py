@@ -110,6 +110,9 @@ class Acknowledger:
                 done = set(self.acknowledged)
                 if await run_in_threadpool(self.journal.try_apply_pending, self.factory):
                     self.acknowledged -= done
-                await run_in_threadpool(self.also)
             except SQLAlchemyError as exc:  # the journal itself unreadable for a moment
                 log.warning("unsubscribes not applied: %s", type(exc).__name__)
+            try:
+                await run_in_threadpool(self.also)
+            except Exception as exc:  # noqa: BLE001 - the journal's other asks never stop the unsubscribes
+                log.warning("the journal's other asks not taken: %s", type(exc).__name__)

@@ -603,7 +603,7 @@ def _check(run: Run) -> None:
     unserved = sorted(set(run.readers) - left - received - run.relay.dead)
     run.unserved_unknown = len(set(unserved) & unknown)  # on the wire at a kill, never reached the relay
     unserved = [email for email in unserved if email not in unknown]
-    if "model@example.org" not in received and "model@example.org" not in unknown:
+    if "model@example.org" not in received | unknown | left | run.relay.dead:
         unserved.append("model@example.org (a taste model that cannot be fitted)")
     if unserved:
         run.problems.append(f"{len(unserved)} healthy readers got nothing: {', '.join(unserved[:5])}")

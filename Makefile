@@ -17,6 +17,10 @@ CONSTRAINTS := constraints.txt
 AXE_CORE := axe-core@4.14.1
 VNU_JAR := vnu-jar@26.9.27
 NODE_TOOLS := $(VENV)/node/.installed-$(AXE_CORE)-$(VNU_JAR)
+# A real Matrix homeserver for the channels' test, in a virtualenv of its own (its
+# dependencies are not the product's); without it that test skips and says why.
+SYNAPSE := matrix-synapse==1.163.2
+SYNAPSE_TOOLS := $(VENV)/synapse/.installed-$(SYNAPSE)
 
 .PHONY: demo test test-fast lint format install clean bench-input bench-check chaos flake-hunt soak soak-coverage screens constraints docs
 
@@ -51,6 +55,10 @@ $(NODE_TOOLS): | $(BIN)/python
 		|| echo "npm could not install axe-core and vnu-jar: the checks that need them will be skipped"; \
 	else echo "no npm here: the accessibility and HTML checks will be skipped"; fi
 
+$(SYNAPSE_TOOLS): | $(BIN)/python
+	@$(PYTHON) -m venv $(VENV)/synapse && $(VENV)/synapse/bin/python -m pip install --quiet '$(SYNAPSE)' && touch $@ \
+		|| echo "pip could not install $(SYNAPSE): the test against a real Matrix homeserver will be skipped"
+
 install: $(STAMP)
 
 demo: $(PRODUCT)
@@ -58,7 +66,7 @@ demo: $(PRODUCT)
 
 # The whole suite on every core.  No test asserts a latency (docs/testing.md, Time in
 # tests): those marked timing assert an order that holds beside any other test.
-test: $(STAMP) $(NODE_TOOLS)
+test: $(STAMP) $(NODE_TOOLS) $(SYNAPSE_TOOLS)
 	$(BIN)/python -m pytest -n auto
 
 # For every edit: the suite on SQLite only (not PostgreSQL, even with DIGESTBOT_TEST_PG),

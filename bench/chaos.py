@@ -68,10 +68,12 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import create_engine, text  # noqa: E402
 
+from bench import chaos_channels  # noqa: E402
 from bot.delivery.leases import TAKEN  # noqa: E402
 from bot.delivery.outcomes import RECORD_EVERY  # noqa: E402
 from bot.tokens import make_token  # noqa: E402
 from bot.tools.sink import Fault, Sink, SinkHandler, free_port  # noqa: E402
+from tests.chat_servers import chat_servers  # noqa: E402
 from tests.helpers import postgres_schema, render_dump  # noqa: E402
 
 DIGESTBOT = str(Path(sys.executable).parent / "digestbot")
@@ -231,6 +233,7 @@ class Run:
     unknown_unexplained: int = 0
     unserved_unknown: int = 0
     seconds: float = 0.0
+    channels: str = ""  # what the chat rooms got (chaos_channels)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def env(self, serve_port: int) -> dict[str, str]:
@@ -473,10 +476,12 @@ def run_backend(backend: str, url: str, folder: Path, args: argparse.Namespace, 
     run = Run(backend, url, folder, relay, readers, seed, disk=disk)
     (folder / "dumps").mkdir(parents=True)
     run.serve_port = free_port()
-    with Sink(relay) as sink:
+    with Sink(relay) as sink, chat_servers() as chat:
         run.relay_port = sink.port
-        env = run.env(run.serve_port)
+        env = run.env(run.serve_port) | {f"DIGESTBOT_{k}": v for k, v in chaos_channels.SETTINGS.items()}
         _prepare(run, env, rng)
+        chaos_channels.add_rooms(chat, folder, lambda *args: _cli(env, folder, *args))
+        chat_faults = chaos_channels.queue_faults(chat, rng)
         run.tokens = _tokens(url, readers)
         workers = ["worker-a", "worker-b"] if backend == "postgresql" else ["worker-a"]
         _start(run, "serve", env, "serve", "--port", str(run.serve_port))
@@ -517,6 +522,9 @@ def run_backend(backend: str, url: str, folder: Path, args: argparse.Namespace, 
                     run.problems.append(f"a process did not stop within 30 s of SIGTERM: {process.args!r}")
         run.seconds = time.monotonic() - started
         time.sleep(0.5)  # the relay sees the last hang-ups
+        caught = sum(1 for event in run.events if event.kind in ("kill", "pause", "stop", "full disk"))
+        run.channels, problems = chaos_channels.check_rooms(url, chat, chat_faults, caught)
+        run.problems += problems
     _check(run)
     return run
 
@@ -623,7 +631,15 @@ def _check_unknown(run: Run, by_id: dict[str, list[Copy]]) -> None:
     after the worker's wait, or a kill, pause, stop or full disk caught it on the wire."""
     engine = create_engine(run.url)
     with engine.connect() as connection:
-        ids = [row[0] for row in connection.execute(text("SELECT message_id FROM digests WHERE state = 'unknown'"))]
+        ids = [  # a channel's (chaos_channels checks them)
+            row[0]
+            for row in connection.execute(
+                text(
+                    "SELECT d.message_id FROM digests d JOIN subscribers s ON s.id = d.subscriber_id "
+                    "WHERE d.state = 'unknown' AND s.email NOT LIKE '%@channels.invalid'"
+                )
+            )
+        ]
     engine.dispose()
     run.unknown = len(ids)
     relay_said = {c.message_id for c in run.relay.copies if c.fate in ("dropped", "late")}
@@ -686,6 +702,8 @@ def _report(run: Run) -> None:
         "  process faults: "
         + "; ".join(f"{e.kind} {e.process}" + (f": {e.note}" if e.note else "") for e in run.events)
     )
+    if run.channels:
+        print(f"  {run.channels}")
     for skipped in run.skipped:
         print(f"  skipped: {skipped}")
     for problem in run.problems:

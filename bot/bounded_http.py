@@ -44,9 +44,12 @@ class HttpFailure(Exception):
     """A request that got no whole answer; ``kind`` is one of the names above and
     ``str()`` one line that shows no secret of the URL."""
 
-    def __init__(self, kind: str, detail: str) -> None:
+    def __init__(self, kind: str, detail: str, *, maybe_sent: bool = True) -> None:
         super().__init__(detail)
         self.kind = kind
+        # False only when the request surely never reached the server (no connection
+        # was made): a request that may have taken effect is never sent again blind.
+        self.maybe_sent = maybe_sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +90,13 @@ class BoundedHttp:
         redirects: int = 0,
         decoded: bool = False,
         proxies_from_env: bool = False,
+        keep_alive: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.redirects = redirects
+        # False: a connection for each request, so that a server closing an idle one is
+        # never read as a request lost after it went out (a chat post must tell).
+        self.keep_alive = keep_alive
         self.decoded = decoded
         self.proxies_from_env = proxies_from_env
         self.clock = clock
@@ -145,11 +152,15 @@ class BoundedHttp:
                     return HttpAnswer(response.status_code, response.headers, b"")
                 body = self._body(response, ends, limits)
                 return HttpAnswer(response.status_code, response.headers, body)
+        except (httpx.ConnectTimeout, httpx.PoolTimeout):
+            raise HttpFailure(TIMEOUT, "no connection within the time allowed", maybe_sent=False) from None
         except httpx.TimeoutException:
             raise HttpFailure(TIMEOUT, f"no whole answer within {round(limits.answer_seconds, 2):g} s") from None
         except httpx.InvalidURL as error:  # not an HTTPError: httpx raises it before any request
             raise HttpFailure(NOT_A_URL, _line(url, error)) from None
-        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
+        except httpx.ConnectError as error:
+            raise HttpFailure(UNREACHABLE, _line(url, error), maybe_sent=False) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
             raise HttpFailure(UNREACHABLE, _line(url, error)) from None
         except httpx.HTTPError as error:
             raise HttpFailure(BROKEN, _line(url, error)) from None
@@ -163,6 +174,7 @@ class BoundedHttp:
                     follow_redirects=False,
                     max_redirects=max(self.redirects, 1),
                     trust_env=self.proxies_from_env,
+                    limits=httpx.Limits(max_connections=100, max_keepalive_connections=20 if self.keep_alive else 0),
                 )
             return self._client
 

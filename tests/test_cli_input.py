@@ -372,7 +372,7 @@ def _mounted(folder: Path, size: str) -> bool:
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs (a full disk, a read-only one) takes root")
 def test_a_full_disk_and_a_read_only_store_are_one_line_and_nothing_half_written(cli: Cli) -> None:
     disk = cli.folder / "disk"
-    if not _mounted(disk, "1200k"):
+    if not _mounted(disk, "1600k"):
         pytest.skip("this machine does not let root mount a tmpfs")
     try:
         cli.env["DIGESTBOT_DATABASE__URL"] = f"sqlite:///{disk / 'store.sqlite3'}"

@@ -72,7 +72,7 @@ def test_the_job_table_follows_the_roles_and_the_settings(store: Engine, tmp_pat
     assert [j.id for j in scheduler_only.jobs(now)] == ["elect", "watch", "plan", "statistics", "retention", "zotero"]
     scheduler_only.leadership.release()
     worker = daemon_of(store, plain, plan_jobs=False)
-    assert [j.id for j in worker.jobs(now)] == ["deliver"]
+    assert [j.id for j in worker.jobs(now)] == ["deliver", "channels"]
     assert worker.worker_lock is not None
     worker.worker_lock.release()
     everything = settings_for(
@@ -82,7 +82,18 @@ def test_the_job_table_follows_the_roles_and_the_settings(store: Engine, tmp_pat
     )
     both = daemon_of(store, everything)
     table = {j.id: j for j in both.jobs(now)}
-    assert list(table) == ["elect", "watch", "plan", "statistics", "retention", "zotero", "llm", "inbox", "deliver"]
+    assert list(table) == [
+        "elect",
+        "watch",
+        "plan",
+        "statistics",
+        "retention",
+        "zotero",
+        "llm",
+        "inbox",
+        "deliver",
+        "channels",
+    ]
     assert table["deliver"].first == now  # a worker sends what is due at once
     assert both.worker_lock is not None
     both.worker_lock.release()

@@ -19,6 +19,7 @@ from bot.cli import (  # noqa: F401 - they register on their groups
     tag_commands,
 )
 from bot.cli.admin import config_app, db_app, init_command, sink_command, smtp_app
+from bot.cli.channel_commands import channels_app
 from bot.cli.daemon_commands import demo, run_command, scheduler_command, serve_command, worker_command
 from bot.cli.digest_commands import resend_command, send_now
 from bot.cli.entry_commands import entries_app
@@ -59,6 +60,7 @@ app.add_typer(llm_app, name="llm")
 subscribers_app.add_typer(library_app, name="library")
 app.add_typer(library_app, name="library")
 app.add_typer(subscribers_app, name="subscribers")
+app.add_typer(channels_app, name="channels")
 app.add_typer(tags_app, name="tags")
 app.command("init")(init_command)
 app.command("sink")(sink_command)

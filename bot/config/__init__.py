@@ -30,7 +30,14 @@ from bot.config.mail import InboxConfig as InboxConfig
 from bot.config.mail import SenderConfig as SenderConfig
 from bot.config.mail import SmtpConfig as SmtpConfig
 from bot.config.mail import feedback_id_of as feedback_id_of
-from bot.config.services import LlmConfig, MetricsConfig, RankerConfig, SettingsSection, ZoteroConfig
+from bot.config.services import (
+    ChannelsConfig,
+    LlmConfig,
+    MetricsConfig,
+    RankerConfig,
+    SettingsSection,
+    ZoteroConfig,
+)
 from bot.config.values import address_or_network
 from bot.config.values import dns_name as dns_name
 from bot.config.values import greeting_name as greeting_name
@@ -238,6 +245,7 @@ class Settings(BaseSettings):
     ranker: RankerConfig = RankerConfig()
     llm: LlmConfig = LlmConfig()
     zotero: ZoteroConfig = ZoteroConfig()
+    channels: ChannelsConfig = ChannelsConfig()
 
     @classmethod
     def settings_customise_sources(

@@ -135,6 +135,18 @@ class LlmConfig(SettingsSection):
         return SecretStr(read_secret_file(self.api_key_file, "llm.api_key_file"))
 
 
+class ChannelsConfig(SettingsSection):
+    # Chat rooms digests are posted to (docs/channels.md); each destination is a secret,
+    # given by `digestbot channels add`, never here.
+    connect_seconds: float = Field(5.0, gt=0, le=60)
+    answer_seconds: float = Field(15.0, gt=0, le=300)  # one part's whole answer
+    attempts: int = Field(6, ge=1, le=20)  # of a digest whose parts were not posted
+    retry_base_seconds: float = Field(60.0, gt=0, le=3600)
+    retry_max_seconds: float = Field(3600.0, gt=0, le=86400)
+    most_parts: int = Field(4, ge=1, le=20)  # messages a digest may take; the rest "more on the web"
+    lease_seconds: int = Field(120, ge=10, le=3600)
+
+
 class ZoteroConfig(SettingsSection):
     # The Zotero Web API (v3) readers connect their libraries on (docs/zotero.md).
     base_url: str = "https://api.zotero.org"

@@ -36,6 +36,7 @@ from bot.domain.routes import HEALTH, METRICS
 from bot.mail.parts import Parts
 from bot.metrics import Metrics
 from bot.plan.shared import shares_planning
+from bot.run.channel_job import PostingToChannels
 from bot.run.exporter import Exporter
 from bot.run.job_parts import DaemonParts, Then, guarded
 from bot.run.jobs import AskingTheModel, Delivering, KeepingZotero, Planning, ReadingTheInbox, Upkeep, Watching
@@ -52,6 +53,7 @@ ELECTION_EVERY_SECONDS = 3
 RETENTION_EVERY = timedelta(hours=1)  # a day's digests are removed within the hour they expire
 RETENTION_FIRST = timedelta(minutes=2)
 MODEL_EVERY = timedelta(seconds=120)  # a dump's entries get their TL;DRs within minutes, before the send hour
+CHANNELS_EVERY = timedelta(seconds=10)  # a part a service asked to wait for goes soon after
 ZOTERO_EVERY = timedelta(minutes=1)  # a save reaches Zotero within a minute; a library syncs when due
 JOB_DEFAULTS = {"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600}
 
@@ -112,6 +114,7 @@ class Daemon:
         self.inbox = ReadingTheInbox(self.parts, loaded.key)
         self.upkeep = Upkeep(self.parts)
         self.zotero = KeepingZotero(self.parts)
+        self.channels = PostingToChannels(self.parts)
         self.exporter: Exporter | None = None
         if settings.metrics.listen_port:  # bound here: a port in use stops the start, not a thread
             self.exporter = Exporter(
@@ -197,6 +200,7 @@ class Daemon:
             table.append(Job("help", "planning", self.planning.help, HELP_EVERY, now))
         if self.deliver_jobs:
             table.append(Job("deliver", "delivery", self.delivering.deliver, DELIVER_EVERY, now))
+            table.append(Job("channels", "the channels", self.channels.post, CHANNELS_EVERY, now))
         return table
 
     def _scheduler(self, now: datetime) -> AsyncIOScheduler:
@@ -252,7 +256,7 @@ class Daemon:
             # between files): wait for it, then shut down.  The shutdown cancels the jobs
             # it finds running, and APScheduler logs a cancelled job as a traceback.
             scheduler.pause()
-            for job in (self.watching, self.planning, self.inbox, self.model, self.zotero):
+            for job in (self.watching, self.planning, self.inbox, self.model, self.zotero, self.channels):
                 if job is not None:
                     await job.finish()
             scheduler.shutdown(wait=False)

@@ -47,6 +47,7 @@ from sqlalchemy.orm import Session
 from bot.domain import DigestState
 from bot.store.base import UTCDateTime
 from bot.store.bulk import chunks
+from bot.store.channel_tables import ChannelRow
 from bot.store.schema import Digest
 
 LeaseClock = Callable[[float], Any]  # seconds from now -> the SQL time leases are judged by
@@ -118,7 +119,9 @@ def _due_queries(now: datetime, leases: Any = None) -> list[Any]:
         Digest.lease_expires_at < (now if leases is None else leases),
         Digest.wire_at.is_(None),
     )
-    return [*waiting, expired]
+    # A channel's digests are posted by ``bot.channels``, never mailed.
+    mail = Digest.subscriber_id.not_in(select(ChannelRow.subscriber_id).scalar_subquery())
+    return [query.where(mail) for query in (*waiting, expired)]
 
 
 def count_due(session: Session, now: datetime) -> int:
@@ -178,7 +181,12 @@ def claim_due(session: Session, *, now: datetime, worker: str, lease_seconds: in
         if postgres:
             query = query.with_for_update(skip_locked=True)
         due.extend((due_at, digest_id) for due_at, digest_id in session.execute(query))
-    ids = [digest_id for _, digest_id in sorted(due)[:limit]]
+    return lease_digests(session, [digest_id for _, digest_id in sorted(due)[:limit]], worker, at(lease_seconds))
+
+
+def lease_digests(session: Session, ids: Sequence[int], worker: str, until: Any) -> list[Claim]:
+    """Lease the due digests *ids* (found and locked by the caller) to *worker* until
+    *until* (the lease clock's): each a claim of its next attempt."""
     if not ids:
         return []
     table = Digest.__table__
@@ -188,7 +196,7 @@ def claim_due(session: Session, *, now: datetime, worker: str, lease_seconds: in
         .values(
             state=DigestState.SENDING.value,
             lease_owner=worker,
-            lease_expires_at=at(lease_seconds),
+            lease_expires_at=until,
             attempts=table.c.attempts + 1,
             wire_at=None,
         )

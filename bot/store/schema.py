@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from bot.store import derived_tables, llm_tables, response_tables, taste_tables, zotero_tables  # noqa: F401  (registers their tables with Base.metadata)
+from bot.store import channel_tables, derived_tables, llm_tables, response_tables, taste_tables, zotero_tables  # noqa: F401  (registers their tables with Base.metadata)
 from bot.store.base import Base as Base  # imported from here, Base's metadata holds every table
 from bot.store.base import UTCDateTime, partial_index
 

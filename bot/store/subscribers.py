@@ -14,6 +14,7 @@ from bot.domain import SUBSCRIBER_SETTINGS, Subscriber, SubscriberFields, Subscr
 from bot.domain.statuses import ADDED
 from bot.domain.stored import read_settings, stored_status
 from bot.store.bulk import among, bulk_insert, chunks
+from bot.store.channel_tables import ChannelRow
 from bot.store.retention import drop_unshown_bodies
 from bot.store.row_shapes import RowShape
 from bot.store.schema import Digest, SubscriberRow
@@ -132,7 +133,9 @@ def set_watermarks(session: Session, marks: Sequence[tuple[int, datetime, str]])
 
 
 def list_subscribers(session: Session, *, status: SubscriberStatus | None = None) -> list[Subscriber]:
-    query = select(SubscriberRow).order_by(SubscriberRow.email_key)
+    """The readers (a channel's row is not one: ``channels list`` shows those), by address."""
+    channels = select(ChannelRow.subscriber_id).scalar_subquery()
+    query = select(SubscriberRow).where(SubscriberRow.id.not_in(channels)).order_by(SubscriberRow.email_key)
     if status is not None:
         query = query.where(SubscriberRow.status == status.value)
     return [_view(r) for r in session.scalars(query)]

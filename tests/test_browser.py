@@ -166,7 +166,7 @@ def test_the_inbox_index_fits_a_phone(tmp_path: Path, width: int) -> None:
     to its HTML part, with its .eml beside it, and nothing scrolls sideways."""
     from email.message import EmailMessage
 
-    from bot.tools.sink import write_index
+    from bot.tools.inbox_index import write_index
 
     for n in range(1, 4):
         message = EmailMessage()

@@ -225,3 +225,24 @@ def test_no_job_calls_another_and_the_scheduler_does_no_jobs_work() -> None:
     }
     stages = ("bot.store", "bot.ingest", "bot.plan.planner", "bot.llm", "bot.returns", "bot.subscribers")
     assert not [module for module in imported if module.startswith(stages)], imported
+
+
+def test_an_empty_day_left_open_is_said_once_not_every_minute(
+    store: Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 76, item 7: "planned 0 digests (1 with nothing new, 0 not due yet)" at INFO
+    every minute while an empty day stayed open."""
+    from bot.plan.report import PlanReport
+
+    daemon = daemon_of(store, settings_for(tmp_path), deliver_jobs=False)
+    try:
+        with caplog.at_level(logging.INFO, logger="bot.run.scheduler"):
+            for empty in (1, 1, 1, 2, 2):
+                daemon.planning._planned(PlanReport(empty=empty))
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+        assert said == ["planned 0 digests (1 with nothing new, 0 not due yet)",
+                        "planned 0 digests (2 with nothing new, 0 not due yet)"]  # fmt: skip
+    finally:
+        daemon.leadership.release()
+        if daemon.worker_lock is not None:
+            daemon.worker_lock.release()

@@ -199,19 +199,23 @@ def test_the_command_asks_and_says_what_became_of_each_pair(tmp_path: Path) -> N
         told = " ".join(cli("stats").stdout.split())
         broken = Cli(tmp_path, llm | {"DIGESTBOT_LLM__CHAT_MODEL": "broken", "DIGESTBOT_LLM__LANGUAGES": '["en","zh"]'})
         broken("subscribers", "edit", "bo@example.org", "--language", "zh")
-        failed = broken("llm", "tldrs")
+        failed = broken("llm", "tldrs", code=1)  # every request failed: not a success (issue 76, item 4)
         told_after = " ".join(broken("stats").stdout.split())
         embedded = Cli(tmp_path, llm | {"DIGESTBOT_LLM__EMBEDDING_MODEL": "honest"})("llm", "embed")
     assert "TL;DRs: 1 wanted, 1 written, 0 refused" in done.stdout
     assert "TL;DRs: 0 wanted, 0 written" in again.stdout and asked == 1
     # stats: what was asked today, and when requests last failed and how.
-    assert "Language model (honest): 1 request of 2,000 a day today (UTC), " in told and "last failed" not in told
+    assert "Language model (chat: honest): 1 request of 2,000 a day today (UTC), " in told and "last failed" not in told
     assert "failed: 1 request server error (5xx)" in failed.stdout
     assert "Embeddings: 1 wanted, 1 stored, 0 refused" in embedded.stdout
-    assert "Language model (broken): 2 requests of 2,000 a day today (UTC)" in told_after
+    assert "Language model (chat: broken): 2 requests of 2,000 a day today (UTC)" in told_after
     assert "TL;DR requests last failed " in told_after
     assert " UTC: 1 server error (5xx); asked again at the next pass." in told_after
     assert "asked for a pause" not in told_after
+    # With only an embedding model left, the chat model's old failure is not "asked again".
+    embeddings_only = {"DIGESTBOT_LLM__BASE_URL": server.base_url, "DIGESTBOT_LLM__EMBEDDING_MODEL": "honest"}
+    told_later = " ".join(Cli(tmp_path, embeddings_only)("stats").stdout.split())
+    assert "Language model (embeddings: honest)" in told_later and "TL;DR requests last failed" not in told_later
     refused = Cli(tmp_path, {"DIGESTBOT_LLM__BASE_URL": "http://127.0.0.1:9/v1"})("llm", "tldrs", code=2)
     no_embedding = Cli(tmp_path, {"DIGESTBOT_LLM__BASE_URL": "http://127.0.0.1:9/v1"})("llm", "embed", code=2)
     assert no_embedding.stderr.strip() == (

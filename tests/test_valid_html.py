@@ -27,7 +27,8 @@ from bot.store.subscribers import get_subscriber
 from bot.subscribers.fields import clean_fields
 from bot.subscribers.subscriptions import save
 from bot.tokens import make_token, signing_key
-from bot.tools.sink import Sink, write_index
+from bot.tools.inbox_index import write_index
+from bot.tools.sink import Sink
 from bot.web import create_app
 from tests.browser import vnu_errors, vnu_missing
 from tests.conftest import ROOT, SEEDS

@@ -135,7 +135,8 @@ def sink_command(
     import signal
     import threading
 
-    from bot.tools.sink import Received, Sink, SinkHandler, last_number
+    from bot.tools.inbox_index import last_number
+    from bot.tools.sink import Received, Sink, SinkHandler
 
     def announce(received: Received, saved: Path | None) -> None:
         subject = str(received.message["Subject"] or "")

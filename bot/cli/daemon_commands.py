@@ -154,7 +154,12 @@ def serve_command(
     c.link_key()  # the key the links already mailed were signed with, or a refusal
     if c.config_path is not None:
         os.environ["DIGESTBOT_CONFIG"] = str(c.config_path.resolve())  # what the worker processes load
-    serve(c.parts, factory, host=host or web.listen_host, port=port or web.listen_port, workers=workers)
+    from bot.web.server import CannotListen
+
+    try:
+        serve(c.parts, factory, host=host or web.listen_host, port=port or web.listen_port, workers=workers)
+    except CannotListen as exc:
+        fail(f"web.listen_port: {exc} (--port or web.listen_port chooses another)", EXIT_USAGE)
 
 
 def demo(ctx: typer.Context) -> None:

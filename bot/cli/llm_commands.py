@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from bot.cli.output import EXIT_USAGE, fail, out
+from bot.cli.output import EXIT_INPUT_FAILED, EXIT_USAGE, fail, out
 from bot.cli.shell import command_group, ctx_of, now
 from bot.domain.text import plural
 
@@ -32,6 +32,8 @@ def llm_tldrs(ctx: typer.Context) -> None:
     )
     for kind, count in sorted(done.failures.items()):
         out.print(f"failed: {plural(count, 'request')} {kind}", markup=False)
+    if done.failures and not done.written:
+        raise typer.Exit(EXIT_INPUT_FAILED)  # every request sent failed: not a success
 
 
 @llm_app.command("embed")
@@ -60,3 +62,5 @@ def llm_embed(ctx: typer.Context) -> None:
             f"Readers' models: {done.models.trained} trained, {done.models.unfitted} with too few papers embedded",
             markup=False,
         )
+    if done.failures and not done.stored:
+        raise typer.Exit(EXIT_INPUT_FAILED)  # every request sent failed: not a success

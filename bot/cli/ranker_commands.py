@@ -47,6 +47,7 @@ def rankers_report(
             "losses": t.losses,
             "ties": t.ties,
             "p_value": t.p_value,
+            "verdict": t.reading,
         }
         for t in found
     ]
@@ -57,5 +58,9 @@ def rankers_report(
         out.print(f"No interleaved digest was sent in the last {plural(days, 'day')}.", markup=False)
         return
     columns = [Column(name, whole=True) for name in ("ranker", "digests", "wins", "losses", "ties", "p")]
-    shown = [[t.ranker, str(t.digests), str(t.wins), str(t.losses), str(t.ties), f"{t.p_value:.2g}"] for t in found]
+    columns.append(Column("verdict"))
+    shown = [
+        [t.ranker, str(t.digests), str(t.wins), str(t.losses), str(t.ties), f"{t.p_value:.2g}", t.reading]
+        for t in found
+    ]
     out.print(fitted(columns, shown, width=out.width, title=f"Rankers, last {plural(days, 'day')}"))

@@ -178,15 +178,19 @@ def _model_lines(session: Session, llm: LlmConfig, at: datetime) -> list[str]:
 
     requests, tokens = spent_on(session, at.date())
     budget = f" of {llm.requests_per_day:,} a day" if llm.requests_per_day else ""
-    models = " and ".join(m for m in (llm.chat_model, llm.embedding_model) if m)
+    named = (("chat", llm.chat_model), ("embeddings", llm.embedding_model))
+    models = ", ".join(f"{role}: {model}" for role, model in named if model)
     lines = [f"Language model ({models}): {plural(requests, 'request')}{budget} today (UTC), {tokens:,} tokens."]
     paused = model_paused_until(session, llm.base_url)
     later = f"after {paused:%Y-%m-%d %H:%M} UTC" if paused is not None and paused > at else "at the next pass"
     if paused is not None and paused > at:
         lines.append(f"The model asked for a pause (429): nothing is sent to it before {paused:%Y-%m-%d %H:%M} UTC.")
-    for name, words in ((TLDR_FAILURE_FACT, "TL;DR"), (EMBEDDING_FAILURE_FACT, "Embedding")):
+    for name, words, model in (
+        (TLDR_FAILURE_FACT, "TL;DR", llm.chat_model),
+        (EMBEDDING_FAILURE_FACT, "Embedding", llm.embedding_model),
+    ):
         failed = fact(session, name)
-        if failed:
+        if failed and model:  # a model no longer configured is not asked again: its old failure says nothing
             lines.append(f"{words} requests last failed {failed}; asked again {later}.")
     return lines
 

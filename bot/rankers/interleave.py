@@ -90,6 +90,19 @@ class Tally:
     def p_value(self) -> float:
         return sign_test(self.wins, self.losses)
 
+    @property
+    def reading(self) -> str:
+        """What the figures say, in words: a sign test on a handful of digests says little."""
+        decided = self.wins + self.losses
+        if decided < DECIDED_ENOUGH:
+            return f"too few to judge: {decided} of the {DECIDED_ENOUGH} digests with a preference a verdict needs"
+        if self.p_value < 0.05:
+            return f"{'better' if self.wins > self.losses else 'worse'} than the built-in order"
+        return "no difference shown yet"
+
+
+DECIDED_ENOUGH = 20  # digests with a preference (wins and losses) before a verdict is said
+
 
 def tally(ranker: str, verdicts: Collection[Verdict]) -> Tally:
     return Tally(

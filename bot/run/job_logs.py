@@ -70,8 +70,10 @@ def log_ingest(results: list[IngestResult]) -> None:
             log.debug("%s: %s", result.path, result.status.value)
 
 
-def log_planned(report: PlanReport) -> None:
-    level = logging.INFO if report.planned or report.empty else logging.DEBUG
+def log_planned(report: PlanReport, *, again: bool = False) -> None:
+    """What a pass planned: at INFO when it planned a digest or found a day empty, but
+    not while an empty day stays open and each pass says the same (*again*)."""
+    level = logging.INFO if (report.planned or report.empty) and not again else logging.DEBUG
     log.log(
         level,
         "planned %s (%d with nothing new, %d not due yet)",

@@ -121,6 +121,7 @@ class Planning:
         self.parts = parts
         self.lock = parts.planning_lock
         self.selection = SelectionCache()  # filters' verdicts, kept from one pass to the next
+        self.last_quiet: tuple[int, int] | None = None  # (nothing new, not due) of the last pass that planned none
 
     async def plan(self) -> Then:
         """Plan as the leader: on PostgreSQL open a pass that every process shares."""
@@ -171,7 +172,9 @@ class Planning:
 
     def _planned(self, report: PlanReport) -> Then:
         self.parts.metrics.plan_done(len(report.planned), report.ranker_ranked, report.ranker_skipped)
-        log_planned(report)
+        quiet = None if report.planned else (report.empty, report.not_due)
+        log_planned(report, again=quiet is not None and quiet == self.last_quiet)
+        self.last_quiet = quiet
         return Then(after=("deliver",)) if report.planned else NOTHING
 
     async def finish(self) -> None:

@@ -31,7 +31,8 @@ from bot.store.store_files import database_files
 from bot.store.subscribers import get_subscriber, list_subscribers
 from bot.subscribers.csv_io import import_csv
 from bot.taste.library_service import import_library
-from bot.tools.sink import Sink, SinkHandler, write_index
+from bot.tools.inbox_index import write_index
+from bot.tools.sink import Sink, SinkHandler
 
 FIRST_DAY = date(2026, 6, 14)  # the date the seed dumps carry
 # Ada's filter is `*`: her library of two spiking-network papers orders her digest.

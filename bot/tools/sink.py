@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import email
 import hashlib
-import html
 import itertools
 import socket
 import threading
@@ -30,6 +29,7 @@ from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import AuthResult
 
 from bot.files import write_whole
+from bot.tools.inbox_index import InboxIndex
 
 
 def free_port() -> int:
@@ -146,6 +146,11 @@ class SinkHandler:
     first_number: int = 0  # files are numbered after this one (``digestbot sink`` keeps old ones)
     on_received: Callable[[Received, Path | None], None] | None = None
     bodies: list[Body] = field(default_factory=list)
+    index: InboxIndex | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        if self.keep_index and self.inbox is not None:
+            self.index = InboxIndex(self.inbox)  # the messages already there, read once
 
     @classmethod
     def with_rates(cls, rates: FaultRates, inbox: Path | None = None) -> SinkHandler:
@@ -222,9 +227,9 @@ class SinkHandler:
             self.inbox.mkdir(parents=True, exist_ok=True)
             saved = self.inbox / f"{number:04d}.eml"
             write_whole(saved, data)
-            if self.keep_index:
+            if self.index is not None:
                 with self.lock:
-                    write_index(self.inbox)
+                    self.index.add(saved, data)
         if self.on_received is not None:
             self.on_received(received, saved)
         return "250 2.0.0 OK: queued"
@@ -316,51 +321,3 @@ class Sink:
     @property
     def received(self) -> list[Received]:
         return self.handler.received
-
-
-_INDEX_STYLE = (
-    "body{font:16px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;max-width:46rem;"
-    "padding:1rem;color:#1f2328;background:#fff}h1{font-size:1.4rem;margin:.2rem 0 1rem}"
-    "ol{list-style:none;padding:0;margin:0}li{border-top:1px solid #d0d7de;padding:.7rem 0}"
-    "a{color:#0a58ca}.subject{font-weight:600;overflow-wrap:anywhere}"
-    ".meta{color:#57606a;font-size:.9rem;overflow-wrap:anywhere}"
-    "@media (prefers-color-scheme:dark){body{color:#e6edf3;background:#0d1117}li{border-color:#30363d}"
-    "a{color:#58a6ff}.meta{color:#9da7b3}}"
-)
-
-
-def last_number(inbox: Path) -> int:
-    """The highest ``NNNN.eml`` number already in *inbox* (0: none)."""
-    numbers = [int(p.stem) for p in inbox.glob("*.eml") if p.stem.isdigit()]
-    return max(numbers, default=0)
-
-
-def write_index(inbox: Path) -> Path:
-    """``index.html``: every .eml in *inbox*, newest first, with its subject (linked to
-    its HTML part, saved next to it), recipient, date and a link to the .eml itself.
-    A page for a phone as much as a desk."""
-    items = []
-    paths = sorted(inbox.glob("*.eml"))
-    for path in reversed(paths):
-        msg = email.message_from_bytes(path.read_bytes(), policy=default_policy)
-        html_part = msg.get_body(preferencelist=("html",))
-        view = path.with_suffix(".html")
-        if html_part is not None:
-            write_whole(view, html_part.get_content().encode("utf-8"))
-        subject = html.escape(str(msg["Subject"] or "(no subject)"))
-        title = f'<a href="{html.escape(view.name)}">{subject}</a>' if html_part is not None else subject
-        items.append(
-            f'<li><div class="subject">{title}</div><div class="meta">to {html.escape(str(msg["To"]))}'
-            f" · {html.escape(str(msg['Date']))} · "
-            f'<a href="{html.escape(path.name)}" download>{html.escape(path.name)}</a></div></li>'
-        )
-    count = f"{len(paths)} message" + ("" if len(paths) == 1 else "s")
-    index = inbox / "index.html"
-    page = (
-        '<!DOCTYPE html><html lang="en"><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f'<meta name="color-scheme" content="light dark"><title>digestbot inbox</title><style>{_INDEX_STYLE}</style>'
-        f"<h1>digestbot inbox</h1><p class=meta>{count}</p><ol>{''.join(items)}</ol></html>\n"
-    )
-    write_whole(index, page.encode("utf-8"))
-    return index

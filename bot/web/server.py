@@ -5,6 +5,7 @@ Never handles a request itself (``bot.web.app`` does).
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -64,12 +65,13 @@ def serve(loaded: Parts, factory: sessionmaker[Session], *, host: str, port: int
     settings = loaded.check().settings
     options = uvicorn_options(settings.web)
     limits = ConnectionLimits(settings.web.header_timeout_seconds, settings.web.max_connections)
+    listening = listening_socket(host, port)  # here, not by uvicorn: a port in use is one line
     if workers > 1:
         config = uvicorn.Config(
             "bot.web.server:app_from_environment", factory=True, workers=workers, host=host, port=port, **options
         )
         config.digestbot_limits = limits  # type: ignore[attr-defined]  # read by GuardedHttp in each worker
-        _run_workers(config)
+        _run_workers(config, listening)
         return
 
     class Server(uvicorn.Server):
@@ -81,12 +83,31 @@ def serve(loaded: Parts, factory: sessionmaker[Session], *, host: str, port: int
 
     config = uvicorn.Config(create_app(settings, factory, loaded=loaded), host=host, port=port, **options)
     config.digestbot_limits = limits  # type: ignore[attr-defined]
-    Server(config).run()
+    Server(config).run(sockets=[listening])
 
 
-def _run_workers(config: Any) -> None:
+class CannotListen(Exception):
+    """The endpoint's address cannot be listened on; ``str()`` is one line."""
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to *host*:*port* as uvicorn binds one (reusable address, kept by
+    worker processes); ``CannotListen`` when the port is taken or the address not here."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _run_workers(config: Any, listening: socket.socket) -> None:
     """uvicorn.run's multi-process branch, for a config made here (uvicorn.run makes its
     own, and the limits must travel with it to each worker)."""
     from uvicorn.supervisors import Multiprocess
 
-    Multiprocess(config, sockets=[config.bind_socket()]).run()
+    Multiprocess(config, sockets=[listening]).run()

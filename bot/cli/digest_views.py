@@ -63,7 +63,7 @@ def digest_table(
         Column("state", whole=True),
         Column("entries", whole=True, drop=1, justify="right"),
         Column("tries", whole=True, drop=3, justify="right"),
-        Column("what happened", wants=17),  # "sent at 13:00 BST" on one line
+        Column("what happened", wants=17, words=True),  # "sent at 13:00 BST" on one line; a file name whole
         Column("error"),  # left out first when no digest has one (``tables``), never when one does
     ]
     rows = [

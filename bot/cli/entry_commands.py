@@ -53,11 +53,11 @@ def entries_list(
         return
     # Keys are what `entries show` takes: never cut.
     columns = [
-        Column("key", whole=True),
-        Column("kind", drop=1),
-        Column("title"),
+        Column("key", whole=True, drop=2),  # left out before the title folds over many lines
+        Column("kind", drop=3),  # the key says it too
+        Column("title", wants=36, words=True, share=3),
         Column("date", whole=True),
-        Column("tags"),
+        Column("tags", wants=14, share=1),
     ]
     rows = [
         [

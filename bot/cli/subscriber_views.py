@@ -70,9 +70,11 @@ def subscriber_table(subscribers: list[Subscriber], title: str) -> Table:
     columns = [
         Column("email", whole=True),
         Column("name", drop=2),
-        Column("filter"),
-        Column("sends at", whole=True),  # "08:00 Europe/Berlin": an hour means nothing without its zone
-        Column("cadence", whole=True),
+        Column("filter", wants=20, words=True),
+        # "08:00 Europe/Berlin": an hour means nothing without its zone; the zone folds
+        # onto a line of its own rather than take the filter's room.
+        Column("sends at", least=19),
+        Column("cadence", whole=True, drop=1),
         Column("status", whole=True),
     ]
     rows = [

@@ -31,10 +31,17 @@ class Column:
     drop: int = 0  # 0: always shown; when the table is too wide the highest goes first
     justify: Literal["left", "right"] = "left"
     wants: int = 0  # a folding column's comfortable width, kept before a droppable column is
+    words: bool = False  # folds between words only: a file name or a title's word is never cut
+    share: int = 0  # of the room left, this column's share against the others' (0: its text's width)
+    least: int = 0  # never narrower than this (a zone such as America/Los_Angeles on one line)
 
 
 def fitted(
-    columns: Sequence[Column | str], rows: Iterable[Sequence[str]], *, width: int, title: str | None = None
+    columns: Sequence[Column | str],
+    rows: Iterable[Sequence[str]],
+    *,
+    width: int,
+    title: str | None = None,
 ) -> Table:
     """A table of *rows* laid out within *width* characters: columns left out, highest
     ``drop`` first, until its key columns fit whole and the others keep room to fold."""
@@ -49,11 +56,24 @@ def fitted(
     # On a line of its own: folded into the list at a narrow width, it read "(--json has every" / "column)".
     caption = f"left out at this width: {', '.join(left_out)}\n(--json has every column)" if left_out else None
     table = Table(
-        title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, caption_justify="left"
+        title=title,
+        caption=caption,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        caption_justify="left",
+        expand=any(specs[n].share for n in shown),  # rich shares the room by ratio only when it expands
     )
     for n in shown:
         spec = specs[n]
-        table.add_column(spec.header, no_wrap=spec.whole, min_width=needs[n], overflow="fold", justify=spec.justify)
+        table.add_column(
+            spec.header,
+            no_wrap=spec.whole,
+            min_width=max(needs[n], spec.least),
+            overflow="fold",
+            justify=spec.justify,
+            ratio=spec.share or None,
+        )
     for row in cells:
         table.add_row(*(row[n] for n in shown))
     return table
@@ -85,4 +105,8 @@ def _needed(spec: Column, values: list[str]) -> int:
     if spec.whole:
         return widest
     longest_word = max([len(w) for v in [spec.header, *values] for w in v.split()] or [1])
+    if spec.words:
+        return longest_word
+    if spec.least:
+        return max(spec.least, min(widest, _FOLDED))
     return min(widest, max(min(longest_word, _FOLDED), min(len(spec.header), _FOLDED)))

@@ -86,7 +86,7 @@ def test_the_imap_password_is_refused_in_the_file_and_in_the_url(tmp_path: Path)
         ("[smtp]\nport = 0\n", "smtp.port"),
         ('[smtp]\ntls = "maybe"\n', "smtp.tls"),
         ("[nonsense]\nx = 1\n", "nonsense"),
-        ('[feeds]\nurls = ["file:///etc/passwd"]\n', "not an http(s) URL"),
+        ('[feeds]\nurls = ["file:///etc/passwd"]\n', "neither an http(s) URL nor an arXiv source"),
         ("this is = = not toml", "c.toml"),
     ],
 )

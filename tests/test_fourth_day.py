@@ -6,6 +6,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import DIGESTBOT, daemon_env
 
 
@@ -53,3 +55,85 @@ def test_a_tldr_can_be_tried_without_a_chat_model(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_an_arxiv_category_is_a_source_in_one_line_and_a_quiet_day_sends_nothing(tmp_path: Path) -> None:
+    """Item 8: `arxiv:cs.LG+cs.CL` in the feeds list is arXiv's own RSS of those categories
+    (rss.arxiv.org's shapes: new, cross-list, replace; an empty holiday feed)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bot.tools.sink import Sink, SinkHandler
+    from tests.conftest import ROOT
+    from tests.helpers import Cli
+
+    fixtures = ROOT / "tests" / "fixtures"
+    served = {"day": "arxiv_day1.rss"}
+    asked: list[str] = []
+
+    class Arxiv(BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            asked.append(self.path)
+            body = (fixtures / served["day"]).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/rss+xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Arxiv)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with Sink(SinkHandler()) as sink:
+            env = {
+                "DIGESTBOT_FEEDS__URLS": '["arxiv:cs.LG+cs.CL"]',
+                "DIGESTBOT_FEEDS__ARXIV_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}",
+                "DIGESTBOT_SMTP__PORT": str(sink.port),
+            }
+            cli = Cli(tmp_path, env)
+            (tmp_path / "dumps").mkdir()
+            fetched = cli("feeds", "fetch").stdout
+            assert asked == ["/rss/cs.LG+cs.CL"] and "new" in fetched, fetched
+            cli("subscribers", "add", "ada@example.org", "--tz", "UTC", "--hour", "0", "--backfill", "all")
+            cli("run", "--once", "--all-due")
+            assert len(sink.received) == 1
+            served["day"] = "arxiv_holiday.rss"  # arXiv announces nothing: an empty feed
+            said = cli("feeds", "fetch").stdout
+            assert "0 entries" in said and "failed" not in said, said
+            cli("subscribers", "add", "bo@example.org", "--tz", "UTC", "--hour", "0", "--backfill", "none")
+            cli("run", "--once", "--all-due")
+            assert [r.recipients for r in sink.received] == [["ada@example.org"]]  # no mail on a quiet day
+            refused = cli("feeds", "fetch", "arxiv:cz.LG", code=2).stderr
+            assert refused.strip() == "error: 'arxiv:cz.LG': 'cz' is not an arXiv archive; did you mean 'cs'?"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("source", "url"),
+    [
+        ("arxiv:cs.LG", "https://rss.arxiv.org/rss/cs.LG"),
+        ("arxiv:cs.LG+cs.CL", "https://rss.arxiv.org/rss/cs.LG+cs.CL"),
+        ("ARXIV:cond-mat.mes-hall", "https://rss.arxiv.org/rss/cond-mat.mes-hall"),
+        (" arxiv:astro-ph.CO+hep-th ", "https://rss.arxiv.org/rss/astro-ph.CO+hep-th"),
+    ],
+)
+def test_arxiv_sources_name_arxivs_feed(source: str, url: str) -> None:
+    from bot.domain.arxiv_sources import feed_url
+
+    assert feed_url(source) == url
+
+
+@pytest.mark.parametrize(
+    "source", ["arxiv:", "arxiv:cs.LG+", "arxiv:cz.LG", "arxiv:cs.L", "arxiv:cs.LG/../x", "arxiv:+"]
+)
+def test_a_source_that_is_no_arxiv_category_is_one_line(source: str) -> None:
+    from bot.domain.arxiv_sources import ArxivSourceError, feed_url
+
+    with pytest.raises(ArxivSourceError) as refused:
+        feed_url(source)
+    assert "\n" not in str(refused.value) and source.strip() in str(refused.value)

@@ -119,12 +119,22 @@ def dumps_list(
 @feeds_app.command("fetch")
 def feeds_fetch(
     ctx: typer.Context,
-    urls: Annotated[list[str] | None, typer.Argument(help="Feed URLs (default: feeds.urls from the config).")] = None,
+    urls: Annotated[
+        list[str] | None,
+        typer.Argument(help="Feed URLs or arXiv categories (arxiv:cs.LG+cs.CL; default: feeds.urls from the config)."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Fetch feed URLs with conditional GET and ingest what changed."""
+    from bot.domain.arxiv_sources import ArxivSourceError, categories_of, is_arxiv_source
     from bot.ingest.watcher import fetch_feeds
 
+    for url in urls or []:
+        try:
+            if is_arxiv_source(url):
+                categories_of(url)
+        except ArxivSourceError as exc:
+            fail(str(exc), EXIT_USAGE)
     c = ctx_of(ctx)
     results = fetch_feeds(c.sessions(), c.settings, urls=urls or None, rules=c.rules)
     report_ingest(results, as_json)

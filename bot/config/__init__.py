@@ -41,6 +41,8 @@ from bot.config.services import (
 from bot.config.values import address_or_network
 from bot.config.values import dns_name as dns_name
 from bot.config.values import greeting_name as greeting_name
+from bot.domain.arxiv_sources import DEFAULT_BASE as DEFAULT_ARXIV_BASE
+from bot.domain.arxiv_sources import categories_of, feed_url, is_arxiv_source
 from bot.domain.stored import zone_exists
 from bot.domain.text import CONTROL_CHARACTERS as CONTROL_CHARACTERS
 from bot.domain.text import hides_control_characters as hides_control_characters
@@ -70,17 +72,25 @@ class DatabaseConfig(SettingsSection):
 
 
 class FeedsConfig(SettingsSection):
+    # Feed URLs, and arXiv categories as "arxiv:cs.LG" or "arxiv:cs.LG+cs.CL" (arXiv's RSS).
     urls: list[str] = []
     timeout_seconds: float = Field(20.0, gt=0)
     max_bytes: int = Field(20_000_000, gt=0)
+    arxiv_base_url: str = DEFAULT_ARXIV_BASE  # where "arxiv:" sources are fetched from
 
     @field_validator("urls")
     @classmethod
     def _http_only(cls, urls: list[str]) -> list[str]:
         for url in urls:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"{url!r} is not an http(s) URL")
+            if is_arxiv_source(url):
+                categories_of(url)  # ArxivSourceError is a ValueError: said as this key's problem
+            elif not url.startswith(("http://", "https://")):
+                raise ValueError(f"{url!r} is neither an http(s) URL nor an arXiv source such as 'arxiv:cs.LG'")
         return urls
+
+    def fetched_url(self, source: str) -> str:
+        """The URL a source is fetched from: itself, or arXiv's feed of its categories."""
+        return feed_url(source, self.arxiv_base_url) if is_arxiv_source(source) else source
 
 
 class WatchConfig(SettingsSection):

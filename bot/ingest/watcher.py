@@ -161,7 +161,8 @@ def fetch_feeds(
             if stop():
                 break
             try:
-                results.append(_fetch_feed(factory, settings, url, http=http, rules=rules))
+                fetched = settings.feeds.fetched_url(url)  # an "arxiv:" source: arXiv's RSS
+                results.append(_fetch_feed(factory, settings, fetched, http=http, rules=rules))
             except Exception as exc:  # noqa: BLE001 - this feed's failure, never the other feeds'
                 results.append(_not_ingested(shown_url(url), exc))
     return results

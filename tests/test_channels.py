@@ -390,3 +390,20 @@ def test_a_stop_between_two_parts_gives_the_rest_back_and_posts_it_once_later(
     _deliver(factory, settings)
     state, parts = _state(factory, digest_id)
     assert state == "sent" and len(chat.received()) == len(parts) >= 2
+
+
+def test_a_matrix_part_caught_on_the_wire_by_a_kill_is_posted_again_as_the_same_event(
+    factory: sessionmaker[Session], tmp_path: Path, chat: ChatServers, seed_files: list[Path]
+) -> None:
+    from sqlalchemy import update
+
+    settings = _settings(tmp_path)
+    digest_id = _channel_with_a_digest(factory, settings, chat, Service.MATRIX, seed_files)
+    chat.control("accept_then_hang")  # the homeserver makes the event; no answer comes
+    _deliver(factory, settings)
+    with transaction(factory) as session:  # as a kill mid-request leaves them once the lease ran out
+        session.execute(update(Digest).where(Digest.id == digest_id).values(state="unknown"))
+        session.execute(update(ChannelPartRow).where(ChannelPartRow.number == 1).values(state="sending"))
+    _deliver(factory, settings, DAY + timedelta(minutes=10))
+    state, parts = _state(factory, digest_id)
+    assert state == "sent" and len(chat.received()) == len(parts)  # one event a part, none twice

@@ -137,3 +137,39 @@ def test_a_source_that_is_no_arxiv_category_is_one_line(source: str) -> None:
     with pytest.raises(ArxivSourceError) as refused:
         feed_url(source)
     assert "\n" not in str(refused.value) and source.strip() in str(refused.value)
+
+
+def test_previews_and_the_manage_sentence_agree_with_what_was_sent(tmp_path: Path) -> None:
+    """Item 5: right after a digest, the manage page said "nothing new has arrived since 24
+    November" (its window's start); `preview --all` showed "sends at" as the moment it ran
+    for every reader and listed entries for readers who had that day's digest already."""
+    import json
+    from datetime import UTC, datetime, time
+
+    from bot.tools.sink import Sink, SinkHandler
+    from tests.conftest import SEEDS
+    from tests.helpers import Cli
+
+    with Sink(SinkHandler()) as sink:
+        cli = Cli(tmp_path, {"DIGESTBOT_SMTP__PORT": str(sink.port)})
+        (tmp_path / "dumps").mkdir()
+        cli("dumps", "ingest", str(SEEDS))
+        cli("subscribers", "add", "ada@example.org", "--tz", "UTC", "--hour", "0", "--backfill", "all")
+        from zoneinfo import ZoneInfo
+
+        # A zone where 23:00 is still to come today: its digest is not due yet.
+        zone = next(z for z in ("America/Los_Angeles", "Asia/Tokyo") if datetime.now(ZoneInfo(z)).hour <= 21)
+        cli("subscribers", "add", "la@example.org", "--tz", zone, "--hour", "23", "--filter", "gpu")
+        cli("run", "--once")
+        assert [r.recipients for r in sink.received] == [["ada@example.org"]]
+        today = datetime.now(UTC).date().isoformat()
+        said = " ".join(cli("preview", "ada@example.org").stdout.split())
+        assert "since their digest of" in said, said
+        rows = {row["email"]: row for row in map(json.loads, cli("preview", "--all", "--json").stdout.splitlines())}
+        assert rows["ada@example.org"]["state"] == "sent" and rows["ada@example.org"]["entries"] > 0
+        assert rows["ada@example.org"]["send_at"].startswith(f"{today}T00:00")
+        day = datetime.now(UTC).date()  # preview --all's day
+        later = datetime.combine(day, time(23), ZoneInfo(zone)).astimezone(UTC)
+        assert rows["la@example.org"]["state"] == "" and rows["la@example.org"]["send_at"].startswith(
+            later.isoformat()[:16]
+        ), rows

@@ -84,6 +84,7 @@ def deliver_channels(
             return report
         settle_unanswered(session, now=clock())
         store.settle_parts(session, clock())
+        store.retry_unknown_matrix(session, clock())
     run = _Pass(factory, settings, key, clock, worker, ChatPoster(settings), report, keep_going, rng)
     try:
         while keep_going():

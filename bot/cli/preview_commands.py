@@ -147,7 +147,16 @@ def _preview_day(c: Context, day: date | None, as_json: bool) -> None:
     lines = day_table(factory, c.settings, c.rules, everyone, day, now())
     if as_json:
         print_json_lines(
-            [{"email": x.email, "send_at": x.send_at, "entries": x.entries, "held_back": x.held_back} for x in lines]
+            [
+                {
+                    "email": x.email,
+                    "send_at": x.send_at,
+                    "entries": x.entries,
+                    "held_back": x.held_back,
+                    "state": x.state,
+                }
+                for x in lines
+            ]
         )
         return
     columns = [
@@ -155,8 +164,11 @@ def _preview_day(c: Context, day: date | None, as_json: bool) -> None:
         Column("sends at (UTC)", whole=True),
         Column("entries", whole=True, justify="right"),
         Column("held back", whole=True, drop=1, justify="right"),
+        Column("digest", whole=True),  # its state once planned: "sent", "empty"; "to come" before
     ]
-    rows = [[x.email, f"{x.send_at:%Y-%m-%d %H:%M}", str(x.entries), str(x.held_back)] for x in lines]
+    rows = [
+        [x.email, f"{x.send_at:%Y-%m-%d %H:%M}", str(x.entries), str(x.held_back), x.state or "to come"] for x in lines
+    ]
     out.print(fitted(columns, rows, width=out.width, title=f"Digests of {day}"))
     going = sum(1 for x in lines if x.entries)
     out.print(f"{plural(going, 'digest')} with {sum(x.entries for x in lines)} entries in all", markup=False)

@@ -25,8 +25,9 @@ from bot.plan.resend import find_scheduled
 from bot.plan.retention import kept_since
 from bot.plan.sections import Sectioner
 from bot.store.claims import claimed_entry_ids
+from bot.store.digests import last_digest_with_entries
 from bot.store.entry_reads import entries_first_seen_between
-from bot.store.ledger import scheduled_days
+from bot.store.ledger import entry_count_of, scheduled_days
 from bot.taste.explain import Scored, liked_for, reader_taste, scored
 
 LOOKBACK = timedelta(days=7)
@@ -58,6 +59,7 @@ class Outlook:
     unseen: int  # entries new to them, matching or not
     tags: tuple[tuple[str, int], ...]  # the most common tags of the unseen ones, with counts
     first: tuple[tuple[str, str], ...] = ()  # (title, why) of the best matching ones, best first
+    last_digest: date | None = None  # the local day of their latest digest with entries, when inside the window
 
 
 def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of: datetime, first: int = 0) -> Outlook:
@@ -79,7 +81,9 @@ def outlook(session: Session, subscriber: Subscriber, rules: TagRules, *, as_of:
         if first
         else ()
     )
-    return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]), best)
+    last = last_digest_with_entries(session, subscriber.id)
+    recent = last[0] if last is not None and last[1] >= since else None
+    return Outlook(since, len(matching), len(unseen), tuple(ranked[:SHOWN_TAGS]), best, recent)
 
 
 def outlook_note(seen: Outlook, *, to_reader: bool = True, mailed: bool = True) -> str:
@@ -87,7 +91,12 @@ def outlook_note(seen: Outlook, *, to_reader: bool = True, mailed: bool = True) 
     manage page), or about them to an operator (``preview``); for a reader whose digests
     only go into their feed (*mailed* False), of the feed, not of mail."""
     your, you = ("your", "you") if to_reader else ("their", "they")
-    since = f"since {seen.since:%d %B %Y}"
+    # The window can start before the digest just sent (its left-overs keep it open):
+    # "since 24 November" read as "nothing sent since", the day after a digest.
+    if seen.last_digest is not None:
+        since = f"since {your} digest of {seen.last_digest:%d %B %Y}"
+    else:
+        since = f"since {seen.since:%d %B %Y}"
     if seen.matching:
         noun = "entry matches" if seen.matching == 1 else "entries match"
         goes = f"go out in {your} next digest" if mailed else f"go into {your} feed with {your} next digest"
@@ -177,9 +186,10 @@ def when_note(factory: sessionmaker[Session], settings: Settings, subscriber: Su
 @dataclass(frozen=True, slots=True)
 class DayLine:
     email: str
-    send_at: datetime
-    entries: int  # what would go out
+    send_at: datetime  # the reader's send time that day (UTC), whether past or to come
+    entries: int  # what went out, or would go out
     held_back: int  # matching entries beyond digest.max_entries, for the next day
+    state: str = ""  # the day's digest's state once planned ("sent", "empty", …); "" while to come
 
 
 def day_table(
@@ -196,15 +206,21 @@ def day_table(
     cap = settings.digest.max_entries
     lines = []
     with factory() as session:
+        planned = scheduled_days(session, [s.id for s in subscribers], {day})
         for subscriber in subscribers:
             if subscriber.status is not SubscriberStatus.ACTIVE or not sends_on(subscriber.cadence, day):
                 continue
-            send_at = max(local_send_time(subscriber, day), now)
+            send_at = local_send_time(subscriber, day)
+            made = planned.get((subscriber.id, day))
+            if made is not None:  # the day's digest exists: what it holds, not what another would
+                held = entry_count_of(session, made.digest_id)
+                lines.append(DayLine(subscriber.email, send_at, held, 0, made.state.value))
+                continue
             found = select_for(
                 session,
                 subscriber,
                 rules,
-                as_of=send_at,
+                as_of=max(send_at, now),  # its window as it would be planned: at its time, or now when later
                 exclude=claimed_entry_ids(session, subscriber.id),
                 start=kept_since(settings, now),
             )

@@ -147,3 +147,33 @@ def off_the_wire(session: Session, claim: Claim, worker: str) -> None:
         .where(Digest.id == claim.digest_id, Digest.attempts == claim.attempt, Digest.lease_owner == worker)
         .values(wire_at=None)
     )
+
+
+def retry_unknown_matrix(session: Session, now: datetime) -> int:
+    """Matrix digests left unknown by a worker stopped mid-request: due again at once, their
+    unanswered parts pending (each part's transaction id makes the homeserver take a
+    repeated one as the event it already made).  How many."""
+    matrix = select(ChannelRow.subscriber_id).where(ChannelRow.service == "matrix").scalar_subquery()
+    again = session.execute(
+        update(Digest)
+        .where(Digest.state == DigestState.UNKNOWN.value, Digest.subscriber_id.in_(matrix))
+        .values(
+            state=DigestState.RETRY_WAIT.value,
+            next_attempt_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+            wire_at=None,
+        )
+        .returning(Digest.id)
+    )
+    ids = [int(digest_id) for digest_id in again.scalars()]
+    if ids:
+        session.execute(
+            update(ChannelPartRow)
+            .where(
+                ChannelPartRow.digest_id.in_(ids),
+                ChannelPartRow.state.in_((PartState.SENDING.value, PartState.UNKNOWN.value)),
+            )
+            .values(state=PartState.PENDING.value, updated_at=now)
+        )
+    return len(ids)

@@ -210,3 +210,19 @@ def bounced_by_day(session: Session) -> dict[date, int]:
         .group_by(Digest.local_date)
     )
     return {day: count for day, count in rows}
+
+
+def last_digest_with_entries(session: Session, subscriber_id: int) -> tuple[date, datetime] | None:
+    """The local day and planning time of *subscriber_id*'s latest digest that carried
+    entries (sent, or on its way), if any."""
+    found = session.execute(
+        select(Digest.local_date, Digest.planned_at)
+        .where(
+            Digest.subscriber_id == subscriber_id,
+            Digest.entry_count > 0,
+            Digest.state.in_(("sent", "queued", "sending", "retry_wait", "unknown")),
+        )
+        .order_by(Digest.planned_at.desc())
+        .limit(1)
+    ).first()
+    return (found[0], found[1]) if found is not None else None

@@ -173,3 +173,15 @@ def test_previews_and_the_manage_sentence_agree_with_what_was_sent(tmp_path: Pat
         assert rows["la@example.org"]["state"] == "" and rows["la@example.org"]["send_at"].startswith(
             later.isoformat()[:16]
         ), rows
+
+
+def test_a_why_line_never_points_at_words_the_reader_cannot_see() -> None:
+    """Item 1: "Matches your filter: its summary mentions gpu and llm" stood on entries
+    whose shown text held neither word (they were in the part of the abstract cut)."""
+    from bot.mail.why import reader_why
+
+    pinned = "gpu: tag (header; rule: title, summary); llm: tag (header; rule: summary)"
+    assert reader_why(pinned) == "Matches your filter: its title and summary mention gpu; its summary mentions llm"
+    assert reader_why(pinned, summary_cut=True) == (
+        "Matches your filter: its title and full abstract mention gpu; its full abstract mentions llm"
+    )

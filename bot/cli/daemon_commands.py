@@ -164,7 +164,7 @@ def serve_command(
 
 def demo(ctx: typer.Context) -> None:
     """Replay seeds/ one day at a time into a local SMTP sink: var/inbox/*.eml + index.html."""
-    from bot.tools.demo import DEMO_LIBRARY, run_demo
+    from bot.tools.demo import DEMO_LIBRARY, demo_serve_line, run_demo
 
     c = ctx_of(ctx)
     csv_path = Path("config/subscribers.example.csv")
@@ -184,6 +184,7 @@ def demo(ctx: typer.Context) -> None:
     out.print(fitted(columns, shown, width=out.width, title="Seed replay: one digest per subscriber and day"))
     count = len(list(inbox.glob("*.eml")))
     out.print(f"{plural(count, 'message')} in {inbox}/ (open {inbox / 'index.html'} in a browser)", markup=False)
+    out.print(demo_serve_line(c.settings), markup=False)
     from bot.config import site_url
     from bot.domain.routes import SIGNUP
 

@@ -206,7 +206,7 @@ class Renderer:
             "cut": summary.cut,
             "tags": list(item.tags),
             # "You asked for every paper" under each entry said what the header says once.
-            "why": "" if (why := reader_why(item.why, item.section)) == EVERY_PAPER else why,
+            "why": "" if (why := reader_why(item.why, item.section, summary_cut=summary.cut)) == EVERY_PAPER else why,
             "pinned_why": item.why,  # as the planner pinned it: what the contents are grouped by
             "section": item.section,
             "compact": False,

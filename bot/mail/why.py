@@ -30,9 +30,11 @@ def library_paper(why: str) -> str | None:
     return None if close is None else close.group("title")
 
 
-def reader_why(why: str, section: str | None = None) -> str:
+def reader_why(why: str, section: str | None = None, *, summary_cut: bool = False) -> str:
     """*why*, the pinned line of an entry (shown under *section*, one of the reader's
-    interests, which the line names too), as the reader reads it: one line."""
+    interests, which the line names too), as the reader reads it: one line.  With
+    *summary_cut* (the digest shows the summary's start only), a word the summary holds
+    is said to be in its full abstract: it may be in the part not shown."""
     line = why.strip()
     named = _SECTION.match(line)
     if named is not None:
@@ -44,7 +46,7 @@ def reader_why(why: str, section: str | None = None) -> str:
     also = _ALSO_IN.search(line)
     if also is not None:
         line = line[: also.start()]
-    reasons = _joined([_reason(atom.strip(), where.strip()) for atom, where in _REASON.findall(line)])
+    reasons = _joined([_reason(atom.strip(), where.strip(), summary_cut) for atom, where in _REASON.findall(line)])
     if line.strip() == "matches everything" or (not reasons and close is not None):
         said = EVERY_PAPER if close is None else ""
     elif reasons:
@@ -82,7 +84,7 @@ def _filled(said: str, names: list[str]) -> str:
     return said.replace(_ATOMS, listed).replace(_IS, "is" if len(names) == 1 else "are")
 
 
-def _reason(atom: str, where: str) -> tuple[str, str]:
+def _reason(atom: str, where: str, summary_cut: bool = False) -> tuple[str, str]:
     """One reason in words, with ``_ATOMS`` where its atom goes (the same reason for
     several atoms is said once), and the atom."""
     if atom == "author":
@@ -92,12 +94,19 @@ def _reason(atom: str, where: str) -> tuple[str, str]:
     if where.startswith("phrase in "):
         return f"{_ATOMS} {_IS} in its {where.removeprefix('phrase in ')}", atom
     if where.startswith("tag (") and where.endswith(")"):
-        parts = [part.strip() for part in where[5:-1].split(";")]
-        fields = next((p.removeprefix("rule:").strip() for p in parts if p.startswith("rule:")), "")
-        places = [f.strip() for f in fields.split(",") if f.strip() in ("title", "summary")]
-        if places:
-            return f"its {' and '.join(places)} {'mention' if len(places) > 1 else 'mentions'} {_ATOMS}", atom
-        if fields:
-            return f"it is about {_ATOMS}", atom
-        return f"its source lists it under {_ATOMS}", atom
+        return _tag_reason(where[5:-1], summary_cut), atom
     return f"{atom}: {where}", atom
+
+
+def _tag_reason(inside: str, summary_cut: bool) -> str:
+    """A tag's reason, from what its pinned "tag (…)" holds: where its rule found it."""
+    parts = [part.strip() for part in inside.split(";")]
+    fields = next((p.removeprefix("rule:").strip() for p in parts if p.startswith("rule:")), "")
+    places = [f.strip() for f in fields.split(",") if f.strip() in ("title", "summary")]
+    if summary_cut:  # the reader sees the summary's start only: the word may be further on
+        places = ["full abstract" if place == "summary" else place for place in places]
+    if places:
+        return f"its {' and '.join(places)} {'mention' if len(places) > 1 else 'mentions'} {_ATOMS}"
+    if fields:
+        return f"it is about {_ATOMS}"
+    return f"its source lists it under {_ATOMS}"

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from bot.choose.tagging import TagRules
-from bot.config import Settings
+from bot.config import Settings, site_url
 from bot.delivery.loop import deliver_now
 from bot.domain import DigestKind
 from bot.ingest.storing import ingest_file
@@ -85,7 +85,10 @@ def run_demo(
             update={
                 "smtp": settings.smtp.model_copy(
                     update={"host": "127.0.0.1", "port": sink.port, "tls": "none", "username": ""}
-                )
+                ),
+                # The links a reader uses (More like this, manage, the web version) need an
+                # address: `digestbot serve`'s own on this machine (``demo_serve_line``).
+                "web": settings.web.model_copy(update={"public_url": site_url(settings.web)}),
             }
         )
         loaded = Parts(demo_settings, rules=rules)
@@ -108,3 +111,12 @@ def run_demo(
     if any(inbox.glob("*.eml")):
         write_index(inbox)
     return rows, inbox
+
+
+def demo_serve_line(settings: Settings) -> str:
+    """How to make the demo's links answer: ``serve`` on the demo's store."""
+    store = settings.paths.var_dir / "demo.sqlite3"
+    return (
+        f"the links in these mails (More like this, manage, web version) answer at {site_url(settings.web)} "
+        f"while this runs: DIGESTBOT_DATABASE__URL=sqlite:///{store} digestbot serve"
+    )

@@ -827,3 +827,19 @@ def test_headings_step_down(site: Site, browser: Any) -> None:
         "return ['h1', 'h2'].map(t => parseFloat(getComputedStyle(document.querySelector(t)).fontSize))"
     )
     assert sizes[0] > sizes[1], sizes
+
+
+def test_the_manage_page_right_after_a_digest_says_so(site: Site, browser: Any, audited: Callable[[str], None]) -> None:
+    """Issue 76, item 5: right after a digest the manage page said "nothing new has arrived
+    since 24 November 2026" (its window's start), as if nothing had been sent."""
+    site.add("hedy@example.org", "--filter", "*", "--backfill", "all")
+    site.cli("send-now", "hedy@example.org")
+    mail = site.wait_for_mail("hedy@example.org")
+    html_part = mail.get_body(("html",))
+    assert html_part is not None
+    manage = re.search(r'href="(http://127\.0\.0\.1:\d+/m/[^"]+)"', html_part.get_content())
+    assert manage
+    browser.get(manage.group(1))
+    shown = " ".join(text_of(browser).split())
+    assert "since your digest of" in shown, shown
+    audited("manage page right after a digest")

@@ -115,10 +115,10 @@ def channels_list(ctx: typer.Context, as_json: JsonOption = False) -> None:
         return
     columns = [
         Column("name", whole=True),
-        Column("destination"),
-        Column("filter"),
-        Column("sends at", whole=True),
-        Column("cadence", whole=True),
+        Column("destination", words=True, share=1),
+        Column("filter", wants=14, words=True, share=1),
+        Column("sends at", least=19),  # as subscribers list shows it
+        Column("cadence", whole=True, drop=1),
         Column("status", whole=True),
     ]
     rows = [

@@ -437,7 +437,11 @@ def test_a_stop_asked_while_a_worker_starts_exits_cleanly(tmp_path: Path) -> Non
     try:
         _wait_for(lambda: _catches_sigterm(worker.pid), worker, "a SIGTERM handler")
         worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=30) == 0
+        try:
+            assert worker.wait(timeout=30) == 0
+        except subprocess.TimeoutExpired:  # say what it was doing, for the next time
+            worker.kill()
+            pytest.fail(f"the worker did not stop within 30 s of SIGTERM; it logged: {worker.communicate()[1][-3000:]}")
     finally:
         if worker.poll() is None:
             worker.kill()

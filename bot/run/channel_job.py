@@ -22,11 +22,11 @@ class PostingToChannels:
         parts = self.parts
         if parts.stop.is_set() or self.lock.locked():
             return
-        from bot.channels.delivering import deliver_channels
+        from bot.channels.delivering import ChannelReport, deliver_channels
 
-        async with self.lock:
-            report = await asyncio.to_thread(
-                deliver_channels,
+        def posting() -> ChannelReport:
+            # The signing key is read here, off the loop: its first read may wait on the store.
+            return deliver_channels(
                 parts.factory,
                 parts.settings,
                 parts.loaded.key,
@@ -34,6 +34,9 @@ class PostingToChannels:
                 worker=parts.worker,
                 keep_going=lambda: not parts.stop.is_set(),
             )
+
+        async with self.lock:
+            report = await asyncio.to_thread(posting)
         if report.sent or report.retrying or report.failed or report.unknown or report.given_back:
             log.info(
                 "channels: %d digests posted (%d parts), %d to try again, %d failed, %d unknown, %d given back",

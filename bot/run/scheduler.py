@@ -200,7 +200,8 @@ class Daemon:
             table.append(Job("help", "planning", self.planning.help, HELP_EVERY, now))
         if self.deliver_jobs:
             table.append(Job("deliver", "delivery", self.delivering.deliver, DELIVER_EVERY, now))
-            table.append(Job("channels", "the channels", self.channels.post, CHANNELS_EVERY, now))
+            # Not at once: a worker's first seconds are its mail's (and a stop then has less to wait for).
+            table.append(Job("channels", "the channels", self.channels.post, CHANNELS_EVERY, None))
         return table
 
     def _scheduler(self, now: datetime) -> AsyncIOScheduler:

@@ -25,10 +25,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.server_process import start_server, stop_server
 
 
 class _State:
@@ -228,27 +229,14 @@ class ChatServers:
 
     def close(self) -> None:
         self._client.close()
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_server(self.process)
 
 
 @contextmanager
 def chat_servers() -> Iterator[ChatServers]:
     """The server started as a process on a free port; stopped after."""
-    root = Path(__file__).resolve().parents[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.chat_servers", "--port", "0"], cwd=root, stdout=subprocess.PIPE, text=True
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("listening on "):
-        process.kill()
-        raise RuntimeError(f"the chat test server did not start: {line!r}")
-    server = ChatServers(process, int(line.split()[-1]))
+    process, port = start_server("chat_servers", "chat test server")
+    server = ChatServers(process, port)
     try:
         yield server
     finally:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from bot.store.engine import make_engine, sessions, upgrade
 from bot.tools.sink import Sink, SinkHandler, free_port
 from bot.unsubscribes import close_journal
+from tests.chat_servers import ChatServers, chat_servers
 from tests.helpers import postgres_copy, postgres_schema, postgres_template, wait_until_serving
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,3 +154,18 @@ def wordllama_url() -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def chat_server_process() -> Iterator[ChatServers]:
+    """The local server speaking the chat services' APIs (``tests/chat_servers.py``), a
+    process for each test module that asks for it."""
+    with chat_servers() as running:
+        yield running
+
+
+@pytest.fixture
+def chat(chat_server_process: ChatServers) -> ChatServers:
+    """That server, calm again and with nothing received."""
+    chat_server_process.control("calm")
+    return chat_server_process

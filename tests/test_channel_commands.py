@@ -5,29 +5,16 @@ clear, and ``digestbot run`` posting a channel's digest beside the mail."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bot.tools.sink import Sink, SinkHandler
-from tests.chat_servers import ChatServers, chat_servers
+from tests.chat_servers import ChatServers
 from tests.conftest import SEEDS
 from tests.helpers import Cli, daemon_env, daemon_until
 
 SECRET = "Wh00kS3cr3tPart"
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[ChatServers]:
-    with chat_servers() as running:
-        yield running
-
-
-@pytest.fixture
-def chat(servers: ChatServers) -> ChatServers:
-    servers.control("calm")
-    return servers
 
 
 def test_the_channel_commands_never_show_the_destination(tmp_path: Path, chat: ChatServers) -> None:

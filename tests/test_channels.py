@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from bot.store.channel_tables import ChannelPartRow, ChannelRow
 from bot.store.engine import transaction
 from bot.store.queue import claim_due
 from bot.store.schema import Digest
-from tests.chat_servers import ChatServers, chat_servers
+from tests.chat_servers import ChatServers
 from tests.conftest import ROOT
 from tests.helpers import settings_for
 
@@ -162,6 +161,8 @@ def test_what_each_answer_means() -> None:
     assert judge(Service.MATRIX, 429, {}, b'{"errcode":"M_LIMIT_EXCEEDED","retry_after_ms":1500}').wait == 1.5
     assert judge(Service.SLACK, 429, {"Retry-After": "30"}, b"").wait == 30
     assert judge(Service.SLACK, 429, {"Retry-After": "1e300"}, b"").wait == 3600
+    huge = b'{"retry_after_ms": 1' + b"0" * 400 + b"}"  # an int no float holds
+    assert judge(Service.MATRIX, 429, {}, huge).wait == 3600
     assert judge(Service.SLACK, 503, {}, b"").verdict is PostVerdict.AGAIN
     assert judge(Service.SLACK, 500, {}, b"").verdict is PostVerdict.UNKNOWN
     assert judge(Service.MATRIX, 500, {}, b"").verdict is PostVerdict.AGAIN  # the same transaction id
@@ -184,18 +185,6 @@ def test_what_a_digest_becomes_after_its_parts() -> None:
 
 
 # --- whole deliveries -----------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[ChatServers]:
-    with chat_servers() as running:
-        yield running
-
-
-@pytest.fixture
-def chat(servers: ChatServers) -> ChatServers:
-    servers.control("calm")
-    return servers
 
 
 def _destination(chat: ChatServers, service: Service) -> str:
@@ -407,3 +396,46 @@ def test_a_matrix_part_caught_on_the_wire_by_a_kill_is_posted_again_as_the_same_
     _deliver(factory, settings, DAY + timedelta(minutes=10))
     state, parts = _state(factory, digest_id)
     assert state == "sent" and len(chat.received()) == len(parts)  # one event a part, none twice
+
+
+def test_a_refusal_whose_body_is_too_long_is_still_a_refusal(
+    factory: sessionmaker[Session], tmp_path: Path, chat: ChatServers, seed_files: list[Path]
+) -> None:
+    settings = _settings(tmp_path)
+    digest_id = _channel_with_a_digest(factory, settings, chat, Service.DISCORD, seed_files)
+    chat.control("status", status=429, retry_after=30, body="x" * 100_000)  # over the answer's cap
+    _deliver(factory, settings)
+    assert _state(factory, digest_id)[0] == "retry_wait"  # not "unknown": the status said not posted
+
+
+def test_a_digest_that_cannot_be_shaped_fails_alone(
+    factory: sessionmaker[Session],
+    tmp_path: Path,
+    chat: ChatServers,
+    seed_files: list[Path],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import bot.channels.delivering as delivering
+
+    settings = _settings(tmp_path)
+    fields = SubscriberFields(email="", filter="*", backfill="all")
+    for name in ("one", "two"):
+        add_channel(
+            factory, settings, name, _destination(chat, Service.SLACK), fields, DAY - timedelta(1), Service.SLACK
+        )
+    ingest_file(factory, seed_files[0], now=DAY, rules=RULES)
+    plan(factory, settings, RULES, now=DAY, all_due=True)
+    with factory() as session:
+        first, second = sorted(session.scalars(select(Digest.id)))
+    shaped = delivering.chat_digest_of
+
+    def poisoned(content: object, *args: object) -> object:
+        if getattr(content, "digest_id", None) == first:
+            raise ValueError(f"a bug quoting {SECRET}")
+        return shaped(content, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(delivering, "chat_digest_of", poisoned)
+    _deliver(factory, settings)
+    assert _state(factory, first)[0] == "failed" and _state(factory, second)[0] == "sent"
+    assert SECRET not in caplog.text and "ValueError" in caplog.text

@@ -87,6 +87,7 @@ def test_the_imap_password_is_refused_in_the_file_and_in_the_url(tmp_path: Path)
         ('[smtp]\ntls = "maybe"\n', "smtp.tls"),
         ("[nonsense]\nx = 1\n", "nonsense"),
         ('[feeds]\nurls = ["file:///etc/passwd"]\n', "neither an http(s) URL nor an arXiv source"),
+        ('[feeds]\narxiv_base_url = "rss.arxiv.org"\n', "feeds.arxiv_base_url: must be an http(s) URL"),
         ("this is = = not toml", "c.toml"),
     ],
 )

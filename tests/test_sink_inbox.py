@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.tools.inbox_index import INDEX_NEWEST, last_number
+from bot.tools.inbox_index import INDEX_NEWEST, last_number, write_index
 from bot.tools.sink import Sink, SinkHandler
 
 
@@ -47,3 +47,11 @@ def test_a_message_reads_no_earlier_one_and_the_index_lists_the_newest(
     assert index.index("Digest 1002") < index.index("Digest 1001") < index.index(f"Digest {INDEX_NEWEST + 20}")
     assert "Digest 20<" not in index  # older than the newest listed
     assert (tmp_path / f"{INDEX_NEWEST + 23:04d}.html").exists()
+
+
+def test_a_message_the_email_package_cannot_read_is_listed_by_its_name(tmp_path: Path) -> None:
+    broken = b"Subject: x\r\nContent-Type: text/html; charset=no-such-charset\r\n\r\n<p>x</p>\r\n"
+    (tmp_path / "0001.eml").write_bytes(broken)
+    (tmp_path / "0002.eml").write_bytes(digest_message(2))
+    index = write_index(tmp_path).read_text()
+    assert "(unreadable)" in index and "0001.eml" in index and "Digest 2" in index

@@ -23,18 +23,18 @@ import json
 import random
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
+
+from tests.server_process import start_server, stop_server
 
 KEY_LETTERS = "23456789ABCDEFGHIJKLMNPQRSTUVWXYZ"
 
@@ -422,30 +422,14 @@ class ZoteroServer:
 
     def close(self) -> None:
         self._client.close()
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_server(self.process)
 
 
 @contextmanager
 def zotero_server(seed: int = 1) -> Iterator[ZoteroServer]:
     """The server started as a process on a free port; stopped after."""
-    root = Path(__file__).resolve().parents[1]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.zotero_server", "--port", "0", "--seed", str(seed)],
-        cwd=root,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("listening on "):
-        process.kill()
-        raise RuntimeError(f"the Zotero test server did not start: {line!r}")
-    server = ZoteroServer(process, int(line.split()[-1]))
+    process, port = start_server("zotero_server", "Zotero test server", "--seed", str(seed))
+    server = ZoteroServer(process, port)
     try:
         yield server
     finally:

@@ -36,6 +36,10 @@ class ChannelError(ValueError):
     """A channel that cannot be added or changed as asked; one line, no secret."""
 
 
+class ChannelNotFound(ChannelError):
+    """No channel by the name given."""
+
+
 @dataclass(frozen=True, slots=True)
 class Channel:
     name: str
@@ -160,7 +164,7 @@ def post_test_message(factory: sessionmaker[Session], settings: Settings, name: 
 def _require(session: Session, name: str) -> ChannelRow:
     row = store.channel_named(session, name)
     if row is None:
-        raise ChannelError(f"no channel {name!r} (channels list shows them)")
+        raise ChannelNotFound(f"no channel {name!r} (channels list shows them)")
     return row
 
 

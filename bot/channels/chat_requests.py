@@ -150,7 +150,10 @@ def _said(body: bytes) -> str:
 
 def _retry_after(headers: Mapping[str, str], body: bytes, default: float = 5.0) -> float:
     """Seconds to wait, from the header or the body, between 0 and ``LONGEST_WAIT``."""
-    candidates: list[object] = [headers.get("Retry-After"), headers.get("X-RateLimit-Reset-After")]
+    # (value, its unit in seconds): a string of digits may be any size, so it is made a
+    # float (inf at worst) before it is scaled, never divided as an int.
+    candidates: list[tuple[object, float]] = [(headers.get("Retry-After"), 1.0)]
+    candidates.append((headers.get("X-RateLimit-Reset-After"), 1.0))
     try:
         found = json.loads(body[:4_096].decode("utf-8")) if body else None
     except (ValueError, UnicodeError, RecursionError):
@@ -158,14 +161,13 @@ def _retry_after(headers: Mapping[str, str], body: bytes, default: float = 5.0) 
     if isinstance(found, dict):
         parameters = found.get("parameters")
         candidates += [
-            found.get("retry_after"),
-            parameters.get("retry_after") if isinstance(parameters, dict) else None,
+            (found.get("retry_after"), 1.0),
+            (parameters.get("retry_after") if isinstance(parameters, dict) else None, 1.0),
+            (found.get("retry_after_ms"), 0.001),
         ]
-        if isinstance(found.get("retry_after_ms"), int | float):
-            candidates.append(found["retry_after_ms"] / 1000)
-    for candidate in candidates:
+    for candidate, unit in candidates:
         try:
-            seconds = float(str(candidate))
+            seconds = float(str(candidate)) * unit
         except ValueError:
             continue
         if seconds == seconds and seconds >= 0:  # not NaN

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from bot.channels.chat_digest import parts_of
@@ -30,7 +31,7 @@ from bot.channels.posting import ChatPoster, chat_digest_of
 from bot.config import Settings
 from bot.domain import DigestState
 from bot.domain.channel_states import PartState, Service
-from bot.sealed import sealer_of
+from bot.sealed import Sealer, sealer_of
 from bot.store import channels as store
 from bot.store.answers import Finished, finish_many
 from bot.store.channel_tables import ChannelPartRow
@@ -63,6 +64,7 @@ class _Pass:
     poster: ChatPoster
     report: ChannelReport
     keep_going: Callable[[], bool]
+    sealer: Sealer
     rng: random.Random | None = None
 
 
@@ -85,7 +87,8 @@ def deliver_channels(
         settle_unanswered(session, now=clock())
         store.settle_parts(session, clock())
         store.retry_unknown_matrix(session, clock())
-    run = _Pass(factory, settings, key, clock, worker, ChatPoster(settings), report, keep_going, rng)
+    sealer = sealer_of(settings)  # once a pass; a secrets key that cannot be read claims nothing
+    run = _Pass(factory, settings, key, clock, worker, ChatPoster(settings), report, keep_going, sealer, rng)
     try:
         while keep_going():
             with transaction(factory) as session:
@@ -98,10 +101,29 @@ def deliver_channels(
                 if not keep_going():
                     _give_back(run, claims[at:])
                     break
-                _deliver_one(run, claim)
+                _deliver_one_alone(run, claim)
     finally:
         run.poster.close()
     return report
+
+
+def _deliver_one_alone(run: _Pass, claim: Claim) -> None:
+    """One digest, whose failure is its own: a digest that cannot be read or shaped
+    fails (unknown when a part of it was on the wire), and the pass goes on with the
+    others.  A store that refuses the record stops the pass (the lease settles it)."""
+    try:
+        _deliver_one(run, claim)
+    except SQLAlchemyError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - this digest's failure, never the other channels'
+        # Its name only: an error's words may quote a destination, a secret.
+        said = f"could not be posted: {type(exc).__name__} (a bug in digestbot: please report it)"
+        log.error("channel digest %d %s", claim.digest_id, said)
+        with transaction(run.factory) as session:
+            parts = store.parts_of(session, claim.digest_id)
+        on_wire = any(part.state == PartState.SENDING.value for part in parts)
+        state = DigestState.UNKNOWN if on_wire else DigestState.FAILED
+        _finish(run, claim, f"#{claim.digest_id}", DigestAfter(state), Judged(PostVerdict.REFUSED, said))
 
 
 def _give_back(run: _Pass, claims: list[Claim]) -> None:
@@ -117,9 +139,7 @@ def _deliver_one(run: _Pass, claim: Claim) -> None:
     if channel is None:
         return
     try:
-        destination = parse_destination(
-            sealer_of(run.settings).open(channel.sealed_destination) or "", Service(channel.service)
-        )
+        destination = parse_destination(run.sealer.open(channel.sealed_destination) or "", Service(channel.service))
     except DestinationError:
         said = "the destination cannot be read (sealed with another secrets key?): 'channels edit' gives it again"
         _finish(run, claim, channel.name, DigestAfter(DigestState.FAILED), Judged(PostVerdict.REFUSED, said))

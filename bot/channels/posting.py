@@ -6,6 +6,8 @@ line it returns: a failure is said by its kind, never by the URL it had.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from bot.bounded_http import TIMEOUT, BoundedHttp, HttpFailure, HttpLimits
 from bot.channels.chat_digest import ChatDigest, ChatEntry
 from bot.channels.chat_requests import ChatRequest, Judged, judge, unanswered
@@ -50,7 +52,10 @@ class ChatPoster:
         self.http = BoundedHttp(keep_alive=False)
 
     def post(self, service: Service, request: ChatRequest) -> Judged:
-        def before_body(status: int, headers: object) -> bool:
+        seen: list[tuple[int, Mapping[str, str]]] = []
+
+        def before_body(status: int, headers: Mapping[str, str]) -> bool:
+            seen.append((status, headers))
             return not 200 <= status < 300  # posted: its body does not matter
 
         try:
@@ -63,6 +68,9 @@ class ChatPoster:
                 before_body=before_body,
             )
         except HttpFailure as failure:
+            if seen:  # the status came, its body did not (too long, too slow): the status says
+                status, headers = seen[0]
+                return judge(service, status, headers, b"")
             said = str(failure) if failure.kind == TIMEOUT else failure.kind
             return unanswered(service, said, maybe_sent=failure.maybe_sent)
         return judge(service, answer.status, answer.headers, answer.body)

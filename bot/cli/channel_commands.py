@@ -88,7 +88,7 @@ def channels_edit(
     choices: DigestChoices | None = None,
 ) -> None:
     """Change a channel's choices, or its destination."""
-    from bot.channels.channel_service import ChannelError, edit_channel
+    from bot.channels.channel_service import ChannelError, ChannelNotFound, edit_channel
 
     c = ctx_of(ctx)
     fields = clean_or_exit(_CHOICES_STAND_IN, choices)
@@ -96,7 +96,7 @@ def channels_edit(
     try:
         changed = edit_channel(c.sessions(), c.settings, channel, fields, now(), destination, _service(service))
     except ChannelError as exc:
-        fail(str(exc), EXIT_INPUT_FAILED if "no channel" in str(exc) else EXIT_USAGE)
+        fail(str(exc), EXIT_INPUT_FAILED if isinstance(exc, ChannelNotFound) else EXIT_USAGE)
     out.print(f"changed channel {changed.name}: {changed.shown} (filter: {changed.subscriber.filter})", markup=False)
 
 

@@ -88,6 +88,13 @@ class FeedsConfig(SettingsSection):
                 raise ValueError(f"{url!r} is neither an http(s) URL nor an arXiv source such as 'arxiv:cs.LG'")
         return urls
 
+    @field_validator("arxiv_base_url")
+    @classmethod
+    def _arxiv_base(cls, value: str) -> str:
+        if not is_web_url(value):
+            raise ValueError("must be an http(s) URL without spaces, quotes or angle brackets")
+        return value.rstrip("/")
+
     def fetched_url(self, source: str) -> str:
         """The URL a source is fetched from: itself, or arXiv's feed of its categories."""
         return feed_url(source, self.arxiv_base_url) if is_arxiv_source(source) else source

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import ScalarSelect, and_, delete, func, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from bot.domain import DigestState
@@ -17,7 +17,8 @@ from bot.domain.channel_states import PartState
 from bot.store.bulk import insert_ignoring_conflicts
 from bot.store.channel_tables import ChannelPartRow, ChannelRow
 from bot.store.queue import Claim, lease_clock, lease_digests
-from bot.store.schema import Digest, SubscriberRow
+from bot.store.schema import Digest
+from bot.store.subscribers import purge_subscriber
 
 
 def channel_named(session: Session, name: str) -> ChannelRow | None:
@@ -47,15 +48,9 @@ def change_channel(session: Session, subscriber_id: int, **values: object) -> No
 
 
 def remove_channel(session: Session, subscriber_id: int) -> None:
-    """The channel and its subscriber row, with its digests and their parts."""
-    session.execute(delete(ChannelPartRow).where(ChannelPartRow.digest_id.in_(_digests_of(subscriber_id))))
-    session.execute(delete(Digest).where(Digest.subscriber_id == subscriber_id))
-    session.execute(delete(ChannelRow).where(ChannelRow.subscriber_id == subscriber_id))
-    session.execute(delete(SubscriberRow).where(SubscriberRow.id == subscriber_id))
-
-
-def _digests_of(subscriber_id: int) -> ScalarSelect[int]:
-    return select(Digest.id).where(Digest.subscriber_id == subscriber_id).scalar_subquery()
+    """The channel and its subscriber row, with its digests and their parts (as a
+    reader's purge removes theirs)."""
+    purge_subscriber(session, subscriber_id)
 
 
 def claim_channel_digests(

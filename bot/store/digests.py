@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, aliased
 from bot.domain import DigestKind, DigestState, SubscriberStatus
 from bot.domain.stored import stored_hour, stored_zone
 from bot.store.bulk import chunks
+from bot.store.queue import LIVE_STATES
 from bot.store.row_shapes import RowShape
 from bot.store.schema import BodyItem, Digest, Entry, Source, SubscriberRow
 
@@ -220,7 +221,7 @@ def last_digest_with_entries(session: Session, subscriber_id: int) -> tuple[date
         .where(
             Digest.subscriber_id == subscriber_id,
             Digest.entry_count > 0,
-            Digest.state.in_(("sent", "queued", "sending", "retry_wait", "unknown")),
+            Digest.state.in_([state.value for state in (DigestState.SENT, *LIVE_STATES, DigestState.UNKNOWN)]),
         )
         .order_by(Digest.planned_at.desc())
         .limit(1)

@@ -70,7 +70,17 @@ class InboxIndex:
 
 
 def _index_item(path: Path, data: bytes) -> str:
-    """One message's line of the index; its HTML part saved beside it."""
+    """One message's line of the index; its HTML part saved beside it.  A message the
+    email package cannot read (an unknown charset, a broken part) is listed by its name."""
+    try:
+        return _read_item(path, data)
+    except Exception:  # noqa: BLE001 - this message's failure, never the inbox's
+        name = html.escape(path.name)
+        link = f'<a href="{name}" download>{name}</a>'
+        return f'<li><div class="subject">(unreadable)</div><div class="meta">{link}</div></li>'
+
+
+def _read_item(path: Path, data: bytes) -> str:
     msg = email.message_from_bytes(data, policy=default_policy)
     html_part = msg.get_body(preferencelist=("html",))
     view = path.with_suffix(".html")
